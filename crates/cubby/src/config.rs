@@ -1,0 +1,378 @@
+//! Configuration: the `cubby.toml` shape (SPEC §6) and per-tool [`Limits`].
+//!
+//! Unknown keys are an error that names the key. Every limit has one name,
+//! shared by the constant that holds its default and the config key.
+
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::policy::Mode;
+use crate::sandbox::ProviderKind;
+
+/// Default lines per `read_file` call (also the maximum a model may ask for).
+pub const READ_MAX_LINES: usize = 2_000;
+/// Bytes of content per `read_file` call.
+pub const READ_MAX_BYTES: usize = 50 * 1024;
+/// Characters after which a line is cut in `read_file`.
+pub const READ_MAX_LINE_CHARS: usize = 2_000;
+/// Largest file `read_file` hashes and windows.
+pub const READ_MAX_FILE_BYTES: u64 = 256 * 1024 * 1024;
+/// Largest content `write_file` accepts.
+pub const WRITE_MAX_BYTES: u64 = 32 * 1024 * 1024;
+/// Largest file `edit_file` edits.
+pub const EDIT_MAX_FILE_BYTES: u64 = 32 * 1024 * 1024;
+/// Default cap on `glob` matches.
+pub const GLOB_MAX_MATCHES: usize = 1_000;
+/// Default cap on `list_files` entries.
+pub const LIST_MAX_MATCHES: usize = 1_000;
+/// Default cap on `search` matches.
+pub const SEARCH_MAX_MATCHES: usize = 100;
+/// Largest context a `search` may ask for, in lines.
+pub const SEARCH_MAX_CONTEXT: usize = 10;
+/// Default `run` timeout.
+pub const RUN_TIMEOUT_MS: u64 = 30_000;
+/// Clamp for a `run` timeout the model passes.
+pub const RUN_MAX_TIMEOUT_MS: u64 = 120_000;
+/// Default cap on command output shown to the model.
+pub const RUN_MAX_OUTPUT_BYTES: usize = 16_384;
+/// Smallest output cap a config may set.
+pub const RUN_MIN_OUTPUT_BYTES: usize = 256;
+
+/// `[limits.read_file]`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ReadLimits {
+    /// Lines per call (default and clamp).
+    pub max_lines: usize,
+    /// Bytes of content per call.
+    pub max_bytes: usize,
+    /// Largest file read.
+    pub max_file_bytes: u64,
+}
+
+impl Default for ReadLimits {
+    fn default() -> ReadLimits {
+        ReadLimits {
+            max_lines: READ_MAX_LINES,
+            max_bytes: READ_MAX_BYTES,
+            max_file_bytes: READ_MAX_FILE_BYTES,
+        }
+    }
+}
+
+/// `[limits.write_file]` and `[limits.edit_file]`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct WriteLimits {
+    /// Largest content (write) or file (edit), in bytes.
+    pub max_bytes: u64,
+}
+
+impl Default for WriteLimits {
+    fn default() -> WriteLimits {
+        WriteLimits {
+            max_bytes: WRITE_MAX_BYTES,
+        }
+    }
+}
+
+/// `[limits.glob]`, `[limits.list_files]`, `[limits.search]`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MatchLimits {
+    /// Most matches or entries shown; the total is always counted.
+    pub max_matches: usize,
+}
+
+/// `[limits.run]`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RunLimits {
+    /// Timeout when the model passes none.
+    pub timeout_ms: u64,
+    /// Clamp for what the model passes.
+    pub max_timeout_ms: u64,
+    /// Output cap (head + tail).
+    pub max_output_bytes: usize,
+}
+
+impl Default for RunLimits {
+    fn default() -> RunLimits {
+        RunLimits {
+            timeout_ms: RUN_TIMEOUT_MS,
+            max_timeout_ms: RUN_MAX_TIMEOUT_MS,
+            max_output_bytes: RUN_MAX_OUTPUT_BYTES,
+        }
+    }
+}
+
+/// Per-tool limits (`[limits.<tool>]`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Limits {
+    /// `read_file`.
+    pub read_file: ReadLimits,
+    /// `write_file`.
+    pub write_file: WriteLimits,
+    /// `edit_file`.
+    pub edit_file: WriteLimits,
+    /// `glob`.
+    pub glob: MatchLimits,
+    /// `list_files`.
+    pub list_files: MatchLimits,
+    /// `search`.
+    pub search: MatchLimits,
+    /// `run` (and the logs of background processes).
+    pub run: RunLimits,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits {
+            read_file: ReadLimits::default(),
+            write_file: WriteLimits::default(),
+            edit_file: WriteLimits {
+                max_bytes: EDIT_MAX_FILE_BYTES,
+            },
+            glob: MatchLimits {
+                max_matches: GLOB_MAX_MATCHES,
+            },
+            list_files: MatchLimits {
+                max_matches: LIST_MAX_MATCHES,
+            },
+            search: MatchLimits {
+                max_matches: SEARCH_MAX_MATCHES,
+            },
+            run: RunLimits::default(),
+        }
+    }
+}
+
+impl Limits {
+    /// Reconciles contradictory settings in one place.
+    ///
+    /// # Errors
+    ///
+    /// `invalid_input` naming the key whose value cannot work.
+    pub fn validate(&self) -> Result<()> {
+        let zero = [
+            ("limits.read_file.max_lines", self.read_file.max_lines as u64),
+            ("limits.read_file.max_bytes", self.read_file.max_bytes as u64),
+            ("limits.glob.max_matches", self.glob.max_matches as u64),
+            ("limits.list_files.max_matches", self.list_files.max_matches as u64),
+            ("limits.search.max_matches", self.search.max_matches as u64),
+            ("limits.run.max_timeout_ms", self.run.max_timeout_ms),
+        ];
+        for (key, value) in zero {
+            if value == 0 {
+                return Err(Error::invalid_input(format!("`{key}` must be at least 1")));
+            }
+        }
+        if self.run.max_output_bytes < RUN_MIN_OUTPUT_BYTES {
+            return Err(Error::invalid_input(format!(
+                "`limits.run.max_output_bytes` is {}, the minimum is {RUN_MIN_OUTPUT_BYTES}",
+                self.run.max_output_bytes
+            )));
+        }
+        if self.run.timeout_ms > self.run.max_timeout_ms {
+            return Err(Error::invalid_input(format!(
+                "`limits.run.timeout_ms` ({}) is above `limits.run.max_timeout_ms` ({})",
+                self.run.timeout_ms, self.run.max_timeout_ms
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// `[network]` (used by command providers and the web tools).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct NetworkConfig {
+    /// `off` (default), `on` or `allow`.
+    pub mode: NetworkMode,
+    /// Domains reachable (an entry covers its subdomains); empty allows all
+    /// not denied.
+    pub allowed_domains: Vec<String>,
+    /// Domains never reachable; denial wins.
+    pub denied_domains: Vec<String>,
+    /// Private ranges the web tools and proxy may reach.
+    pub allowed_cidrs: Vec<String>,
+}
+
+/// Network mode for commands.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum NetworkMode {
+    /// Loopback only.
+    #[default]
+    Off,
+    /// Full network.
+    On,
+    /// Through the host-side proxy, domain lists enforced.
+    Allow,
+}
+
+/// One `[[exec.rules]]` entry.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExecRule {
+    /// The command prefix the rule matches (argv words).
+    pub prefix: Vec<String>,
+    /// `allow`, `deny` or `rewrite`.
+    pub decision: ExecDecision,
+    /// The replacement argv prefix for `rewrite`.
+    #[serde(default)]
+    pub replacement: Option<Vec<String>>,
+}
+
+/// What an exec rule decides.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ExecDecision {
+    /// Run it.
+    Allow,
+    /// Refuse it.
+    Deny,
+    /// Run the replacement instead.
+    Rewrite,
+}
+
+/// `[exec]`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ExecConfig {
+    /// Ordered prefix rules; the first that matches decides.
+    pub rules: Vec<ExecRule>,
+}
+
+/// The whole config file (SPEC §6).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    /// Sandbox mode.
+    pub mode: Option<Mode>,
+    /// Provider.
+    pub provider: Option<ProviderKind>,
+    /// Tools added to what the mode gives.
+    pub allow: Vec<String>,
+    /// Tools removed; deny wins.
+    pub deny: Vec<String>,
+    /// Env var names whose values are redacted everywhere.
+    pub secrets: Vec<String>,
+    /// Extra writable directories for commands.
+    pub writable_roots: Vec<String>,
+    /// Paths unreadable for tools and commands.
+    pub deny_read: Vec<String>,
+    /// How `run` invokes a command.
+    pub shell: Option<Vec<String>>,
+    /// Per-tool limits.
+    pub limits: Limits,
+    /// Network settings.
+    pub network: NetworkConfig,
+    /// Exec rules.
+    pub exec: ExecConfig,
+}
+
+impl Config {
+    /// Parses TOML text; `origin` names the file in errors.
+    ///
+    /// # Errors
+    ///
+    /// `invalid_input` naming the unknown key or the bad value.
+    pub fn from_toml(text: &str, origin: &str) -> Result<Config> {
+        let config: Config = toml::from_str(text)
+            .map_err(|e| Error::invalid_input(format!("config `{origin}`: {e}")))?;
+        config.limits.validate()?;
+        for rule in &config.exec.rules {
+            if rule.prefix.is_empty() {
+                return Err(Error::invalid_input(format!(
+                    "config `{origin}`: an exec rule has an empty `prefix`"
+                )));
+            }
+            if (rule.decision == ExecDecision::Rewrite) != rule.replacement.is_some() {
+                return Err(Error::invalid_input(format!(
+                    "config `{origin}`: exec rule {:?}: `replacement` goes with decision \
+                     \"rewrite\" and only with it",
+                    rule.prefix
+                )));
+            }
+        }
+        Ok(config)
+    }
+
+    /// Reads and parses a config file.
+    ///
+    /// # Errors
+    ///
+    /// `not_found` when the file cannot be read; see [`Config::from_toml`].
+    pub fn load(path: &Path) -> Result<Config> {
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            Error::new(
+                crate::ErrorKind::NotFound,
+                format!("config file `{}` cannot be read: {e}", path.display()),
+            )
+        })?;
+        Config::from_toml(&text, &path.display().to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_the_spec_example() {
+        let text = r#"
+mode = "workspace-write"
+provider = "linux"
+allow = ["web_fetch"]
+deny = ["write_stdin"]
+secrets = ["GITHUB_TOKEN"]
+writable_roots = ["../cache"]
+deny_read = ["secrets/"]
+shell = ["bash", "-c"]
+
+[limits.run]
+timeout_ms = 30000
+max_timeout_ms = 120000
+max_output_bytes = 16384
+
+[limits.search]
+max_matches = 100
+
+[network]
+mode = "off"
+allowed_domains = ["crates.io"]
+denied_domains = []
+allowed_cidrs = []
+
+[[exec.rules]]
+prefix = ["git", "push"]
+decision = "deny"
+"#;
+        let c = Config::from_toml(text, "test").unwrap();
+        assert_eq!(c.mode, Some(Mode::WorkspaceWrite));
+        assert_eq!(c.provider, Some(ProviderKind::Linux));
+        assert_eq!(c.limits.search.max_matches, 100);
+        assert_eq!(c.limits.glob.max_matches, GLOB_MAX_MATCHES);
+        assert_eq!(c.exec.rules[0].decision, ExecDecision::Deny);
+    }
+
+    #[test]
+    fn unknown_keys_are_named() {
+        let err = Config::from_toml("mdoe = \"read-only\"", "cubby.toml").unwrap_err();
+        assert!(err.message().contains("mdoe"), "{err}");
+        let err = Config::from_toml("[limits.search]\nmax_match = 3", "cubby.toml").unwrap_err();
+        assert!(err.message().contains("max_match"), "{err}");
+    }
+
+    #[test]
+    fn contradictory_limits_are_refused() {
+        let err = Config::from_toml("[limits.run]\ntimeout_ms = 500000", "c").unwrap_err();
+        assert!(err.message().contains("max_timeout_ms"));
+        let err = Config::from_toml("[limits.run]\nmax_output_bytes = 10", "c").unwrap_err();
+        assert!(err.message().contains("256"));
+    }
+}

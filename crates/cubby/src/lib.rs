@@ -1,0 +1,70 @@
+//! cubby: a sandboxed tool runtime for AI agents.
+//!
+//! An agent gets a [`Toolset`]: `read_file`, `write_file`, `edit_file`,
+//! `glob`, `list_files`, `search` and `changes` (commands come with the
+//! command providers). Every tool acts inside a [`Sandbox`] under a
+//! [`Policy`], and every result passes one output choke point that redacts
+//! secrets.
+//!
+//! # The flow of one call
+//!
+//! ```text
+//! front (MCP | CLI `call` | library)
+//!   │ JSON arguments
+//!   ▼
+//! Toolset::call ── shape check, policy gate (is the tool offered?)
+//!   ▼
+//! tool module ── WorkspacePath::parse, path policy, read-before-write guard
+//!   ▼
+//! Sandbox (virtual | local): openat2 beneath the root
+//!   ▼
+//! output shaping: redact secrets → ToolOutput { text, structured, is_error }
+//! ```
+//!
+//! # Example
+//!
+//! ```
+//! use cubby::{MemoryFs, Toolset, WorkspacePath, virtual_sandbox};
+//! use serde_json::json;
+//!
+//! let fs = MemoryFs::new();
+//! fs.insert(&WorkspacePath::parse("notes.txt")?, b"hello\nworld\n".to_vec(), 0o644)?;
+//! let tools = Toolset::builder(virtual_sandbox(fs)).build()?;
+//!
+//! let out = tools.call("read_file", json!({"path": "notes.txt"}));
+//! assert!(!out.is_error);
+//! assert!(out.text.starts_with("     1\thello"));
+//!
+//! let out = tools.call("read_file", json!({"path": "../etc/passwd"}));
+//! assert!(out.text.starts_with("ERROR path_escape:"));
+//! # Ok::<(), cubby::Error>(())
+//! ```
+//!
+//! # Limitations
+//!
+//! The `local` provider confines the file tools only; it is not an OS
+//! boundary for commands. Guards against concurrent writers are best-effort:
+//! the stale check and the write are two steps.
+
+#![deny(missing_docs)]
+
+pub mod config;
+mod error;
+pub mod output;
+mod path;
+pub mod policy;
+pub mod sandbox;
+mod tools;
+mod toolset;
+
+pub use config::{Config, Limits};
+pub use error::{Error, ErrorKind, Result};
+pub use output::{Redactor, Secret, ToolOutput};
+pub use path::{MAX_NAME_BYTES, MAX_PATH_BYTES, WorkspacePath};
+pub use policy::{Mode, Policy, PolicyBuilder};
+pub use sandbox::{
+    FileSystem, LocalFs, MemoryFs, ProviderKind, Sandbox, local_sandbox, virtual_sandbox,
+};
+pub use tools::schema;
+pub use tools::{Annotations, ToolSpec};
+pub use toolset::{MAX_ARGUMENT_BYTES, Toolset, ToolsetBuilder};

@@ -1,0 +1,519 @@
+//! Output shaping: the one choke point every byte passes before it leaves.
+//!
+//! The order is fixed: strip ANSI escapes, then redact secrets, then cap.
+//! Stripping first means an escape sequence placed inside a secret cannot
+//! hide it from the redactor. [`Toolset::call`](crate::Toolset::call) applies
+//! [`Redactor::redact_output`] to every result (text and structured value);
+//! streaming producers (commands) use [`StreamRedactor`] and [`AnsiStripper`],
+//! which keep just enough state to be correct across chunk boundaries, and
+//! [`HeadTail`], which keeps memory bounded however much is written.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use aho_corasick::{AhoCorasick, AhoCorasickBuilder, MatchKind};
+use serde_json::Value;
+
+use crate::error::Error;
+
+/// What a tool returns: the text the model reads and the same facts as JSON.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ToolOutput {
+    /// Model-facing text.
+    pub text: String,
+    /// The same facts as a JSON object (MCP `structuredContent`).
+    pub structured: Value,
+    /// True for an `ERROR <kind>: …` result.
+    pub is_error: bool,
+}
+
+impl ToolOutput {
+    /// A successful result.
+    pub fn ok(text: impl Into<String>, structured: Value) -> ToolOutput {
+        ToolOutput {
+            text: text.into(),
+            structured,
+            is_error: false,
+        }
+    }
+
+    /// An error result: text `ERROR <kind>: <message>` and a structured
+    /// `{"error": {"kind", "message"}}`.
+    pub fn error(err: &Error) -> ToolOutput {
+        ToolOutput {
+            text: err.to_string(),
+            structured: serde_json::json!({
+                "error": { "kind": err.kind().as_str(), "message": err.message() }
+            }),
+            is_error: true,
+        }
+    }
+}
+
+/// A secret: a name for the marker and the value to hide.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Secret {
+    /// Shown in the marker `[REDACTED:<name>]`.
+    pub name: String,
+    /// The value that must never leave.
+    pub value: String,
+}
+
+/// Replaces secret values by `[REDACTED:<name>]`.
+///
+/// Matching is leftmost-longest over all values at once (Aho-Corasick), so
+/// repeated and overlapping secrets are all covered: after redaction no
+/// registered value occurs whole in the output.
+#[derive(Clone, Default)]
+pub struct Redactor {
+    inner: Option<Arc<RedactorInner>>,
+}
+
+struct RedactorInner {
+    automaton: AhoCorasick,
+    markers: Vec<Vec<u8>>,
+    max_len: usize,
+}
+
+impl std::fmt::Debug for Redactor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let n = self.inner.as_ref().map_or(0, |i| i.markers.len());
+        write!(f, "Redactor({n} secrets)")
+    }
+}
+
+impl Redactor {
+    /// A redactor for `secrets`; empty values are ignored.
+    ///
+    /// # Errors
+    ///
+    /// `limit` when the secrets are too many or too large to compile into one
+    /// automaton; cubby then refuses to start rather than leak.
+    pub fn new(secrets: &[Secret]) -> Result<Redactor, Error> {
+        let secrets: Vec<&Secret> = secrets.iter().filter(|s| !s.value.is_empty()).collect();
+        if secrets.is_empty() {
+            return Ok(Redactor { inner: None });
+        }
+        let automaton = AhoCorasickBuilder::new()
+            .match_kind(MatchKind::LeftmostLongest)
+            .build(secrets.iter().map(|s| s.value.as_bytes()))
+            .map_err(|e| {
+                Error::new(
+                    crate::ErrorKind::Limit,
+                    format!("the secrets cannot be compiled for redaction: {e}"),
+                )
+            })?;
+        let markers = secrets
+            .iter()
+            .map(|s| format!("[REDACTED:{}]", s.name).into_bytes())
+            .collect();
+        let max_len = secrets.iter().map(|s| s.value.len()).max().unwrap_or(0);
+        Ok(Redactor {
+            inner: Some(Arc::new(RedactorInner {
+                automaton,
+                markers,
+                max_len,
+            })),
+        })
+    }
+
+    /// True when there is nothing to redact.
+    pub fn is_empty(&self) -> bool {
+        self.inner.is_none()
+    }
+
+    /// Redacts a whole string.
+    pub fn redact_str(&self, s: &str) -> String {
+        match &self.inner {
+            None => s.to_string(),
+            Some(inner) => {
+                let bytes = redact_all(inner, s.as_bytes());
+                String::from_utf8(bytes).unwrap_or_else(|e| {
+                    String::from_utf8_lossy(e.as_bytes()).into_owned()
+                })
+            }
+        }
+    }
+
+    /// Redacts bytes.
+    pub fn redact_bytes(&self, b: &[u8]) -> Vec<u8> {
+        match &self.inner {
+            None => b.to_vec(),
+            Some(inner) => redact_all(inner, b),
+        }
+    }
+
+    /// Redacts every string (keys and values) of a JSON value in place.
+    pub fn redact_value(&self, value: &mut Value) {
+        if self.is_empty() {
+            return;
+        }
+        match value {
+            Value::String(s) => *s = self.redact_str(s),
+            Value::Array(items) => items.iter_mut().for_each(|v| self.redact_value(v)),
+            Value::Object(map) => {
+                let old = std::mem::take(map);
+                for (k, mut v) in old {
+                    self.redact_value(&mut v);
+                    map.insert(self.redact_str(&k), v);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Redacts a tool result: text and structured value.
+    pub fn redact_output(&self, out: &mut ToolOutput) {
+        if self.is_empty() {
+            return;
+        }
+        out.text = self.redact_str(&out.text);
+        self.redact_value(&mut out.structured);
+    }
+
+    /// A streaming redactor sharing these secrets.
+    pub fn stream(&self) -> StreamRedactor {
+        StreamRedactor {
+            redactor: self.clone(),
+            pending: Vec::new(),
+        }
+    }
+}
+
+fn redact_all(inner: &RedactorInner, b: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(b.len());
+    let mut last = 0;
+    for m in inner.automaton.find_iter(b) {
+        out.extend_from_slice(&b[last..m.start()]);
+        out.extend_from_slice(&inner.markers[m.pattern().as_usize()]);
+        last = m.end();
+    }
+    out.extend_from_slice(&b[last..]);
+    out
+}
+
+/// Redacts a byte stream that arrives in chunks.
+///
+/// It holds back at most `longest secret - 1` bytes, so a value split across
+/// two chunks (two reads of a pipe) is still caught. A match is committed only
+/// when every secret that could start at its position fits in what has been
+/// seen, so leftmost-longest decisions are never revised.
+#[derive(Debug)]
+pub struct StreamRedactor {
+    redactor: Redactor,
+    pending: Vec<u8>,
+}
+
+impl StreamRedactor {
+    /// Feeds a chunk; returns the bytes that are safe to emit now.
+    pub fn push(&mut self, chunk: &[u8]) -> Vec<u8> {
+        let Some(inner) = self.redactor.inner.clone() else {
+            return chunk.to_vec();
+        };
+        self.pending.extend_from_slice(chunk);
+        let hold = inner.max_len.saturating_sub(1);
+        let limit = self.pending.len().saturating_sub(hold);
+        let mut out = Vec::with_capacity(self.pending.len());
+        let mut last = 0;
+        for m in inner.automaton.find_iter(&self.pending) {
+            // A match starting at or after `limit` might still grow into a
+            // longer secret with the next chunk: decide it later.
+            if m.start() >= limit {
+                break;
+            }
+            out.extend_from_slice(&self.pending[last..m.start()]);
+            out.extend_from_slice(&inner.markers[m.pattern().as_usize()]);
+            last = m.end();
+        }
+        let emit_to = limit.max(last);
+        out.extend_from_slice(&self.pending[last..emit_to]);
+        self.pending.drain(..emit_to);
+        out
+    }
+
+    /// Ends the stream; returns whatever was held back, redacted.
+    pub fn finish(&mut self) -> Vec<u8> {
+        let rest = std::mem::take(&mut self.pending);
+        self.redactor.redact_bytes(&rest)
+    }
+}
+
+/// Removes ANSI escape sequences (CSI, OSC, DCS and two-byte escapes) from a
+/// byte stream, keeping state across chunks.
+#[derive(Debug, Default)]
+pub struct AnsiStripper {
+    state: AnsiState,
+}
+
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+enum AnsiState {
+    #[default]
+    Ground,
+    Escape,
+    Csi,
+    /// OSC, DCS, SOS, PM, APC: ended by BEL or ESC `\`.
+    String,
+    StringEscape,
+}
+
+impl AnsiStripper {
+    /// Strips one chunk.
+    pub fn push(&mut self, chunk: &[u8]) -> Vec<u8> {
+        let mut out = Vec::with_capacity(chunk.len());
+        for &b in chunk {
+            self.state = match self.state {
+                AnsiState::Ground => {
+                    if b == 0x1b {
+                        AnsiState::Escape
+                    } else if b == 0x9b {
+                        // C1 CSI is only meaningful outside UTF-8 text;
+                        // keep it as data since 0x9b is a UTF-8 continuation byte.
+                        out.push(b);
+                        AnsiState::Ground
+                    } else {
+                        out.push(b);
+                        AnsiState::Ground
+                    }
+                }
+                AnsiState::Escape => match b {
+                    b'[' => AnsiState::Csi,
+                    b']' | b'P' | b'X' | b'^' | b'_' => AnsiState::String,
+                    // An intermediate byte: keep consuming the escape.
+                    0x20..=0x2f => AnsiState::Escape,
+                    _ => AnsiState::Ground,
+                },
+                AnsiState::Csi => match b {
+                    0x40..=0x7e => AnsiState::Ground,
+                    _ => AnsiState::Csi,
+                },
+                AnsiState::String => match b {
+                    0x07 => AnsiState::Ground,
+                    0x1b => AnsiState::StringEscape,
+                    _ => AnsiState::String,
+                },
+                AnsiState::StringEscape => match b {
+                    b'\\' => AnsiState::Ground,
+                    0x1b => AnsiState::StringEscape,
+                    _ => AnsiState::String,
+                },
+            };
+        }
+        out
+    }
+}
+
+/// Strips ANSI escapes from a whole string.
+pub fn strip_ansi(s: &str) -> String {
+    let bytes = AnsiStripper::default().push(s.as_bytes());
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
+/// Keeps the first `head` and the last `tail` bytes of a stream, counting
+/// what falls between: memory stays bounded however much is pushed.
+#[derive(Debug)]
+pub struct HeadTail {
+    head_cap: usize,
+    tail_cap: usize,
+    head: Vec<u8>,
+    tail: VecDeque<u8>,
+    total: u64,
+}
+
+impl HeadTail {
+    /// A capture of at most `max_bytes`, split evenly between head and tail.
+    pub fn new(max_bytes: usize) -> HeadTail {
+        let head_cap = max_bytes / 2;
+        HeadTail::with_split(head_cap, max_bytes - head_cap)
+    }
+
+    /// A capture keeping `head` bytes from the start and `tail` from the end.
+    pub fn with_split(head: usize, tail: usize) -> HeadTail {
+        HeadTail {
+            head_cap: head,
+            tail_cap: tail,
+            head: Vec::new(),
+            tail: VecDeque::new(),
+            total: 0,
+        }
+    }
+
+    /// Appends bytes.
+    pub fn push(&mut self, mut bytes: &[u8]) {
+        self.total += bytes.len() as u64;
+        if self.head.len() < self.head_cap {
+            let take = (self.head_cap - self.head.len()).min(bytes.len());
+            self.head.extend_from_slice(&bytes[..take]);
+            bytes = &bytes[take..];
+        }
+        if self.tail_cap == 0 || bytes.is_empty() {
+            return;
+        }
+        if bytes.len() >= self.tail_cap {
+            self.tail.clear();
+            self.tail.extend(&bytes[bytes.len() - self.tail_cap..]);
+            return;
+        }
+        let overflow = (self.tail.len() + bytes.len()).saturating_sub(self.tail_cap);
+        self.tail.drain(..overflow);
+        self.tail.extend(bytes);
+    }
+
+    /// Bytes pushed so far.
+    pub fn total(&self) -> u64 {
+        self.total
+    }
+
+    /// Bytes dropped between head and tail.
+    pub fn cut(&self) -> u64 {
+        self.total - self.head.len() as u64 - self.tail.len() as u64
+    }
+
+    /// Renders head, marker (when something was cut) and tail as text; the
+    /// marker is produced by `marker(cut_bytes)`.
+    pub fn render(&self, marker: impl FnOnce(u64) -> String) -> String {
+        let mut out = String::from_utf8_lossy(&self.head).into_owned();
+        let cut = self.cut();
+        if cut > 0 {
+            if !out.ends_with('\n') && !out.is_empty() {
+                out.push('\n');
+            }
+            out.push_str(&marker(cut));
+            out.push('\n');
+        }
+        let (a, b) = self.tail.as_slices();
+        let mut tail = a.to_vec();
+        tail.extend_from_slice(b);
+        out.push_str(&String::from_utf8_lossy(&tail));
+        out
+    }
+}
+
+/// Caps `text` at `max_bytes` as head plus tail with one marker between.
+pub fn cap_head_tail(text: &str, max_bytes: usize, marker: impl FnOnce(u64) -> String) -> String {
+    if text.len() <= max_bytes {
+        return text.to_string();
+    }
+    let mut capture = HeadTail::new(max_bytes);
+    capture.push(text.as_bytes());
+    capture.render(marker)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn secrets(pairs: &[(&str, &str)]) -> Redactor {
+        Redactor::new(
+            &pairs
+                .iter()
+                .map(|(n, v)| Secret {
+                    name: n.to_string(),
+                    value: v.to_string(),
+                })
+                .collect::<Vec<_>>(),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn redacts_repeated_and_adjacent_values() {
+        let r = secrets(&[("TOKEN", "s3cr3t")]);
+        assert_eq!(
+            r.redact_str("a s3cr3ts3cr3t b s3cr3t"),
+            "a [REDACTED:TOKEN][REDACTED:TOKEN] b [REDACTED:TOKEN]"
+        );
+    }
+
+    #[test]
+    fn overlapping_secrets_never_survive_whole() {
+        let r = secrets(&[("A", "abcd"), ("B", "cdef"), ("C", "bc")]);
+        for text in ["abcdef", "xxcdefabcd", "bcdef", "abcabcdcdefef"] {
+            let out = r.redact_str(text);
+            for v in ["abcd", "cdef", "bc"] {
+                assert!(!out.contains(v), "{text} -> {out}");
+            }
+        }
+    }
+
+    #[test]
+    fn stream_catches_values_split_at_every_position() {
+        let r = secrets(&[("K", "0123456789"), ("S", "345")]);
+        let text = b"before 0123456789 mid 345 0123456789after 01234 end";
+        let whole = r.redact_bytes(text);
+        for split in 0..=text.len() {
+            for split2 in split..=text.len() {
+                let mut s = r.stream();
+                let mut out = s.push(&text[..split]);
+                out.extend(s.push(&text[split..split2]));
+                out.extend(s.push(&text[split2..]));
+                out.extend(s.finish());
+                assert_eq!(out, whole, "split at {split}/{split2}");
+            }
+        }
+    }
+
+    #[test]
+    fn stream_byte_by_byte_matches_whole() {
+        let r = secrets(&[("K", "hunter2"), ("L", "hunter22long")]);
+        let text = b"hunter2 hunter22long hunter22 xhunter2hunter22longz";
+        let mut s = r.stream();
+        let mut out = Vec::new();
+        for b in text {
+            out.extend(s.push(std::slice::from_ref(b)));
+        }
+        out.extend(s.finish());
+        assert_eq!(out, r.redact_bytes(text));
+        assert!(!String::from_utf8_lossy(&out).contains("hunter2"));
+    }
+
+    #[test]
+    fn redacts_json_keys_and_values() {
+        let r = secrets(&[("T", "tok")]);
+        let mut v = serde_json::json!({"tok.txt": ["a tok b", {"x": "tok"}], "n": 1});
+        r.redact_value(&mut v);
+        assert_eq!(
+            v,
+            serde_json::json!({"[REDACTED:T].txt": ["a [REDACTED:T] b", {"x": "[REDACTED:T]"}], "n": 1})
+        );
+    }
+
+    #[test]
+    fn strips_ansi_across_chunks() {
+        let input = b"\x1b[31mred\x1b[0m \x1b]0;title\x07ok \x1b]8;;http://x\x1b\\link\x1b(B!";
+        let mut whole = AnsiStripper::default();
+        assert_eq!(whole.push(input), b"red ok link!");
+        for split in 0..input.len() {
+            let mut s = AnsiStripper::default();
+            let mut out = s.push(&input[..split]);
+            out.extend(s.push(&input[split..]));
+            assert_eq!(out, b"red ok link!", "split {split}");
+        }
+    }
+
+    #[test]
+    fn ansi_inside_a_secret_does_not_hide_it() {
+        let r = secrets(&[("T", "topsecret")]);
+        let shown = r.redact_str(&strip_ansi("top\x1b[1msecret"));
+        assert_eq!(shown, "[REDACTED:T]");
+    }
+
+    #[test]
+    fn head_tail_keeps_bounded_memory_and_counts() {
+        let mut c = HeadTail::new(10);
+        for _ in 0..1000 {
+            c.push(b"0123456789");
+        }
+        assert_eq!(c.total(), 10_000);
+        assert_eq!(c.cut(), 9_990);
+        assert!(c.tail.len() <= 5 && c.head.len() <= 5);
+        let text = c.render(|n| format!("[{n} bytes cut]"));
+        assert_eq!(text, "01234\n[9990 bytes cut]\n56789");
+    }
+
+    #[test]
+    fn cap_leaves_short_text_alone() {
+        assert_eq!(cap_head_tail("abc", 10, |_| unreachable!()), "abc");
+        let capped = cap_head_tail(&"x".repeat(100), 20, |n| format!("[{n} cut]"));
+        assert!(capped.contains("[80 cut]"));
+    }
+}

@@ -1,0 +1,481 @@
+//! Policy: which tools are offered and which paths they may touch.
+//!
+//! Every policy decision is made here, by pure functions of (policy, request)
+//! that return the decision together with the rule that made it. The order of
+//! precedence for a tool name is:
+//!
+//! 1. `deny` names the tool: denied (deny always wins).
+//! 2. `allow` names the tool: allowed.
+//! 3. The tool is in the mode's set: allowed.
+//! 4. Otherwise: denied.
+//!
+//! Command tools are further removed when the provider cannot run commands;
+//! that is a capability, not a policy, and the toolset applies it.
+//!
+//! Paths: `deny_read` entries are unreadable (and invisible to walks);
+//! protected paths are read-only for the file tools whether or not they exist.
+
+use std::collections::BTreeSet;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::path::WorkspacePath;
+
+/// The file tools, in the order they are offered.
+pub const FILE_TOOLS: [&str; 8] = [
+    "read_file",
+    "write_file",
+    "edit_file",
+    "glob",
+    "list_files",
+    "search",
+    "changes",
+    "view_file",
+];
+
+/// Tools that only read.
+pub const READ_TOOLS: [&str; 6] = [
+    "read_file",
+    "glob",
+    "list_files",
+    "search",
+    "changes",
+    "view_file",
+];
+
+/// Command and process tools (providers with commands only).
+pub const COMMAND_TOOLS: [&str; 7] = [
+    "run",
+    "start_process",
+    "process_logs",
+    "stop_process",
+    "list_processes",
+    "write_stdin",
+    "preview",
+];
+
+/// Web tools (off unless `allow` names them).
+pub const WEB_TOOLS: [&str; 2] = ["web_fetch", "web_search"];
+
+/// Agent configuration files protected in every mode (SPEC §4). Each entry
+/// covers everything beneath it.
+pub const DEFAULT_PROTECTED: [&str; 5] = [".git/hooks/", ".git/config", ".mcp.json", ".codex/", ".claude/"];
+
+/// The name of the config file in the workspace root (also protected).
+pub const CONFIG_FILE_NAME: &str = "cubby.toml";
+
+/// True for a tool name cubby knows.
+pub fn is_known_tool(name: &str) -> bool {
+    FILE_TOOLS
+        .iter()
+        .chain(COMMAND_TOOLS.iter())
+        .chain(WEB_TOOLS.iter())
+        .any(|t| *t == name)
+}
+
+/// The sandbox mode (SPEC §4).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Mode {
+    /// Reading tools only.
+    ReadOnly,
+    /// File tools and commands; commands write only in the workspace.
+    #[default]
+    WorkspaceWrite,
+    /// Commands unconfined, network on.
+    FullAccess,
+}
+
+impl Mode {
+    /// The name used in config and flags.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::ReadOnly => "read-only",
+            Mode::WorkspaceWrite => "workspace-write",
+            Mode::FullAccess => "full-access",
+        }
+    }
+
+    /// True when the mode itself gives `tool`.
+    pub fn gives(self, tool: &str) -> bool {
+        match self {
+            Mode::ReadOnly => READ_TOOLS.contains(&tool),
+            Mode::WorkspaceWrite | Mode::FullAccess => {
+                FILE_TOOLS.contains(&tool) || COMMAND_TOOLS.contains(&tool)
+            }
+        }
+    }
+}
+
+impl std::str::FromStr for Mode {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Mode> {
+        match s {
+            "read-only" => Ok(Mode::ReadOnly),
+            "workspace-write" => Ok(Mode::WorkspaceWrite),
+            "full-access" => Ok(Mode::FullAccess),
+            other => Err(Error::invalid_input(format!(
+                "unknown mode `{other}`; expected one of: read-only, workspace-write, full-access"
+            ))),
+        }
+    }
+}
+
+/// A policy decision and the rule that made it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Decision {
+    /// True when the request may proceed.
+    pub allowed: bool,
+    /// Which rule decided, in words.
+    pub rule: String,
+}
+
+impl Decision {
+    fn allow(rule: impl Into<String>) -> Decision {
+        Decision {
+            allowed: true,
+            rule: rule.into(),
+        }
+    }
+    fn deny(rule: impl Into<String>) -> Decision {
+        Decision {
+            allowed: false,
+            rule: rule.into(),
+        }
+    }
+}
+
+/// A path rule: a path and everything beneath it (a rule naming a file
+/// also stops anything being created "inside" it).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PathRule {
+    path: WorkspacePath,
+    shown: String,
+}
+
+impl PathRule {
+    /// Parses a rule (relative to the root; a trailing `/` is allowed).
+    ///
+    /// # Errors
+    ///
+    /// `invalid_input` for a path that is not relative to the root.
+    pub fn parse(spec: &str) -> Result<PathRule> {
+        let path = WorkspacePath::parse(spec).map_err(|e| {
+            Error::invalid_input(format!(
+                "path rule `{spec}` must be relative to the workspace root: {}",
+                e.message()
+            ))
+        })?;
+        if path.is_root() {
+            return Err(Error::invalid_input(format!(
+                "path rule `{spec}` names the whole workspace; name a file or directory in it"
+            )));
+        }
+        Ok(PathRule {
+            path,
+            shown: spec.to_string(),
+        })
+    }
+
+    /// True when the rule covers `path`.
+    pub fn covers(&self, path: &WorkspacePath) -> bool {
+        path.starts_with(&self.path)
+    }
+
+    /// True when `dir` lies on the way to the rule's path (so a walk of `dir`
+    /// may meet it).
+    fn is_within(&self, dir: &WorkspacePath) -> bool {
+        self.path.starts_with(dir)
+    }
+}
+
+/// The policy of one toolset. Build it with [`Policy::builder`].
+#[derive(Clone, Debug)]
+pub struct Policy {
+    mode: Mode,
+    allow: BTreeSet<String>,
+    deny: BTreeSet<String>,
+    protected: Vec<PathRule>,
+    deny_read: Vec<PathRule>,
+}
+
+impl Default for Policy {
+    fn default() -> Policy {
+        // The defaults are valid by construction.
+        let mut b = PolicyBuilder::default();
+        b.protect_defaults();
+        Policy {
+            mode: Mode::default(),
+            allow: BTreeSet::new(),
+            deny: BTreeSet::new(),
+            protected: b.protected.clone(),
+            deny_read: Vec::new(),
+        }
+    }
+}
+
+impl Policy {
+    /// A builder with the defaults: `workspace-write`, nothing added or
+    /// removed, the SPEC's protected paths plus `cubby.toml`.
+    pub fn builder() -> PolicyBuilder {
+        let mut b = PolicyBuilder::default();
+        b.protect_defaults();
+        b
+    }
+
+    /// The mode.
+    pub fn mode(&self) -> Mode {
+        self.mode
+    }
+
+    /// Whether `tool` is offered, and why.
+    pub fn tool_decision(&self, tool: &str) -> Decision {
+        if self.deny.contains(tool) {
+            Decision::deny(format!("`deny` names {tool}"))
+        } else if self.allow.contains(tool) {
+            Decision::allow(format!("`allow` names {tool}"))
+        } else if self.mode.gives(tool) {
+            Decision::allow(format!("mode {} gives {tool}", self.mode.as_str()))
+        } else {
+            Decision::deny(format!(
+                "mode {} does not give {tool} and `allow` does not name it",
+                self.mode.as_str()
+            ))
+        }
+    }
+
+    /// Whether the file tools may write `path`, and why.
+    pub fn write_decision(&self, path: &WorkspacePath) -> Decision {
+        if let Some(rule) = self.protected.iter().find(|r| r.covers(path)) {
+            return Decision::deny(format!("`{}` is a protected path", rule.shown));
+        }
+        if let Some(rule) = self.deny_read.iter().find(|r| r.covers(path)) {
+            return Decision::deny(format!("`{}` is listed in deny_read", rule.shown));
+        }
+        Decision::allow("inside the workspace and not protected")
+    }
+
+    /// Whether the tools may read `path`, and why.
+    pub fn read_decision(&self, path: &WorkspacePath) -> Decision {
+        match self.deny_read.iter().find(|r| r.covers(path)) {
+            Some(rule) => Decision::deny(format!("`{}` is listed in deny_read", rule.shown)),
+            None => Decision::allow("not listed in deny_read"),
+        }
+    }
+
+    /// `Err(denied)` unless the file tools may write `path`.
+    pub(crate) fn check_write(&self, path: &WorkspacePath) -> Result<()> {
+        let d = self.write_decision(path);
+        if d.allowed {
+            Ok(())
+        } else {
+            Err(Error::denied(format!(
+                "writing `{path}` is not allowed: {}; write somewhere else in the workspace",
+                d.rule
+            )))
+        }
+    }
+
+    /// `Err(denied)` unless the tools may read `path`.
+    pub(crate) fn check_read(&self, path: &WorkspacePath) -> Result<()> {
+        let d = self.read_decision(path);
+        if d.allowed {
+            Ok(())
+        } else {
+            Err(Error::denied(format!("reading `{path}` is not allowed: {}", d.rule)))
+        }
+    }
+
+    /// True when a walk should not show or enter `path`.
+    pub(crate) fn hidden_from_walks(&self, path: &WorkspacePath) -> bool {
+        self.deny_read.iter().any(|r| r.covers(path))
+    }
+
+    /// True when some `deny_read` rule lies at or below `dir` (used to decide
+    /// whether a walk of `dir` needs per-entry checks).
+    pub(crate) fn has_deny_read_within(&self, dir: &WorkspacePath) -> bool {
+        self.deny_read.iter().any(|r| r.is_within(dir) || r.covers(dir))
+    }
+
+    /// The protected path rules.
+    pub fn protected(&self) -> impl Iterator<Item = &str> {
+        self.protected.iter().map(|r| r.shown.as_str())
+    }
+}
+
+/// Builds a [`Policy`].
+#[derive(Clone, Debug, Default)]
+pub struct PolicyBuilder {
+    mode: Mode,
+    allow: Vec<String>,
+    deny: Vec<String>,
+    protected: Vec<PathRule>,
+    protected_specs: Vec<String>,
+    deny_read: Vec<String>,
+}
+
+impl PolicyBuilder {
+    fn protect_defaults(&mut self) {
+        for spec in DEFAULT_PROTECTED.iter().chain(std::iter::once(&CONFIG_FILE_NAME)) {
+            if let Ok(rule) = PathRule::parse(spec) {
+                self.protected.push(rule);
+            }
+        }
+    }
+
+    /// The mode. Default: `workspace-write`.
+    pub fn mode(&mut self, mode: Mode) -> &mut PolicyBuilder {
+        self.mode = mode;
+        self
+    }
+
+    /// Tools added to what the mode gives. Default: none.
+    pub fn allow<I, S>(&mut self, tools: I) -> &mut PolicyBuilder
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.allow.extend(tools.into_iter().map(Into::into));
+        self
+    }
+
+    /// Tools removed from what the mode and `allow` give; deny wins.
+    /// Default: none.
+    pub fn deny<I, S>(&mut self, tools: I) -> &mut PolicyBuilder
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.deny.extend(tools.into_iter().map(Into::into));
+        self
+    }
+
+    /// One more protected path (relative to the root; a trailing `/` covers a
+    /// directory). The defaults of SPEC §4 and `cubby.toml` are always there.
+    pub fn protect(&mut self, spec: impl Into<String>) -> &mut PolicyBuilder {
+        self.protected_specs.push(spec.into());
+        self
+    }
+
+    /// Paths unreadable for tools (and, with a command provider, commands).
+    /// Default: none.
+    pub fn deny_read<I, S>(&mut self, specs: I) -> &mut PolicyBuilder
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.deny_read.extend(specs.into_iter().map(Into::into));
+        self
+    }
+
+    /// Validates and builds.
+    ///
+    /// # Errors
+    ///
+    /// `invalid_input` for an unknown tool name or a path rule that is not
+    /// relative to the root.
+    pub fn build(&self) -> Result<Policy> {
+        for name in self.allow.iter().chain(self.deny.iter()) {
+            if !is_known_tool(name) {
+                let known: Vec<&str> = FILE_TOOLS
+                    .iter()
+                    .chain(COMMAND_TOOLS.iter())
+                    .chain(WEB_TOOLS.iter())
+                    .copied()
+                    .collect();
+                return Err(Error::invalid_input(format!(
+                    "unknown tool `{name}` in allow/deny; known tools: {}",
+                    known.join(", ")
+                )));
+            }
+        }
+        let mut protected = self.protected.clone();
+        for spec in &self.protected_specs {
+            protected.push(PathRule::parse(spec)?);
+        }
+        let deny_read = self
+            .deny_read
+            .iter()
+            .map(|s| PathRule::parse(s))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Policy {
+            mode: self.mode,
+            allow: self.allow.iter().cloned().collect(),
+            deny: self.deny.iter().cloned().collect(),
+            protected,
+            deny_read,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(s: &str) -> WorkspacePath {
+        WorkspacePath::parse(s).unwrap()
+    }
+
+    #[test]
+    fn deny_wins_over_allow_and_mode() {
+        let policy = Policy::builder()
+            .allow(["web_fetch", "read_file"])
+            .deny(["read_file"])
+            .build()
+            .unwrap();
+        let d = policy.tool_decision("read_file");
+        assert!(!d.allowed);
+        assert!(d.rule.contains("deny"));
+        assert!(policy.tool_decision("web_fetch").allowed);
+        assert!(!policy.tool_decision("web_search").allowed);
+    }
+
+    #[test]
+    fn read_only_gives_only_reading_tools() {
+        let policy = Policy::builder().mode(Mode::ReadOnly).build().unwrap();
+        for t in READ_TOOLS {
+            assert!(policy.tool_decision(t).allowed, "{t}");
+        }
+        for t in ["write_file", "edit_file", "run", "web_fetch"] {
+            assert!(!policy.tool_decision(t).allowed, "{t}");
+        }
+    }
+
+    #[test]
+    fn protected_paths_cover_missing_files_and_subtrees() {
+        let policy = Policy::builder().protect("secrets.env").build().unwrap();
+        for path in [
+            ".git/hooks/pre-commit",
+            ".git/hooks",
+            ".git/config",
+            ".mcp.json",
+            ".codex/config.toml",
+            ".claude/settings.json",
+            "cubby.toml",
+            "secrets.env",
+            "./.git/hooks/../config",
+        ] {
+            assert!(!policy.write_decision(&p(path)).allowed, "{path}");
+        }
+        for path in [".git/HEAD", ".gitconfig", "src/.mcp.json", ".claude-notes", "cubby.toml.bak"] {
+            assert!(policy.write_decision(&p(path)).allowed, "{path}");
+        }
+    }
+
+    #[test]
+    fn unknown_tools_are_refused_with_the_list() {
+        let err = Policy::builder().allow(["raed_file"]).build().unwrap_err();
+        assert!(err.message().contains("raed_file"));
+        assert!(err.message().contains("read_file"));
+    }
+
+    #[test]
+    fn deny_read_hides_subtrees() {
+        let policy = Policy::builder().deny_read(["secret/", "key.pem"]).build().unwrap();
+        assert!(!policy.read_decision(&p("secret/a")).allowed);
+        assert!(!policy.read_decision(&p("key.pem")).allowed);
+        assert!(policy.read_decision(&p("secretive")).allowed);
+        assert!(policy.has_deny_read_within(&p(".")));
+    }
+}

@@ -1,0 +1,321 @@
+//! The host-directory file system, confined by the kernel.
+//!
+//! Every path is resolved with `openat2` relative to a directory fd of the
+//! root, with `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS`.
+//! The kernel refuses, at the moment of the open, any resolution that would
+//! leave the root or cross a symbolic link, so a directory swapped for a link
+//! between a check and a use cannot redirect anything: there is no separate
+//! check. Files are opened `O_NOFOLLOW | O_NONBLOCK` after an `O_PATH` probe
+//! whose `fstat` proves they are regular, and checked again on the real fd.
+
+use std::ffi::{OsStr, OsString};
+use std::fs::File;
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use rustix::fs::{
+    AtFlags, Dir, FileType, Mode, OFlags, ResolveFlags, Stat, fchmod, fstat, fsync, mkdirat,
+    openat2, renameat, statat, unlinkat,
+};
+use rustix::io::Errno;
+
+use super::{DirEntry, EntryKind, FileSystem, Metadata, OpenFile};
+use crate::error::{Error, ErrorKind, Result};
+use crate::path::WorkspacePath;
+
+/// How many times an `openat2` that reports a concurrent rename (`EAGAIN`)
+/// is retried before giving up.
+const MAX_RESOLVE_RETRIES: usize = 16;
+
+/// Mode for newly created files (before the umask).
+const NEW_FILE_MODE: u32 = 0o666;
+/// Mode for newly created directories (before the umask).
+const NEW_DIR_MODE: u32 = 0o777;
+
+static TEMP_COUNTER: AtomicU64 = AtomicU64::new(0);
+
+/// A host directory seen through `openat2`.
+#[derive(Debug)]
+pub struct LocalFs {
+    root: OwnedFd,
+    root_path: std::path::PathBuf,
+}
+
+fn resolve_flags() -> ResolveFlags {
+    ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS
+}
+
+fn kind_of(stat: &Stat) -> EntryKind {
+    match FileType::from_raw_mode(stat.st_mode) {
+        FileType::RegularFile => EntryKind::File,
+        FileType::Directory => EntryKind::Dir,
+        FileType::Symlink => EntryKind::Symlink,
+        _ => EntryKind::Special,
+    }
+}
+
+fn metadata_of(stat: &Stat) -> Metadata {
+    Metadata {
+        kind: kind_of(stat),
+        size: stat.st_size as u64,
+        mode: stat.st_mode & 0o7777,
+        mtime_ns: stat.st_mtime as i128 * 1_000_000_000 + stat.st_mtime_nsec as i128,
+        ctime_ns: stat.st_ctime as i128 * 1_000_000_000 + stat.st_ctime_nsec as i128,
+        ino: stat.st_ino,
+    }
+}
+
+fn io_err(e: Errno, path: &WorkspacePath) -> Error {
+    Error::from_io(&std::io::Error::from(e), &path.display())
+}
+
+fn special_error(path: &WorkspacePath) -> Error {
+    Error::new(
+        ErrorKind::Unsupported,
+        format!(
+            "`{path}` is not a regular file (a FIFO, socket or device); \
+             only regular files and directories can be used"
+        ),
+    )
+}
+
+impl LocalFs {
+    /// Opens the root directory. The path is canonicalised once, here.
+    ///
+    /// # Errors
+    ///
+    /// `not_found` when `root` is not an existing directory.
+    pub fn open(root: &Path) -> Result<LocalFs> {
+        let root_path = std::fs::canonicalize(root).map_err(|e| {
+            Error::new(
+                ErrorKind::NotFound,
+                format!("workspace root `{}` cannot be opened: {e}", root.display()),
+            )
+        })?;
+        let fd = rustix::fs::open(
+            &root_path,
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| {
+            Error::new(
+                ErrorKind::NotFound,
+                format!(
+                    "workspace root `{}` is not a directory: {e}",
+                    root_path.display()
+                ),
+            )
+        })?;
+        Ok(LocalFs {
+            root: fd,
+            root_path,
+        })
+    }
+
+    /// The canonical host path of the root.
+    pub fn root_path(&self) -> &Path {
+        &self.root_path
+    }
+
+    /// `openat2` beneath `dir`, retrying the kernel's `EAGAIN` (a rename
+    /// raced with the resolution).
+    fn resolve_in(&self, dir: impl AsFd, path: &OsStr, flags: OFlags, mode: Mode) -> Result<OwnedFd, Errno> {
+        let mut tries = 0;
+        loop {
+            match openat2(
+                dir.as_fd(),
+                path,
+                flags | OFlags::CLOEXEC | OFlags::NOFOLLOW,
+                mode,
+                resolve_flags(),
+            ) {
+                Err(Errno::AGAIN) if tries < MAX_RESOLVE_RETRIES => tries += 1,
+                Err(Errno::AGAIN) => return Err(Errno::XDEV),
+                other => return other,
+            }
+        }
+    }
+
+    fn resolve(&self, path: &WorkspacePath, flags: OFlags) -> Result<OwnedFd> {
+        self.resolve_in(&self.root, path.for_open(), flags, Mode::empty())
+            .map_err(|e| io_err(e, path))
+    }
+
+    /// Opens (creating as needed) the directory `path`, one component at a
+    /// time, each step confined beneath the previous directory fd.
+    fn open_dir_creating(&self, path: &WorkspacePath) -> Result<OwnedFd> {
+        let mut current = self.resolve(&WorkspacePath::root(), OFlags::RDONLY | OFlags::DIRECTORY)?;
+        for name in path.components() {
+            let flags = OFlags::RDONLY | OFlags::DIRECTORY;
+            let next = match self.resolve_in(&current, name, flags, Mode::empty()) {
+                Ok(fd) => fd,
+                Err(Errno::NOENT) => {
+                    match mkdirat(&current, name, Mode::from_raw_mode(NEW_DIR_MODE)) {
+                        Ok(()) | Err(Errno::EXIST) => {}
+                        Err(e) => return Err(io_err(e, path)),
+                    }
+                    self.resolve_in(&current, name, flags, Mode::empty())
+                        .map_err(|e| io_err(e, path))?
+                }
+                Err(Errno::NOTDIR) => {
+                    return Err(Error::invalid_input(format!(
+                        "cannot create `{path}`: `{}` is a file, not a directory",
+                        name.to_string_lossy()
+                    )));
+                }
+                Err(e) => return Err(io_err(e, path)),
+            };
+            current = next;
+        }
+        Ok(current)
+    }
+}
+
+impl FileSystem for LocalFs {
+    fn metadata(&self, path: &WorkspacePath) -> Result<Metadata> {
+        let fd = self.resolve(path, OFlags::PATH)?;
+        let stat = fstat(&fd).map_err(|e| io_err(e, path))?;
+        Ok(metadata_of(&stat))
+    }
+
+    fn open(&self, path: &WorkspacePath) -> Result<OpenFile> {
+        // Probe with O_PATH: it opens nothing (no FIFO wait, no device side
+        // effect) and tells what the object is.
+        let probe = self.resolve(path, OFlags::PATH)?;
+        let stat = fstat(&probe).map_err(|e| io_err(e, path))?;
+        match kind_of(&stat) {
+            EntryKind::File => {}
+            EntryKind::Dir => {
+                return Err(Error::new(
+                    ErrorKind::IsDirectory,
+                    format!("`{path}` is a directory; use list_files to see what it holds"),
+                ));
+            }
+            EntryKind::Symlink => return Err(Error::path_escape(&path.display())),
+            EntryKind::Special => return Err(special_error(path)),
+        }
+        drop(probe);
+        // The object may have been swapped since the probe: O_NONBLOCK keeps a
+        // FIFO from hanging, and the second fstat refuses anything irregular.
+        let fd = self.resolve(path, OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOCTTY)?;
+        let stat = fstat(&fd).map_err(|e| io_err(e, path))?;
+        if kind_of(&stat) != EntryKind::File {
+            return Err(special_error(path));
+        }
+        Ok(OpenFile {
+            reader: Box::new(File::from(fd)),
+            metadata: metadata_of(&stat),
+        })
+    }
+
+    fn read_dir(&self, path: &WorkspacePath) -> Result<Vec<DirEntry>> {
+        let fd = self.resolve(path, OFlags::RDONLY | OFlags::DIRECTORY)?;
+        let mut dir = Dir::new(fd).map_err(|e| io_err(e, path))?;
+        let mut entries = Vec::new();
+        while let Some(entry) = dir.read() {
+            let entry = entry.map_err(|e| io_err(e, path))?;
+            let name = entry.file_name().to_bytes();
+            if name == b"." || name == b".." {
+                continue;
+            }
+            let name = OsStr::from_bytes(name).to_os_string();
+            let kind = match entry.file_type() {
+                FileType::RegularFile => EntryKind::File,
+                FileType::Directory => EntryKind::Dir,
+                FileType::Symlink => EntryKind::Symlink,
+                FileType::Unknown => {
+                    let child = path.join_name(&name);
+                    match self.metadata(&child) {
+                        Ok(m) => m.kind,
+                        Err(e) if e.kind() == ErrorKind::PathEscape => EntryKind::Symlink,
+                        Err(_) => continue,
+                    }
+                }
+                _ => EntryKind::Special,
+            };
+            entries.push(DirEntry { name, kind });
+        }
+        entries.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(entries)
+    }
+
+    fn write_atomic(&self, path: &WorkspacePath, content: &[u8]) -> Result<()> {
+        let Some(name) = path.file_name() else {
+            return Err(Error::new(
+                ErrorKind::IsDirectory,
+                "the workspace root is a directory; pass a file path",
+            ));
+        };
+        let parent = self.open_dir_creating(&path.parent())?;
+        let mode = match statat(&parent, name, AtFlags::SYMLINK_NOFOLLOW) {
+            Ok(stat) => match kind_of(&stat) {
+                EntryKind::File => Some(stat.st_mode & 0o7777),
+                EntryKind::Dir => {
+                    return Err(Error::new(
+                        ErrorKind::IsDirectory,
+                        format!("`{path}` is a directory; pass a file path"),
+                    ));
+                }
+                EntryKind::Symlink => return Err(Error::path_escape(&path.display())),
+                EntryKind::Special => return Err(special_error(path)),
+            },
+            Err(Errno::NOENT) => None,
+            Err(e) => return Err(io_err(e, path)),
+        };
+        let tmp_name = temp_name(name);
+        let tmp = rustix::fs::openat(
+            &parent,
+            tmp_name.as_os_str(),
+            OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::from_raw_mode(mode.unwrap_or(NEW_FILE_MODE)),
+        )
+        .map_err(|e| io_err(e, path))?;
+        let result = (|| -> Result<(), Errno> {
+            let mut file = File::from(tmp);
+            std::io::Write::write_all(&mut file, content)
+                .map_err(|e| Errno::from_io_error(&e).unwrap_or(Errno::IO))?;
+            if let Some(mode) = mode {
+                // Creation applied the umask; restore the exact old bits.
+                fchmod(&file, Mode::from_raw_mode(mode))?;
+            }
+            fsync(&file)?;
+            renameat(&parent, tmp_name.as_os_str(), &parent, name)?;
+            Ok(())
+        })();
+        if let Err(e) = result {
+            let _ = unlinkat(&parent, tmp_name.as_os_str(), AtFlags::empty());
+            return Err(io_err(e, path));
+        }
+        // Make the rename itself durable.
+        let _ = fsync(&parent);
+        Ok(())
+    }
+}
+
+/// A temp name beside the target: hidden, unique within this process and
+/// marked as cubby's.
+fn temp_name(target: &OsStr) -> OsString {
+    let n = TEMP_COUNTER.fetch_add(1, Ordering::Relaxed);
+    let mut stem: Vec<u8> = target.as_bytes().iter().copied().take(100).collect();
+    stem.retain(|b| *b != b'/');
+    let mut name = OsString::from(".");
+    name.push(OsStr::from_bytes(&stem));
+    name.push(format!(".cubby-tmp.{}.{n}", std::process::id()));
+    name
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn temp_names_are_unique_and_hidden() {
+        let a = temp_name(OsStr::new("file.txt"));
+        let b = temp_name(OsStr::new("file.txt"));
+        assert_ne!(a, b);
+        assert!(a.as_bytes().starts_with(b".file.txt.cubby-tmp."));
+        assert!(temp_name(OsStr::new(&"x".repeat(255))).len() < 255);
+    }
+}

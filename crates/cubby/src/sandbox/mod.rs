@@ -1,0 +1,217 @@
+//! Sandboxes: where the tools act.
+//!
+//! A [`Sandbox`] gives the tools a [`FileSystem`] and says which capabilities
+//! it has. The tools never know which provider they run on: they speak only
+//! in [`WorkspacePath`]s and the operations below, and every provider must
+//! keep the same promises:
+//!
+//! 1. No operation reads, lists or writes anything outside the workspace root.
+//! 2. A path that passes through a symbolic link is refused with `path_escape`;
+//!    directory listings report links but never follow them.
+//! 3. Only regular files are opened for reading; FIFOs, sockets and devices
+//!    are refused without blocking.
+//! 4. [`FileSystem::write_atomic`] leaves either the old or the new content,
+//!    never a mix, and keeps the old mode bits.
+//!
+//! Providers: [`LocalFs`] (a host directory, confined with `openat2`) and
+//! [`MemoryFs`] (the `virtual` provider, in memory).
+
+mod local;
+mod memory;
+
+use std::ffi::OsString;
+use std::io::Read;
+use std::sync::Arc;
+
+pub use local::LocalFs;
+pub use memory::MemoryFs;
+
+use crate::error::Result;
+use crate::path::WorkspacePath;
+
+/// What kind of object a path names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum EntryKind {
+    /// A regular file.
+    File,
+    /// A directory.
+    Dir,
+    /// A symbolic link (never followed).
+    Symlink,
+    /// A FIFO, socket or device: never opened.
+    Special,
+}
+
+/// Facts about one file system object.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Metadata {
+    /// The kind of object.
+    pub kind: EntryKind,
+    /// Size in bytes (0 for directories on the virtual provider).
+    pub size: u64,
+    /// Permission bits (`0o7777` mask).
+    pub mode: u32,
+    /// Modification time, nanoseconds since the epoch.
+    pub mtime_ns: i128,
+    /// Change time (local) or a change counter (virtual).
+    pub ctime_ns: i128,
+    /// Inode number, or a unique id on the virtual provider.
+    pub ino: u64,
+}
+
+/// One entry of a directory listing.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DirEntry {
+    /// The entry's name (one component).
+    pub name: OsString,
+    /// Its kind, without following links.
+    pub kind: EntryKind,
+}
+
+/// An open regular file.
+pub struct OpenFile {
+    /// The file's content.
+    pub reader: Box<dyn Read + Send>,
+    /// Metadata taken from the open handle.
+    pub metadata: Metadata,
+}
+
+/// The file operations every provider implements.
+///
+/// See the module docs for the promises each implementation keeps.
+pub trait FileSystem: Send + Sync {
+    /// Metadata of `path`, without following a final symbolic link (a link
+    /// anywhere on the way is `path_escape`).
+    fn metadata(&self, path: &WorkspacePath) -> Result<Metadata>;
+
+    /// Opens a regular file for reading. Directories are `is_directory`;
+    /// special files are refused without being opened.
+    fn open(&self, path: &WorkspacePath) -> Result<OpenFile>;
+
+    /// The entries of a directory, sorted by name, without `.` and `..`.
+    fn read_dir(&self, path: &WorkspacePath) -> Result<Vec<DirEntry>>;
+
+    /// Replaces (or creates) `path` with `content` atomically, creating
+    /// missing parent directories. An existing file keeps its mode bits.
+    fn write_atomic(&self, path: &WorkspacePath, content: &[u8]) -> Result<()>;
+
+    /// Reads a whole regular file of at most `max` bytes (`too_large` beyond).
+    fn read_to_vec(&self, path: &WorkspacePath, max: u64) -> Result<Vec<u8>> {
+        let file = self.open(path)?;
+        if file.metadata.size > max {
+            return Err(crate::Error::new(
+                crate::ErrorKind::TooLarge,
+                format!(
+                    "`{path}` is {} bytes, the limit here is {max}",
+                    file.metadata.size
+                ),
+            ));
+        }
+        let mut buf = Vec::with_capacity(file.metadata.size as usize);
+        file.reader
+            .take(max + 1)
+            .read_to_end(&mut buf)
+            .map_err(|e| crate::Error::from_io(&e, &path.display()))?;
+        if buf.len() as u64 > max {
+            return Err(crate::Error::new(
+                crate::ErrorKind::TooLarge,
+                format!("`{path}` grew past the limit of {max} bytes while being read"),
+            ));
+        }
+        Ok(buf)
+    }
+}
+
+/// Which provider a sandbox is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ProviderKind {
+    /// In memory; no commands.
+    Virtual,
+    /// A host directory; commands run as the host user.
+    Local,
+    /// A host directory; commands in namespaces with Landlock and seccomp.
+    Linux,
+    /// Another cubby over HTTP.
+    Remote,
+}
+
+impl ProviderKind {
+    /// The name used in config and flags.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ProviderKind::Virtual => "virtual",
+            ProviderKind::Local => "local",
+            ProviderKind::Linux => "linux",
+            ProviderKind::Remote => "remote",
+        }
+    }
+}
+
+impl std::str::FromStr for ProviderKind {
+    type Err = crate::Error;
+    fn from_str(s: &str) -> Result<ProviderKind> {
+        match s {
+            "virtual" => Ok(ProviderKind::Virtual),
+            "local" => Ok(ProviderKind::Local),
+            "linux" => Ok(ProviderKind::Linux),
+            "remote" => Ok(ProviderKind::Remote),
+            other => Err(crate::Error::invalid_input(format!(
+                "unknown provider `{other}`; expected one of: virtual, local, linux, remote"
+            ))),
+        }
+    }
+}
+
+/// Where the tools act: a file system plus capabilities.
+pub trait Sandbox: Send + Sync {
+    /// Which provider this is.
+    fn kind(&self) -> ProviderKind;
+    /// The sandbox's file system.
+    fn fs(&self) -> &dyn FileSystem;
+    /// True when the provider can run commands.
+    fn supports_commands(&self) -> bool;
+}
+
+/// A sandbox made of a file system and no command runner: the `virtual`
+/// provider, and the file half of the host providers until commands land.
+pub struct FsSandbox<F> {
+    kind: ProviderKind,
+    fs: F,
+}
+
+impl<F: FileSystem> FsSandbox<F> {
+    /// Wraps `fs` as a provider of `kind`.
+    pub fn new(kind: ProviderKind, fs: F) -> FsSandbox<F> {
+        FsSandbox { kind, fs }
+    }
+}
+
+impl<F: FileSystem> Sandbox for FsSandbox<F> {
+    fn kind(&self) -> ProviderKind {
+        self.kind
+    }
+    fn fs(&self) -> &dyn FileSystem {
+        &self.fs
+    }
+    fn supports_commands(&self) -> bool {
+        false
+    }
+}
+
+/// A `virtual` sandbox over `fs`.
+pub fn virtual_sandbox(fs: MemoryFs) -> Arc<dyn Sandbox> {
+    Arc::new(FsSandbox::new(ProviderKind::Virtual, fs))
+}
+
+/// A `local` sandbox rooted at `root`.
+///
+/// # Errors
+///
+/// `not_found` when `root` is not an existing directory.
+pub fn local_sandbox(root: &std::path::Path) -> Result<Arc<dyn Sandbox>> {
+    Ok(Arc::new(FsSandbox::new(
+        ProviderKind::Local,
+        LocalFs::open(root)?,
+    )))
+}

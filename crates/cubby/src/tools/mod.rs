@@ -1,0 +1,405 @@
+//! The tools, one module per family, behind one small trait.
+//!
+//! Each tool module holds, in order: its `Params` (serde, `deny_unknown_fields`;
+//! doc comments become the model-facing argument help), its limits, its
+//! guards in SPEC order, the handler, and tests. The registry at the bottom of
+//! this file is the only list of tools.
+
+mod changes;
+mod edit;
+mod find;
+mod read;
+mod search;
+mod walk;
+mod write;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Condvar, Mutex};
+
+use schemars::JsonSchema;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+pub(crate) use changes::Baseline;
+
+use crate::config::Limits;
+use crate::error::{Error, ErrorKind, Result};
+use crate::output::ToolOutput;
+use crate::path::WorkspacePath;
+use crate::policy::Policy;
+use crate::sandbox::FileSystem;
+
+/// A sha256 digest.
+pub(crate) type Sha = [u8; 32];
+
+/// Lower-case hex of a digest.
+pub(crate) fn hex(sha: &Sha) -> String {
+    use std::fmt::Write;
+    sha.iter().fold(String::with_capacity(64), |mut s, b| {
+        let _ = write!(s, "{b:02x}");
+        s
+    })
+}
+
+/// sha256 of bytes.
+pub(crate) fn sha256(bytes: &[u8]) -> Sha {
+    Sha256::digest(bytes).into()
+}
+
+/// sha256 of a whole file, streamed.
+pub(crate) fn sha256_file(fs: &dyn FileSystem, path: &WorkspacePath) -> Result<Sha> {
+    let mut file = fs.open(path)?;
+    let mut hasher = Sha256::new();
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let n = file
+            .reader
+            .read(&mut buf)
+            .map_err(|e| Error::from_io(&e, &path.display()))?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buf[..n]);
+    }
+    Ok(hasher.finalize().into())
+}
+
+use std::io::Read as _;
+
+/// State that lives as long as one run: the read-before-write tracker and
+/// the `changes` baseline.
+#[derive(Default)]
+pub(crate) struct RunState {
+    reads: Mutex<HashMap<WorkspacePath, Sha>>,
+    pub(crate) baseline: Option<Arc<Baseline>>,
+}
+
+impl RunState {
+    /// A fresh run, with an optional `changes` baseline.
+    pub(crate) fn new(baseline: Option<Arc<Baseline>>) -> RunState {
+        RunState {
+            reads: Mutex::default(),
+            baseline,
+        }
+    }
+
+    /// Records that the model has seen `path` with this content.
+    pub(crate) fn record_read(&self, path: &WorkspacePath, sha: Sha) {
+        if let Ok(mut reads) = self.reads.lock() {
+            reads.insert(path.clone(), sha);
+        }
+    }
+
+    /// The digest recorded at the last read (or write) of `path`.
+    pub(crate) fn last_read(&self, path: &WorkspacePath) -> Option<Sha> {
+        self.reads.lock().ok().and_then(|r| r.get(path).copied())
+    }
+
+    /// Blocks until the `changes` baseline is taken, so that no write of
+    /// this run can end up in it.
+    pub(crate) fn before_mutation(&self) {
+        if let Some(b) = &self.baseline {
+            b.wait();
+        }
+    }
+}
+
+/// What a tool handler sees.
+pub(crate) struct Ctx<'a> {
+    pub fs: &'a dyn FileSystem,
+    pub policy: &'a Policy,
+    pub limits: &'a Limits,
+    pub run: &'a RunState,
+}
+
+/// Hints for clients (MCP tool annotations).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct Annotations {
+    /// The tool does not change its environment.
+    pub read_only: bool,
+    /// The tool may destroy or overwrite data.
+    pub destructive: bool,
+    /// Repeating a call with the same arguments has no further effect.
+    pub idempotent: bool,
+    /// The tool reaches beyond the workspace (network).
+    pub open_world: bool,
+}
+
+/// A tool's definition: name, description and JSON Schemas.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ToolSpec {
+    /// The tool's name.
+    pub name: &'static str,
+    /// What the model reads about it.
+    pub description: &'static str,
+    /// JSON Schema of the arguments (`additionalProperties: false`).
+    pub input_schema: Value,
+    /// JSON Schema of the structured result.
+    pub output_schema: Value,
+    /// Behaviour hints.
+    pub annotations: Annotations,
+}
+
+/// One tool: typed params in, text plus typed output out.
+pub(crate) trait Tool {
+    const NAME: &'static str;
+    const DESCRIPTION: &'static str;
+    const ANNOTATIONS: Annotations;
+    type Params: DeserializeOwned + JsonSchema;
+    type Output: Serialize + JsonSchema;
+
+    fn call(ctx: &Ctx<'_>, params: Self::Params) -> Result<(String, Self::Output)>;
+}
+
+/// Annotations of a tool that only reads the workspace.
+pub(crate) const READ_ONLY: Annotations = Annotations {
+    read_only: true,
+    destructive: false,
+    idempotent: true,
+    open_world: false,
+};
+
+/// A registry entry: the spec and a type-erased handler.
+pub(crate) struct Entry {
+    pub name: &'static str,
+    pub spec: fn() -> ToolSpec,
+    pub call: fn(&Ctx<'_>, Value) -> Result<ToolOutput>,
+}
+
+fn spec_of<T: Tool>() -> ToolSpec {
+    ToolSpec {
+        name: T::NAME,
+        description: T::DESCRIPTION,
+        input_schema: schema::input_schema::<T::Params>(),
+        output_schema: schema::output_schema::<T::Output>(),
+        annotations: T::ANNOTATIONS,
+    }
+}
+
+fn call_of<T: Tool>(ctx: &Ctx<'_>, args: Value) -> Result<ToolOutput> {
+    let params: T::Params = serde_json::from_value(args).map_err(|e| {
+        Error::invalid_input(format!(
+            "arguments for {} do not fit its schema: {e}; see the tool's input schema",
+            T::NAME
+        ))
+    })?;
+    let (text, output) = T::call(ctx, params)?;
+    let structured = serde_json::to_value(output)
+        .map_err(|e| Error::internal(format!("result of {} cannot be encoded: {e}", T::NAME)))?;
+    Ok(ToolOutput::ok(text, structured))
+}
+
+const fn entry<T: Tool>() -> Entry {
+    Entry {
+        name: T::NAME,
+        spec: spec_of::<T>,
+        call: call_of::<T>,
+    }
+}
+
+/// Every tool cubby implements, in the order they are offered.
+pub(crate) static REGISTRY: [Entry; 7] = [
+    entry::<read::ReadFile>(),
+    entry::<write::WriteFile>(),
+    entry::<edit::EditFile>(),
+    entry::<find::Glob>(),
+    entry::<find::ListFiles>(),
+    entry::<search::Search>(),
+    entry::<changes::Changes>(),
+];
+
+/// Formats a count with thousands separators (`12,345`).
+pub(crate) fn thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// Parses an optional path argument; `None` is the root.
+pub(crate) fn parse_dir_arg(path: Option<&str>) -> Result<WorkspacePath> {
+    match path {
+        None => Ok(WorkspacePath::root()),
+        Some(p) => WorkspacePath::parse(p),
+    }
+}
+
+/// Cuts a line to `max_chars` characters, saying so.
+pub(crate) fn cut_line(line: &str, max_chars: usize) -> std::borrow::Cow<'_, str> {
+    match line.char_indices().nth(max_chars) {
+        None => std::borrow::Cow::Borrowed(line),
+        Some((idx, _)) => std::borrow::Cow::Owned(format!(
+            "{}… [line cut at {max_chars} chars]",
+            &line[..idx]
+        )),
+    }
+}
+
+/// An `invalid_input` error for a regex or glob the model wrote.
+pub(crate) fn pattern_error(what: &str, pattern: &str, err: impl std::fmt::Display) -> Error {
+    Error::new(
+        ErrorKind::InvalidInput,
+        format!(
+            "{what} `{}` is not valid: {err}; fix the pattern and call again",
+            crate::error::truncate_for_message(pattern)
+        ),
+    )
+}
+
+/// A condition a waiter can block on until a value is set once.
+pub(crate) struct Once<T> {
+    value: Mutex<Option<T>>,
+    ready: Condvar,
+}
+
+impl<T: Clone> Once<T> {
+    pub(crate) fn new() -> Once<T> {
+        Once {
+            value: Mutex::new(None),
+            ready: Condvar::new(),
+        }
+    }
+
+    pub(crate) fn set(&self, value: T) {
+        if let Ok(mut v) = self.value.lock() {
+            *v = Some(value);
+            self.ready.notify_all();
+        }
+    }
+
+    pub(crate) fn wait(&self) -> Option<T> {
+        let mut guard = self.value.lock().ok()?;
+        while guard.is_none() {
+            guard = self.ready.wait(guard).ok()?;
+        }
+        guard.clone()
+    }
+}
+
+/// JSON Schema generation and the strict forms clients need.
+pub mod schema {
+    use schemars::JsonSchema;
+    use schemars::generate::SchemaSettings;
+    use serde_json::{Map, Value};
+
+    /// The input schema of a params type: inline, draft 2020-12 without the
+    /// `$schema` key, `additionalProperties: false` on every object.
+    pub(crate) fn input_schema<T: JsonSchema>() -> Value {
+        let generator = SchemaSettings::draft2020_12()
+            .with(|s| {
+                s.inline_subschemas = true;
+                s.meta_schema = None;
+            })
+            .for_deserialize()
+            .into_generator();
+        let mut value = generator.into_root_schema_for::<T>().to_value();
+        tidy(&mut value);
+        value
+    }
+
+    /// The output schema of a result type.
+    pub(crate) fn output_schema<T: JsonSchema>() -> Value {
+        let generator = SchemaSettings::draft2020_12()
+            .with(|s| {
+                s.inline_subschemas = true;
+                s.meta_schema = None;
+            })
+            .for_serialize()
+            .into_generator();
+        let mut value = generator.into_root_schema_for::<T>().to_value();
+        tidy(&mut value);
+        value
+    }
+
+    fn tidy(value: &mut Value) {
+        if let Value::Object(map) = value {
+            map.remove("title");
+            map.remove("$schema");
+            if map.get("type").and_then(Value::as_str) == Some("object") {
+                map.entry("properties")
+                    .or_insert_with(|| Value::Object(Map::new()));
+                map.insert("additionalProperties".into(), Value::Bool(false));
+            }
+            for (_, v) in map.iter_mut() {
+                tidy(v);
+            }
+        } else if let Value::Array(items) = value {
+            items.iter_mut().for_each(tidy);
+        }
+    }
+
+    /// The strict form OpenAI function calling accepts: every property
+    /// required (optional ones are already nullable), no `format` keywords,
+    /// `additionalProperties: false` everywhere.
+    pub fn strict(schema: &Value) -> Value {
+        let mut value = schema.clone();
+        make_strict(&mut value);
+        value
+    }
+
+    fn make_strict(value: &mut Value) {
+        match value {
+            Value::Object(map) => {
+                map.remove("format");
+                map.remove("default");
+                if let Some(Value::Object(props)) = map.get("properties") {
+                    let keys: Vec<Value> = props.keys().cloned().map(Value::String).collect();
+                    map.insert("required".into(), Value::Array(keys));
+                    map.insert("additionalProperties".into(), Value::Bool(false));
+                }
+                if let Some(Value::Object(props)) = map.get_mut("properties") {
+                    for (_, v) in props.iter_mut() {
+                        make_strict(v);
+                    }
+                }
+                for key in ["items", "anyOf", "oneOf", "allOf"] {
+                    if let Some(v) = map.get_mut(key) {
+                        make_strict(v);
+                    }
+                }
+            }
+            Value::Array(items) => items.iter_mut().for_each(make_strict),
+            _ => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn thousands_separates() {
+        assert_eq!(thousands(0), "0");
+        assert_eq!(thousands(999), "999");
+        assert_eq!(thousands(1000), "1,000");
+        assert_eq!(thousands(1234567), "1,234,567");
+    }
+
+    #[test]
+    fn cut_line_respects_char_boundaries() {
+        assert_eq!(cut_line("héllo", 10), "héllo");
+        assert_eq!(cut_line("héllo", 2), "hé… [line cut at 2 chars]");
+    }
+
+    #[test]
+    fn every_schema_is_a_closed_object() {
+        for e in &REGISTRY {
+            let spec = (e.spec)();
+            assert_eq!(spec.name, e.name);
+            assert_eq!(spec.input_schema["type"], "object", "{}", e.name);
+            assert_eq!(spec.input_schema["additionalProperties"], false, "{}", e.name);
+            let strict = schema::strict(&spec.input_schema);
+            let props = strict["properties"].as_object().unwrap();
+            assert_eq!(strict["required"].as_array().unwrap().len(), props.len());
+            assert!(!strict.to_string().contains("\"format\""), "{}", e.name);
+        }
+    }
+}

@@ -1,0 +1,459 @@
+//! `read_file`: numbered lines in windows, sha256 of the whole file, binary
+//! files as metadata.
+//!
+//! The file is streamed once: every byte is hashed, lines are counted, and
+//! only the requested window is kept, so memory stays bounded by the window
+//! whatever the file's size.
+
+use std::io::Read;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use super::{Ctx, READ_ONLY, Tool, cut_line, hex, thousands};
+use crate::error::{Error, ErrorKind, Result};
+use crate::path::WorkspacePath;
+
+/// Bytes inspected to decide whether a file is binary.
+pub(crate) const BINARY_SNIFF_BYTES: usize = 8 * 1024;
+/// Read buffer size.
+const CHUNK_BYTES: usize = 64 * 1024;
+
+/// Arguments of `read_file`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Params {
+    /// File path relative to the workspace root, e.g. `src/main.rs`.
+    pub path: String,
+    /// 1-based line number to start at (default 1).
+    #[serde(default)]
+    pub offset: Option<u64>,
+    /// Number of lines to return (default and maximum 2000).
+    #[serde(default)]
+    pub limit: Option<u64>,
+}
+
+/// Result of `read_file`.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct Output {
+    /// The path read, relative to the root.
+    pub path: String,
+    /// The lines of the window, without numbers (absent for binary files).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub content: Option<String>,
+    /// First line shown (1-based; 0 when nothing is shown).
+    pub start_line: u64,
+    /// Last line shown (0 when nothing is shown).
+    pub end_line: u64,
+    /// Lines in the whole file.
+    pub total_lines: u64,
+    /// True when the window stops before the end or a line was cut.
+    pub truncated: bool,
+    /// The `offset` for the next call, when there is more.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_offset: Option<u64>,
+    /// sha256 of the whole file, hex.
+    pub sha256: String,
+    /// Size in bytes.
+    pub size: u64,
+    /// True for a binary file (no content shown).
+    pub binary: bool,
+    /// Media type sniffed from the bytes (binary files).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub media_type: Option<String>,
+}
+
+/// The `read_file` tool.
+pub struct ReadFile;
+
+impl Tool for ReadFile {
+    const NAME: &'static str = "read_file";
+    const DESCRIPTION: &'static str = "Read a text file from the workspace. Returns numbered lines \
+        (at most 2000 lines or 50 KiB per call; use `offset` with the returned `next_offset` \
+        to read on), the file's sha256 and size. Binary files return metadata only. Reading a \
+        file is required before overwriting or editing it.";
+    const ANNOTATIONS: super::Annotations = READ_ONLY;
+    type Params = Params;
+    type Output = Output;
+
+    fn call(ctx: &Ctx<'_>, params: Params) -> Result<(String, Output)> {
+        let path = WorkspacePath::parse(&params.path)?;
+        ctx.policy.check_read(&path)?;
+        let limits = &ctx.limits.read_file;
+        let offset = params.offset.unwrap_or(1).max(1);
+        let limit = params
+            .limit
+            .unwrap_or(limits.max_lines as u64)
+            .clamp(1, limits.max_lines as u64);
+        let file = ctx.fs.open(&path)?;
+        if file.metadata.size > limits.max_file_bytes {
+            return Err(Error::new(
+                ErrorKind::TooLarge,
+                format!(
+                    "`{path}` is {} bytes, above the read limit of {} bytes; \
+                     use search to find the lines you need",
+                    thousands(file.metadata.size),
+                    thousands(limits.max_file_bytes)
+                ),
+            ));
+        }
+        let window = Window {
+            offset,
+            limit,
+            max_bytes: limits.max_bytes,
+            max_line_chars: crate::config::READ_MAX_LINE_CHARS,
+        };
+        let scan = scan(file.reader, &window).map_err(|e| Error::from_io(&e, &path.display()))?;
+        ctx.run.record_read(&path, scan.sha);
+        render(&path, scan, &window)
+    }
+}
+
+/// What to keep of a file.
+struct Window {
+    offset: u64,
+    limit: u64,
+    max_bytes: usize,
+    max_line_chars: usize,
+}
+
+/// What one pass over a file found.
+struct Scan {
+    sha: super::Sha,
+    size: u64,
+    binary: Option<String>,
+    /// (line number, text) of the kept lines.
+    lines: Vec<(u64, String)>,
+    total_lines: u64,
+    any_line_cut: bool,
+    /// The first line not shown because the byte budget ran out.
+    stopped_at: Option<u64>,
+}
+
+/// Sniffs a media type from the first bytes.
+pub(crate) fn media_type(head: &[u8]) -> String {
+    infer::get(head)
+        .map(|t| t.mime_type().to_string())
+        .unwrap_or_else(|| "application/octet-stream".to_string())
+}
+
+/// True when the first bytes hold a NUL or invalid UTF-8 (an incomplete
+/// sequence cut by the sniff window does not count).
+pub(crate) fn looks_binary(head: &[u8]) -> bool {
+    if memchr_nul(head) {
+        return true;
+    }
+    match std::str::from_utf8(head) {
+        Ok(_) => false,
+        Err(e) => e.error_len().is_some(),
+    }
+}
+
+fn memchr_nul(bytes: &[u8]) -> bool {
+    bytes.contains(&0)
+}
+
+fn scan(mut reader: Box<dyn Read + Send>, window: &Window) -> std::io::Result<Scan> {
+    let mut hasher = Sha256::new();
+    let mut size = 0u64;
+    // Fill the sniff buffer first.
+    let mut head = vec![0u8; BINARY_SNIFF_BYTES];
+    let mut filled = 0;
+    while filled < head.len() {
+        let n = reader.read(&mut head[filled..])?;
+        if n == 0 {
+            break;
+        }
+        filled += n;
+    }
+    head.truncate(filled);
+    let mut buf = vec![0u8; CHUNK_BYTES];
+    if looks_binary(&head) {
+        hasher.update(&head);
+        size += head.len() as u64;
+        loop {
+            let n = reader.read(&mut buf)?;
+            if n == 0 {
+                break;
+            }
+            hasher.update(&buf[..n]);
+            size += n as u64;
+        }
+        return Ok(Scan {
+            sha: hasher.finalize().into(),
+            size,
+            binary: Some(media_type(&head)),
+            lines: Vec::new(),
+            total_lines: 0,
+            any_line_cut: false,
+            stopped_at: None,
+        });
+    }
+    let mut lines = LineCollector::new(window);
+    hasher.update(&head);
+    size += head.len() as u64;
+    lines.feed(&head);
+    loop {
+        let n = reader.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buf[..n]);
+        size += n as u64;
+        lines.feed(&buf[..n]);
+    }
+    lines.finish();
+    Ok(Scan {
+        sha: hasher.finalize().into(),
+        size,
+        binary: None,
+        lines: lines.kept,
+        total_lines: lines.line_no - 1,
+        any_line_cut: lines.any_cut,
+        stopped_at: lines.stopped_at,
+    })
+}
+
+/// Splits a byte stream into lines, keeping those in the window.
+struct LineCollector<'w> {
+    window: &'w Window,
+    /// Number of the line being read (1-based).
+    line_no: u64,
+    /// Bytes of the current line kept so far (only in the window).
+    current: Vec<u8>,
+    /// Whether the current line has any bytes (for a last line without `\n`).
+    current_started: bool,
+    current_cut: bool,
+    kept: Vec<(u64, String)>,
+    kept_bytes: usize,
+    any_cut: bool,
+    stopped_at: Option<u64>,
+}
+
+impl<'w> LineCollector<'w> {
+    fn new(window: &'w Window) -> LineCollector<'w> {
+        LineCollector {
+            window,
+            line_no: 1,
+            current: Vec::new(),
+            current_started: false,
+            current_cut: false,
+            kept: Vec::new(),
+            kept_bytes: 0,
+            any_cut: false,
+            stopped_at: None,
+        }
+    }
+
+    fn in_window(&self) -> bool {
+        self.stopped_at.is_none()
+            && self.line_no >= self.window.offset
+            && self.line_no < self.window.offset.saturating_add(self.window.limit)
+    }
+
+    /// Longest prefix of a line kept in memory: enough for the char cut.
+    fn keep_cap(&self) -> usize {
+        self.window.max_line_chars * 4 + 4
+    }
+
+    fn feed(&mut self, mut bytes: &[u8]) {
+        while !bytes.is_empty() {
+            let (segment, ends_line) = match bytes.iter().position(|b| *b == b'\n') {
+                Some(i) => (&bytes[..i], true),
+                None => (bytes, false),
+            };
+            self.current_started = true;
+            if self.in_window() {
+                let room = self.keep_cap().saturating_sub(self.current.len());
+                if segment.len() > room {
+                    self.current_cut = true;
+                }
+                self.current
+                    .extend_from_slice(&segment[..segment.len().min(room)]);
+            }
+            if ends_line {
+                self.end_line();
+                bytes = &bytes[segment.len() + 1..];
+            } else {
+                bytes = &[];
+            }
+        }
+    }
+
+    fn end_line(&mut self) {
+        if self.in_window() {
+            let raw = std::mem::take(&mut self.current);
+            let mut text = String::from_utf8_lossy(&raw).into_owned();
+            if text.ends_with('\r') {
+                text.pop();
+            }
+            let shown = cut_line(&text, self.window.max_line_chars);
+            let cut = self.current_cut || shown.len() != text.len();
+            let shown = if self.current_cut && shown.len() == text.len() {
+                format!("{text}… [line cut]")
+            } else {
+                shown.into_owned()
+            };
+            if self.kept_bytes + shown.len() + 1 > self.window.max_bytes && !self.kept.is_empty() {
+                self.stopped_at = Some(self.line_no);
+            } else {
+                self.kept_bytes += shown.len() + 1;
+                self.any_cut |= cut;
+                self.kept.push((self.line_no, shown));
+            }
+        }
+        self.current.clear();
+        self.current_cut = false;
+        self.current_started = false;
+        self.line_no += 1;
+    }
+
+    fn finish(&mut self) {
+        if self.current_started {
+            self.end_line();
+        }
+    }
+}
+
+fn render(path: &WorkspacePath, scan: Scan, window: &Window) -> Result<(String, Output)> {
+    if let Some(media_type) = scan.binary {
+        let text = format!(
+            "`{path}` is a binary file ({media_type}, {} bytes, sha256 {}); its content is not \
+             shown. Use view_file for images.",
+            thousands(scan.size),
+            hex(&scan.sha)
+        );
+        return Ok((
+            text,
+            Output {
+                path: path.display(),
+                content: None,
+                start_line: 0,
+                end_line: 0,
+                total_lines: 0,
+                truncated: false,
+                next_offset: None,
+                sha256: hex(&scan.sha),
+                size: scan.size,
+                binary: true,
+                media_type: Some(media_type),
+            },
+        ));
+    }
+    if scan.total_lines > 0 && window.offset > scan.total_lines {
+        return Err(Error::invalid_input(format!(
+            "offset {} is past the end of `{path}`, which has {} lines; pass an offset from 1 to {}",
+            window.offset, scan.total_lines, scan.total_lines
+        )));
+    }
+    let start_line = scan.lines.first().map_or(0, |l| l.0);
+    let end_line = scan.lines.last().map_or(0, |l| l.0);
+    let more = end_line < scan.total_lines;
+    let next_offset = more.then_some(end_line + 1);
+    let truncated = more || scan.any_line_cut;
+    let mut text = String::new();
+    let mut content = String::new();
+    for (n, line) in &scan.lines {
+        text.push_str(&format!("{n:>6}\t{line}\n"));
+        content.push_str(line);
+        content.push('\n');
+    }
+    if scan.total_lines == 0 {
+        text.push_str(&format!("(`{path}` is empty)\n"));
+    } else if let Some(next) = next_offset {
+        let why = if scan.stopped_at.is_some() {
+            " (the 50 KiB window is full)"
+        } else {
+            ""
+        };
+        text.push_str(&format!(
+            "[showing lines {start_line}-{end_line} of {}{why}; call read_file with offset={next} to read on]\n",
+            scan.total_lines
+        ));
+    } else if scan.any_line_cut {
+        text.push_str("[some long lines were cut; use search to see specific text]\n");
+    }
+    Ok((
+        text,
+        Output {
+            path: path.display(),
+            content: Some(content),
+            start_line,
+            end_line,
+            total_lines: scan.total_lines,
+            truncated,
+            next_offset,
+            sha256: hex(&scan.sha),
+            size: scan.size,
+            binary: false,
+            media_type: None,
+        },
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn window(offset: u64, limit: u64) -> Window {
+        Window {
+            offset,
+            limit,
+            max_bytes: 50 * 1024,
+            max_line_chars: 2000,
+        }
+    }
+
+    fn lines_of(bytes: &[u8], w: &Window) -> Scan {
+        // Feed in awkward chunk sizes to exercise the splitter.
+        struct Trickle<'a>(&'a [u8]);
+        impl Read for Trickle<'_> {
+            fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+                let n = self.0.len().min(buf.len()).min(7);
+                buf[..n].copy_from_slice(&self.0[..n]);
+                self.0 = &self.0[n..];
+                Ok(n)
+            }
+        }
+        let owned: &'static [u8] = Box::leak(bytes.to_vec().into_boxed_slice());
+        scan(Box::new(Trickle(owned)), w).unwrap()
+    }
+
+    #[test]
+    fn counts_lines_with_and_without_trailing_newline() {
+        assert_eq!(lines_of(b"a\nb\n", &window(1, 10)).total_lines, 2);
+        assert_eq!(lines_of(b"a\nb", &window(1, 10)).total_lines, 2);
+        assert_eq!(lines_of(b"", &window(1, 10)).total_lines, 0);
+        assert_eq!(lines_of(b"\n", &window(1, 10)).total_lines, 1);
+    }
+
+    #[test]
+    fn keeps_the_window_and_strips_cr() {
+        let s = lines_of(b"one\r\ntwo\r\nthree\r\nfour", &window(2, 2));
+        assert_eq!(s.lines, vec![(2, "two".into()), (3, "three".into())]);
+        assert_eq!(s.total_lines, 4);
+    }
+
+    #[test]
+    fn cuts_long_lines_and_stops_at_the_byte_budget() {
+        let long = "x".repeat(5000);
+        let s = lines_of(format!("{long}\nshort\n").as_bytes(), &window(1, 10));
+        assert!(s.any_line_cut);
+        assert!(s.lines[0].1.ends_with("[line cut at 2000 chars]"));
+        let many = "y".repeat(1000) + "\n";
+        let s = lines_of(many.repeat(100).as_bytes(), &window(1, 2000));
+        assert_eq!(s.stopped_at, Some(52));
+        assert_eq!(s.lines.len(), 51);
+    }
+
+    #[test]
+    fn binary_detection() {
+        assert!(looks_binary(b"ab\0cd"));
+        assert!(looks_binary(b"\xff\xfe text"));
+        assert!(!looks_binary("héllo".as_bytes()));
+        // A multi-byte character cut by the sniff window is still text.
+        assert!(!looks_binary(&"é".as_bytes()[..1]));
+        assert_eq!(media_type(b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR"), "image/png");
+    }
+}

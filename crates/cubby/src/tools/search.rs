@@ -1,0 +1,342 @@
+//! `search`: ripgrep's searcher over the confined walk, in parallel.
+//!
+//! The walk lists candidate files (same rules as `glob`); worker threads then
+//! open each through the provider (so the kernel confines every open) and run
+//! `grep-searcher` on it. Binary files (a NUL byte) are skipped. Every match
+//! is counted, but only the first `max_matches` in path order are kept in
+//! memory, so a query that matches everywhere stays bounded.
+
+use std::collections::BTreeMap;
+use std::io;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+
+use grep_regex::{RegexMatcher, RegexMatcherBuilder};
+use grep_searcher::{BinaryDetection, Searcher, SearcherBuilder, Sink, SinkContext, SinkMatch};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::find::{NameFilter, start_dir};
+use super::walk::{Flow, Walk};
+use super::{Ctx, READ_ONLY, Tool, cut_line, pattern_error, thousands};
+use crate::config::SEARCH_MAX_CONTEXT;
+use crate::error::{Error, Result};
+use crate::path::WorkspacePath;
+use crate::sandbox::{EntryKind, FileSystem};
+
+/// Longest query accepted, in bytes.
+pub const MAX_QUERY_BYTES: usize = 10_000;
+/// Characters of a matching line shown.
+pub const SEARCH_MAX_LINE_CHARS: usize = 500;
+/// Most worker threads.
+const MAX_THREADS: usize = 8;
+
+/// Arguments of `search`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Params {
+    /// Text to find (a literal string unless `regex` is true).
+    pub query: String,
+    /// File or directory to search, relative to the workspace root (default: the root).
+    #[serde(default)]
+    pub path: Option<String>,
+    /// Only files matching this glob; without `/` it matches file names at any depth (e.g. `*.rs`).
+    #[serde(default)]
+    pub glob: Option<String>,
+    /// Treat `query` as a regular expression (Rust regex syntax; default false).
+    #[serde(default)]
+    pub regex: Option<bool>,
+    /// Ignore case (default false).
+    #[serde(default)]
+    pub case_insensitive: Option<bool>,
+    /// Lines of context before and after each match (default 0, at most 10).
+    #[serde(default)]
+    pub context: Option<u64>,
+}
+
+/// One line of a search result.
+#[derive(Clone, Debug, Serialize, JsonSchema)]
+pub struct Hit {
+    /// File path relative to the workspace root.
+    pub path: String,
+    /// 1-based line number.
+    pub line: u64,
+    /// The line's text.
+    pub text: String,
+    /// False for a context line.
+    pub is_match: bool,
+}
+
+/// Result of `search`.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct Output {
+    /// Matching (and context) lines, in path and line order.
+    pub matches: Vec<Hit>,
+    /// Matching lines in all.
+    pub total: u64,
+    /// True when `matches` was capped.
+    pub truncated: bool,
+    /// Files searched.
+    pub files_searched: u64,
+}
+
+/// The `search` tool.
+pub struct Search;
+
+impl Tool for Search {
+    const NAME: &'static str = "search";
+    const DESCRIPTION: &'static str = "Search file contents (literal text by default, or a regex). \
+        Returns `path:line: text` per matching line, in path order, with the total count. \
+        .gitignore is respected; binary files are skipped. Narrow with `path` and `glob`.";
+    const ANNOTATIONS: super::Annotations = READ_ONLY;
+    type Params = Params;
+    type Output = Output;
+
+    fn call(ctx: &Ctx<'_>, params: Params) -> Result<(String, Output)> {
+        if params.query.is_empty() {
+            return Err(Error::invalid_input("`query` is empty; pass the text to find"));
+        }
+        if params.query.len() > MAX_QUERY_BYTES {
+            return Err(Error::invalid_input(format!(
+                "`query` is {} bytes, the limit is {MAX_QUERY_BYTES}; search for a shorter, distinctive part",
+                params.query.len()
+            )));
+        }
+        let regex = params.regex.unwrap_or(false);
+        let matcher = RegexMatcherBuilder::new()
+            .case_insensitive(params.case_insensitive.unwrap_or(false))
+            .fixed_strings(!regex)
+            .line_terminator(Some(b'\n'))
+            .build(&params.query)
+            .map_err(|e| pattern_error(if regex { "regex" } else { "query" }, &params.query, e))?;
+        let filter = params.glob.as_deref().map(NameFilter::new).transpose()?;
+        let context = params.context.unwrap_or(0).min(SEARCH_MAX_CONTEXT as u64) as usize;
+        let cap = ctx.limits.search.max_matches;
+
+        let target = super::parse_dir_arg(params.path.as_deref())?;
+        ctx.policy.check_read(&target)?;
+        let files = match ctx.fs.metadata(&target)?.kind {
+            EntryKind::File => vec![target],
+            _ => {
+                let start = start_dir(ctx, params.path.as_deref())?;
+                let mut files = Vec::new();
+                Walk::new(ctx.fs, ctx.policy).run(&start, &mut |v| {
+                    if v.kind == EntryKind::File && filter.as_ref().is_none_or(|f| f.matches(v.path)) {
+                        files.push(v.path.clone());
+                    }
+                    Flow::Continue
+                })?;
+                files
+            }
+        };
+        let found = search_files(ctx.fs, &files, &matcher, context, cap);
+        Ok(render(&params.query, found, cap, files.len() as u64))
+    }
+}
+
+struct Found {
+    /// Kept hits per file index, pruned to about `cap` matches.
+    kept: BTreeMap<usize, Vec<Hit>>,
+    total: u64,
+}
+
+fn search_files(fs: &dyn FileSystem, files: &[WorkspacePath], matcher: &RegexMatcher, context: usize, cap: usize) -> Found {
+    let next = AtomicUsize::new(0);
+    let total = AtomicU64::new(0);
+    let kept: Mutex<BTreeMap<usize, Vec<Hit>>> = Mutex::new(BTreeMap::new());
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(MAX_THREADS)
+        .min(files.len().max(1));
+    let worker = || {
+        let mut searcher = SearcherBuilder::new()
+            .binary_detection(BinaryDetection::quit(b'\x00'))
+            .line_number(true)
+            .before_context(context)
+            .after_context(context)
+            .build();
+        loop {
+            let i = next.fetch_add(1, Ordering::Relaxed);
+            let Some(path) = files.get(i) else { break };
+            let Some((hits, matched)) = search_one(fs, path, matcher, &mut searcher, cap) else {
+                continue;
+            };
+            if matched == 0 {
+                continue;
+            }
+            total.fetch_add(matched, Ordering::Relaxed);
+            if let Ok(mut kept) = kept.lock() {
+                kept.insert(i, hits);
+                prune(&mut kept, cap);
+            }
+        }
+    };
+    if threads <= 1 {
+        worker();
+    } else {
+        std::thread::scope(|s| {
+            for _ in 0..threads {
+                s.spawn(worker);
+            }
+        });
+    }
+    Found {
+        kept: kept.into_inner().unwrap_or_default(),
+        total: total.into_inner(),
+    }
+}
+
+/// Drops the last files while the ones before them already hold `cap`
+/// matches: those files could never be shown.
+fn prune(kept: &mut BTreeMap<usize, Vec<Hit>>, cap: usize) {
+    loop {
+        let Some((&last, _)) = kept.last_key_value() else { return };
+        let before: usize = kept
+            .range(..last)
+            .map(|(_, hits)| hits.iter().filter(|h| h.is_match).count())
+            .sum();
+        if before >= cap {
+            kept.remove(&last);
+        } else {
+            return;
+        }
+    }
+}
+
+/// Searches one file; `None` when it cannot be opened or is binary.
+fn search_one(
+    fs: &dyn FileSystem,
+    path: &WorkspacePath,
+    matcher: &RegexMatcher,
+    searcher: &mut Searcher,
+    cap: usize,
+) -> Option<(Vec<Hit>, u64)> {
+    let file = fs.open(path).ok()?;
+    let mut sink = Collect {
+        path: path.display(),
+        hits: Vec::new(),
+        matched: 0,
+        kept_matches: 0,
+        cap,
+        binary: false,
+    };
+    searcher.search_reader(matcher, file.reader, &mut sink).ok()?;
+    if sink.binary {
+        return None;
+    }
+    Some((sink.hits, sink.matched))
+}
+
+struct Collect {
+    path: String,
+    hits: Vec<Hit>,
+    matched: u64,
+    kept_matches: usize,
+    cap: usize,
+    binary: bool,
+}
+
+fn line_text(bytes: &[u8]) -> String {
+    let text = String::from_utf8_lossy(bytes);
+    let text = text.trim_end_matches(['\n', '\r']);
+    cut_line(text, SEARCH_MAX_LINE_CHARS).into_owned()
+}
+
+impl Sink for Collect {
+    type Error = io::Error;
+
+    fn matched(&mut self, _: &Searcher, m: &SinkMatch<'_>) -> Result<bool, io::Error> {
+        self.matched += 1;
+        if self.kept_matches < self.cap {
+            self.kept_matches += 1;
+            self.hits.push(Hit {
+                path: self.path.clone(),
+                line: m.line_number().unwrap_or(0),
+                text: line_text(m.bytes()),
+                is_match: true,
+            });
+        }
+        Ok(true)
+    }
+
+    fn context(&mut self, _: &Searcher, c: &SinkContext<'_>) -> Result<bool, io::Error> {
+        if self.kept_matches < self.cap || matches!(c.kind(), grep_searcher::SinkContextKind::After) {
+            self.hits.push(Hit {
+                path: self.path.clone(),
+                line: c.line_number().unwrap_or(0),
+                text: line_text(c.bytes()),
+                is_match: false,
+            });
+        }
+        Ok(true)
+    }
+
+    fn binary_data(&mut self, _: &Searcher, _offset: u64) -> Result<bool, io::Error> {
+        self.binary = true;
+        Ok(false)
+    }
+}
+
+fn render(query: &str, found: Found, cap: usize, files_searched: u64) -> (String, Output) {
+    let mut matches: Vec<Hit> = Vec::new();
+    let mut shown = 0usize;
+    'files: for hits in found.kept.into_values() {
+        for hit in hits {
+            if shown == cap {
+                // Past the cap only the after-context of the last match stays.
+                let follows = matches
+                    .last()
+                    .is_some_and(|l| l.path == hit.path && hit.line == l.line + 1);
+                if hit.is_match || !follows {
+                    break 'files;
+                }
+            } else if hit.is_match {
+                shown += 1;
+            }
+            matches.push(hit);
+        }
+    }
+    let truncated = found.total > shown as u64;
+    let mut text = String::new();
+    let mut prev: Option<(&str, u64)> = None;
+    let with_context = matches.iter().any(|x| !x.is_match);
+    for h in &matches {
+        if let Some((p, l)) = prev
+            && with_context
+            && (p != h.path || h.line != l + 1)
+        {
+            text.push_str("--\n");
+        }
+        let sep = if h.is_match { ':' } else { '-' };
+        text.push_str(&format!("{}{sep}{}{sep} {}\n", h.path, h.line, h.text));
+        prev = Some((&h.path, h.line));
+    }
+    if found.total == 0 {
+        text = format!(
+            "No matches for `{}` in {} files.",
+            crate::error::truncate_for_message(query),
+            thousands(files_searched)
+        );
+    } else if truncated {
+        text.push_str(&format!(
+            "[showing {} of {} matching lines; narrow with `path` or `glob`, or a more specific query]",
+            thousands(shown as u64),
+            thousands(found.total)
+        ));
+    } else {
+        text.push_str(&format!(
+            "[{} matching line{}]",
+            thousands(found.total),
+            if found.total == 1 { "" } else { "s" }
+        ));
+    }
+    (
+        text,
+        Output {
+            matches,
+            total: found.total,
+            truncated,
+            files_searched,
+        },
+    )
+}

@@ -1,0 +1,158 @@
+//! `write_file`: whole-file atomic writes behind the read-before-write and
+//! stale guards.
+//!
+//! Guards run in SPEC order: input shape, policy (`denied`), path
+//! (`path_escape`, `is_directory`), read-before-write (`not_read`), staleness
+//! (`stale`). The stale check compares the sha256 recorded at the last read of
+//! this run with the file's sha256 now.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::{Annotations, Ctx, Sha, Tool, hex, sha256, sha256_file, thousands};
+use crate::error::{Error, ErrorKind, Result};
+use crate::path::WorkspacePath;
+use crate::sandbox::{EntryKind, Metadata};
+
+/// Arguments of `write_file`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Params {
+    /// File path relative to the workspace root; missing parent directories are created.
+    pub path: String,
+    /// The whole new content of the file.
+    pub content: String,
+}
+
+/// Result of `write_file`.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct Output {
+    /// The path written, relative to the root.
+    pub path: String,
+    /// True when the file did not exist before.
+    pub created: bool,
+    /// Size written, in bytes.
+    pub size: u64,
+    /// sha256 of the new content, hex.
+    pub sha256: String,
+}
+
+/// The `write_file` tool.
+pub struct WriteFile;
+
+/// Checks that `path` may be replaced: returns its metadata when it exists.
+///
+/// Existing files must have been read in this run (`not_read`) and be
+/// unchanged since (`stale`).
+pub(crate) fn guard_overwrite(ctx: &Ctx<'_>, path: &WorkspacePath) -> Result<Option<Metadata>> {
+    let meta = match ctx.fs.metadata(path) {
+        Ok(m) => m,
+        Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    match meta.kind {
+        EntryKind::File => {}
+        EntryKind::Dir => {
+            return Err(Error::new(
+                ErrorKind::IsDirectory,
+                format!("`{path}` is a directory; pass a file path"),
+            ));
+        }
+        EntryKind::Symlink => return Err(Error::path_escape(&path.display())),
+        EntryKind::Special => {
+            return Err(Error::new(
+                ErrorKind::Unsupported,
+                format!("`{path}` is not a regular file; it cannot be written"),
+            ));
+        }
+    }
+    let Some(seen) = ctx.run.last_read(path) else {
+        return Err(Error::new(
+            ErrorKind::NotRead,
+            format!("`{path}` exists and has not been read in this run; call read_file on it first, then write"),
+        ));
+    };
+    let now = sha256_file(ctx.fs, path)?;
+    if now != seen {
+        return Err(stale(path));
+    }
+    Ok(Some(meta))
+}
+
+fn stale(path: &WorkspacePath) -> Error {
+    Error::new(
+        ErrorKind::Stale,
+        format!(
+            "`{path}` changed since it was last read in this run; call read_file again and \
+             redo the change on the current content"
+        ),
+    )
+}
+
+/// Writes `content` to `path` and records it as read, so that a following
+/// edit needs no new read.
+pub(crate) fn commit(ctx: &Ctx<'_>, path: &WorkspacePath, content: &[u8]) -> Result<Sha> {
+    ctx.run.before_mutation();
+    ctx.fs.write_atomic(path, content)?;
+    let sha = sha256(content);
+    ctx.run.record_read(path, sha);
+    Ok(sha)
+}
+
+impl Tool for WriteFile {
+    const NAME: &'static str = "write_file";
+    const DESCRIPTION: &'static str = "Write a whole file (created with its parent directories, \
+        or replaced atomically). Overwriting an existing file requires a read_file of it in \
+        this run, and the file unchanged since. Prefer edit_file for changes to part of a file.";
+    const ANNOTATIONS: Annotations = Annotations {
+        read_only: false,
+        destructive: true,
+        idempotent: true,
+        open_world: false,
+    };
+    type Params = Params;
+    type Output = Output;
+
+    fn call(ctx: &Ctx<'_>, params: Params) -> Result<(String, Output)> {
+        let path = WorkspacePath::parse(&params.path)?;
+        let max = ctx.limits.write_file.max_bytes;
+        if params.content.len() as u64 > max {
+            return Err(Error::new(
+                ErrorKind::TooLarge,
+                format!(
+                    "content is {} bytes, the limit is {}; write a smaller file or build it \
+                     with several edits",
+                    thousands(params.content.len() as u64),
+                    thousands(max)
+                ),
+            ));
+        }
+        if path.is_root() {
+            return Err(Error::new(
+                ErrorKind::IsDirectory,
+                "`.` is the workspace root, a directory; pass a file path",
+            ));
+        }
+        ctx.policy.check_write(&path)?;
+        let existing = guard_overwrite(ctx, &path)?;
+        let sha = commit(ctx, &path, params.content.as_bytes())?;
+        let size = params.content.len() as u64;
+        let text = match existing {
+            None => format!("Created `{path}` ({} bytes).", thousands(size)),
+            Some(old) => format!(
+                "Wrote `{path}` ({} bytes, was {} bytes).",
+                thousands(size),
+                thousands(old.size)
+            ),
+        };
+        Ok((
+            text,
+            Output {
+                path: path.display(),
+                created: existing.is_none(),
+                size,
+                sha256: hex(&sha),
+            },
+        ))
+    }
+}
