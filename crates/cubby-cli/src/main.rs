@@ -1,1 +1,182 @@
-fn main() {}
+//! The `cubby` binary: call and inspect cubby's tools from a shell.
+//!
+//! Subcommands (SPEC §6): `call TOOL [JSON] [--json]` runs one tool call and
+//! prints the model-facing text (exit 1 on an error result); `tools
+//! [--format mcp|openai|anthropic]` prints the offered tool definitions.
+//! Common flags `--root`, `--config`, `--mode`, `--provider` win over the
+//! config file. Logs go to stderr (`RUST_LOG`).
+
+mod setup;
+
+use std::io::{Read, Write};
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use serde_json::{Value, json};
+
+/// cubby: the workspace an AI agent reads, edits and runs commands in.
+#[derive(Debug, Parser)]
+#[command(name = "cubby", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// Flags every subcommand takes.
+#[derive(Debug, Args, Clone)]
+pub struct Common {
+    /// Workspace root (default: the current directory).
+    #[arg(long, global = true)]
+    root: Option<std::path::PathBuf>,
+    /// Config file (default: `cubby.toml` in the root, when present).
+    #[arg(long, global = true)]
+    config: Option<std::path::PathBuf>,
+    /// Mode: read-only, workspace-write or full-access.
+    #[arg(long, global = true)]
+    mode: Option<String>,
+    /// Provider: virtual, local or linux.
+    #[arg(long, global = true)]
+    provider: Option<String>,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run one tool call and print the model-facing text (exit 1 on an error result).
+    Call {
+        /// Tool name, e.g. read_file.
+        tool: String,
+        /// Arguments as one JSON object (`-` reads them from stdin; default `{}`).
+        json: Option<String>,
+        /// Print {"text", "structured", "is_error"} as one JSON object instead.
+        #[arg(long)]
+        json_output: bool,
+        #[command(flatten)]
+        common: Common,
+    },
+    /// Print the offered tool definitions as JSON.
+    Tools {
+        /// Shape of the definitions.
+        #[arg(long, value_enum, default_value_t = Format::Mcp)]
+        format: Format,
+        #[command(flatten)]
+        common: Common,
+    },
+}
+
+/// Tool definition formats.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum Format {
+    /// MCP `tools/list` entries: name, description, inputSchema, outputSchema, annotations.
+    Mcp,
+    /// OpenAI Chat Completions function tools with strict schemas.
+    Openai,
+    /// Anthropic Messages API tools: name, description, input_schema.
+    Anthropic,
+}
+
+fn main() -> ExitCode {
+    let args = rename_json_flag(std::env::args_os().collect());
+    let cli = Cli::parse_from(args);
+    setup::init_tracing();
+    match run(cli) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("cubby: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// SPEC spells the flag `--json`; clap cannot have a flag and a positional
+/// both named `json`, so the flag is renamed before parsing.
+fn rename_json_flag(args: Vec<std::ffi::OsString>) -> Vec<std::ffi::OsString> {
+    let mut out = Vec::with_capacity(args.len());
+    let mut after_dashes = false;
+    for a in args {
+        if a == "--" {
+            after_dashes = true;
+        }
+        if !after_dashes && a == "--json" {
+            out.push("--json-output".into());
+        } else {
+            out.push(a);
+        }
+    }
+    out
+}
+
+fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    match cli.command {
+        Command::Call {
+            tool,
+            json,
+            json_output,
+            common,
+        } => {
+            let toolset = setup::toolset(&common, tool == "changes")?;
+            let raw = match json.as_deref() {
+                Some("-") => {
+                    let mut buf = Vec::new();
+                    std::io::stdin().read_to_end(&mut buf)?;
+                    buf
+                }
+                Some(text) => text.as_bytes().to_vec(),
+                None => Vec::new(),
+            };
+            let out = toolset.call_json(&tool, &raw);
+            let mut stdout = std::io::stdout().lock();
+            if json_output {
+                let doc = json!({"text": out.text, "structured": out.structured, "is_error": out.is_error});
+                writeln!(stdout, "{doc}")?;
+            } else {
+                stdout.write_all(out.text.as_bytes())?;
+                if !out.text.ends_with('\n') {
+                    stdout.write_all(b"\n")?;
+                }
+            }
+            stdout.flush()?;
+            Ok(if out.is_error {
+                ExitCode::from(1)
+            } else {
+                ExitCode::SUCCESS
+            })
+        }
+        Command::Tools { format, common } => {
+            let toolset = setup::toolset(&common, false)?;
+            let specs: Vec<Value> = toolset
+                .tools()
+                .into_iter()
+                .map(|t| match format {
+                    Format::Mcp => json!({
+                        "name": t.name,
+                        "description": t.description,
+                        "inputSchema": t.input_schema,
+                        "outputSchema": t.output_schema,
+                        "annotations": {
+                            "readOnlyHint": t.annotations.read_only,
+                            "destructiveHint": t.annotations.destructive,
+                            "idempotentHint": t.annotations.idempotent,
+                            "openWorldHint": t.annotations.open_world,
+                        },
+                    }),
+                    Format::Openai => json!({
+                        "type": "function",
+                        "function": {
+                            "name": t.name,
+                            "description": t.description,
+                            "parameters": cubby::schema::strict(&t.input_schema),
+                            "strict": true,
+                        },
+                    }),
+                    Format::Anthropic => json!({
+                        "name": t.name,
+                        "description": t.description,
+                        "input_schema": t.input_schema,
+                    }),
+                })
+                .collect();
+            println!("{}", serde_json::to_string_pretty(&specs)?);
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}

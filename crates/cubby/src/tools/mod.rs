@@ -301,6 +301,10 @@ pub mod schema {
             .into_generator();
         let mut value = generator.into_root_schema_for::<T>().to_value();
         tidy(&mut value);
+        if let Value::Object(map) = &mut value {
+            // The tool's own description says what the arguments are for.
+            map.remove("description");
+        }
         value
     }
 

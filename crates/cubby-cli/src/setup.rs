@@ -1,0 +1,109 @@
+//! From flags and config file to a [`Toolset`]: flags win over the file.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::{Context, bail};
+use cubby::{Config, Mode, Policy, ProviderKind, Sandbox, Toolset};
+
+use crate::Common;
+
+/// Logs to stderr, filtered by `RUST_LOG` (default `warn`).
+pub fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
+/// Resolves the root, loads the config and builds the toolset.
+pub fn toolset(common: &Common, track_changes: bool) -> anyhow::Result<Toolset> {
+    let root = match &common.root {
+        Some(r) => r.clone(),
+        None => std::env::current_dir().context("cannot read the current directory")?,
+    };
+    let root = std::fs::canonicalize(&root)
+        .with_context(|| format!("workspace root `{}` does not exist", root.display()))?;
+    if !root.is_dir() {
+        bail!("workspace root `{}` is not a directory", root.display());
+    }
+    let (config, config_path) = load_config(common, &root)?;
+    let mode = match &common.mode {
+        Some(m) => m.parse::<Mode>().map_err(|e| anyhow::anyhow!("--mode: {}", e.message()))?,
+        None => config.mode.unwrap_or_default(),
+    };
+    let provider = match &common.provider {
+        Some(p) => p
+            .parse::<ProviderKind>()
+            .map_err(|e| anyhow::anyhow!("--provider: {}", e.message()))?,
+        None => config.provider.unwrap_or(ProviderKind::Linux),
+    };
+    let mut policy = Policy::builder();
+    policy
+        .mode(mode)
+        .allow(config.allow.iter().cloned())
+        .deny(config.deny.iter().cloned())
+        .deny_read(config.deny_read.iter().cloned());
+    if let Some(rel) = config_path.as_deref().and_then(|p| relative_to(p, &root)) {
+        policy.protect(rel);
+    }
+    let policy = policy.build().map_err(|e| anyhow::anyhow!("config: {}", e.message()))?;
+    let sandbox = sandbox(provider, &root)?;
+    let mut builder = Toolset::builder(sandbox)
+        .policy(policy)
+        .limits(config.limits.clone())
+        .track_changes(track_changes);
+    for name in &config.secrets {
+        match std::env::var(name) {
+            Ok(value) if !value.is_empty() => builder = builder.secret(name.clone(), value),
+            _ => tracing::warn!("secret `{name}` is not set in the environment; nothing to redact"),
+        }
+    }
+    builder.build().map_err(|e| anyhow::anyhow!("{}", e.message()))
+}
+
+fn load_config(common: &Common, root: &Path) -> anyhow::Result<(Config, Option<PathBuf>)> {
+    let path = match &common.config {
+        Some(p) => Some(std::fs::canonicalize(p).with_context(|| {
+            format!("config file `{}` does not exist", p.display())
+        })?),
+        None => {
+            let default = root.join(cubby::policy::CONFIG_FILE_NAME);
+            default.is_file().then_some(default)
+        }
+    };
+    match path {
+        Some(p) => {
+            let config = Config::load(&p).map_err(|e| anyhow::anyhow!("{}", e.message()))?;
+            Ok((config, Some(p)))
+        }
+        None => Ok((Config::default(), None)),
+    }
+}
+
+/// `path` relative to `root`, when it lies inside (for protecting it).
+fn relative_to(path: &Path, root: &Path) -> Option<String> {
+    let rel = path.strip_prefix(root).ok()?;
+    let rel = rel.to_str()?;
+    (!rel.is_empty()).then(|| rel.to_string())
+}
+
+fn sandbox(provider: ProviderKind, root: &Path) -> anyhow::Result<Arc<dyn Sandbox>> {
+    match provider {
+        ProviderKind::Virtual => {
+            let fs = cubby::MemoryFs::from_dir(root).map_err(|e| anyhow::anyhow!("{}", e.message()))?;
+            Ok(cubby::virtual_sandbox(fs))
+        }
+        // Until the command providers land, `linux` and `local` differ only in
+        // how they will run commands; their file tools are the same openat2 code.
+        ProviderKind::Local | ProviderKind::Linux => {
+            let fs = cubby::LocalFs::open(root).map_err(|e| anyhow::anyhow!("{}", e.message()))?;
+            Ok(Arc::new(cubby::sandbox::FsSandbox::new(provider, fs)))
+        }
+        ProviderKind::Remote => bail!(
+            "the remote provider is not available in this build; use --provider linux, local or virtual"
+        ),
+    }
+}
