@@ -109,7 +109,7 @@ pub trait FileSystem: Send + Sync {
         }
         let mut buf = Vec::with_capacity(file.metadata.size as usize);
         file.reader
-            .take(max + 1)
+            .take(max.saturating_add(1))
             .read_to_end(&mut buf)
             .map_err(|e| crate::Error::from_io(&e, &path.display()))?;
         if buf.len() as u64 > max {
@@ -119,6 +119,21 @@ pub trait FileSystem: Send + Sync {
             ));
         }
         Ok(buf)
+    }
+}
+
+impl<T: FileSystem + ?Sized> FileSystem for Arc<T> {
+    fn metadata(&self, path: &WorkspacePath) -> Result<Metadata> {
+        (**self).metadata(path)
+    }
+    fn open(&self, path: &WorkspacePath) -> Result<OpenFile> {
+        (**self).open(path)
+    }
+    fn read_dir(&self, path: &WorkspacePath) -> Result<Vec<DirEntry>> {
+        (**self).read_dir(path)
+    }
+    fn write_atomic(&self, path: &WorkspacePath, content: &[u8]) -> Result<()> {
+        (**self).write_atomic(path, content)
     }
 }
 
@@ -181,6 +196,11 @@ pub struct FsSandbox<F> {
 }
 
 impl<F: FileSystem> FsSandbox<F> {
+    /// The file system.
+    pub fn inner(&self) -> &F {
+        &self.fs
+    }
+
     /// Wraps `fs` as a provider of `kind`.
     pub fn new(kind: ProviderKind, fs: F) -> FsSandbox<F> {
         FsSandbox { kind, fs }
@@ -199,8 +219,9 @@ impl<F: FileSystem> Sandbox for FsSandbox<F> {
     }
 }
 
-/// A `virtual` sandbox over `fs`.
-pub fn virtual_sandbox(fs: MemoryFs) -> Arc<dyn Sandbox> {
+/// A `virtual` sandbox over `fs` (pass an `Arc<MemoryFs>` to keep a handle
+/// on the tree).
+pub fn virtual_sandbox<F: FileSystem + 'static>(fs: F) -> Arc<dyn Sandbox> {
     Arc::new(FsSandbox::new(ProviderKind::Virtual, fs))
 }
 

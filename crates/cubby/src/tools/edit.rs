@@ -88,10 +88,14 @@ impl Tool for EditFile {
         };
         let max = ctx.limits.edit_file.max_bytes;
         let bytes = ctx.fs.read_to_vec(&path, max)?;
-        let Ok(old) = String::from_utf8(bytes) else {
+        let head = &bytes[..bytes.len().min(super::read::BINARY_SNIFF_BYTES)];
+        let text = (!super::read::looks_binary(head))
+            .then(|| String::from_utf8(bytes).ok())
+            .flatten();
+        let Some(old) = text else {
             return Err(Error::new(
                 ErrorKind::Binary,
-                format!("`{path}` is not valid UTF-8 text; edit_file only edits text files"),
+                format!("`{path}` is binary (a NUL byte or invalid UTF-8); edit_file only edits text files, use write_file to replace it whole"),
             ));
         };
         let replace_all = params.replace_all.unwrap_or(false);

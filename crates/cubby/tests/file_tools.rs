@@ -1,0 +1,647 @@
+//! One file-tool suite, run on every provider (`virtual` and `local`).
+//!
+//! Each case is a function of a [`Fixture`], which sets up and inspects the
+//! workspace behind the tools' back (as another process or person would).
+//! The `suite!` macro at the bottom instantiates every case for each
+//! provider.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::os::unix::fs::PermissionsExt;
+use std::sync::Arc;
+
+use cubby::config::{Limits, MatchLimits};
+use cubby::{MemoryFs, Mode, Policy, Toolset, WorkspacePath};
+use serde_json::{Value, json};
+
+trait Fixture {
+    /// A sandbox over the fixture's workspace.
+    fn sandbox(&self) -> Arc<dyn cubby::Sandbox>;
+    fn put(&self, path: &str, bytes: &[u8]);
+    fn put_mode(&self, path: &str, bytes: &[u8], mode: u32);
+    fn get(&self, path: &str) -> Option<Vec<u8>>;
+    fn mode(&self, path: &str) -> u32;
+    fn remove(&self, path: &str);
+    fn mkdir(&self, path: &str);
+}
+
+struct Local(tempfile::TempDir);
+
+impl Local {
+    fn new() -> Local {
+        Local(tempfile::tempdir().unwrap())
+    }
+    fn abs(&self, p: &str) -> std::path::PathBuf {
+        self.0.path().join(p)
+    }
+}
+
+impl Fixture for Local {
+    fn sandbox(&self) -> Arc<dyn cubby::Sandbox> {
+        cubby::local_sandbox(self.0.path()).unwrap()
+    }
+    fn put(&self, path: &str, bytes: &[u8]) {
+        let p = self.abs(path);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, bytes).unwrap();
+    }
+    fn put_mode(&self, path: &str, bytes: &[u8], mode: u32) {
+        self.put(path, bytes);
+        std::fs::set_permissions(self.abs(path), std::fs::Permissions::from_mode(mode)).unwrap();
+    }
+    fn get(&self, path: &str) -> Option<Vec<u8>> {
+        std::fs::read(self.abs(path)).ok()
+    }
+    fn mode(&self, path: &str) -> u32 {
+        std::fs::metadata(self.abs(path)).unwrap().permissions().mode() & 0o7777
+    }
+    fn remove(&self, path: &str) {
+        std::fs::remove_file(self.abs(path)).unwrap();
+    }
+    fn mkdir(&self, path: &str) {
+        std::fs::create_dir_all(self.abs(path)).unwrap();
+    }
+}
+
+struct Virtual(Arc<MemoryFs>);
+
+impl Virtual {
+    fn new() -> Virtual {
+        Virtual(Arc::new(MemoryFs::new()))
+    }
+}
+
+fn wp(p: &str) -> WorkspacePath {
+    WorkspacePath::parse(p).unwrap()
+}
+
+impl Fixture for Virtual {
+    fn sandbox(&self) -> Arc<dyn cubby::Sandbox> {
+        cubby::virtual_sandbox(self.0.clone())
+    }
+    fn put(&self, path: &str, bytes: &[u8]) {
+        self.0.insert(&wp(path), bytes.to_vec(), 0o644).unwrap();
+    }
+    fn put_mode(&self, path: &str, bytes: &[u8], mode: u32) {
+        self.0.insert(&wp(path), bytes.to_vec(), mode).unwrap();
+    }
+    fn get(&self, path: &str) -> Option<Vec<u8>> {
+        use cubby::FileSystem;
+        self.0.read_to_vec(&wp(path), u64::MAX).ok()
+    }
+    fn mode(&self, path: &str) -> u32 {
+        use cubby::FileSystem;
+        self.0.metadata(&wp(path)).unwrap().mode
+    }
+    fn remove(&self, path: &str) {
+        self.0.remove(&wp(path)).unwrap();
+    }
+    fn mkdir(&self, path: &str) {
+        self.0.create_dir_all(&wp(path)).unwrap();
+    }
+}
+
+fn tools(f: &dyn Fixture) -> Toolset {
+    Toolset::builder(f.sandbox()).build().unwrap()
+}
+
+/// Calls a tool and insists on success.
+fn ok(t: &Toolset, name: &str, args: Value) -> cubby::ToolOutput {
+    let out = t.call(name, args.clone());
+    assert!(!out.is_error, "{name} {args} failed: {}", out.text);
+    out
+}
+
+/// Calls a tool and insists on an error of `kind`.
+fn err(t: &Toolset, name: &str, args: Value, kind: &str) -> String {
+    let out = t.call(name, args.clone());
+    assert!(out.is_error, "{name} {args} should fail with {kind}: {}", out.text);
+    assert!(
+        out.text.starts_with(&format!("ERROR {kind}: ")),
+        "{name} {args}: expected {kind}, got {}",
+        out.text
+    );
+    assert_eq!(out.structured["error"]["kind"], kind);
+    out.text
+}
+
+// ---- read_file ----
+
+fn read_numbered_lines(f: &dyn Fixture) {
+    f.put("src/a.txt", b"alpha\nbeta\ngamma\n");
+    let t = tools(f);
+    let out = ok(&t, "read_file", json!({"path": "src/a.txt"}));
+    assert_eq!(out.text, "     1\talpha\n     2\tbeta\n     3\tgamma\n");
+    let s = &out.structured;
+    assert_eq!(s["start_line"], 1);
+    assert_eq!(s["end_line"], 3);
+    assert_eq!(s["total_lines"], 3);
+    assert_eq!(s["truncated"], false);
+    assert!(s.get("next_offset").is_none());
+    assert_eq!(s["size"], 17);
+    assert_eq!(s["sha256"], "4fdbc441ea7b546100e086ac1e4fc5ae6749b7314311c99db05be450eca12996");
+    assert_eq!(s["content"], "alpha\nbeta\ngamma\n");
+}
+
+fn read_windows_with_next_offset(f: &dyn Fixture) {
+    let body: String = (1..=5000).map(|i| format!("line {i}\n")).collect();
+    f.put("big.txt", body.as_bytes());
+    let t = tools(f);
+    let out = ok(&t, "read_file", json!({"path": "big.txt"}));
+    let s = &out.structured;
+    assert_eq!((s["start_line"].as_u64(), s["end_line"].as_u64()), (Some(1), Some(2000)));
+    assert_eq!(s["total_lines"], 5000);
+    assert_eq!(s["truncated"], true);
+    assert_eq!(s["next_offset"], 2001);
+    assert!(out.text.contains("offset=2001"));
+    let out = ok(&t, "read_file", json!({"path": "big.txt", "offset": 4990, "limit": 50}));
+    assert_eq!(out.structured["start_line"], 4990);
+    assert_eq!(out.structured["end_line"], 5000);
+    assert_eq!(out.structured["truncated"], false);
+    assert!(out.text.starts_with("  4990\tline 4990\n"));
+    // A limit above the maximum is clamped.
+    let out = ok(&t, "read_file", json!({"path": "big.txt", "limit": 100000}));
+    assert_eq!(out.structured["end_line"], 2000);
+    err(&t, "read_file", json!({"path": "big.txt", "offset": 5001}), "invalid_input");
+}
+
+fn read_stops_at_50_kib(f: &dyn Fixture) {
+    let line = "z".repeat(99) + "\n";
+    f.put("wide.txt", line.repeat(1000).as_bytes());
+    let t = tools(f);
+    let out = ok(&t, "read_file", json!({"path": "wide.txt"}));
+    let end = out.structured["end_line"].as_u64().unwrap();
+    assert!(end > 400 && end < 520, "end {end}");
+    assert_eq!(out.structured["next_offset"], end + 1);
+    assert!(out.structured["content"].as_str().unwrap().len() <= 50 * 1024);
+}
+
+fn read_cuts_long_lines(f: &dyn Fixture) {
+    let long = "q".repeat(10_000);
+    f.put("long.txt", format!("short\n{long}\nend\n").as_bytes());
+    let t = tools(f);
+    let out = ok(&t, "read_file", json!({"path": "long.txt"}));
+    assert!(out.text.contains("[line cut at 2000 chars]"));
+    assert_eq!(out.structured["truncated"], true);
+    assert!(out.text.contains("     3\tend"));
+}
+
+fn read_errors(f: &dyn Fixture) {
+    f.mkdir("dir");
+    let t = tools(f);
+    err(&t, "read_file", json!({"path": "dir"}), "is_directory");
+    let msg = err(&t, "read_file", json!({"path": "missing.txt"}), "not_found");
+    assert!(msg.contains("list_files") || msg.contains("glob"), "{msg}");
+    err(&t, "read_file", json!({"path": "../x"}), "path_escape");
+    err(&t, "read_file", json!({"path": "/etc/passwd"}), "path_escape");
+}
+
+fn read_binary_as_metadata(f: &dyn Fixture) {
+    let mut png = b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR".to_vec();
+    png.extend_from_slice(&[0u8; 100]);
+    f.put("img.png", &png);
+    f.put("bad-utf8.txt", b"ok\n\xff\xfe\xfd\n");
+    let t = tools(f);
+    let out = ok(&t, "read_file", json!({"path": "img.png"}));
+    assert_eq!(out.structured["binary"], true);
+    assert_eq!(out.structured["media_type"], "image/png");
+    assert_eq!(out.structured["size"], png.len());
+    assert!(out.structured.get("content").is_none());
+    assert!(out.text.contains("binary"));
+    let out = ok(&t, "read_file", json!({"path": "bad-utf8.txt"}));
+    assert_eq!(out.structured["binary"], true);
+    assert_eq!(out.structured["media_type"], "application/octet-stream");
+}
+
+fn read_invalid_utf8_late_is_text(f: &dyn Fixture) {
+    let mut body = "a\n".repeat(5000).into_bytes();
+    body.extend_from_slice(b"\xff tail\n");
+    f.put("late.txt", &body);
+    let t = tools(f);
+    let out = ok(&t, "read_file", json!({"path": "late.txt", "offset": 5001}));
+    assert_eq!(out.structured["binary"], false);
+    assert!(out.text.contains("\u{fffd} tail"));
+}
+
+fn read_empty_file(f: &dyn Fixture) {
+    f.put("empty.txt", b"");
+    let t = tools(f);
+    let out = ok(&t, "read_file", json!({"path": "empty.txt"}));
+    assert_eq!(out.structured["total_lines"], 0);
+    assert!(out.text.contains("empty"));
+}
+
+// ---- write_file ----
+
+fn write_creates_with_parents(f: &dyn Fixture) {
+    let t = tools(f);
+    let out = ok(&t, "write_file", json!({"path": "new/deep/file.txt", "content": "hi\n"}));
+    assert_eq!(out.structured["created"], true);
+    assert_eq!(out.structured["size"], 3);
+    assert_eq!(f.get("new/deep/file.txt").unwrap(), b"hi\n");
+}
+
+fn write_needs_a_read_and_detects_staleness(f: &dyn Fixture) {
+    f.put("a.txt", b"old\n");
+    let t = tools(f);
+    let msg = err(&t, "write_file", json!({"path": "a.txt", "content": "new"}), "not_read");
+    assert!(msg.contains("read_file"));
+    assert_eq!(f.get("a.txt").unwrap(), b"old\n");
+    ok(&t, "read_file", json!({"path": "a.txt"}));
+    f.put("a.txt", b"changed behind our back\n");
+    err(&t, "write_file", json!({"path": "a.txt", "content": "new"}), "stale");
+    assert_eq!(f.get("a.txt").unwrap(), b"changed behind our back\n");
+    ok(&t, "read_file", json!({"path": "a.txt"}));
+    let out = ok(&t, "write_file", json!({"path": "a.txt", "content": "new"}));
+    assert_eq!(out.structured["created"], false);
+    assert_eq!(f.get("a.txt").unwrap(), b"new");
+    // Our own write counts as seen: writing again needs no new read.
+    ok(&t, "write_file", json!({"path": "a.txt", "content": "newer"}));
+    // A second run has not read it.
+    let t2 = tools(f);
+    err(&t2, "write_file", json!({"path": "a.txt", "content": "x"}), "not_read");
+}
+
+fn write_keeps_mode_bits(f: &dyn Fixture) {
+    f.put_mode("run.sh", b"#!/bin/sh\n", 0o750);
+    let t = tools(f);
+    ok(&t, "read_file", json!({"path": "run.sh"}));
+    ok(&t, "write_file", json!({"path": "run.sh", "content": "#!/bin/sh\necho hi\n"}));
+    assert_eq!(f.mode("run.sh"), 0o750);
+}
+
+fn write_refuses_directories(f: &dyn Fixture) {
+    f.mkdir("d");
+    f.put("file", b"x");
+    let t = tools(f);
+    err(&t, "write_file", json!({"path": "d", "content": "x"}), "is_directory");
+    err(&t, "write_file", json!({"path": ".", "content": "x"}), "is_directory");
+    let out = t.call("write_file", json!({"path": "file/child", "content": "x"}));
+    assert!(out.is_error, "{}", out.text);
+}
+
+// ---- edit_file ----
+
+fn edit_replaces_once_and_returns_a_diff(f: &dyn Fixture) {
+    f.put("m.rs", b"fn main() {\n    let x = 1;\n}\n");
+    let t = tools(f);
+    err(&t, "edit_file", json!({"path": "m.rs", "find": "1", "replace": "2"}), "not_read");
+    ok(&t, "read_file", json!({"path": "m.rs"}));
+    let out = ok(&t, "edit_file", json!({"path": "m.rs", "find": "let x = 1;", "replace": "let x = 2;"}));
+    assert!(out.text.contains("-    let x = 1;"), "{}", out.text);
+    assert!(out.text.contains("+    let x = 2;"), "{}", out.text);
+    assert!(out.text.contains("--- a/m.rs"));
+    assert_eq!(out.structured["replacements"], 1);
+    assert_eq!(out.structured["sha256"].as_str().unwrap().len(), 64);
+    assert_eq!(f.get("m.rs").unwrap(), b"fn main() {\n    let x = 2;\n}\n");
+    // Consecutive edits need no new read.
+    ok(&t, "edit_file", json!({"path": "m.rs", "find": "x = 2", "replace": "y = 2"}));
+}
+
+fn edit_ambiguous_and_replace_all(f: &dyn Fixture) {
+    f.put("r.txt", b"a\nb\na\n");
+    let t = tools(f);
+    ok(&t, "read_file", json!({"path": "r.txt"}));
+    let msg = err(&t, "edit_file", json!({"path": "r.txt", "find": "a", "replace": "c"}), "ambiguous_match");
+    assert!(msg.contains("2 times") && msg.contains("1, 3"), "{msg}");
+    let out = ok(&t, "edit_file", json!({"path": "r.txt", "find": "a", "replace": "c", "replace_all": true}));
+    assert_eq!(out.structured["replacements"], 2);
+    assert_eq!(f.get("r.txt").unwrap(), b"c\nb\nc\n");
+}
+
+fn edit_no_match_diagnoses_whitespace(f: &dyn Fixture) {
+    f.put("t.py", b"def f():\n\treturn 1\n");
+    let t = tools(f);
+    ok(&t, "read_file", json!({"path": "t.py"}));
+    let msg = err(&t, "edit_file", json!({"path": "t.py", "find": "    return 1", "replace": "x"}), "no_match");
+    assert!(msg.contains("line 2") && msg.contains("tab"), "{msg}");
+    assert_eq!(f.get("t.py").unwrap(), b"def f():\n\treturn 1\n");
+}
+
+fn edit_keeps_crlf(f: &dyn Fixture) {
+    f.put("w.txt", b"one\r\ntwo\r\nthree\r\n");
+    let t = tools(f);
+    ok(&t, "read_file", json!({"path": "w.txt"}));
+    ok(&t, "edit_file", json!({"path": "w.txt", "find": "one\ntwo", "replace": "1\n2\n2.5"}));
+    assert_eq!(f.get("w.txt").unwrap(), b"1\r\n2\r\n2.5\r\nthree\r\n");
+}
+
+fn edit_stale_and_missing(f: &dyn Fixture) {
+    f.put("s.txt", b"abc");
+    let t = tools(f);
+    ok(&t, "read_file", json!({"path": "s.txt"}));
+    f.put("s.txt", b"abcd");
+    err(&t, "edit_file", json!({"path": "s.txt", "find": "abc", "replace": "x"}), "stale");
+    err(&t, "edit_file", json!({"path": "nope.txt", "find": "a", "replace": "b"}), "not_found");
+    err(&t, "edit_file", json!({"path": "s.txt", "find": "", "replace": "b"}), "invalid_input");
+}
+
+fn edit_binary_is_refused(f: &dyn Fixture) {
+    f.put("b.bin", b"\0\x01\x02abc");
+    let t = tools(f);
+    ok(&t, "read_file", json!({"path": "b.bin"}));
+    err(&t, "edit_file", json!({"path": "b.bin", "find": "abc", "replace": "x"}), "binary");
+}
+
+// ---- glob / list_files ----
+
+fn tree(f: &dyn Fixture) {
+    f.put(".gitignore", b"target/\n*.log\n!keep.log\n");
+    f.put("src/main.rs", b"fn main() {}\n");
+    f.put("src/lib.rs", b"pub fn lib() {}\n");
+    f.put("src/nested/deep.rs", b"// deep NEEDLE\n");
+    f.put("src/nested/.gitignore", b"ignored_here.rs\n");
+    f.put("src/nested/ignored_here.rs", b"NEEDLE\n");
+    f.put("target/debug/out.rs", b"NEEDLE\n");
+    f.put("debug.log", b"NEEDLE\n");
+    f.put("keep.log", b"NEEDLE keep\n");
+    f.put("README.md", b"# readme NEEDLE\n");
+    f.put(".git/config", b"[core] NEEDLE\n");
+    f.put(".git/HEAD", b"ref: NEEDLE\n");
+    f.put("data.bin", b"NEEDLE\0\0binary");
+}
+
+fn glob_respects_ignores_and_sorts(f: &dyn Fixture) {
+    tree(f);
+    let t = tools(f);
+    let out = ok(&t, "glob", json!({"pattern": "**/*.rs"}));
+    assert_eq!(out.text, "src/lib.rs\nsrc/main.rs\nsrc/nested/deep.rs");
+    assert_eq!(out.structured["total"], 3);
+    let out = ok(&t, "glob", json!({"pattern": "*.rs", "path": "src"}));
+    assert_eq!(out.text, "src/lib.rs\nsrc/main.rs");
+    let out = ok(&t, "glob", json!({"pattern": "**/*"}));
+    assert!(!out.text.contains(".git/"), "{}", out.text);
+    assert!(out.text.contains("keep.log") && !out.text.contains("debug.log"));
+    let out = ok(&t, "glob", json!({"pattern": "*.{md,log}"}));
+    assert_eq!(out.text, "README.md\nkeep.log");
+    let out = ok(&t, "glob", json!({"pattern": "nothing*"}));
+    assert!(out.text.contains("No files match"));
+    err(&t, "glob", json!({"pattern": "a[", "path": "."}), "invalid_input");
+    err(&t, "glob", json!({"pattern": "*", "path": "README.md"}), "invalid_input");
+}
+
+fn glob_caps_with_a_total(f: &dyn Fixture) {
+    for i in 0..10 {
+        f.put(&format!("f{i}.txt"), b"x");
+    }
+    let limits = Limits {
+        glob: MatchLimits { max_matches: 3 },
+        ..Limits::default()
+    };
+    let t = Toolset::builder(f.sandbox()).limits(limits).build().unwrap();
+    let out = ok(&t, "glob", json!({"pattern": "*.txt"}));
+    assert_eq!(out.structured["entries"].as_array().unwrap().len(), 3);
+    assert_eq!(out.structured["total"], 10);
+    assert_eq!(out.structured["truncated"], true);
+    assert!(out.text.contains("showing 3 of 10"));
+}
+
+fn list_files_recursive_and_filtered(f: &dyn Fixture) {
+    tree(f);
+    let t = tools(f);
+    let out = ok(&t, "list_files", json!({}));
+    let lines: Vec<&str> = out.text.lines().collect();
+    assert!(lines.contains(&"src/") && lines.contains(&"src/nested/") && lines.contains(&"src/nested/deep.rs"));
+    assert!(!out.text.contains(".git/") && !out.text.contains("target"), "{}", out.text);
+    assert!(!out.text.contains("ignored_here"));
+    let mut sorted = lines.clone();
+    sorted.sort();
+    assert_eq!(lines, sorted);
+    let out = ok(&t, "list_files", json!({"depth": 1}));
+    assert!(out.text.contains("src/") && !out.text.contains("src/main.rs"), "{}", out.text);
+    let out = ok(&t, "list_files", json!({"glob": "*.rs", "path": "src"}));
+    assert_eq!(out.text, "src/lib.rs\nsrc/main.rs\nsrc/nested/deep.rs");
+    err(&t, "list_files", json!({"path": "nope"}), "not_found");
+}
+
+// ---- search ----
+
+fn search_literal_regex_and_options(f: &dyn Fixture) {
+    tree(f);
+    f.put("src/re.txt", b"a.b\naxb\nA.B\n");
+    let t = tools(f);
+    let out = ok(&t, "search", json!({"query": "NEEDLE"}));
+    assert_eq!(
+        out.text,
+        "README.md:1: # readme NEEDLE\nkeep.log:1: NEEDLE keep\nsrc/nested/deep.rs:1: // deep NEEDLE\n[3 matching lines]"
+    );
+    assert_eq!(out.structured["total"], 3);
+    let out = ok(&t, "search", json!({"query": "a.b", "path": "src"}));
+    assert_eq!(out.structured["total"], 1, "{}", out.text);
+    let out = ok(&t, "search", json!({"query": "a.b", "path": "src", "regex": true}));
+    assert_eq!(out.structured["total"], 2);
+    let out = ok(&t, "search", json!({"query": "a.b", "path": "src/re.txt", "case_insensitive": true}));
+    assert_eq!(out.structured["total"], 2);
+    let out = ok(&t, "search", json!({"query": "NEEDLE", "glob": "*.md"}));
+    assert_eq!(out.structured["total"], 1);
+    let out = ok(&t, "search", json!({"query": "zzzz-not-there"}));
+    assert!(out.text.starts_with("No matches"));
+    err(&t, "search", json!({"query": "(", "regex": true}), "invalid_input");
+    err(&t, "search", json!({"query": ""}), "invalid_input");
+}
+
+fn search_context_lines(f: &dyn Fixture) {
+    f.put("c.txt", b"1\n2\nhit\n4\n5\n6\n7\nhit\n9\n");
+    let t = tools(f);
+    let out = ok(&t, "search", json!({"query": "hit", "context": 1}));
+    assert_eq!(
+        out.text,
+        "c.txt-2- 2\nc.txt:3: hit\nc.txt-4- 4\n--\nc.txt-7- 7\nc.txt:8: hit\nc.txt-9- 9\n[2 matching lines]"
+    );
+}
+
+fn search_caps_with_a_total(f: &dyn Fixture) {
+    for i in 0..30 {
+        f.put(&format!("d/f{i:02}.txt"), b"x\nx\nx\nx\nx\n");
+    }
+    let limits = Limits {
+        search: MatchLimits { max_matches: 7 },
+        ..Limits::default()
+    };
+    let t = Toolset::builder(f.sandbox()).limits(limits).build().unwrap();
+    let out = ok(&t, "search", json!({"query": "x"}));
+    assert_eq!(out.structured["total"], 150);
+    assert_eq!(out.structured["matches"].as_array().unwrap().len(), 7);
+    assert_eq!(out.structured["truncated"], true);
+    assert!(out.text.starts_with("d/f00.txt:1: x\n"), "{}", out.text);
+    assert!(out.text.contains("d/f01.txt:2: x\n[showing 7 of 150"), "{}", out.text);
+}
+
+// ---- changes ----
+
+fn changes_reports_added_modified_deleted(f: &dyn Fixture) {
+    f.put("keep.txt", b"same");
+    f.put("mod.txt", b"v1");
+    f.put("del.txt", b"bye");
+    let t = tools(f);
+    ok(&t, "read_file", json!({"path": "mod.txt"}));
+    let out = ok(&t, "changes", json!({}));
+    assert!(out.text.contains("No changes"), "{}", out.text);
+    ok(&t, "write_file", json!({"path": "mod.txt", "content": "v2"}));
+    ok(&t, "write_file", json!({"path": "new/by_tool.txt", "content": "x"}));
+    f.put("by_hand.txt", b"y");
+    f.remove("del.txt");
+    let out = ok(&t, "changes", json!({}));
+    assert_eq!(out.text, "A by_hand.txt\nD del.txt\nM mod.txt\nA new/by_tool.txt");
+    assert_eq!(out.structured["changes"][0]["status"], "A");
+}
+
+// ---- policy ----
+
+fn protected_paths_are_read_only(f: &dyn Fixture) {
+    f.put(".git/hooks/pre-commit", b"#!/bin/sh\n");
+    f.put(".git/config", b"[core]\n");
+    let t = tools(f);
+    for path in [
+        ".git/hooks/pre-commit",
+        ".git/hooks/post-checkout",
+        ".git/config",
+        ".mcp.json",
+        ".codex/config.toml",
+        ".claude/settings.json",
+        "cubby.toml",
+    ] {
+        ok(&t, "read_file", json!({"path": ".git/config"}));
+        let msg = err(&t, "write_file", json!({"path": path, "content": "evil"}), "denied");
+        assert!(msg.contains("protected"), "{msg}");
+        err(&t, "edit_file", json!({"path": path, "find": "a", "replace": "b"}), "denied");
+    }
+    assert!(f.get(".mcp.json").is_none());
+    assert!(f.get(".claude/settings.json").is_none());
+    assert_eq!(f.get(".git/config").unwrap(), b"[core]\n");
+}
+
+fn read_only_mode_offers_no_writes(f: &dyn Fixture) {
+    f.put("a.txt", b"x");
+    let policy = Policy::builder().mode(Mode::ReadOnly).build().unwrap();
+    let t = Toolset::builder(f.sandbox()).policy(policy).build().unwrap();
+    let names = t.tool_names();
+    assert!(!names.contains(&"write_file") && !names.contains(&"edit_file"));
+    assert!(names.contains(&"read_file") && names.contains(&"search"));
+    let msg = err(&t, "write_file", json!({"path": "b.txt", "content": "x"}), "denied");
+    assert!(msg.contains("read-only"), "{msg}");
+    assert!(f.get("b.txt").is_none());
+}
+
+fn deny_lists_remove_tools(f: &dyn Fixture) {
+    let policy = Policy::builder().deny(["search"]).build().unwrap();
+    let t = Toolset::builder(f.sandbox()).policy(policy).build().unwrap();
+    assert!(!t.tool_names().contains(&"search"));
+    assert!(t.tools().iter().all(|s| s.name != "search"));
+    err(&t, "search", json!({"query": "x"}), "denied");
+}
+
+fn deny_read_hides_paths(f: &dyn Fixture) {
+    f.put("secrets/key.pem", b"PRIVATE KEY");
+    f.put("public.txt", b"PRIVATE KEY mentioned\n");
+    let policy = Policy::builder().deny_read(["secrets/"]).build().unwrap();
+    let t = Toolset::builder(f.sandbox()).policy(policy).build().unwrap();
+    err(&t, "read_file", json!({"path": "secrets/key.pem"}), "denied");
+    err(&t, "write_file", json!({"path": "secrets/new", "content": "x"}), "denied");
+    let out = ok(&t, "search", json!({"query": "PRIVATE"}));
+    assert_eq!(out.structured["total"], 1, "{}", out.text);
+    let out = ok(&t, "list_files", json!({}));
+    assert!(!out.text.contains("secrets"), "{}", out.text);
+    err(&t, "list_files", json!({"path": "secrets"}), "denied");
+}
+
+fn secrets_never_leave(f: &dyn Fixture) {
+    f.put("cfg/tok-hunter2.txt", b"password=hunter2\nhunter2hunter2\n");
+    let t = Toolset::builder(f.sandbox()).secret("PASSWORD", "hunter2").build().unwrap();
+    for (tool, args) in [
+        ("read_file", json!({"path": "cfg/tok-hunter2.txt"})),
+        ("list_files", json!({})),
+        ("glob", json!({"pattern": "**/*"})),
+        ("search", json!({"query": "hunter"})),
+        ("read_file", json!({"path": "cfg/hunter2-missing"})),
+        ("changes", json!({})),
+    ] {
+        let out = t.call(tool, args);
+        assert!(!out.text.contains("hunter2"), "{tool}: {}", out.text);
+        assert!(!out.structured.to_string().contains("hunter2"), "{tool}: {}", out.structured);
+        if tool != "changes" {
+            assert!(out.text.contains("[REDACTED:PASSWORD]"), "{tool}: {}", out.text);
+        }
+    }
+}
+
+fn unknown_tools_and_bad_arguments(f: &dyn Fixture) {
+    f.put("a.txt", b"x");
+    let t = tools(f);
+    let msg = err(&t, "raed_file", json!({}), "invalid_input");
+    assert!(msg.contains("read_file"), "{msg}");
+    err(&t, "read_file", json!({}), "invalid_input");
+    err(&t, "read_file", json!({"path": 7}), "invalid_input");
+    err(&t, "read_file", json!({"path": "a.txt", "offset": "ten"}), "invalid_input");
+    err(&t, "read_file", json!({"path": "a.txt", "offset": -1}), "invalid_input");
+    err(&t, "read_file", json!({"path": "a.txt", "extra": 1}), "invalid_input");
+    err(&t, "read_file", json!(["a.txt"]), "invalid_input");
+    err(&t, "write_file", json!({"path": "b.txt"}), "invalid_input");
+    err(&t, "edit_file", json!({"path": "a.txt", "find": null, "replace": "x"}), "invalid_input");
+    let out = t.call_json("read_file", b"{\"path\": ");
+    assert!(out.text.starts_with("ERROR invalid_input:"), "{}", out.text);
+    let out = t.call_json("read_file", b"\xff\xfe");
+    assert!(out.text.starts_with("ERROR invalid_input:"), "{}", out.text);
+    let huge = json!({"path": "x".repeat(100_000)});
+    err(&t, "read_file", huge, "invalid_input");
+    let huge_content = json!({"path": "h.txt", "content": "y".repeat(40 * 1024 * 1024)});
+    err(&t, "write_file", huge_content, "too_large");
+    // And the toolset still serves.
+    ok(&t, "read_file", json!({"path": "a.txt"}));
+}
+
+macro_rules! suite {
+    ($provider:ident, $make:expr, [$($case:ident),* $(,)?]) => {
+        mod $provider {
+            use super::*;
+            $(
+                #[test]
+                fn $case() {
+                    let fixture = $make;
+                    super::$case(&fixture);
+                }
+            )*
+        }
+    };
+}
+
+macro_rules! both {
+    ($($case:ident),* $(,)?) => {
+        suite!(local, Local::new(), [$($case),*]);
+        suite!(virtual_fs, Virtual::new(), [$($case),*]);
+    };
+}
+
+both!(
+    read_numbered_lines,
+    read_windows_with_next_offset,
+    read_stops_at_50_kib,
+    read_cuts_long_lines,
+    read_errors,
+    read_binary_as_metadata,
+    read_invalid_utf8_late_is_text,
+    read_empty_file,
+    write_creates_with_parents,
+    write_needs_a_read_and_detects_staleness,
+    write_keeps_mode_bits,
+    write_refuses_directories,
+    edit_replaces_once_and_returns_a_diff,
+    edit_ambiguous_and_replace_all,
+    edit_no_match_diagnoses_whitespace,
+    edit_keeps_crlf,
+    edit_stale_and_missing,
+    edit_binary_is_refused,
+    glob_respects_ignores_and_sorts,
+    glob_caps_with_a_total,
+    list_files_recursive_and_filtered,
+    search_literal_regex_and_options,
+    search_context_lines,
+    search_caps_with_a_total,
+    changes_reports_added_modified_deleted,
+    protected_paths_are_read_only,
+    read_only_mode_offers_no_writes,
+    deny_lists_remove_tools,
+    deny_read_hides_paths,
+    secrets_never_leave,
+    unknown_tools_and_bad_arguments,
+);
