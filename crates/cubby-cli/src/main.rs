@@ -142,7 +142,8 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             })
         }
         Command::Tools { format, common } => {
-            let toolset = setup::toolset(&common, false)?;
+            // Tracking on, so that `changes` is listed; the snapshot thread dies with the process.
+            let toolset = setup::toolset(&common, true)?;
             let specs: Vec<Value> = toolset
                 .tools()
                 .into_iter()

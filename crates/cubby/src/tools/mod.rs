@@ -181,8 +181,9 @@ fn spec_of<T: Tool>() -> ToolSpec {
 fn call_of<T: Tool>(ctx: &Ctx<'_>, args: Value) -> Result<ToolOutput> {
     let params: T::Params = serde_json::from_value(args).map_err(|e| {
         Error::invalid_input(format!(
-            "arguments for {} do not fit its schema: {e}; see the tool's input schema",
-            T::NAME
+            "arguments for {} do not fit its schema: {}; see the tool's input schema",
+            T::NAME,
+            crate::error::truncate_for_message(&e.to_string())
         ))
     })?;
     let (text, output) = T::call(ctx, params)?;
