@@ -31,7 +31,9 @@ pub fn toolset(common: &Common, track_changes: bool) -> anyhow::Result<Toolset> 
     }
     let (config, config_path) = load_config(common, &root)?;
     let mode = match &common.mode {
-        Some(m) => m.parse::<Mode>().map_err(|e| anyhow::anyhow!("--mode: {}", e.message()))?,
+        Some(m) => m
+            .parse::<Mode>()
+            .map_err(|e| anyhow::anyhow!("--mode: {}", e.message()))?,
         None => config.mode.unwrap_or_default(),
     };
     let provider = match &common.provider {
@@ -49,7 +51,9 @@ pub fn toolset(common: &Common, track_changes: bool) -> anyhow::Result<Toolset> 
     if let Some(rel) = config_path.as_deref().and_then(|p| relative_to(p, &root)) {
         policy.protect(rel);
     }
-    let policy = policy.build().map_err(|e| anyhow::anyhow!("config: {}", e.message()))?;
+    let policy = policy
+        .build()
+        .map_err(|e| anyhow::anyhow!("config: {}", e.message()))?;
     let sandbox = sandbox(provider, &root)?;
     let mut builder = Toolset::builder(sandbox)
         .policy(policy)
@@ -61,14 +65,17 @@ pub fn toolset(common: &Common, track_changes: bool) -> anyhow::Result<Toolset> 
             _ => tracing::warn!("secret `{name}` is not set in the environment; nothing to redact"),
         }
     }
-    builder.build().map_err(|e| anyhow::anyhow!("{}", e.message()))
+    builder
+        .build()
+        .map_err(|e| anyhow::anyhow!("{}", e.message()))
 }
 
 fn load_config(common: &Common, root: &Path) -> anyhow::Result<(Config, Option<PathBuf>)> {
     let path = match &common.config {
-        Some(p) => Some(std::fs::canonicalize(p).with_context(|| {
-            format!("config file `{}` does not exist", p.display())
-        })?),
+        Some(p) => Some(
+            std::fs::canonicalize(p)
+                .with_context(|| format!("config file `{}` does not exist", p.display()))?,
+        ),
         None => {
             let default = root.join(cubby::policy::CONFIG_FILE_NAME);
             default.is_file().then_some(default)
@@ -93,7 +100,8 @@ fn relative_to(path: &Path, root: &Path) -> Option<String> {
 fn sandbox(provider: ProviderKind, root: &Path) -> anyhow::Result<Arc<dyn Sandbox>> {
     match provider {
         ProviderKind::Virtual => {
-            let fs = cubby::MemoryFs::from_dir(root).map_err(|e| anyhow::anyhow!("{}", e.message()))?;
+            let fs =
+                cubby::MemoryFs::from_dir(root).map_err(|e| anyhow::anyhow!("{}", e.message()))?;
             Ok(cubby::virtual_sandbox(fs))
         }
         // Until the command providers land, `linux` and `local` differ only in

@@ -158,10 +158,19 @@ impl Limits {
     /// `invalid_input` naming the key whose value cannot work.
     pub fn validate(&self) -> Result<()> {
         let zero = [
-            ("limits.read_file.max_lines", self.read_file.max_lines as u64),
-            ("limits.read_file.max_bytes", self.read_file.max_bytes as u64),
+            (
+                "limits.read_file.max_lines",
+                self.read_file.max_lines as u64,
+            ),
+            (
+                "limits.read_file.max_bytes",
+                self.read_file.max_bytes as u64,
+            ),
             ("limits.glob.max_matches", self.glob.max_matches as u64),
-            ("limits.list_files.max_matches", self.list_files.max_matches as u64),
+            (
+                "limits.list_files.max_matches",
+                self.list_files.max_matches as u64,
+            ),
             ("limits.search.max_matches", self.search.max_matches as u64),
             ("limits.run.max_timeout_ms", self.run.max_timeout_ms),
         ];

@@ -163,12 +163,13 @@ impl Error {
                         "`{shown}` does not exist; use list_files or glob to find the right path"
                     ),
                 ),
-                Io::PermissionDenied => Error::denied(format!(
-                    "the operating system refused access to `{shown}`"
-                )),
-                Io::StorageFull | Io::QuotaExceeded => {
-                    Error::new(ErrorKind::Limit, format!("no space left to write `{shown}`"))
+                Io::PermissionDenied => {
+                    Error::denied(format!("the operating system refused access to `{shown}`"))
                 }
+                Io::StorageFull | Io::QuotaExceeded => Error::new(
+                    ErrorKind::Limit,
+                    format!("no space left to write `{shown}`"),
+                ),
                 Io::FileTooLarge => Error::new(
                     ErrorKind::TooLarge,
                     format!("`{shown}` is larger than the file system allows"),
@@ -238,7 +239,11 @@ mod tests {
         let names: std::collections::HashSet<_> =
             ErrorKind::ALL.iter().map(|k| k.as_str()).collect();
         assert_eq!(names.len(), ErrorKind::ALL.len());
-        assert!(names.iter().all(|n| n.chars().all(|c| c.is_ascii_lowercase() || c == '_')));
+        assert!(
+            names
+                .iter()
+                .all(|n| n.chars().all(|c| c.is_ascii_lowercase() || c == '_'))
+        );
     }
 
     #[test]

@@ -128,9 +128,8 @@ impl Redactor {
             None => s.to_string(),
             Some(inner) => {
                 let bytes = redact_all(inner, s.as_bytes());
-                String::from_utf8(bytes).unwrap_or_else(|e| {
-                    String::from_utf8_lossy(e.as_bytes()).into_owned()
-                })
+                String::from_utf8(bytes)
+                    .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
             }
         }
     }

@@ -207,7 +207,15 @@ mod tests {
 
     #[test]
     fn refuses_climbs_and_absolute_paths() {
-        for p in ["..", "../x", "a/../../x", "a/b/../../..", "/etc/passwd", "/", "//x"] {
+        for p in [
+            "..",
+            "../x",
+            "a/../../x",
+            "a/b/../../..",
+            "/etc/passwd",
+            "/",
+            "//x",
+        ] {
             assert_eq!(kind(p), ErrorKind::PathEscape, "{p}");
         }
     }

@@ -60,7 +60,13 @@ pub const WEB_TOOLS: [&str; 2] = ["web_fetch", "web_search"];
 
 /// Agent configuration files protected in every mode (SPEC §4). Each entry
 /// covers everything beneath it.
-pub const DEFAULT_PROTECTED: [&str; 5] = [".git/hooks/", ".git/config", ".mcp.json", ".codex/", ".claude/"];
+pub const DEFAULT_PROTECTED: [&str; 5] = [
+    ".git/hooks/",
+    ".git/config",
+    ".mcp.json",
+    ".codex/",
+    ".claude/",
+];
 
 /// The name of the config file in the workspace root (also protected).
 pub const CONFIG_FILE_NAME: &str = "cubby.toml";
@@ -283,7 +289,10 @@ impl Policy {
         if d.allowed {
             Ok(())
         } else {
-            Err(Error::denied(format!("reading `{path}` is not allowed: {}", d.rule)))
+            Err(Error::denied(format!(
+                "reading `{path}` is not allowed: {}",
+                d.rule
+            )))
         }
     }
 
@@ -295,7 +304,9 @@ impl Policy {
     /// True when some `deny_read` rule lies at or below `dir` (used to decide
     /// whether a walk of `dir` needs per-entry checks).
     pub(crate) fn has_deny_read_within(&self, dir: &WorkspacePath) -> bool {
-        self.deny_read.iter().any(|r| r.is_within(dir) || r.covers(dir))
+        self.deny_read
+            .iter()
+            .any(|r| r.is_within(dir) || r.covers(dir))
     }
 
     /// The protected path rules.
@@ -317,7 +328,10 @@ pub struct PolicyBuilder {
 
 impl PolicyBuilder {
     fn protect_defaults(&mut self) {
-        for spec in DEFAULT_PROTECTED.iter().chain(std::iter::once(&CONFIG_FILE_NAME)) {
+        for spec in DEFAULT_PROTECTED
+            .iter()
+            .chain(std::iter::once(&CONFIG_FILE_NAME))
+        {
             if let Ok(rule) = PathRule::parse(spec) {
                 self.protected.push(rule);
             }
@@ -458,7 +472,13 @@ mod tests {
         ] {
             assert!(!policy.write_decision(&p(path)).allowed, "{path}");
         }
-        for path in [".git/HEAD", ".gitconfig", "src/.mcp.json", ".claude-notes", "cubby.toml.bak"] {
+        for path in [
+            ".git/HEAD",
+            ".gitconfig",
+            "src/.mcp.json",
+            ".claude-notes",
+            "cubby.toml.bak",
+        ] {
             assert!(policy.write_decision(&p(path)).allowed, "{path}");
         }
     }
@@ -472,7 +492,10 @@ mod tests {
 
     #[test]
     fn deny_read_hides_subtrees() {
-        let policy = Policy::builder().deny_read(["secret/", "key.pem"]).build().unwrap();
+        let policy = Policy::builder()
+            .deny_read(["secret/", "key.pem"])
+            .build()
+            .unwrap();
         assert!(!policy.read_decision(&p("secret/a")).allowed);
         assert!(!policy.read_decision(&p("key.pem")).allowed);
         assert!(policy.read_decision(&p("secretive")).allowed);

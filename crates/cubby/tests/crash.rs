@@ -60,19 +60,32 @@ fn sigkill_mid_write_leaves_old_or_new_content() {
             .stderr(Stdio::null())
             .spawn()
             .unwrap();
-        seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
         let delay = 5 + (seed >> 33) % 200;
         std::thread::sleep(Duration::from_millis(delay));
         let started = Instant::now();
         child.kill().unwrap();
         let status = child.wait().unwrap();
         assert!(started.elapsed() < Duration::from_secs(5));
-        assert!(status.code().is_none(), "round {round}: the writer exited by itself: {status}");
+        assert!(
+            status.code().is_none(),
+            "round {round}: the writer exited by itself: {status}"
+        );
         let bytes = std::fs::read(&target).unwrap();
-        assert_eq!(bytes.len(), CONTENT_BYTES, "round {round}: target has {} bytes", bytes.len());
+        assert_eq!(
+            bytes.len(),
+            CONTENT_BYTES,
+            "round {round}: target has {} bytes",
+            bytes.len()
+        );
         let first = bytes[0];
         assert!(first == b'a' || first == b'b', "round {round}");
-        assert!(bytes.iter().all(|b| *b == first), "round {round}: mixed content");
+        assert!(
+            bytes.iter().all(|b| *b == first),
+            "round {round}: mixed content"
+        );
         seen[(first - b'a') as usize] += 1;
     }
     // Both contents were observed: the writer really was writing when killed.
@@ -80,6 +93,9 @@ fn sigkill_mid_write_leaves_old_or_new_content() {
     // Whatever temp files the kills left behind are hidden siblings, never the target.
     for entry in std::fs::read_dir(dir.path()).unwrap() {
         let name = entry.unwrap().file_name().into_string().unwrap();
-        assert!(name == "target.txt" || name.starts_with(".target.txt.cubby-tmp."), "{name}");
+        assert!(
+            name == "target.txt" || name.starts_with(".target.txt.cubby-tmp."),
+            "{name}"
+        );
     }
 }

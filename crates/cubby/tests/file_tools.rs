@@ -53,7 +53,11 @@ impl Fixture for Local {
         std::fs::read(self.abs(path)).ok()
     }
     fn mode(&self, path: &str) -> u32 {
-        std::fs::metadata(self.abs(path)).unwrap().permissions().mode() & 0o7777
+        std::fs::metadata(self.abs(path))
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o7777
     }
     fn remove(&self, path: &str) {
         std::fs::remove_file(self.abs(path)).unwrap();
@@ -115,7 +119,11 @@ fn ok(t: &Toolset, name: &str, args: Value) -> cubby::ToolOutput {
 /// Calls a tool and insists on an error of `kind`.
 fn err(t: &Toolset, name: &str, args: Value, kind: &str) -> String {
     let out = t.call(name, args.clone());
-    assert!(out.is_error, "{name} {args} should fail with {kind}: {}", out.text);
+    assert!(
+        out.is_error,
+        "{name} {args} should fail with {kind}: {}",
+        out.text
+    );
     assert!(
         out.text.starts_with(&format!("ERROR {kind}: ")),
         "{name} {args}: expected {kind}, got {}",
@@ -139,7 +147,10 @@ fn read_numbered_lines(f: &dyn Fixture) {
     assert_eq!(s["truncated"], false);
     assert!(s.get("next_offset").is_none());
     assert_eq!(s["size"], 17);
-    assert_eq!(s["sha256"], "4fdbc441ea7b546100e086ac1e4fc5ae6749b7314311c99db05be450eca12996");
+    assert_eq!(
+        s["sha256"],
+        "4fdbc441ea7b546100e086ac1e4fc5ae6749b7314311c99db05be450eca12996"
+    );
     assert_eq!(s["content"], "alpha\nbeta\ngamma\n");
 }
 
@@ -149,12 +160,19 @@ fn read_windows_with_next_offset(f: &dyn Fixture) {
     let t = tools(f);
     let out = ok(&t, "read_file", json!({"path": "big.txt"}));
     let s = &out.structured;
-    assert_eq!((s["start_line"].as_u64(), s["end_line"].as_u64()), (Some(1), Some(2000)));
+    assert_eq!(
+        (s["start_line"].as_u64(), s["end_line"].as_u64()),
+        (Some(1), Some(2000))
+    );
     assert_eq!(s["total_lines"], 5000);
     assert_eq!(s["truncated"], true);
     assert_eq!(s["next_offset"], 2001);
     assert!(out.text.contains("offset=2001"));
-    let out = ok(&t, "read_file", json!({"path": "big.txt", "offset": 4990, "limit": 50}));
+    let out = ok(
+        &t,
+        "read_file",
+        json!({"path": "big.txt", "offset": 4990, "limit": 50}),
+    );
     assert_eq!(out.structured["start_line"], 4990);
     assert_eq!(out.structured["end_line"], 5000);
     assert_eq!(out.structured["truncated"], false);
@@ -162,7 +180,12 @@ fn read_windows_with_next_offset(f: &dyn Fixture) {
     // A limit above the maximum is clamped.
     let out = ok(&t, "read_file", json!({"path": "big.txt", "limit": 100000}));
     assert_eq!(out.structured["end_line"], 2000);
-    err(&t, "read_file", json!({"path": "big.txt", "offset": 5001}), "invalid_input");
+    err(
+        &t,
+        "read_file",
+        json!({"path": "big.txt", "offset": 5001}),
+        "invalid_input",
+    );
 }
 
 fn read_stops_at_50_kib(f: &dyn Fixture) {
@@ -193,7 +216,12 @@ fn read_errors(f: &dyn Fixture) {
     let msg = err(&t, "read_file", json!({"path": "missing.txt"}), "not_found");
     assert!(msg.contains("list_files") || msg.contains("glob"), "{msg}");
     err(&t, "read_file", json!({"path": "../x"}), "path_escape");
-    err(&t, "read_file", json!({"path": "/etc/passwd"}), "path_escape");
+    err(
+        &t,
+        "read_file",
+        json!({"path": "/etc/passwd"}),
+        "path_escape",
+    );
 }
 
 fn read_binary_as_metadata(f: &dyn Fixture) {
@@ -235,7 +263,11 @@ fn read_empty_file(f: &dyn Fixture) {
 
 fn write_creates_with_parents(f: &dyn Fixture) {
     let t = tools(f);
-    let out = ok(&t, "write_file", json!({"path": "new/deep/file.txt", "content": "hi\n"}));
+    let out = ok(
+        &t,
+        "write_file",
+        json!({"path": "new/deep/file.txt", "content": "hi\n"}),
+    );
     assert_eq!(out.structured["created"], true);
     assert_eq!(out.structured["size"], 3);
     assert_eq!(f.get("new/deep/file.txt").unwrap(), b"hi\n");
@@ -244,29 +276,52 @@ fn write_creates_with_parents(f: &dyn Fixture) {
 fn write_needs_a_read_and_detects_staleness(f: &dyn Fixture) {
     f.put("a.txt", b"old\n");
     let t = tools(f);
-    let msg = err(&t, "write_file", json!({"path": "a.txt", "content": "new"}), "not_read");
+    let msg = err(
+        &t,
+        "write_file",
+        json!({"path": "a.txt", "content": "new"}),
+        "not_read",
+    );
     assert!(msg.contains("read_file"));
     assert_eq!(f.get("a.txt").unwrap(), b"old\n");
     ok(&t, "read_file", json!({"path": "a.txt"}));
     f.put("a.txt", b"changed behind our back\n");
-    err(&t, "write_file", json!({"path": "a.txt", "content": "new"}), "stale");
+    err(
+        &t,
+        "write_file",
+        json!({"path": "a.txt", "content": "new"}),
+        "stale",
+    );
     assert_eq!(f.get("a.txt").unwrap(), b"changed behind our back\n");
     ok(&t, "read_file", json!({"path": "a.txt"}));
     let out = ok(&t, "write_file", json!({"path": "a.txt", "content": "new"}));
     assert_eq!(out.structured["created"], false);
     assert_eq!(f.get("a.txt").unwrap(), b"new");
     // Our own write counts as seen: writing again needs no new read.
-    ok(&t, "write_file", json!({"path": "a.txt", "content": "newer"}));
+    ok(
+        &t,
+        "write_file",
+        json!({"path": "a.txt", "content": "newer"}),
+    );
     // A second run has not read it.
     let t2 = tools(f);
-    err(&t2, "write_file", json!({"path": "a.txt", "content": "x"}), "not_read");
+    err(
+        &t2,
+        "write_file",
+        json!({"path": "a.txt", "content": "x"}),
+        "not_read",
+    );
 }
 
 fn write_keeps_mode_bits(f: &dyn Fixture) {
     f.put_mode("run.sh", b"#!/bin/sh\n", 0o750);
     let t = tools(f);
     ok(&t, "read_file", json!({"path": "run.sh"}));
-    ok(&t, "write_file", json!({"path": "run.sh", "content": "#!/bin/sh\necho hi\n"}));
+    ok(
+        &t,
+        "write_file",
+        json!({"path": "run.sh", "content": "#!/bin/sh\necho hi\n"}),
+    );
     assert_eq!(f.mode("run.sh"), 0o750);
 }
 
@@ -274,8 +329,18 @@ fn write_refuses_directories(f: &dyn Fixture) {
     f.mkdir("d");
     f.put("file", b"x");
     let t = tools(f);
-    err(&t, "write_file", json!({"path": "d", "content": "x"}), "is_directory");
-    err(&t, "write_file", json!({"path": ".", "content": "x"}), "is_directory");
+    err(
+        &t,
+        "write_file",
+        json!({"path": "d", "content": "x"}),
+        "is_directory",
+    );
+    err(
+        &t,
+        "write_file",
+        json!({"path": ".", "content": "x"}),
+        "is_directory",
+    );
     let out = t.call("write_file", json!({"path": "file/child", "content": "x"}));
     assert!(out.is_error, "{}", out.text);
 }
@@ -285,9 +350,18 @@ fn write_refuses_directories(f: &dyn Fixture) {
 fn edit_replaces_once_and_returns_a_diff(f: &dyn Fixture) {
     f.put("m.rs", b"fn main() {\n    let x = 1;\n}\n");
     let t = tools(f);
-    err(&t, "edit_file", json!({"path": "m.rs", "find": "1", "replace": "2"}), "not_read");
+    err(
+        &t,
+        "edit_file",
+        json!({"path": "m.rs", "find": "1", "replace": "2"}),
+        "not_read",
+    );
     ok(&t, "read_file", json!({"path": "m.rs"}));
-    let out = ok(&t, "edit_file", json!({"path": "m.rs", "find": "let x = 1;", "replace": "let x = 2;"}));
+    let out = ok(
+        &t,
+        "edit_file",
+        json!({"path": "m.rs", "find": "let x = 1;", "replace": "let x = 2;"}),
+    );
     assert!(out.text.contains("-    let x = 1;"), "{}", out.text);
     assert!(out.text.contains("+    let x = 2;"), "{}", out.text);
     assert!(out.text.contains("--- a/m.rs"));
@@ -295,16 +369,29 @@ fn edit_replaces_once_and_returns_a_diff(f: &dyn Fixture) {
     assert_eq!(out.structured["sha256"].as_str().unwrap().len(), 64);
     assert_eq!(f.get("m.rs").unwrap(), b"fn main() {\n    let x = 2;\n}\n");
     // Consecutive edits need no new read.
-    ok(&t, "edit_file", json!({"path": "m.rs", "find": "x = 2", "replace": "y = 2"}));
+    ok(
+        &t,
+        "edit_file",
+        json!({"path": "m.rs", "find": "x = 2", "replace": "y = 2"}),
+    );
 }
 
 fn edit_ambiguous_and_replace_all(f: &dyn Fixture) {
     f.put("r.txt", b"a\nb\na\n");
     let t = tools(f);
     ok(&t, "read_file", json!({"path": "r.txt"}));
-    let msg = err(&t, "edit_file", json!({"path": "r.txt", "find": "a", "replace": "c"}), "ambiguous_match");
+    let msg = err(
+        &t,
+        "edit_file",
+        json!({"path": "r.txt", "find": "a", "replace": "c"}),
+        "ambiguous_match",
+    );
     assert!(msg.contains("2 times") && msg.contains("1, 3"), "{msg}");
-    let out = ok(&t, "edit_file", json!({"path": "r.txt", "find": "a", "replace": "c", "replace_all": true}));
+    let out = ok(
+        &t,
+        "edit_file",
+        json!({"path": "r.txt", "find": "a", "replace": "c", "replace_all": true}),
+    );
     assert_eq!(out.structured["replacements"], 2);
     assert_eq!(f.get("r.txt").unwrap(), b"c\nb\nc\n");
 }
@@ -313,7 +400,12 @@ fn edit_no_match_diagnoses_whitespace(f: &dyn Fixture) {
     f.put("t.py", b"def f():\n\treturn 1\n");
     let t = tools(f);
     ok(&t, "read_file", json!({"path": "t.py"}));
-    let msg = err(&t, "edit_file", json!({"path": "t.py", "find": "    return 1", "replace": "x"}), "no_match");
+    let msg = err(
+        &t,
+        "edit_file",
+        json!({"path": "t.py", "find": "    return 1", "replace": "x"}),
+        "no_match",
+    );
     assert!(msg.contains("line 2") && msg.contains("tab"), "{msg}");
     assert_eq!(f.get("t.py").unwrap(), b"def f():\n\treturn 1\n");
 }
@@ -322,7 +414,11 @@ fn edit_keeps_crlf(f: &dyn Fixture) {
     f.put("w.txt", b"one\r\ntwo\r\nthree\r\n");
     let t = tools(f);
     ok(&t, "read_file", json!({"path": "w.txt"}));
-    ok(&t, "edit_file", json!({"path": "w.txt", "find": "one\ntwo", "replace": "1\n2\n2.5"}));
+    ok(
+        &t,
+        "edit_file",
+        json!({"path": "w.txt", "find": "one\ntwo", "replace": "1\n2\n2.5"}),
+    );
     assert_eq!(f.get("w.txt").unwrap(), b"1\r\n2\r\n2.5\r\nthree\r\n");
 }
 
@@ -331,16 +427,36 @@ fn edit_stale_and_missing(f: &dyn Fixture) {
     let t = tools(f);
     ok(&t, "read_file", json!({"path": "s.txt"}));
     f.put("s.txt", b"abcd");
-    err(&t, "edit_file", json!({"path": "s.txt", "find": "abc", "replace": "x"}), "stale");
-    err(&t, "edit_file", json!({"path": "nope.txt", "find": "a", "replace": "b"}), "not_found");
-    err(&t, "edit_file", json!({"path": "s.txt", "find": "", "replace": "b"}), "invalid_input");
+    err(
+        &t,
+        "edit_file",
+        json!({"path": "s.txt", "find": "abc", "replace": "x"}),
+        "stale",
+    );
+    err(
+        &t,
+        "edit_file",
+        json!({"path": "nope.txt", "find": "a", "replace": "b"}),
+        "not_found",
+    );
+    err(
+        &t,
+        "edit_file",
+        json!({"path": "s.txt", "find": "", "replace": "b"}),
+        "invalid_input",
+    );
 }
 
 fn edit_binary_is_refused(f: &dyn Fixture) {
     f.put("b.bin", b"\0\x01\x02abc");
     let t = tools(f);
     ok(&t, "read_file", json!({"path": "b.bin"}));
-    err(&t, "edit_file", json!({"path": "b.bin", "find": "abc", "replace": "x"}), "binary");
+    err(
+        &t,
+        "edit_file",
+        json!({"path": "b.bin", "find": "abc", "replace": "x"}),
+        "binary",
+    );
 }
 
 // ---- glob / list_files ----
@@ -376,8 +492,18 @@ fn glob_respects_ignores_and_sorts(f: &dyn Fixture) {
     assert_eq!(out.text, "README.md\nkeep.log");
     let out = ok(&t, "glob", json!({"pattern": "nothing*"}));
     assert!(out.text.contains("No files match"));
-    err(&t, "glob", json!({"pattern": "a[", "path": "."}), "invalid_input");
-    err(&t, "glob", json!({"pattern": "*", "path": "README.md"}), "invalid_input");
+    err(
+        &t,
+        "glob",
+        json!({"pattern": "a[", "path": "."}),
+        "invalid_input",
+    );
+    err(
+        &t,
+        "glob",
+        json!({"pattern": "*", "path": "README.md"}),
+        "invalid_input",
+    );
 }
 
 fn glob_caps_with_a_total(f: &dyn Fixture) {
@@ -388,7 +514,10 @@ fn glob_caps_with_a_total(f: &dyn Fixture) {
         glob: MatchLimits { max_matches: 3 },
         ..Limits::default()
     };
-    let t = Toolset::builder(f.sandbox()).limits(limits).build().unwrap();
+    let t = Toolset::builder(f.sandbox())
+        .limits(limits)
+        .build()
+        .unwrap();
     let out = ok(&t, "glob", json!({"pattern": "*.txt"}));
     assert_eq!(out.structured["entries"].as_array().unwrap().len(), 3);
     assert_eq!(out.structured["total"], 10);
@@ -401,14 +530,26 @@ fn list_files_recursive_and_filtered(f: &dyn Fixture) {
     let t = tools(f);
     let out = ok(&t, "list_files", json!({}));
     let lines: Vec<&str> = out.text.lines().collect();
-    assert!(lines.contains(&"src/") && lines.contains(&"src/nested/") && lines.contains(&"src/nested/deep.rs"));
-    assert!(!out.text.contains(".git/") && !out.text.contains("target"), "{}", out.text);
+    assert!(
+        lines.contains(&"src/")
+            && lines.contains(&"src/nested/")
+            && lines.contains(&"src/nested/deep.rs")
+    );
+    assert!(
+        !out.text.contains(".git/") && !out.text.contains("target"),
+        "{}",
+        out.text
+    );
     assert!(!out.text.contains("ignored_here"));
     let mut sorted = lines.clone();
     sorted.sort();
     assert_eq!(lines, sorted);
     let out = ok(&t, "list_files", json!({"depth": 1}));
-    assert!(out.text.contains("src/") && !out.text.contains("src/main.rs"), "{}", out.text);
+    assert!(
+        out.text.contains("src/") && !out.text.contains("src/main.rs"),
+        "{}",
+        out.text
+    );
     let out = ok(&t, "list_files", json!({"glob": "*.rs", "path": "src"}));
     assert_eq!(out.text, "src/lib.rs\nsrc/main.rs\nsrc/nested/deep.rs");
     err(&t, "list_files", json!({"path": "nope"}), "not_found");
@@ -428,15 +569,28 @@ fn search_literal_regex_and_options(f: &dyn Fixture) {
     assert_eq!(out.structured["total"], 3);
     let out = ok(&t, "search", json!({"query": "a.b", "path": "src"}));
     assert_eq!(out.structured["total"], 1, "{}", out.text);
-    let out = ok(&t, "search", json!({"query": "a.b", "path": "src", "regex": true}));
+    let out = ok(
+        &t,
+        "search",
+        json!({"query": "a.b", "path": "src", "regex": true}),
+    );
     assert_eq!(out.structured["total"], 2);
-    let out = ok(&t, "search", json!({"query": "a.b", "path": "src/re.txt", "case_insensitive": true}));
+    let out = ok(
+        &t,
+        "search",
+        json!({"query": "a.b", "path": "src/re.txt", "case_insensitive": true}),
+    );
     assert_eq!(out.structured["total"], 2);
     let out = ok(&t, "search", json!({"query": "NEEDLE", "glob": "*.md"}));
     assert_eq!(out.structured["total"], 1);
     let out = ok(&t, "search", json!({"query": "zzzz-not-there"}));
     assert!(out.text.starts_with("No matches"));
-    err(&t, "search", json!({"query": "(", "regex": true}), "invalid_input");
+    err(
+        &t,
+        "search",
+        json!({"query": "(", "regex": true}),
+        "invalid_input",
+    );
     err(&t, "search", json!({"query": ""}), "invalid_input");
 }
 
@@ -458,13 +612,20 @@ fn search_caps_with_a_total(f: &dyn Fixture) {
         search: MatchLimits { max_matches: 7 },
         ..Limits::default()
     };
-    let t = Toolset::builder(f.sandbox()).limits(limits).build().unwrap();
+    let t = Toolset::builder(f.sandbox())
+        .limits(limits)
+        .build()
+        .unwrap();
     let out = ok(&t, "search", json!({"query": "x"}));
     assert_eq!(out.structured["total"], 150);
     assert_eq!(out.structured["matches"].as_array().unwrap().len(), 7);
     assert_eq!(out.structured["truncated"], true);
     assert!(out.text.starts_with("d/f00.txt:1: x\n"), "{}", out.text);
-    assert!(out.text.contains("d/f01.txt:2: x\n[showing 7 of 150"), "{}", out.text);
+    assert!(
+        out.text.contains("d/f01.txt:2: x\n[showing 7 of 150"),
+        "{}",
+        out.text
+    );
 }
 
 // ---- changes ----
@@ -477,12 +638,23 @@ fn changes_reports_added_modified_deleted(f: &dyn Fixture) {
     ok(&t, "read_file", json!({"path": "mod.txt"}));
     let out = ok(&t, "changes", json!({}));
     assert!(out.text.contains("No changes"), "{}", out.text);
-    ok(&t, "write_file", json!({"path": "mod.txt", "content": "v2"}));
-    ok(&t, "write_file", json!({"path": "new/by_tool.txt", "content": "x"}));
+    ok(
+        &t,
+        "write_file",
+        json!({"path": "mod.txt", "content": "v2"}),
+    );
+    ok(
+        &t,
+        "write_file",
+        json!({"path": "new/by_tool.txt", "content": "x"}),
+    );
     f.put("by_hand.txt", b"y");
     f.remove("del.txt");
     let out = ok(&t, "changes", json!({}));
-    assert_eq!(out.text, "A by_hand.txt\nD del.txt\nM mod.txt\nA new/by_tool.txt");
+    assert_eq!(
+        out.text,
+        "A by_hand.txt\nD del.txt\nM mod.txt\nA new/by_tool.txt"
+    );
     assert_eq!(out.structured["changes"][0]["status"], "A");
 }
 
@@ -502,9 +674,19 @@ fn protected_paths_are_read_only(f: &dyn Fixture) {
         "cubby.toml",
     ] {
         ok(&t, "read_file", json!({"path": ".git/config"}));
-        let msg = err(&t, "write_file", json!({"path": path, "content": "evil"}), "denied");
+        let msg = err(
+            &t,
+            "write_file",
+            json!({"path": path, "content": "evil"}),
+            "denied",
+        );
         assert!(msg.contains("protected"), "{msg}");
-        err(&t, "edit_file", json!({"path": path, "find": "a", "replace": "b"}), "denied");
+        err(
+            &t,
+            "edit_file",
+            json!({"path": path, "find": "a", "replace": "b"}),
+            "denied",
+        );
     }
     assert!(f.get(".mcp.json").is_none());
     assert!(f.get(".claude/settings.json").is_none());
@@ -514,18 +696,29 @@ fn protected_paths_are_read_only(f: &dyn Fixture) {
 fn read_only_mode_offers_no_writes(f: &dyn Fixture) {
     f.put("a.txt", b"x");
     let policy = Policy::builder().mode(Mode::ReadOnly).build().unwrap();
-    let t = Toolset::builder(f.sandbox()).policy(policy).build().unwrap();
+    let t = Toolset::builder(f.sandbox())
+        .policy(policy)
+        .build()
+        .unwrap();
     let names = t.tool_names();
     assert!(!names.contains(&"write_file") && !names.contains(&"edit_file"));
     assert!(names.contains(&"read_file") && names.contains(&"search"));
-    let msg = err(&t, "write_file", json!({"path": "b.txt", "content": "x"}), "denied");
+    let msg = err(
+        &t,
+        "write_file",
+        json!({"path": "b.txt", "content": "x"}),
+        "denied",
+    );
     assert!(msg.contains("read-only"), "{msg}");
     assert!(f.get("b.txt").is_none());
 }
 
 fn deny_lists_remove_tools(f: &dyn Fixture) {
     let policy = Policy::builder().deny(["search"]).build().unwrap();
-    let t = Toolset::builder(f.sandbox()).policy(policy).build().unwrap();
+    let t = Toolset::builder(f.sandbox())
+        .policy(policy)
+        .build()
+        .unwrap();
     assert!(!t.tool_names().contains(&"search"));
     assert!(t.tools().iter().all(|s| s.name != "search"));
     err(&t, "search", json!({"query": "x"}), "denied");
@@ -535,9 +728,22 @@ fn deny_read_hides_paths(f: &dyn Fixture) {
     f.put("secrets/key.pem", b"PRIVATE KEY");
     f.put("public.txt", b"PRIVATE KEY mentioned\n");
     let policy = Policy::builder().deny_read(["secrets/"]).build().unwrap();
-    let t = Toolset::builder(f.sandbox()).policy(policy).build().unwrap();
-    err(&t, "read_file", json!({"path": "secrets/key.pem"}), "denied");
-    err(&t, "write_file", json!({"path": "secrets/new", "content": "x"}), "denied");
+    let t = Toolset::builder(f.sandbox())
+        .policy(policy)
+        .build()
+        .unwrap();
+    err(
+        &t,
+        "read_file",
+        json!({"path": "secrets/key.pem"}),
+        "denied",
+    );
+    err(
+        &t,
+        "write_file",
+        json!({"path": "secrets/new", "content": "x"}),
+        "denied",
+    );
     let out = ok(&t, "search", json!({"query": "PRIVATE"}));
     assert_eq!(out.structured["total"], 1, "{}", out.text);
     let out = ok(&t, "list_files", json!({}));
@@ -547,7 +753,10 @@ fn deny_read_hides_paths(f: &dyn Fixture) {
 
 fn secrets_never_leave(f: &dyn Fixture) {
     f.put("cfg/tok-hunter2.txt", b"password=hunter2\nhunter2hunter2\n");
-    let t = Toolset::builder(f.sandbox()).secret("PASSWORD", "hunter2").build().unwrap();
+    let t = Toolset::builder(f.sandbox())
+        .secret("PASSWORD", "hunter2")
+        .build()
+        .unwrap();
     for (tool, args) in [
         ("read_file", json!({"path": "cfg/tok-hunter2.txt"})),
         ("list_files", json!({})),
@@ -558,9 +767,17 @@ fn secrets_never_leave(f: &dyn Fixture) {
     ] {
         let out = t.call(tool, args);
         assert!(!out.text.contains("hunter2"), "{tool}: {}", out.text);
-        assert!(!out.structured.to_string().contains("hunter2"), "{tool}: {}", out.structured);
+        assert!(
+            !out.structured.to_string().contains("hunter2"),
+            "{tool}: {}",
+            out.structured
+        );
         if tool != "changes" {
-            assert!(out.text.contains("[REDACTED:PASSWORD]"), "{tool}: {}", out.text);
+            assert!(
+                out.text.contains("[REDACTED:PASSWORD]"),
+                "{tool}: {}",
+                out.text
+            );
         }
     }
 }
@@ -572,12 +789,32 @@ fn unknown_tools_and_bad_arguments(f: &dyn Fixture) {
     assert!(msg.contains("read_file"), "{msg}");
     err(&t, "read_file", json!({}), "invalid_input");
     err(&t, "read_file", json!({"path": 7}), "invalid_input");
-    err(&t, "read_file", json!({"path": "a.txt", "offset": "ten"}), "invalid_input");
-    err(&t, "read_file", json!({"path": "a.txt", "offset": -1}), "invalid_input");
-    err(&t, "read_file", json!({"path": "a.txt", "extra": 1}), "invalid_input");
+    err(
+        &t,
+        "read_file",
+        json!({"path": "a.txt", "offset": "ten"}),
+        "invalid_input",
+    );
+    err(
+        &t,
+        "read_file",
+        json!({"path": "a.txt", "offset": -1}),
+        "invalid_input",
+    );
+    err(
+        &t,
+        "read_file",
+        json!({"path": "a.txt", "extra": 1}),
+        "invalid_input",
+    );
     err(&t, "read_file", json!(["a.txt"]), "invalid_input");
     err(&t, "write_file", json!({"path": "b.txt"}), "invalid_input");
-    err(&t, "edit_file", json!({"path": "a.txt", "find": null, "replace": "x"}), "invalid_input");
+    err(
+        &t,
+        "edit_file",
+        json!({"path": "a.txt", "find": null, "replace": "x"}),
+        "invalid_input",
+    );
     let out = t.call_json("read_file", b"{\"path\": ");
     assert!(out.text.starts_with("ERROR invalid_input:"), "{}", out.text);
     let out = t.call_json("read_file", b"\xff\xfe");

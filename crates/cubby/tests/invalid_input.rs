@@ -11,7 +11,9 @@ fn toolset(dir: &std::path::Path) -> Toolset {
     std::fs::write(dir.join("a.txt"), "line one\nline two\n").unwrap();
     std::fs::write(dir.join("bin.dat"), b"\0\xff\xfe\x00garbage").unwrap();
     std::fs::write(dir.join("latin1.txt"), b"caf\xe9\n").unwrap();
-    Toolset::builder(cubby::local_sandbox(dir).unwrap()).build().unwrap()
+    Toolset::builder(cubby::local_sandbox(dir).unwrap())
+        .build()
+        .unwrap()
 }
 
 fn wrong_values() -> Vec<Value> {
@@ -41,7 +43,11 @@ fn check(out: &cubby::ToolOutput, what: &str) {
         assert!(out.text.starts_with("ERROR "), "{what}: {}", out.text);
         let kind = out.structured["error"]["kind"].as_str().unwrap();
         assert_ne!(kind, "internal", "{what}: {}", out.text);
-        assert!(out.text.len() < 4096, "{what}: error text of {} bytes", out.text.len());
+        assert!(
+            out.text.len() < 4096,
+            "{what}: error text of {} bytes",
+            out.text.len()
+        );
     }
 }
 
@@ -52,10 +58,8 @@ fn every_parameter_of_every_tool_survives_wrong_types() {
     let mut calls = 0;
     for spec in tools.tools() {
         let props = spec.input_schema["properties"].as_object().unwrap().clone();
-        let base: serde_json::Map<String, Value> = props
-            .keys()
-            .map(|k| (k.clone(), json!("a.txt")))
-            .collect();
+        let base: serde_json::Map<String, Value> =
+            props.keys().map(|k| (k.clone(), json!("a.txt"))).collect();
         for key in props.keys() {
             for bad in wrong_values() {
                 let mut args = base.clone();
@@ -102,7 +106,12 @@ fn malformed_json_bytes_are_invalid_input() {
     ];
     for case in cases {
         let out = tools.call_json("read_file", case);
-        assert!(out.is_error, "{:?} -> {}", String::from_utf8_lossy(case), out.text);
+        assert!(
+            out.is_error,
+            "{:?} -> {}",
+            String::from_utf8_lossy(case),
+            out.text
+        );
         check(&out, &String::from_utf8_lossy(case));
     }
     // Pseudo-random byte soup, deterministic.
@@ -135,7 +144,10 @@ fn invalid_utf8_in_files_is_handled() {
     check(&out, "search");
     let out = tools.call("read_file", json!({"path": "latin1.txt"}));
     assert!(!out.is_error);
-    let out = tools.call("edit_file", json!({"path": "latin1.txt", "find": "caf", "replace": "x"}));
+    let out = tools.call(
+        "edit_file",
+        json!({"path": "latin1.txt", "find": "caf", "replace": "x"}),
+    );
     assert!(out.text.starts_with("ERROR binary:"), "{}", out.text);
 }
 

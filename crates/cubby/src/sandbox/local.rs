@@ -121,7 +121,13 @@ impl LocalFs {
 
     /// `openat2` beneath `dir`, retrying the kernel's `EAGAIN` (a rename
     /// raced with the resolution).
-    fn resolve_in(&self, dir: impl AsFd, path: &OsStr, flags: OFlags, mode: Mode) -> Result<OwnedFd, Errno> {
+    fn resolve_in(
+        &self,
+        dir: impl AsFd,
+        path: &OsStr,
+        flags: OFlags,
+        mode: Mode,
+    ) -> Result<OwnedFd, Errno> {
         let mut tries = 0;
         loop {
             match openat2(
@@ -146,7 +152,8 @@ impl LocalFs {
     /// Opens (creating as needed) the directory `path`, one component at a
     /// time, each step confined beneath the previous directory fd.
     fn open_dir_creating(&self, path: &WorkspacePath) -> Result<OwnedFd> {
-        let mut current = self.resolve(&WorkspacePath::root(), OFlags::RDONLY | OFlags::DIRECTORY)?;
+        let mut current =
+            self.resolve(&WorkspacePath::root(), OFlags::RDONLY | OFlags::DIRECTORY)?;
         for name in path.components() {
             let flags = OFlags::RDONLY | OFlags::DIRECTORY;
             let next = match self.resolve_in(&current, name, flags, Mode::empty()) {

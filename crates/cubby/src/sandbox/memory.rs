@@ -161,7 +161,10 @@ impl MemoryFs {
     /// `is_directory` when `path` is a directory.
     pub fn insert(&self, path: &WorkspacePath, content: Vec<u8>, mode: u32) -> Result<()> {
         let Some(name) = path.file_name() else {
-            return Err(Error::new(ErrorKind::IsDirectory, "the root is a directory"));
+            return Err(Error::new(
+                ErrorKind::IsDirectory,
+                "the root is a directory",
+            ));
         };
         let mut nodes = self.nodes.write().map_err(|_| poisoned())?;
         let parent = path.parent();
@@ -339,7 +342,12 @@ mod tests {
         fs.insert(&p("b/z.txt"), b"z".to_vec(), 0o644).unwrap();
         fs.insert(&p("b/a.txt"), b"a".to_vec(), 0o600).unwrap();
         fs.insert(&p("a"), b"".to_vec(), 0o644).unwrap();
-        let root: Vec<_> = fs.read_dir(&p(".")).unwrap().into_iter().map(|e| (e.name, e.kind)).collect();
+        let root: Vec<_> = fs
+            .read_dir(&p("."))
+            .unwrap()
+            .into_iter()
+            .map(|e| (e.name, e.kind))
+            .collect();
         assert_eq!(
             root,
             vec![("a".into(), EntryKind::File), ("b".into(), EntryKind::Dir)]
@@ -356,13 +364,19 @@ mod tests {
         fs.insert(&p("d/e/f"), b"x".to_vec(), 0o644).unwrap();
         fs.remove(&p("d")).unwrap();
         assert!(fs.read_dir(&p(".")).unwrap().is_empty());
-        assert_eq!(fs.metadata(&p("d/e/f")).unwrap_err().kind(), ErrorKind::NotFound);
+        assert_eq!(
+            fs.metadata(&p("d/e/f")).unwrap_err().kind(),
+            ErrorKind::NotFound
+        );
     }
 
     #[test]
     fn a_file_in_the_way_is_reported() {
         let fs = MemoryFs::new();
         fs.insert(&p("f"), b"x".to_vec(), 0o644).unwrap();
-        assert_eq!(fs.insert(&p("f/g"), vec![], 0o644).unwrap_err().kind(), ErrorKind::InvalidInput);
+        assert_eq!(
+            fs.insert(&p("f/g"), vec![], 0o644).unwrap_err().kind(),
+            ErrorKind::InvalidInput
+        );
     }
 }

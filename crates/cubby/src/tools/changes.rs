@@ -47,7 +47,9 @@ fn snapshot(fs: &dyn FileSystem, policy: &Policy) -> Result<Snapshot> {
     let mut budget = HASH_BUDGET_BYTES;
     let mut snap = Snapshot::new();
     for path in paths {
-        let Ok(meta) = fs.metadata(&path) else { continue };
+        let Ok(meta) = fs.metadata(&path) else {
+            continue;
+        };
         let sha = if meta.size <= HASH_MAX_FILE_BYTES && meta.size <= budget {
             budget -= meta.size;
             sha256_file(fs, &path).ok()
@@ -154,10 +156,18 @@ impl Tool for Changes {
         let mut changes = Vec::new();
         let mut seen = std::collections::HashSet::new();
         for path in now_paths {
-            let Ok(meta) = ctx.fs.metadata(&path) else { continue };
+            let Ok(meta) = ctx.fs.metadata(&path) else {
+                continue;
+            };
             let status = match before.get(&path) {
                 None => Some("A"),
-                Some(old) if old.size == meta.size && old.mtime_ns == meta.mtime_ns && old.ino == meta.ino => None,
+                Some(old)
+                    if old.size == meta.size
+                        && old.mtime_ns == meta.mtime_ns
+                        && old.ino == meta.ino =>
+                {
+                    None
+                }
                 Some(old) => match old.sha {
                     Some(sha) if old.size == meta.size => match sha256_file(ctx.fs, &path) {
                         Ok(now) if now == sha => None,

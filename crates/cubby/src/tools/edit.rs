@@ -95,7 +95,9 @@ impl Tool for EditFile {
         let Some(old) = text else {
             return Err(Error::new(
                 ErrorKind::Binary,
-                format!("`{path}` is binary (a NUL byte or invalid UTF-8); edit_file only edits text files, use write_file to replace it whole"),
+                format!(
+                    "`{path}` is binary (a NUL byte or invalid UTF-8); edit_file only edits text files, use write_file to replace it whole"
+                ),
             ));
         };
         let replace_all = params.replace_all.unwrap_or(false);
@@ -108,7 +110,10 @@ impl Tool for EditFile {
             .header(&format!("a/{shown}"), &format!("b/{shown}"))
             .to_string();
         let diff = cap_head_tail(&diff, MAX_DIFF_BYTES, |n| {
-            format!("[{} bytes of diff cut; read_file shows the result]", thousands(n))
+            format!(
+                "[{} bytes of diff cut; read_file shows the result]",
+                thousands(n)
+            )
         });
         let text = format!(
             "Edited `{path}`: {count} replacement{}.\n{diff}",
@@ -190,8 +195,14 @@ fn describe_difference(file_line: &str, find_line: &str) -> String {
         reasons.push("the file line ends with CRLF".to_string());
     }
     let file_line = file_line.trim_end_matches('\r');
-    let file_ws: String = file_line.chars().take_while(|c| c.is_whitespace()).collect();
-    let find_ws: String = find_line.chars().take_while(|c| c.is_whitespace()).collect();
+    let file_ws: String = file_line
+        .chars()
+        .take_while(|c| c.is_whitespace())
+        .collect();
+    let find_ws: String = find_line
+        .chars()
+        .take_while(|c| c.is_whitespace())
+        .collect();
     if file_ws != find_ws {
         let show = |s: &str| {
             let tabs = s.matches('\t').count();
@@ -210,8 +221,14 @@ fn describe_difference(file_line: &str, find_line: &str) -> String {
         ));
     }
     if file_line.contains('\u{a0}') != find_line.contains('\u{a0}') {
-        let side = if file_line.contains('\u{a0}') { "the file" } else { "`find`" };
-        reasons.push(format!("{side} has a non-breaking space (U+00A0) where the other has a plain space"));
+        let side = if file_line.contains('\u{a0}') {
+            "the file"
+        } else {
+            "`find`"
+        };
+        reasons.push(format!(
+            "{side} has a non-breaking space (U+00A0) where the other has a plain space"
+        ));
     }
     let file_trail = file_line.len() - file_line.trim_end().len();
     let find_trail = find_line.len() - find_line.trim_end().len();
@@ -355,7 +372,14 @@ mod tests {
 
     #[test]
     fn no_match_names_tab_versus_spaces() {
-        let err = apply("fn a() {\n\tlet x = 1;\n}\n", "    let x = 1;", "", false, &p()).unwrap_err();
+        let err = apply(
+            "fn a() {\n\tlet x = 1;\n}\n",
+            "    let x = 1;",
+            "",
+            false,
+            &p(),
+        )
+        .unwrap_err();
         assert_eq!(err.kind(), ErrorKind::NoMatch);
         assert!(err.message().contains("line 2"), "{err}");
         assert!(err.message().contains("1 tab"), "{err}");
@@ -383,7 +407,14 @@ mod tests {
 
     #[test]
     fn no_match_suggests_the_most_similar_line() {
-        let err = apply("let counter = 10;\nother\n", "let countr = 10;", "", false, &p()).unwrap_err();
+        let err = apply(
+            "let counter = 10;\nother\n",
+            "let countr = 10;",
+            "",
+            false,
+            &p(),
+        )
+        .unwrap_err();
         assert!(err.message().contains("line 1"), "{err}");
         assert!(err.message().contains("similar"), "{err}");
     }

@@ -121,7 +121,8 @@ impl Tool for Glob {
         let prefix_len = start.as_path().components().count();
         Walk::new(ctx.fs, ctx.policy).run(&start, &mut |v| {
             if v.kind == EntryKind::File {
-                let rel: std::path::PathBuf = v.path.as_path().components().skip(prefix_len).collect();
+                let rel: std::path::PathBuf =
+                    v.path.as_path().components().skip(prefix_len).collect();
                 if matcher.is_match(&rel) {
                     total += 1;
                     if entries.len() < cap {
@@ -200,7 +201,9 @@ impl Tool for ListFiles {
                     .as_ref()
                     .is_none_or(|f| f.matches(v.path))
                     .then(|| v.path.display()),
-                (EntryKind::Symlink, None) => Some(format!("{} (symlink, not followed)", v.path.display())),
+                (EntryKind::Symlink, None) => {
+                    Some(format!("{} (symlink, not followed)", v.path.display()))
+                }
                 _ => None,
             };
             if let Some(shown) = shown {

@@ -236,10 +236,9 @@ pub(crate) fn parse_dir_arg(path: Option<&str>) -> Result<WorkspacePath> {
 pub(crate) fn cut_line(line: &str, max_chars: usize) -> std::borrow::Cow<'_, str> {
     match line.char_indices().nth(max_chars) {
         None => std::borrow::Cow::Borrowed(line),
-        Some((idx, _)) => std::borrow::Cow::Owned(format!(
-            "{}… [line cut at {max_chars} chars]",
-            &line[..idx]
-        )),
+        Some((idx, _)) => {
+            std::borrow::Cow::Owned(format!("{}… [line cut at {max_chars} chars]", &line[..idx]))
+        }
     }
 }
 
@@ -400,7 +399,11 @@ mod tests {
             let spec = (e.spec)();
             assert_eq!(spec.name, e.name);
             assert_eq!(spec.input_schema["type"], "object", "{}", e.name);
-            assert_eq!(spec.input_schema["additionalProperties"], false, "{}", e.name);
+            assert_eq!(
+                spec.input_schema["additionalProperties"], false,
+                "{}",
+                e.name
+            );
             let strict = schema::strict(&spec.input_schema);
             let props = strict["properties"].as_object().unwrap();
             assert_eq!(strict["required"].as_array().unwrap().len(), props.len());

@@ -94,7 +94,9 @@ impl Tool for Search {
 
     fn call(ctx: &Ctx<'_>, params: Params) -> Result<(String, Output)> {
         if params.query.is_empty() {
-            return Err(Error::invalid_input("`query` is empty; pass the text to find"));
+            return Err(Error::invalid_input(
+                "`query` is empty; pass the text to find",
+            ));
         }
         if params.query.len() > MAX_QUERY_BYTES {
             return Err(Error::invalid_input(format!(
@@ -121,7 +123,9 @@ impl Tool for Search {
                 let start = start_dir(ctx, params.path.as_deref())?;
                 let mut files = Vec::new();
                 Walk::new(ctx.fs, ctx.policy).run(&start, &mut |v| {
-                    if v.kind == EntryKind::File && filter.as_ref().is_none_or(|f| f.matches(v.path)) {
+                    if v.kind == EntryKind::File
+                        && filter.as_ref().is_none_or(|f| f.matches(v.path))
+                    {
                         files.push(v.path.clone());
                     }
                     Flow::Continue
@@ -140,7 +144,13 @@ struct Found {
     total: u64,
 }
 
-fn search_files(fs: &dyn FileSystem, files: &[WorkspacePath], matcher: &RegexMatcher, context: usize, cap: usize) -> Found {
+fn search_files(
+    fs: &dyn FileSystem,
+    files: &[WorkspacePath],
+    matcher: &RegexMatcher,
+    context: usize,
+    cap: usize,
+) -> Found {
     let next = AtomicUsize::new(0);
     let total = AtomicU64::new(0);
     let kept: Mutex<BTreeMap<usize, Vec<Hit>>> = Mutex::new(BTreeMap::new());
@@ -190,7 +200,9 @@ fn search_files(fs: &dyn FileSystem, files: &[WorkspacePath], matcher: &RegexMat
 /// matches: those files could never be shown.
 fn prune(kept: &mut BTreeMap<usize, Vec<Hit>>, cap: usize) {
     loop {
-        let Some((&last, _)) = kept.last_key_value() else { return };
+        let Some((&last, _)) = kept.last_key_value() else {
+            return;
+        };
         let before: usize = kept
             .range(..last)
             .map(|(_, hits)| hits.iter().filter(|h| h.is_match).count())
@@ -220,7 +232,9 @@ fn search_one(
         cap,
         binary: false,
     };
-    searcher.search_reader(matcher, file.reader, &mut sink).ok()?;
+    searcher
+        .search_reader(matcher, file.reader, &mut sink)
+        .ok()?;
     if sink.binary {
         return None;
     }
@@ -260,7 +274,8 @@ impl Sink for Collect {
     }
 
     fn context(&mut self, _: &Searcher, c: &SinkContext<'_>) -> Result<bool, io::Error> {
-        if self.kept_matches < self.cap || matches!(c.kind(), grep_searcher::SinkContextKind::After) {
+        if self.kept_matches < self.cap || matches!(c.kind(), grep_searcher::SinkContextKind::After)
+        {
             self.hits.push(Hit {
                 path: self.path.clone(),
                 line: c.line_number().unwrap_or(0),

@@ -76,7 +76,11 @@ impl<'a> Walk<'a> {
     ///
     /// Errors opening `start` itself; errors deeper down (a directory
     /// swapped or removed mid-walk) skip that directory.
-    pub(crate) fn run(&self, start: &WorkspacePath, visit: &mut dyn FnMut(&Visit<'_>) -> Flow) -> Result<()> {
+    pub(crate) fn run(
+        &self,
+        start: &WorkspacePath,
+        visit: &mut dyn FnMut(&Visit<'_>) -> Flow,
+    ) -> Result<()> {
         let mut ignores = Vec::new();
         if self.respect_gitignore {
             // Ancestors' rules apply to the start directory's contents.
@@ -141,7 +145,8 @@ impl<'a> Walk<'a> {
             if check_deny && self.policy.hidden_from_walks(&path) {
                 continue;
             }
-            if self.respect_gitignore && self.ignored(ignores, &path, entry.kind == EntryKind::Dir) {
+            if self.respect_gitignore && self.ignored(ignores, &path, entry.kind == EntryKind::Dir)
+            {
                 continue;
             }
             let flow = visit(&Visit {
@@ -155,11 +160,15 @@ impl<'a> Walk<'a> {
                 let children = match self.fs.read_dir(&path) {
                     Ok(c) => c,
                     // Swapped for a link, removed, or unreadable: not entered.
-                    Err(e) if matches!(e.kind(), ErrorKind::PathEscape | ErrorKind::NotFound) => continue,
+                    Err(e) if matches!(e.kind(), ErrorKind::PathEscape | ErrorKind::NotFound) => {
+                        continue;
+                    }
                     Err(_) => continue,
                 };
                 let pushed = if self.respect_gitignore
-                    && children.iter().any(|c| c.name == ".gitignore" && c.kind == EntryKind::File)
+                    && children
+                        .iter()
+                        .any(|c| c.name == ".gitignore" && c.kind == EntryKind::File)
                 {
                     match self.load_gitignore(&path) {
                         Some(g) => {

@@ -69,7 +69,9 @@ pub(crate) fn guard_overwrite(ctx: &Ctx<'_>, path: &WorkspacePath) -> Result<Opt
     let Some(seen) = ctx.run.last_read(path) else {
         return Err(Error::new(
             ErrorKind::NotRead,
-            format!("`{path}` exists and has not been read in this run; call read_file on it first, then write"),
+            format!(
+                "`{path}` exists and has not been read in this run; call read_file on it first, then write"
+            ),
         ));
     };
     let now = sha256_file(ctx.fs, path)?;
