@@ -15,6 +15,7 @@ pub fn init_tracing() {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .try_init();
 }
 
@@ -58,7 +59,11 @@ pub fn toolset(common: &Common, track_changes: bool) -> anyhow::Result<Toolset> 
     let mut builder = Toolset::builder(sandbox)
         .policy(policy)
         .limits(config.limits.clone())
+        .exec_rules(config.exec.rules.clone())
         .track_changes(track_changes);
+    if let Some(shell) = &config.shell {
+        builder = builder.shell(shell.clone());
+    }
     for name in &config.secrets {
         match std::env::var(name) {
             Ok(value) if !value.is_empty() => builder = builder.secret(name.clone(), value),
@@ -104,9 +109,18 @@ fn sandbox(provider: ProviderKind, root: &Path) -> anyhow::Result<Arc<dyn Sandbo
                 cubby::MemoryFs::from_dir(root).map_err(|e| anyhow::anyhow!("{}", e.message()))?;
             Ok(cubby::virtual_sandbox(fs))
         }
-        // Until the command providers land, `linux` and `local` differ only in
-        // how they will run commands; their file tools are the same openat2 code.
-        ProviderKind::Local | ProviderKind::Linux => {
+        ProviderKind::Local => {
+            tracing::warn!(
+                "provider `local`: commands run as host processes with your user's rights; \
+                 only the file tools are confined to the workspace"
+            );
+            let sandbox = cubby::sandbox::LocalSandbox::open(root)
+                .map_err(|e| anyhow::anyhow!("{}", e.message()))?;
+            Ok(Arc::new(sandbox))
+        }
+        // Until the `linux` sandbox lands, `linux` offers the confined file
+        // tools and no commands: it never runs anything with less isolation.
+        ProviderKind::Linux => {
             let fs = cubby::LocalFs::open(root).map_err(|e| anyhow::anyhow!("{}", e.message()))?;
             Ok(Arc::new(cubby::sandbox::FsSandbox::new(provider, fs)))
         }

@@ -50,9 +50,11 @@
 
 pub mod config;
 mod error;
+pub mod exec_policy;
 pub mod output;
 mod path;
 pub mod policy;
+pub mod process;
 pub mod sandbox;
 mod tools;
 mod toolset;

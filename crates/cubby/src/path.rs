@@ -70,20 +70,23 @@ impl WorkspacePath {
                 ),
             ));
         }
+        // Shape first (SPEC §2: invalid_input before path_escape).
+        if let Some(name) = path
+            .components()
+            .map(Component::as_os_str)
+            .find(|name| name.len() > MAX_NAME_BYTES)
+        {
+            return Err(Error::invalid_input(format!(
+                "a name in `{}` is {} bytes long, the limit is {MAX_NAME_BYTES}; \
+                 use shorter names",
+                truncate_for_message(input),
+                name.len()
+            )));
+        }
         let mut parts: Vec<&OsStr> = Vec::new();
         for component in path.components() {
             match component {
-                Component::Normal(name) => {
-                    if name.len() > MAX_NAME_BYTES {
-                        return Err(Error::invalid_input(format!(
-                            "a name in `{}` is {} bytes long, the limit is {MAX_NAME_BYTES}; \
-                             use shorter names",
-                            truncate_for_message(input),
-                            name.len()
-                        )));
-                    }
-                    parts.push(name);
-                }
+                Component::Normal(name) => parts.push(name),
                 Component::CurDir => {}
                 Component::ParentDir => {
                     if parts.pop().is_none() {

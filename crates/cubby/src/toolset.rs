@@ -11,12 +11,16 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-use crate::config::Limits;
+use std::sync::Mutex;
+
+use crate::config::{ExecRule, Limits};
 use crate::error::{Error, ErrorKind, Result};
+use crate::exec_policy::BeforeRun;
 use crate::output::{Redactor, Secret, ToolOutput};
 use crate::policy::{COMMAND_TOOLS, Policy};
+use crate::process::{CancelToken, ProcessTable, RETAINED_LOG_BYTES, Subscriber};
 use crate::sandbox::Sandbox;
-use crate::tools::{Baseline, Ctx, Entry, REGISTRY, RunState, ToolSpec};
+use crate::tools::{Baseline, Ctx, Entry, ExecSettings, REGISTRY, RunState, ToolSpec};
 
 /// Largest JSON argument document accepted, in bytes.
 pub const MAX_ARGUMENT_BYTES: usize = 64 * 1024 * 1024;
@@ -36,6 +40,11 @@ struct Inner {
     redactor: Redactor,
     run: RunState,
     offered: Vec<&'static Entry>,
+    exec: ExecSettings,
+    subscribers: Arc<Mutex<Vec<Subscriber>>>,
+    // Declared last: dropped after everything else, and its Drop kills
+    // every process still running when the run ends.
+    procs: ProcessTable,
 }
 
 impl std::fmt::Debug for Toolset {
@@ -57,7 +66,31 @@ impl Toolset {
             limits: Limits::default(),
             secrets: Vec::new(),
             track_changes: true,
+            exec_rules: Vec::new(),
+            before_run: None,
+            shell: None,
+            retained_log_bytes: RETAINED_LOG_BYTES,
+            subscribers: Vec::new(),
         }
+    }
+
+    /// Subscribes to the output of every command of this run: each chunk,
+    /// redacted and ANSI-stripped, as it arrives.
+    pub fn subscribe(&self, subscriber: Subscriber) {
+        if let Ok(mut subs) = self.inner.subscribers.lock() {
+            subs.push(subscriber);
+        }
+    }
+
+    /// The processes of this run.
+    pub fn processes(&self) -> &ProcessTable {
+        &self.inner.procs
+    }
+
+    /// Ends the run's processes now (they also end when the last clone of
+    /// the toolset is dropped).
+    pub fn stop_processes(&self) {
+        self.inner.procs.stop_all();
     }
 
     /// Names of the offered tools, in order.
@@ -106,7 +139,18 @@ impl Toolset {
 
     /// Calls a tool. Never panics: every failure is an error result.
     pub fn call(&self, name: &str, arguments: Value) -> ToolOutput {
-        let result = catch_unwind(AssertUnwindSafe(|| self.dispatch(name, arguments)))
+        self.call_cancellable(name, arguments, None)
+    }
+
+    /// Calls a tool that `cancel` can interrupt: a `run` waiting on it kills
+    /// its command's whole tree when the token fires.
+    pub fn call_cancellable(
+        &self,
+        name: &str,
+        arguments: Value,
+        cancel: Option<&CancelToken>,
+    ) -> ToolOutput {
+        let result = catch_unwind(AssertUnwindSafe(|| self.dispatch(name, arguments, cancel)))
             .unwrap_or_else(|_| {
                 Err(Error::internal(format!(
                     "{name} failed unexpectedly; the server is still running, try again or \
@@ -125,7 +169,12 @@ impl Toolset {
         out
     }
 
-    fn dispatch(&self, name: &str, arguments: Value) -> Result<ToolOutput> {
+    fn dispatch(
+        &self,
+        name: &str,
+        arguments: Value,
+        cancel: Option<&CancelToken>,
+    ) -> Result<ToolOutput> {
         let arguments = match arguments {
             Value::Null => Value::Object(Default::default()),
             v @ Value::Object(_) => v,
@@ -136,16 +185,16 @@ impl Toolset {
                 )));
             }
         };
+        if COMMAND_TOOLS.contains(&name) && !self.inner.sandbox.supports_commands() {
+            return Err(Error::new(
+                ErrorKind::Unsupported,
+                format!(
+                    "{name} is not available: the {} provider runs no commands",
+                    self.inner.sandbox.kind().as_str()
+                ),
+            ));
+        }
         let Some(entry) = REGISTRY.iter().find(|e| e.name == name) else {
-            if COMMAND_TOOLS.contains(&name) {
-                return Err(Error::new(
-                    ErrorKind::Unsupported,
-                    format!(
-                        "{name} is not available: the {} provider runs no commands",
-                        self.inner.sandbox.kind().as_str()
-                    ),
-                ));
-            }
             return Err(Error::invalid_input(format!(
                 "there is no tool named `{}`; available tools: {}",
                 crate::error::truncate_for_message(name),
@@ -161,9 +210,13 @@ impl Toolset {
         }
         let ctx = Ctx {
             fs: self.inner.sandbox.fs(),
+            sandbox: self.inner.sandbox.as_ref(),
             policy: &self.inner.policy,
             limits: &self.inner.limits,
             run: &self.inner.run,
+            procs: &self.inner.procs,
+            exec: &self.inner.exec,
+            cancel,
         };
         (entry.call)(&ctx, arguments)
     }
@@ -187,9 +240,46 @@ pub struct ToolsetBuilder {
     limits: Limits,
     secrets: Vec<Secret>,
     track_changes: bool,
+    exec_rules: Vec<ExecRule>,
+    before_run: Option<BeforeRun>,
+    shell: Option<Vec<String>>,
+    retained_log_bytes: usize,
+    subscribers: Vec<Subscriber>,
 }
 
 impl ToolsetBuilder {
+    /// Ordered exec rules (`[[exec.rules]]`). Default: none.
+    pub fn exec_rules(mut self, rules: Vec<ExecRule>) -> ToolsetBuilder {
+        self.exec_rules = rules;
+        self
+    }
+
+    /// A callback consulted before every command, after the exec rules.
+    /// Default: none.
+    pub fn before_run(mut self, hook: BeforeRun) -> ToolsetBuilder {
+        self.before_run = Some(hook);
+        self
+    }
+
+    /// How `run` wraps a command line. Default: `["bash", "-c"]`, or
+    /// `["sh", "-c"]` where there is no bash.
+    pub fn shell(mut self, shell: Vec<String>) -> ToolsetBuilder {
+        self.shell = Some(shell);
+        self
+    }
+
+    /// Bytes of output kept per process for `process_logs`. Default: 1 MiB.
+    pub fn retained_log_bytes(mut self, bytes: usize) -> ToolsetBuilder {
+        self.retained_log_bytes = bytes.max(1);
+        self
+    }
+
+    /// Subscribes to command output from the start (see [`Toolset::subscribe`]).
+    pub fn subscribe(mut self, subscriber: Subscriber) -> ToolsetBuilder {
+        self.subscribers.push(subscriber);
+        self
+    }
+
     /// The policy. Default: [`Policy::default`] (`workspace-write`).
     pub fn policy(mut self, policy: Policy) -> ToolsetBuilder {
         self.policy = Some(policy);
@@ -228,13 +318,26 @@ impl ToolsetBuilder {
         self.limits.validate()?;
         let policy = self.policy.unwrap_or_default();
         let redactor = Redactor::new(&self.secrets)?;
+        let commands = self.sandbox.supports_commands();
         let offered: Vec<&'static Entry> = REGISTRY
             .iter()
             .filter(|e| policy.tool_decision(e.name).allowed)
+            .filter(|e| commands || !COMMAND_TOOLS.contains(&e.name))
             .filter(|e| self.track_changes || e.name != "changes")
             .collect();
         let baseline = (self.track_changes && offered.iter().any(|e| e.name == "changes"))
             .then(|| Baseline::start(self.sandbox.clone(), policy.clone()));
+        let shell = match self.shell {
+            Some(s) if s.is_empty() => {
+                return Err(Error::invalid_input(
+                    "`shell` must name a program, e.g. [\"bash\", \"-c\"]",
+                ));
+            }
+            Some(s) => s,
+            None => default_shell(),
+        };
+        let subscribers = Arc::new(Mutex::new(self.subscribers));
+        let procs = ProcessTable::new(redactor.clone(), subscribers.clone());
         Ok(Toolset {
             inner: Arc::new(Inner {
                 sandbox: self.sandbox,
@@ -243,7 +346,23 @@ impl ToolsetBuilder {
                 redactor,
                 run: RunState::new(baseline),
                 offered,
+                exec: ExecSettings {
+                    rules: self.exec_rules,
+                    before_run: self.before_run,
+                    shell,
+                    retained_log_bytes: self.retained_log_bytes,
+                },
+                subscribers,
+                procs,
             }),
         })
     }
+}
+
+/// `bash -c`, or `sh -c` when no bash is on the `PATH`.
+fn default_shell() -> Vec<String> {
+    let has_bash = std::env::var_os("PATH")
+        .is_some_and(|paths| std::env::split_paths(&paths).any(|dir| dir.join("bash").is_file()));
+    let shell = if has_bash { "bash" } else { "sh" };
+    vec![shell.to_string(), "-c".to_string()]
 }

@@ -114,6 +114,11 @@ impl LocalFs {
         })
     }
 
+    /// Opens the directory `path` (confined) for use as a working directory.
+    pub(crate) fn open_dir(&self, path: &WorkspacePath) -> Result<OwnedFd> {
+        self.resolve(path, OFlags::RDONLY | OFlags::DIRECTORY)
+    }
+
     /// The canonical host path of the root.
     pub fn root_path(&self) -> &Path {
         &self.root_path
@@ -146,7 +151,30 @@ impl LocalFs {
 
     fn resolve(&self, path: &WorkspacePath, flags: OFlags) -> Result<OwnedFd> {
         self.resolve_in(&self.root, path.for_open(), flags, Mode::empty())
-            .map_err(|e| io_err(e, path))
+            .map_err(|e| self.explain(e, &self.root, path.for_open(), path))
+    }
+
+    /// Maps an error of a confined open. `O_DIRECTORY` on a final symbolic
+    /// link reports `ENOTDIR`, not `ELOOP`: look again with `O_PATH`. A link is
+    /// `path_escape`; so is a directory, since one that was not a directory
+    /// a moment ago was a link swapped out again (files do not turn into
+    /// directories in place).
+    fn explain(&self, e: Errno, dir: impl AsFd, rel: &OsStr, path: &WorkspacePath) -> Error {
+        if e == Errno::NOTDIR {
+            match self.resolve_in(dir, rel, OFlags::PATH, Mode::empty()) {
+                Err(Errno::LOOP | Errno::XDEV) => return Error::path_escape(&path.display()),
+                // O_PATH|O_NOFOLLOW opens a final link itself rather than failing.
+                Ok(fd)
+                    if fstat(&fd).is_ok_and(|s| {
+                        matches!(kind_of(&s), EntryKind::Dir | EntryKind::Symlink)
+                    }) =>
+                {
+                    return Error::path_escape(&path.display());
+                }
+                _ => {}
+            }
+        }
+        io_err(e, path)
     }
 
     /// Opens (creating as needed) the directory `path`, one component at a
@@ -167,6 +195,10 @@ impl LocalFs {
                         .map_err(|e| io_err(e, path))?
                 }
                 Err(Errno::NOTDIR) => {
+                    let err = self.explain(Errno::NOTDIR, &current, name, path);
+                    if err.kind() == ErrorKind::PathEscape {
+                        return Err(err);
+                    }
                     return Err(Error::invalid_input(format!(
                         "cannot create `{path}`: `{}` is a file, not a directory",
                         name.to_string_lossy()

@@ -16,13 +16,16 @@
 //! Providers: [`LocalFs`] (a host directory, confined with `openat2`) and
 //! [`MemoryFs`] (the `virtual` provider, in memory).
 
+mod host;
 mod local;
 mod memory;
+pub(crate) mod sys;
 
 use std::ffi::OsString;
 use std::io::Read;
 use std::sync::Arc;
 
+pub use host::LocalSandbox;
 pub use local::LocalFs;
 pub use memory::MemoryFs;
 
@@ -178,6 +181,19 @@ impl std::str::FromStr for ProviderKind {
     }
 }
 
+/// A command to start in a sandbox.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ExecSpec {
+    /// Program and arguments (already wrapped in the shell).
+    pub argv: Vec<String>,
+    /// Working directory, confined to the root.
+    pub cwd: WorkspacePath,
+    /// Variables set on top of the provider's base environment.
+    pub env: Vec<(String, String)>,
+    /// Give the process a stdin pipe (otherwise stdin is `/dev/null`).
+    pub stdin: bool,
+}
+
 /// Where the tools act: a file system plus capabilities.
 pub trait Sandbox: Send + Sync {
     /// Which provider this is.
@@ -186,6 +202,24 @@ pub trait Sandbox: Send + Sync {
     fn fs(&self) -> &dyn FileSystem;
     /// True when the provider can run commands.
     fn supports_commands(&self) -> bool;
+
+    /// Starts a command whose whole process tree the sandbox can kill.
+    ///
+    /// # Errors
+    ///
+    /// `unsupported` on providers without commands.
+    fn exec(&self, spec: &ExecSpec) -> Result<crate::process::Spawned> {
+        let _ = spec;
+        Err(crate::Error::new(
+            crate::ErrorKind::Unsupported,
+            format!("the {} provider runs no commands", self.kind().as_str()),
+        ))
+    }
+
+    /// How a working directory is shown in verdict lines.
+    fn show_cwd(&self, cwd: &WorkspacePath) -> String {
+        format!("/{}", cwd.as_path().display())
+    }
 }
 
 /// A sandbox made of a file system and no command runner: the `virtual`
@@ -225,14 +259,12 @@ pub fn virtual_sandbox<F: FileSystem + 'static>(fs: F) -> Arc<dyn Sandbox> {
     Arc::new(FsSandbox::new(ProviderKind::Virtual, fs))
 }
 
-/// A `local` sandbox rooted at `root`.
+/// A `local` sandbox rooted at `root`: confined file tools, and commands
+/// that run as host processes (not an OS boundary).
 ///
 /// # Errors
 ///
 /// `not_found` when `root` is not an existing directory.
 pub fn local_sandbox(root: &std::path::Path) -> Result<Arc<dyn Sandbox>> {
-    Ok(Arc::new(FsSandbox::new(
-        ProviderKind::Local,
-        LocalFs::open(root)?,
-    )))
+    Ok(Arc::new(LocalSandbox::open(root)?))
 }

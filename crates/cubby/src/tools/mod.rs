@@ -8,7 +8,9 @@
 mod changes;
 mod edit;
 mod find;
+mod procs;
 mod read;
+pub(crate) mod run;
 mod search;
 mod walk;
 mod write;
@@ -106,12 +108,28 @@ impl RunState {
     }
 }
 
+/// How commands are run in this toolset.
+pub(crate) struct ExecSettings {
+    /// Ordered exec rules from the config.
+    pub rules: Vec<crate::config::ExecRule>,
+    /// The library's callback, consulted after the rules.
+    pub before_run: Option<crate::exec_policy::BeforeRun>,
+    /// How a command line is wrapped (`bash -c`).
+    pub shell: Vec<String>,
+    /// Bytes of output kept per process for paging.
+    pub retained_log_bytes: usize,
+}
+
 /// What a tool handler sees.
 pub(crate) struct Ctx<'a> {
     pub fs: &'a dyn FileSystem,
+    pub sandbox: &'a dyn crate::sandbox::Sandbox,
     pub policy: &'a Policy,
     pub limits: &'a Limits,
     pub run: &'a RunState,
+    pub procs: &'a crate::process::ProcessTable,
+    pub exec: &'a ExecSettings,
+    pub cancel: Option<&'a crate::process::CancelToken>,
 }
 
 /// Hints for clients (MCP tool annotations).
@@ -201,7 +219,7 @@ const fn entry<T: Tool>() -> Entry {
 }
 
 /// Every tool cubby implements, in the order they are offered.
-pub(crate) static REGISTRY: [Entry; 7] = [
+pub(crate) static REGISTRY: [Entry; 14] = [
     entry::<read::ReadFile>(),
     entry::<write::WriteFile>(),
     entry::<edit::EditFile>(),
@@ -209,6 +227,13 @@ pub(crate) static REGISTRY: [Entry; 7] = [
     entry::<find::ListFiles>(),
     entry::<search::Search>(),
     entry::<changes::Changes>(),
+    entry::<run::Run>(),
+    entry::<procs::StartProcess>(),
+    entry::<procs::ProcessLogs>(),
+    entry::<procs::StopProcess>(),
+    entry::<procs::ListProcesses>(),
+    entry::<procs::WriteStdin>(),
+    entry::<procs::Preview>(),
 ];
 
 /// Formats a count with thousands separators (`12,345`).

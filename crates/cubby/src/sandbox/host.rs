@@ -1,0 +1,103 @@
+//! The `local` provider: the confined [`LocalFs`] plus host processes run
+//! under the reaper shim (see `sys.rs`), so every command's whole tree can
+//! be killed. Commands run as the host user: this is not an OS boundary.
+
+use std::os::fd::AsRawFd;
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+use rustix::pipe::{PipeFlags, pipe_with};
+
+use super::{ExecSpec, FileSystem, LocalFs, ProviderKind, Sandbox, sys};
+use crate::error::{Error, ErrorKind, Result};
+use crate::path::WorkspacePath;
+use crate::process::Spawned;
+
+/// The `local` provider.
+#[derive(Debug)]
+pub struct LocalSandbox {
+    fs: LocalFs,
+}
+
+impl LocalSandbox {
+    /// Opens `root` as a local sandbox.
+    ///
+    /// # Errors
+    ///
+    /// `not_found` when `root` is not an existing directory.
+    pub fn open(root: &Path) -> Result<LocalSandbox> {
+        Ok(LocalSandbox {
+            fs: LocalFs::open(root)?,
+        })
+    }
+}
+
+fn spawn_error(e: impl std::fmt::Display, what: &str) -> Error {
+    Error::new(ErrorKind::Internal, format!("cannot start {what}: {e}"))
+}
+
+impl Sandbox for LocalSandbox {
+    fn kind(&self) -> ProviderKind {
+        ProviderKind::Local
+    }
+
+    fn fs(&self) -> &dyn FileSystem {
+        &self.fs
+    }
+
+    fn supports_commands(&self) -> bool {
+        true
+    }
+
+    fn exec(&self, spec: &ExecSpec) -> Result<Spawned> {
+        let Some((program, args)) = spec.argv.split_first() else {
+            return Err(Error::invalid_input("empty command"));
+        };
+        let dir = self.fs.open_dir(&spec.cwd)?;
+        let (out_r, out_w) = pipe_with(PipeFlags::CLOEXEC).map_err(|e| spawn_error(e, "a pipe"))?;
+        let err_w = out_w.try_clone().map_err(|e| spawn_error(e, "a pipe"))?;
+        let mut cmd = Command::new(program);
+        cmd.args(args)
+            .envs(spec.env.iter().map(|(k, v)| (k, v)))
+            .stdout(Stdio::from(out_w))
+            .stderr(Stdio::from(err_w))
+            .process_group(0);
+        let stdin_w = if spec.stdin {
+            let (r, w) = pipe_with(PipeFlags::CLOEXEC).map_err(|e| spawn_error(e, "a pipe"))?;
+            cmd.stdin(Stdio::from(r));
+            Some(w)
+        } else {
+            cmd.stdin(Stdio::null());
+            None
+        };
+        use std::os::unix::process::CommandExt;
+        sys::run_under_shim(&mut cmd, dir.as_raw_fd());
+        let child = cmd.spawn().map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => Error::new(
+                ErrorKind::Unsupported,
+                format!("`{program}` is not installed; cubby needs it to run commands"),
+            ),
+            _ => spawn_error(e, program),
+        })?;
+        // The parent's copies of the child's ends close here.
+        drop(cmd);
+        drop(dir);
+        Ok(Spawned {
+            child,
+            output: out_r,
+            stdin: stdin_w,
+        })
+    }
+
+    fn show_cwd(&self, cwd: &WorkspacePath) -> String {
+        if cwd.is_root() {
+            self.fs.root_path().display().to_string()
+        } else {
+            self.fs
+                .root_path()
+                .join(cwd.as_path())
+                .display()
+                .to_string()
+        }
+    }
+}
