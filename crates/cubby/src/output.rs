@@ -259,7 +259,26 @@ impl AnsiStripper {
     /// Strips one chunk.
     pub fn push(&mut self, chunk: &[u8]) -> Vec<u8> {
         let mut out = Vec::with_capacity(chunk.len());
-        for &b in chunk {
+        let mut rest = chunk;
+        while !rest.is_empty() {
+            if self.state == AnsiState::Ground {
+                // Fast path: copy everything up to the next ESC at once.
+                match memchr::memchr(0x1b, rest) {
+                    None => {
+                        out.extend_from_slice(rest);
+                        break;
+                    }
+                    Some(i) => {
+                        out.extend_from_slice(&rest[..i]);
+                        rest = &rest[i..];
+                    }
+                }
+            }
+            let (&b, tail) = match rest.split_first() {
+                Some(x) => x,
+                None => break,
+            };
+            rest = tail;
             self.state = match self.state {
                 AnsiState::Ground => {
                     if b == 0x1b {

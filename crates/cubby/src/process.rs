@@ -43,7 +43,7 @@ const KILL_RESEND: Duration = Duration::from_millis(100);
 /// Longest wait for a killed tree to be reaped.
 const KILL_WAIT: Duration = Duration::from_secs(10);
 /// Size of one read from a command's pipe.
-const READ_CHUNK_BYTES: usize = 64 * 1024;
+const READ_CHUNK_BYTES: usize = 256 * 1024;
 
 /// A cancellation flag shared between a caller and a running call.
 #[derive(Clone, Debug, Default)]

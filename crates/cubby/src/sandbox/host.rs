@@ -13,6 +13,9 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::path::WorkspacePath;
 use crate::process::Spawned;
 
+/// Capacity asked for the output pipe.
+const OUTPUT_PIPE_BYTES: usize = 1024 * 1024;
+
 /// The `local` provider.
 #[derive(Debug)]
 pub struct LocalSandbox {
@@ -56,6 +59,8 @@ impl Sandbox for LocalSandbox {
         let dir = self.fs.open_dir(&spec.cwd)?;
         let (out_r, out_w) = pipe_with(PipeFlags::CLOEXEC).map_err(|e| spawn_error(e, "a pipe"))?;
         let err_w = out_w.try_clone().map_err(|e| spawn_error(e, "a pipe"))?;
+        // A larger pipe means fewer wake-ups for chatty commands; best effort.
+        let _ = rustix::pipe::fcntl_setpipe_size(&out_r, OUTPUT_PIPE_BYTES);
         let mut cmd = Command::new(program);
         cmd.args(args)
             .envs(spec.env.iter().map(|(k, v)| (k, v)))
