@@ -69,4 +69,4 @@ pub use sandbox::{
 };
 pub use tools::schema;
 pub use tools::{Annotations, ToolSpec};
-pub use toolset::{MAX_ARGUMENT_BYTES, Toolset, ToolsetBuilder};
+pub use toolset::{CallOptions, MAX_ARGUMENT_BYTES, Toolset, ToolsetBuilder};

@@ -383,6 +383,8 @@ pub(crate) struct Track {
     pub command: String,
     pub capture_bytes: Option<usize>,
     pub retained_bytes: usize,
+    /// The subscriber of the call that started it.
+    pub call_subscriber: Option<Subscriber>,
 }
 
 /// The processes of one run.
@@ -481,6 +483,7 @@ impl ProcessTable {
             stripper: AnsiStripper::default(),
             redactor: self.redactor.stream(),
             subscribers: self.subscribers.clone(),
+            call_subscriber: track.call_subscriber,
         };
         std::thread::Builder::new()
             .name(format!("cubby-proc-{}", track.name))
@@ -535,6 +538,7 @@ struct Reader {
     stripper: AnsiStripper,
     redactor: StreamRedactor,
     subscribers: Arc<Mutex<Vec<Subscriber>>>,
+    call_subscriber: Option<Subscriber>,
 }
 
 impl Reader {
@@ -592,12 +596,12 @@ impl Reader {
             }
         }
         let subscribers = lock(&self.subscribers).clone();
-        if !subscribers.is_empty() {
+        if !subscribers.is_empty() || self.call_subscriber.is_some() {
             let event = OutputEvent {
                 process: self.proc.name.clone(),
                 chunk: String::from_utf8_lossy(shaped).into_owned(),
             };
-            for s in subscribers {
+            for s in subscribers.iter().chain(self.call_subscriber.iter()) {
                 s(&event);
             }
         }

@@ -150,7 +150,18 @@ impl Toolset {
         arguments: Value,
         cancel: Option<&CancelToken>,
     ) -> ToolOutput {
-        let result = catch_unwind(AssertUnwindSafe(|| self.dispatch(name, arguments, cancel)))
+        let options = CallOptions {
+            cancel: cancel.cloned(),
+            on_output: None,
+        };
+        self.call_with(name, arguments, &options)
+    }
+
+    /// Calls a tool with per-call options: cancellation, and a subscriber
+    /// that receives this call's command output as it arrives (for progress
+    /// notifications).
+    pub fn call_with(&self, name: &str, arguments: Value, options: &CallOptions) -> ToolOutput {
+        let result = catch_unwind(AssertUnwindSafe(|| self.dispatch(name, arguments, options)))
             .unwrap_or_else(|_| {
                 Err(Error::internal(format!(
                     "{name} failed unexpectedly; the server is still running, try again or \
@@ -169,12 +180,7 @@ impl Toolset {
         out
     }
 
-    fn dispatch(
-        &self,
-        name: &str,
-        arguments: Value,
-        cancel: Option<&CancelToken>,
-    ) -> Result<ToolOutput> {
+    fn dispatch(&self, name: &str, arguments: Value, options: &CallOptions) -> Result<ToolOutput> {
         let arguments = match arguments {
             Value::Null => Value::Object(Default::default()),
             v @ Value::Object(_) => v,
@@ -216,9 +222,28 @@ impl Toolset {
             run: &self.inner.run,
             procs: &self.inner.procs,
             exec: &self.inner.exec,
-            cancel,
+            cancel: options.cancel.as_ref(),
+            on_output: options.on_output.as_ref(),
         };
         (entry.call)(&ctx, arguments)
+    }
+}
+
+/// Per-call options for [`Toolset::call_with`].
+#[derive(Clone, Default)]
+pub struct CallOptions {
+    /// Cancels the call (a waiting `run` kills its whole tree).
+    pub cancel: Option<CancelToken>,
+    /// Receives this call's command output, shaped, as it arrives.
+    pub on_output: Option<Subscriber>,
+}
+
+impl std::fmt::Debug for CallOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CallOptions")
+            .field("cancel", &self.cancel)
+            .field("on_output", &self.on_output.is_some())
+            .finish()
     }
 }
 

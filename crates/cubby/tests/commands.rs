@@ -599,3 +599,32 @@ fn virtual_provider_offers_no_commands() {
     let out = t.call("run", json!({"command": "true"}));
     assert!(out.text.starts_with("ERROR unsupported:"), "{}", out.text);
 }
+
+#[test]
+fn a_call_subscriber_gets_only_its_own_output() {
+    let dir = workspace();
+    let t = tools(dir.path());
+    let got = Arc::new(Mutex::new(String::new()));
+    let got2 = got.clone();
+    let options = cubby::CallOptions {
+        cancel: None,
+        on_output: Some(Arc::new(move |e: &cubby::process::OutputEvent| {
+            got2.lock().unwrap().push_str(&e.chunk);
+        })),
+    };
+    let other = t.clone();
+    let noise = std::thread::spawn(move || {
+        other.call(
+            "run",
+            json!({"command": "for i in 1 2 3; do echo noise; sleep 0.05; done"}),
+        )
+    });
+    let out = t.call_with(
+        "run",
+        json!({"command": "echo mine; sleep 0.1; echo also-mine"}),
+        &options,
+    );
+    assert!(!out.is_error, "{}", out.text);
+    noise.join().unwrap();
+    assert_eq!(got.lock().unwrap().as_str(), "mine\nalso-mine\n");
+}

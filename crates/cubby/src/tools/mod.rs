@@ -130,6 +130,7 @@ pub(crate) struct Ctx<'a> {
     pub procs: &'a crate::process::ProcessTable,
     pub exec: &'a ExecSettings,
     pub cancel: Option<&'a crate::process::CancelToken>,
+    pub on_output: Option<&'a crate::process::Subscriber>,
 }
 
 /// Hints for clients (MCP tool annotations).

@@ -128,12 +128,14 @@ impl Tool for StartProcess {
             )));
         }
         let (command, cwd) = prepare(ctx, &p.command, p.cwd.as_deref())?;
+        // No call subscriber: the process outlives this call.
         let proc = start(
             ctx,
             p.name.clone(),
             &command,
             &cwd,
             p.stdin.unwrap_or(false),
+            None,
             None,
         )?;
         let mut url = None;

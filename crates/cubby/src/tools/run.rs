@@ -127,6 +127,7 @@ pub(crate) fn start(
     cwd: &WorkspacePath,
     stdin: bool,
     capture: Option<usize>,
+    call_subscriber: Option<crate::process::Subscriber>,
 ) -> Result<std::sync::Arc<Proc>> {
     ctx.run.before_mutation();
     let mut argv = ctx.exec.shell.clone();
@@ -148,6 +149,7 @@ pub(crate) fn start(
             command: command.to_string(),
             capture_bytes: capture,
             retained_bytes: ctx.exec.retained_log_bytes,
+            call_subscriber,
         },
     )
 }
@@ -187,6 +189,7 @@ impl Tool for Run {
             &cwd,
             false,
             Some(limits.max_output_bytes),
+            ctx.on_output.cloned(),
         )?;
         let deadline = started + Duration::from_millis(timeout_ms);
         let finished = proc.wait_until(Some(deadline), ctx.cancel);

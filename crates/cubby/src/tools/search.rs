@@ -8,8 +8,8 @@
 
 use std::collections::BTreeMap;
 use std::io;
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, mpsc};
 
 use grep_regex::{RegexMatcher, RegexMatcherBuilder};
 use grep_searcher::{BinaryDetection, Searcher, SearcherBuilder, Sink, SinkContext, SinkMatch};
@@ -117,24 +117,32 @@ impl Tool for Search {
 
         let target = super::parse_dir_arg(params.path.as_deref())?;
         ctx.policy.check_read(&target)?;
-        let files = match ctx.fs.metadata(&target)?.kind {
-            EntryKind::File => vec![target],
+        let found = match ctx.fs.metadata(&target)?.kind {
+            EntryKind::File => search_files(ctx.fs, 1, &matcher, context, cap, |add| {
+                add(target);
+                Ok(())
+            })?,
             _ => {
                 let start = start_dir(ctx, params.path.as_deref())?;
-                let mut files = Vec::new();
-                Walk::new(ctx.fs, ctx.policy).run(&start, &mut |v| {
-                    if v.kind == EntryKind::File
-                        && filter.as_ref().is_none_or(|f| f.matches(v.path))
-                    {
-                        files.push(v.path.clone());
-                    }
-                    Flow::Continue
-                })?;
-                files
+                let threads = std::thread::available_parallelism()
+                    .map_or(1, |n| n.get())
+                    .min(MAX_THREADS);
+                // The walk feeds the workers as it goes: searching starts
+                // with the first file, not after the last directory is read.
+                search_files(ctx.fs, threads, &matcher, context, cap, |add| {
+                    Walk::new(ctx.fs, ctx.policy).run(&start, &mut |v| {
+                        if v.kind == EntryKind::File
+                            && filter.as_ref().is_none_or(|f| f.matches(v.path))
+                        {
+                            add(v.path.clone());
+                        }
+                        Flow::Continue
+                    })
+                })?
             }
         };
-        let found = search_files(ctx.fs, &files, &matcher, context, cap);
-        Ok(render(&params.query, found, cap, files.len() as u64))
+        let files_searched = found.files;
+        Ok(render(&params.query, found, cap, files_searched))
     }
 }
 
@@ -142,22 +150,25 @@ struct Found {
     /// Kept hits per file index, pruned to about `cap` matches.
     kept: BTreeMap<usize, Vec<Hit>>,
     total: u64,
+    /// Files searched.
+    files: u64,
 }
 
+/// Searches the files `feed` hands to `add`, in path order, on `threads`
+/// workers that start while `feed` is still running. A file's index is its
+/// place in that order, so the result does not depend on timing.
 fn search_files(
     fs: &dyn FileSystem,
-    files: &[WorkspacePath],
+    threads: usize,
     matcher: &RegexMatcher,
     context: usize,
     cap: usize,
-) -> Found {
-    let next = AtomicUsize::new(0);
+    feed: impl FnOnce(&mut dyn FnMut(WorkspacePath)) -> Result<()>,
+) -> Result<Found> {
+    let (tx, rx) = mpsc::channel::<(usize, WorkspacePath)>();
+    let rx = Mutex::new(rx);
     let total = AtomicU64::new(0);
     let kept: Mutex<BTreeMap<usize, Vec<Hit>>> = Mutex::new(BTreeMap::new());
-    let threads = std::thread::available_parallelism()
-        .map_or(1, |n| n.get())
-        .min(MAX_THREADS)
-        .min(files.len().max(1));
     let worker = || {
         let mut searcher = SearcherBuilder::new()
             .binary_detection(BinaryDetection::quit(b'\x00'))
@@ -165,10 +176,15 @@ fn search_files(
             .before_context(context)
             .after_context(context)
             .build();
+        let mut buf = Vec::new();
         loop {
-            let i = next.fetch_add(1, Ordering::Relaxed);
-            let Some(path) = files.get(i) else { break };
-            let Some((hits, matched)) = search_one(fs, path, matcher, &mut searcher, cap) else {
+            let Ok(next) = rx.lock().map(|rx| rx.recv()) else {
+                break;
+            };
+            let Ok((i, path)) = next else { break };
+            let Some((hits, matched)) =
+                search_one(fs, &path, matcher, &mut searcher, &mut buf, cap)
+            else {
                 continue;
             };
             if matched == 0 {
@@ -181,19 +197,35 @@ fn search_files(
             }
         }
     };
-    if threads <= 1 {
+    let mut files = 0usize;
+    let feed_all = move |files: &mut usize| {
+        let fed = feed(&mut |path| {
+            // The receiver outlives the workers: a send cannot fail.
+            let _ = tx.send((*files, path));
+            *files += 1;
+        });
+        // Closing the channel lets the workers finish.
+        drop(tx);
+        fed
+    };
+    let fed = if threads <= 1 {
+        let fed = feed_all(&mut files);
         worker();
+        fed
     } else {
         std::thread::scope(|s| {
             for _ in 0..threads {
                 s.spawn(worker);
             }
-        });
-    }
-    Found {
+            feed_all(&mut files)
+        })
+    };
+    fed?;
+    Ok(Found {
         kept: kept.into_inner().unwrap_or_default(),
         total: total.into_inner(),
-    }
+        files: files as u64,
+    })
 }
 
 /// Drops the last files while the ones before them already hold `cap`
@@ -215,34 +247,76 @@ fn prune(kept: &mut BTreeMap<usize, Vec<Hit>>, cap: usize) {
     }
 }
 
-/// Searches one file; `None` when it cannot be opened or is binary.
+/// Files up to this size are read whole into the worker's buffer and
+/// searched as one slice: no line counting past the last match, no BOM peek
+/// read. It is the searcher's own buffer size, and a slice's binary check
+/// covers its first 64 KiB, so every byte is checked for NUL, exactly as when
+/// streaming: both ways give the same result.
+const SLICE_MAX: usize = 64 * 1024;
+
+/// Searches one file; `None` when it cannot be opened or read, or is binary.
 fn search_one(
     fs: &dyn FileSystem,
     path: &WorkspacePath,
     matcher: &RegexMatcher,
     searcher: &mut Searcher,
+    buf: &mut Vec<u8>,
     cap: usize,
 ) -> Option<(Vec<Hit>, u64)> {
-    let file = fs.open(path).ok()?;
+    let mut file = fs.open(path).ok()?;
     let mut sink = Collect {
-        path: path.display(),
+        path,
+        shown: None,
         hits: Vec::new(),
         matched: 0,
         kept_matches: 0,
         cap,
         binary: false,
     };
-    searcher
-        .search_reader(matcher, file.reader, &mut sink)
-        .ok()?;
+    if file.metadata.size <= SLICE_MAX as u64 {
+        match read_small(&mut file.reader, buf)? {
+            Some(len) => searcher
+                .search_slice(matcher, &buf[..len], &mut sink)
+                .ok()?,
+            // It grew while being read: stream what was read, then the rest.
+            None => searcher
+                .search_reader(matcher, io::Read::chain(&buf[..], file.reader), &mut sink)
+                .ok()?,
+        }
+    } else {
+        searcher
+            .search_reader(matcher, file.reader, &mut sink)
+            .ok()?;
+    }
     if sink.binary {
         return None;
     }
     Some((sink.hits, sink.matched))
 }
 
-struct Collect {
-    path: String,
+/// Reads to the end into `buf` (kept at `SLICE_MAX + 1` bytes between files):
+/// `Some(len)`, or `Some(None)` when there are more than `SLICE_MAX` bytes
+/// (`buf` then holds the first `SLICE_MAX + 1`); `None` on a read error.
+fn read_small(reader: &mut dyn io::Read, buf: &mut Vec<u8>) -> Option<Option<usize>> {
+    if buf.len() != SLICE_MAX + 1 {
+        buf.resize(SLICE_MAX + 1, 0);
+    }
+    let mut filled = 0;
+    while filled < buf.len() {
+        match reader.read(&mut buf[filled..]) {
+            Ok(0) => return Some(Some(filled)),
+            Ok(n) => filled += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(_) => return None,
+        }
+    }
+    Some(None)
+}
+
+struct Collect<'p> {
+    path: &'p WorkspacePath,
+    /// `path` as shown, made at the first hit.
+    shown: Option<String>,
     hits: Vec<Hit>,
     matched: u64,
     kept_matches: usize,
@@ -256,15 +330,24 @@ fn line_text(bytes: &[u8]) -> String {
     cut_line(text, SEARCH_MAX_LINE_CHARS).into_owned()
 }
 
-impl Sink for Collect {
+impl Collect<'_> {
+    fn shown(&mut self) -> String {
+        self.shown
+            .get_or_insert_with(|| self.path.display())
+            .clone()
+    }
+}
+
+impl Sink for Collect<'_> {
     type Error = io::Error;
 
     fn matched(&mut self, _: &Searcher, m: &SinkMatch<'_>) -> Result<bool, io::Error> {
         self.matched += 1;
         if self.kept_matches < self.cap {
             self.kept_matches += 1;
+            let path = self.shown();
             self.hits.push(Hit {
-                path: self.path.clone(),
+                path,
                 line: m.line_number().unwrap_or(0),
                 text: line_text(m.bytes()),
                 is_match: true,
@@ -276,8 +359,9 @@ impl Sink for Collect {
     fn context(&mut self, _: &Searcher, c: &SinkContext<'_>) -> Result<bool, io::Error> {
         if self.kept_matches < self.cap || matches!(c.kind(), grep_searcher::SinkContextKind::After)
         {
+            let path = self.shown();
             self.hits.push(Hit {
-                path: self.path.clone(),
+                path,
                 line: c.line_number().unwrap_or(0),
                 text: line_text(c.bytes()),
                 is_match: false,
