@@ -41,6 +41,19 @@ pub struct Common {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Serve MCP over stdio (one session: the run lasts as long as stdin).
+    Mcp {
+        #[command(flatten)]
+        common: Common,
+    },
+    /// Serve MCP over streamable HTTP at /mcp (off loopback, CUBBY_TOKEN is required).
+    Serve {
+        /// Address to listen on.
+        #[arg(long, default_value = "127.0.0.1:8765")]
+        listen: std::net::SocketAddr,
+        #[command(flatten)]
+        common: Common,
+    },
     /// Run one tool call and print the model-facing text (exit 1 on an error result).
     Call {
         /// Tool name, e.g. read_file.
@@ -105,8 +118,44 @@ fn rename_json_flag(args: Vec<std::ffi::OsString>) -> Vec<std::ffi::OsString> {
     out
 }
 
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?)
+}
+
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
+        Command::Mcp { common } => {
+            let factory = setup::factory(&common, true)?;
+            runtime()?.block_on(cubby_mcp::serve_stdio(
+                factory,
+                tokio::io::stdin(),
+                tokio::io::stdout(),
+            ))?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Serve { listen, common } => {
+            let factory = setup::factory(&common, true)?;
+            let token = std::env::var("CUBBY_TOKEN").ok().filter(|t| !t.is_empty());
+            let rt = runtime()?;
+            rt.block_on(async move {
+                let shutdown = tokio_util::sync::CancellationToken::new();
+                let stop = shutdown.clone();
+                tokio::spawn(async move {
+                    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+                    tokio::select! {
+                        _ = tokio::signal::ctrl_c() => {}
+                        _ = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending().await } } => {}
+                    }
+                    stop.cancel();
+                });
+                let options = cubby_mcp::HttpOptions { listen, token };
+                eprintln!("cubby: serving MCP at http://{listen}/mcp");
+                cubby_mcp::serve_http(factory, options, shutdown, None).await
+            })?;
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Call {
             tool,
             json,

@@ -21,6 +21,13 @@ pub fn init_tracing() {
 
 /// Resolves the root, loads the config and builds the toolset.
 pub fn toolset(common: &Common, track_changes: bool) -> anyhow::Result<Toolset> {
+    let factory = factory(common, track_changes)?;
+    factory().map_err(|e| anyhow::anyhow!("{}", e.message()))
+}
+
+/// Resolves the root, loads the config and opens the sandbox once; returns
+/// a factory that builds a fresh toolset (a new run) on each call.
+pub fn factory(common: &Common, track_changes: bool) -> anyhow::Result<cubby_mcp::ToolsetFactory> {
     let root = match &common.root {
         Some(r) => r.clone(),
         None => std::env::current_dir().context("cannot read the current directory")?,
@@ -56,23 +63,27 @@ pub fn toolset(common: &Common, track_changes: bool) -> anyhow::Result<Toolset> 
         .build()
         .map_err(|e| anyhow::anyhow!("config: {}", e.message()))?;
     let sandbox = sandbox(provider, &root)?;
-    let mut builder = Toolset::builder(sandbox)
-        .policy(policy)
-        .limits(config.limits.clone())
-        .exec_rules(config.exec.rules.clone())
-        .track_changes(track_changes);
-    if let Some(shell) = &config.shell {
-        builder = builder.shell(shell.clone());
-    }
+    let mut secrets = Vec::new();
     for name in &config.secrets {
         match std::env::var(name) {
-            Ok(value) if !value.is_empty() => builder = builder.secret(name.clone(), value),
+            Ok(value) if !value.is_empty() => secrets.push((name.clone(), value)),
             _ => tracing::warn!("secret `{name}` is not set in the environment; nothing to redact"),
         }
     }
-    builder
-        .build()
-        .map_err(|e| anyhow::anyhow!("{}", e.message()))
+    Ok(Arc::new(move || {
+        let mut builder = Toolset::builder(sandbox.clone())
+            .policy(policy.clone())
+            .limits(config.limits.clone())
+            .exec_rules(config.exec.rules.clone())
+            .track_changes(track_changes);
+        if let Some(shell) = &config.shell {
+            builder = builder.shell(shell.clone());
+        }
+        for (name, value) in &secrets {
+            builder = builder.secret(name.clone(), value.clone());
+        }
+        builder.build()
+    }))
 }
 
 fn load_config(common: &Common, root: &Path) -> anyhow::Result<(Config, Option<PathBuf>)> {

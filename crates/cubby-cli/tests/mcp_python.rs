@@ -1,0 +1,165 @@
+//! The MCP server driven by the official Python SDK client
+//! (`tests/mcp/python_client.py`) over stdio and streamable HTTP, with the
+//! initialize handshake (`legacy`) and with the 2026-07-28 revision
+//! (`auto`: `server/discover` first).
+//!
+//! The SDK is installed by this test into `target/mcp-venv` (pip, from
+//! PyPI) the first time it runs.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// The Python MCP SDK version the tests are written against.
+const MCP_SDK: &str = "mcp==2.3.0";
+
+static VENV_LOCK: Mutex<()> = Mutex::new(());
+
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .unwrap()
+}
+
+/// The venv's python, installing the SDK on first use.
+fn python() -> PathBuf {
+    let _guard = VENV_LOCK.lock().unwrap_or_else(|p| p.into_inner());
+    let venv = repo_root().join("target/mcp-venv");
+    let python = venv.join("bin/python");
+    let ready = venv.join(".ready");
+    if !ready.exists() {
+        let status = Command::new("python3")
+            .args(["-m", "venv"])
+            .arg(&venv)
+            .status()
+            .expect("python3 is needed for the MCP client tests");
+        assert!(status.success(), "python3 -m venv failed");
+        let status = Command::new(&python)
+            .args([
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--disable-pip-version-check",
+                MCP_SDK,
+            ])
+            .status()
+            .unwrap();
+        assert!(status.success(), "pip install {MCP_SDK} failed");
+        std::fs::write(&ready, MCP_SDK).unwrap();
+    }
+    python
+}
+
+fn workspace() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("seed.txt"), "seed\n").unwrap();
+    let mut png = b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR".to_vec();
+    png.extend_from_slice(&[0u8; 64]);
+    std::fs::write(dir.path().join("image.png"), png).unwrap();
+    dir
+}
+
+fn run_client(workspace: &Path, target: &str, mode: &str) {
+    let out = Command::new(python())
+        .arg(repo_root().join("tests/mcp/python_client.py"))
+        .arg(env!("CARGO_BIN_EXE_cubby"))
+        .arg(workspace)
+        .arg(target)
+        .arg(mode)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "client failed ({target} {mode}):\n{stdout}\n{stderr}"
+    );
+    assert!(
+        stdout.contains(&format!("ok: {target} {mode}")),
+        "{stdout}\n{stderr}"
+    );
+}
+
+struct Server(Child);
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Some(pid) = rustix::process::Pid::from_raw(self.0.id() as i32) {
+            let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.0.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn serve(workspace: &Path) -> (Server, String) {
+    let port = free_port();
+    let child = Command::new(env!("CARGO_BIN_EXE_cubby"))
+        .args([
+            "serve",
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--provider",
+            "local",
+            "--root",
+        ])
+        .arg(workspace)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let server = Server(child);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "cubby serve did not listen");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    (server, format!("http://127.0.0.1:{port}/mcp"))
+}
+
+#[test]
+fn python_sdk_over_stdio_with_the_handshake() {
+    let ws = workspace();
+    run_client(ws.path(), "stdio", "legacy");
+}
+
+#[test]
+fn python_sdk_over_stdio_with_discover() {
+    let ws = workspace();
+    run_client(ws.path(), "stdio", "auto");
+}
+
+#[test]
+fn python_sdk_over_http_with_the_handshake() {
+    let ws = workspace();
+    let (_server, url) = serve(ws.path());
+    run_client(ws.path(), &url, "legacy");
+}
+
+#[test]
+fn python_sdk_over_http_with_discover() {
+    let ws = workspace();
+    let (_server, url) = serve(ws.path());
+    run_client(ws.path(), &url, "auto");
+}

@@ -1,0 +1,230 @@
+//! The rmcp `ServerHandler`: tool listing, calls, progress, cancellation and
+//! the run of each session.
+
+use std::sync::{Arc, Mutex};
+
+use cubby::process::{CancelToken, OutputEvent, Subscriber};
+use cubby::{CallOptions, ToolOutput, Toolset};
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
+    JsonObject, ListToolsResult, PaginatedRequestParams, ProgressNotificationParam,
+    ServerCapabilities, ServerConfig, Tool, ToolAnnotations,
+};
+use rmcp::service::RequestContext;
+use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
+use serde_json::Value;
+
+use crate::{SERVER_NAME, SERVER_VERSION, ToolsetFactory};
+
+/// What every session of one server shares.
+pub(crate) struct Shared {
+    factory: ToolsetFactory,
+    tools: Vec<Tool>,
+    instructions: String,
+    /// The run of requests that belong to no session.
+    stateless: Mutex<Option<Toolset>>,
+}
+
+impl Shared {
+    /// Ends the server-wide run (its processes die with it).
+    pub(crate) fn take_stateless(&self) -> Option<Toolset> {
+        self.stateless.lock().map(|mut s| s.take()).unwrap_or(None)
+    }
+}
+
+/// A run that ends when its session does: dropping it kills the run's
+/// processes, on a plain thread so that no async worker blocks.
+struct SessionRun(Mutex<Option<Toolset>>);
+
+impl Drop for SessionRun {
+    fn drop(&mut self) {
+        let taken = self.0.lock().map(|mut t| t.take()).unwrap_or(None);
+        if let Some(toolset) = taken {
+            let _ = std::thread::Builder::new()
+                .name("cubby-session-end".into())
+                .spawn(move || drop(toolset));
+        }
+    }
+}
+
+/// One MCP session's handler.
+#[derive(Clone)]
+pub struct CubbyHandler {
+    shared: Arc<Shared>,
+    run: Arc<SessionRun>,
+    /// False for HTTP handlers, whose requests may carry no session.
+    always_session: bool,
+}
+
+fn to_object(v: &Value) -> Arc<JsonObject> {
+    Arc::new(v.as_object().cloned().unwrap_or_default())
+}
+
+fn mcp_tool(spec: &cubby::ToolSpec) -> Tool {
+    let a = spec.annotations;
+    Tool::new(spec.name, spec.description, to_object(&spec.input_schema))
+        .with_raw_output_schema(to_object(&spec.output_schema))
+        .with_annotations(
+            ToolAnnotations::new()
+                .read_only(a.read_only)
+                .destructive(a.destructive)
+                .idempotent(a.idempotent)
+                .open_world(a.open_world),
+        )
+}
+
+fn instructions(template: &Toolset) -> String {
+    let policy = template.policy();
+    let names = template.tool_names().join(", ");
+    let protected: Vec<&str> = policy.protected().collect();
+    format!(
+        "cubby gives you one workspace directory (provider `{}`, mode `{}`). Every path is \
+         relative to the workspace root; absolute paths, `..` that leaves the root and symbolic \
+         links are refused. Read a file with read_file before overwriting it with write_file or \
+         changing it with edit_file. Errors read `ERROR <kind>: <message>` and say what to do \
+         next. Protected (read-only) paths: {}. Tools: {names}.",
+        template.sandbox().kind().as_str(),
+        policy.mode().as_str(),
+        protected.join(", "),
+    )
+}
+
+impl CubbyHandler {
+    /// A handler factory's shared state, from a toolset factory. The first
+    /// toolset is built here to list the tools (and fail early).
+    ///
+    /// # Errors
+    ///
+    /// Whatever building a toolset fails with.
+    pub(crate) fn shared(factory: ToolsetFactory) -> cubby::Result<Arc<Shared>> {
+        let template = factory()?;
+        let tools = template.tools().iter().map(mcp_tool).collect();
+        let instructions = instructions(&template);
+        Ok(Arc::new(Shared {
+            factory,
+            tools,
+            instructions,
+            stateless: Mutex::new(Some(template)),
+        }))
+    }
+
+    /// A handler for a new session.
+    pub(crate) fn new(shared: Arc<Shared>, always_session: bool) -> CubbyHandler {
+        CubbyHandler {
+            shared,
+            run: Arc::new(SessionRun(Mutex::new(None))),
+            always_session,
+        }
+    }
+
+    /// The toolset of the run this request belongs to.
+    fn toolset(&self, ctx: &RequestContext<RoleServer>) -> Result<Toolset, McpError> {
+        let in_session = self.always_session
+            || ctx
+                .extensions
+                .get::<axum::http::request::Parts>()
+                .is_some_and(|p| p.headers.contains_key("mcp-session-id"));
+        let slot = if in_session {
+            &self.run.0
+        } else {
+            &self.shared.stateless
+        };
+        let mut guard = slot
+            .lock()
+            .map_err(|_| McpError::internal_error("session state poisoned", None))?;
+        if let Some(t) = guard.as_ref() {
+            return Ok(t.clone());
+        }
+        let toolset = (self.shared.factory)().map_err(|e| {
+            McpError::internal_error(format!("cannot start the session: {e}"), None)
+        })?;
+        *guard = Some(toolset.clone());
+        Ok(toolset)
+    }
+}
+
+/// The MCP result of a tool output.
+fn to_result(out: ToolOutput) -> CallToolResult {
+    if out.is_error {
+        CallToolResult::error(vec![ContentBlock::text(out.text)])
+    } else {
+        let mut r = CallToolResult::structured(out.structured);
+        r.content = vec![ContentBlock::text(out.text)];
+        r
+    }
+}
+
+impl ServerHandler for CubbyHandler {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(Implementation::new(SERVER_NAME, SERVER_VERSION))
+            .with_instructions(self.shared.instructions.clone())
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _ctx: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, McpError> {
+        Ok(ListToolsResult::with_all_items(self.shared.tools.clone()))
+    }
+
+    fn get_tool(&self, name: &str) -> Option<Tool> {
+        self.shared.tools.iter().find(|t| t.name == name).cloned()
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
+        let toolset = self.toolset(&ctx)?;
+        let arguments = request.arguments.map(Value::Object).unwrap_or(Value::Null);
+        let cancel = CancelToken::new();
+        let progress_token = ctx.meta.get_progress_token();
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+        let on_output: Option<Subscriber> = progress_token.is_some().then(|| {
+            Arc::new(move |e: &OutputEvent| {
+                let _ = tx.send(e.chunk.clone());
+            }) as Subscriber
+        });
+        let options = CallOptions {
+            cancel: Some(cancel.clone()),
+            on_output,
+        };
+        let name = request.name.to_string();
+        let mut job =
+            tokio::task::spawn_blocking(move || toolset.call_with(&name, arguments, &options));
+        let mut sent = 0u64;
+        loop {
+            tokio::select! {
+                done = &mut job => {
+                    let out = done.map_err(|e| McpError::internal_error(format!("tool task failed: {e}"), None))?;
+                    // Progress that arrived with the end still goes first.
+                    while let Ok(chunk) = rx.try_recv() {
+                        sent += chunk.len() as u64;
+                        if let Some(token) = &progress_token {
+                            let _ = ctx.peer.notify_progress(
+                                ProgressNotificationParam::new(token.clone(), sent as f64).with_message(chunk),
+                            ).await;
+                        }
+                    }
+                    return Ok(to_result(out).into());
+                }
+                Some(chunk) = rx.recv() => {
+                    sent += chunk.len() as u64;
+                    if let Some(token) = &progress_token {
+                        let _ = ctx.peer.notify_progress(
+                            ProgressNotificationParam::new(token.clone(), sent as f64).with_message(chunk),
+                        ).await;
+                    }
+                }
+                _ = ctx.ct.cancelled() => {
+                    cancel.cancel();
+                    let _ = job.await;
+                    return Err(McpError::internal_error("the request was cancelled", None));
+                }
+            }
+        }
+    }
+}

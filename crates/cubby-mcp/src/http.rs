@@ -1,0 +1,163 @@
+//! MCP over streamable HTTP at `/mcp`.
+//!
+//! Safety on a network, in the order a request meets it:
+//!
+//! 1. Off loopback the server refuses to start without a bearer token
+//!    (`CUBBY_TOKEN`); with a token, every request must carry
+//!    `Authorization: Bearer <token>`, compared in constant time (401).
+//! 2. `Host` must name an address the server serves and `Origin`, when
+//!    present, a loopback or served origin (DNS-rebinding protection; 403).
+//! 3. Bodies over [`MAX_BODY_BYTES`] are refused (413).
+//!
+//! Each MCP session is its own run; sessions idle for
+//! [`SESSION_IDLE`] are closed, which stops their processes.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::Request;
+use axum::http::StatusCode;
+use axum::middleware::{self, Next};
+use axum::response::Response;
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
+use tokio_util::sync::CancellationToken;
+
+use crate::handler::CubbyHandler;
+use crate::{ServeError, ToolsetFactory};
+
+/// Largest request body, in bytes.
+pub const MAX_BODY_BYTES: usize = 64 * 1024 * 1024;
+/// A session with no message for this long is closed.
+pub const SESSION_IDLE: Duration = Duration::from_secs(3600);
+
+/// How to serve HTTP.
+#[derive(Clone, Debug)]
+pub struct HttpOptions {
+    /// Address to listen on.
+    pub listen: SocketAddr,
+    /// Bearer token required on every request (required off loopback).
+    pub token: Option<String>,
+}
+
+/// Constant-time comparison of two byte strings.
+fn same(a: &[u8], b: &[u8]) -> bool {
+    let mut diff = (a.len() ^ b.len()) as u8 | u8::from(a.len() != b.len());
+    for (x, y) in a.iter().zip(b.iter().cycle()) {
+        diff |= x ^ y;
+    }
+    diff == 0
+}
+
+async fn require_bearer(
+    token: Arc<String>,
+    req: Request,
+    next: Next,
+) -> Result<Response, StatusCode> {
+    let given = req
+        .headers()
+        .get(axum::http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .unwrap_or("");
+    if same(given.as_bytes(), token.as_bytes()) {
+        Ok(next.run(req).await)
+    } else {
+        Err(StatusCode::UNAUTHORIZED)
+    }
+}
+
+/// Serves MCP over streamable HTTP until `shutdown` fires.
+///
+/// # Errors
+///
+/// A non-loopback address without a token, a port that cannot be bound, or
+/// a first toolset that cannot be built.
+pub async fn serve_http(
+    factory: ToolsetFactory,
+    options: HttpOptions,
+    shutdown: CancellationToken,
+    ready: Option<tokio::sync::oneshot::Sender<SocketAddr>>,
+) -> Result<(), ServeError> {
+    let loopback = options.listen.ip().is_loopback();
+    if !loopback && options.token.as_deref().is_none_or(str::is_empty) {
+        return Err(ServeError(format!(
+            "refusing to listen on {} without a bearer token: set CUBBY_TOKEN, or listen on 127.0.0.1",
+            options.listen
+        )));
+    }
+    let shared = CubbyHandler::shared(factory).map_err(|e| ServeError(e.to_string()))?;
+    let listener = tokio::net::TcpListener::bind(options.listen)
+        .await
+        .map_err(|e| ServeError(format!("cannot listen on {}: {e}", options.listen)))?;
+    let local = listener
+        .local_addr()
+        .map_err(|e| ServeError(format!("cannot read the listening address: {e}")))?;
+    let port = local.port();
+    let mut hosts = vec![
+        "localhost".to_string(),
+        "127.0.0.1".to_string(),
+        "::1".to_string(),
+        "[::1]".to_string(),
+    ];
+    if !loopback {
+        hosts.push(local.ip().to_string());
+    }
+    let mut origins = vec![
+        format!("http://localhost:{port}"),
+        format!("http://127.0.0.1:{port}"),
+        format!("http://[::1]:{port}"),
+    ];
+    if !loopback {
+        origins.push(format!("http://{local}"));
+        origins.push(format!("https://{local}"));
+    }
+    let mut sessions = LocalSessionManager::default();
+    sessions.session_config.keep_alive = Some(SESSION_IDLE);
+    let config = StreamableHttpServerConfig::default()
+        .with_allowed_hosts(hosts)
+        .with_allowed_origins(origins)
+        .enforce_origin_validation()
+        .with_max_request_body_bytes(MAX_BODY_BYTES)
+        .with_cancellation_token(shutdown.child_token());
+    let factory_shared = Arc::clone(&shared);
+    let service = StreamableHttpService::new(
+        move || Ok(CubbyHandler::new(Arc::clone(&factory_shared), false)),
+        Arc::new(sessions),
+        config,
+    );
+    let mut app = Router::new().nest_service("/mcp", service);
+    if let Some(token) = options.token.filter(|t| !t.is_empty()) {
+        let token = Arc::new(token);
+        app = app.layer(middleware::from_fn(move |req: Request, next: Next| {
+            require_bearer(Arc::clone(&token), req, next)
+        }));
+    }
+    tracing::info!("serving MCP at http://{local}/mcp");
+    if let Some(ready) = ready {
+        let _ = ready.send(local);
+    }
+    let stop = shutdown.clone();
+    axum::serve(listener, app)
+        .with_graceful_shutdown(async move { stop.cancelled().await })
+        .await
+        .map_err(|e| ServeError(format!("the HTTP server failed: {e}")))?;
+    drop(shared.take_stateless());
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn constant_time_comparison() {
+        assert!(same(b"secret", b"secret"));
+        assert!(!same(b"secret", b"secreT"));
+        assert!(!same(b"secret", b"secret-longer"));
+        assert!(!same(b"", b"x"));
+        assert!(same(b"", b""));
+    }
+}

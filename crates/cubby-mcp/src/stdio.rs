@@ -1,0 +1,315 @@
+//! MCP over stdio, behind a framing guard.
+//!
+//! rmcp drops a line that is not JSON without answering, and ends the
+//! session when a notification or response arrives before `initialize`. The
+//! guard sits between stdin and rmcp and answers what rmcp would not:
+//!
+//! 1. A line longer than [`MAX_MESSAGE_BYTES`] is skipped to its end (never
+//!    buffered) and answered with `-32600`.
+//! 2. A line that is not JSON is answered with `-32700`; one that is JSON
+//!    but not an object with `jsonrpc: "2.0"` with `-32600` (batches too:
+//!    the protocol has none since 2025-06-18).
+//! 3. Before the session starts, notifications and responses are dropped.
+//! 4. Everything else goes to rmcp unchanged, which answers unknown methods
+//!    with `-32601` and keeps serving.
+//!
+//! One writer task puts rmcp's lines and the guard's answers on stdout, a
+//! whole line at a time.
+
+use std::sync::Arc;
+
+use rmcp::ServiceExt;
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
+use tokio::sync::mpsc;
+
+use crate::handler::CubbyHandler;
+use crate::{ServeError, ToolsetFactory};
+
+/// Largest message accepted on stdio, in bytes.
+pub const MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
+/// Capacity of the in-process pipes between the guard and rmcp.
+const PIPE_BYTES: usize = 1024 * 1024;
+
+fn error_line(code: i64, message: &str, id: Value) -> String {
+    json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}}).to_string()
+}
+
+/// What to do with one input line.
+#[derive(Debug, PartialEq)]
+enum Verdict {
+    Forward,
+    Drop,
+    Answer(String),
+}
+
+fn judge(line: &[u8], started: &mut bool) -> Verdict {
+    let trimmed = line.trim_ascii();
+    if trimmed.is_empty() {
+        return Verdict::Drop;
+    }
+    let value: Value = match serde_json::from_slice(trimmed) {
+        Ok(v) => v,
+        Err(e) => {
+            return Verdict::Answer(error_line(
+                -32700,
+                &format!("parse error: {e}"),
+                Value::Null,
+            ));
+        }
+    };
+    let Value::Object(map) = &value else {
+        return Verdict::Answer(error_line(
+            -32600,
+            "invalid request: send one JSON-RPC object per line (batches are not supported)",
+            Value::Null,
+        ));
+    };
+    let id = map.get("id").cloned().unwrap_or(Value::Null);
+    if map.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
+        return Verdict::Answer(error_line(
+            -32600,
+            "invalid request: `jsonrpc` must be \"2.0\"",
+            id,
+        ));
+    }
+    let method = map.get("method").and_then(Value::as_str);
+    let is_request = method.is_some() && map.contains_key("id");
+    if let Some(id) = map.get("id")
+        && !(id.is_string() || id.is_i64() || id.is_u64())
+    {
+        return Verdict::Answer(error_line(
+            -32600,
+            "invalid request: `id` must be a string or an integer",
+            Value::Null,
+        ));
+    }
+    if method.is_some_and(|m| !m.is_empty())
+        && map
+            .get("params")
+            .is_some_and(|p| !p.is_object() && !p.is_null())
+    {
+        return match is_request {
+            true => Verdict::Answer(error_line(
+                -32602,
+                "invalid params: `params` must be an object",
+                id,
+            )),
+            false => Verdict::Drop,
+        };
+    }
+    if !*started {
+        if !is_request {
+            return Verdict::Drop;
+        }
+        let has_meta_version = map
+            .get("params")
+            .and_then(|p| p.get("_meta"))
+            .and_then(|m| m.get("io.modelcontextprotocol/protocolVersion"))
+            .is_some();
+        if method == Some("initialize") || has_meta_version {
+            *started = true;
+        }
+    }
+    Verdict::Forward
+}
+
+/// Reads one line of at most `max` bytes; a longer line is consumed to its
+/// end and reported as `Err(len)`. `Ok(None)` at end of input.
+async fn read_line<R: AsyncBufReadExt + Unpin>(
+    r: &mut R,
+    max: usize,
+    buf: &mut Vec<u8>,
+) -> std::io::Result<Option<Result<(), usize>>> {
+    buf.clear();
+    let mut total = 0usize;
+    let mut overflow = false;
+    loop {
+        let chunk = r.fill_buf().await?;
+        if chunk.is_empty() {
+            return Ok(if total == 0 {
+                None
+            } else if overflow {
+                Some(Err(total))
+            } else {
+                Some(Ok(()))
+            });
+        }
+        let (take, done) = match chunk.iter().position(|b| *b == b'\n') {
+            Some(i) => (i + 1, true),
+            None => (chunk.len(), false),
+        };
+        total += take;
+        if !overflow {
+            if buf.len() + take > max {
+                overflow = true;
+                buf.clear();
+            } else {
+                buf.extend_from_slice(&chunk[..take]);
+            }
+        }
+        r.consume(take);
+        if done {
+            return Ok(Some(if overflow { Err(total) } else { Ok(()) }));
+        }
+    }
+}
+
+/// Serves MCP on the given streams until input ends (`stdin`/`stdout` for
+/// `cubby mcp`).
+///
+/// # Errors
+///
+/// Building the first toolset, or an I/O failure of the streams.
+pub async fn serve_stdio<R, W>(
+    factory: ToolsetFactory,
+    input: R,
+    output: W,
+) -> Result<(), ServeError>
+where
+    R: AsyncRead + Unpin + Send + 'static,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    let shared = CubbyHandler::shared(factory).map_err(|e| ServeError(e.to_string()))?;
+    let handler = CubbyHandler::new(Arc::clone(&shared), true);
+    let (to_rmcp, rmcp_in) = tokio::io::duplex(PIPE_BYTES);
+    let (rmcp_out, from_rmcp) = tokio::io::duplex(PIPE_BYTES);
+    let (answers_tx, mut answers_rx) = mpsc::unbounded_channel::<String>();
+
+    // The guard: stdin → rmcp, or an answer.
+    let guard = tokio::spawn(async move {
+        let mut to_rmcp = to_rmcp;
+        let mut input = BufReader::with_capacity(64 * 1024, input);
+        let mut buf = Vec::new();
+        let mut started = false;
+        loop {
+            match read_line(&mut input, MAX_MESSAGE_BYTES, &mut buf).await {
+                Ok(None) | Err(_) => break,
+                Ok(Some(Err(len))) => {
+                    let _ = answers_tx.send(error_line(
+                        -32600,
+                        &format!(
+                            "message of {len} bytes is larger than the limit of {MAX_MESSAGE_BYTES}"
+                        ),
+                        Value::Null,
+                    ));
+                }
+                Ok(Some(Ok(()))) => match judge(&buf, &mut started) {
+                    Verdict::Forward => {
+                        if !buf.ends_with(b"\n") {
+                            buf.push(b'\n');
+                        }
+                        if to_rmcp.write_all(&buf).await.is_err() {
+                            break;
+                        }
+                    }
+                    Verdict::Drop => {}
+                    Verdict::Answer(line) => {
+                        let _ = answers_tx.send(line);
+                    }
+                },
+            }
+        }
+        // End of input: rmcp sees EOF and ends the session.
+        let _ = to_rmcp.shutdown().await;
+    });
+
+    // The writer: whole lines from rmcp and from the guard.
+    let writer = tokio::spawn(async move {
+        let mut output = output;
+        let mut from_rmcp = BufReader::new(from_rmcp);
+        let mut line = Vec::new();
+        let mut rmcp_open = true;
+        loop {
+            tokio::select! {
+                read = from_rmcp.read_until(b'\n', &mut line), if rmcp_open => {
+                    match read {
+                        Ok(0) | Err(_) => rmcp_open = false,
+                        Ok(_) => {
+                            if output.write_all(&line).await.is_err() { break; }
+                            let _ = output.flush().await;
+                            line.clear();
+                        }
+                    }
+                }
+                answer = answers_rx.recv() => {
+                    match answer {
+                        Some(a) => {
+                            if output.write_all(a.as_bytes()).await.is_err() || output.write_all(b"\n").await.is_err() { break; }
+                            let _ = output.flush().await;
+                        }
+                        None if !rmcp_open => break,
+                        None => {
+                            // The guard is done; drain rmcp to its end.
+                            while let Ok(n) = from_rmcp.read_until(b'\n', &mut line).await {
+                                if n == 0 || output.write_all(&line).await.is_err() { break; }
+                                let _ = output.flush().await;
+                                line.clear();
+                            }
+                            break;
+                        }
+                    }
+                }
+            }
+        }
+    });
+
+    let running = handler
+        .serve((rmcp_in, rmcp_out))
+        .await
+        .map_err(|e| ServeError(format!("MCP session failed to start: {e}")))?;
+    let _ = running.waiting().await;
+    let _ = guard.await;
+    let _ = writer.await;
+    // The server-wide run ends with the server.
+    let stateless = shared.take_stateless();
+    drop(stateless);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn judges_lines() {
+        let mut started = false;
+        assert_eq!(judge(b"  \n", &mut started), Verdict::Drop);
+        assert!(
+            matches!(judge(b"{not json", &mut started), Verdict::Answer(a) if a.contains("-32700"))
+        );
+        assert!(
+            matches!(judge(b"[1,2]", &mut started), Verdict::Answer(a) if a.contains("-32600"))
+        );
+        assert!(
+            matches!(judge(br#"{"id":1,"method":"x"}"#, &mut started), Verdict::Answer(a) if a.contains("-32600"))
+        );
+        // Before the session starts, notifications are dropped.
+        assert_eq!(
+            judge(
+                br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+                &mut started
+            ),
+            Verdict::Drop
+        );
+        assert_eq!(
+            judge(
+                br#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{}}"#,
+                &mut started
+            ),
+            Verdict::Forward
+        );
+        assert!(started);
+        assert_eq!(
+            judge(
+                br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+                &mut started
+            ),
+            Verdict::Forward
+        );
+        assert!(matches!(
+            judge(br#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":[1]}"#, &mut started),
+            Verdict::Answer(a) if a.contains("-32602")
+        ));
+    }
+}
