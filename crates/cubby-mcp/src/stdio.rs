@@ -28,6 +28,8 @@ use crate::{ServeError, ToolsetFactory};
 
 /// Largest message accepted on stdio, in bytes.
 pub const MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
+/// Longest wait for rmcp to answer a request that opens the session.
+const OPENING_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 /// Capacity of the in-process pipes between the guard and rmcp.
 const PIPE_BYTES: usize = 1024 * 1024;
 
@@ -39,11 +41,74 @@ fn error_line(code: i64, message: &str, id: Value) -> String {
 #[derive(Debug, PartialEq)]
 enum Verdict {
     Forward,
+    /// Forward, and this request may start the session: its id.
+    ForwardOpening(String),
     Drop,
     Answer(String),
 }
 
-fn judge(line: &[u8], started: &mut bool) -> Verdict {
+/// Whether the session has started, as seen from both tasks: the guard
+/// records the ids of requests that may start it, and the writer marks it
+/// started when rmcp answers one of them with a result.
+#[derive(Default)]
+struct Lifecycle {
+    started: std::sync::atomic::AtomicBool,
+    opening: std::sync::Mutex<std::collections::HashSet<String>>,
+    answered: tokio::sync::Notify,
+}
+
+impl Lifecycle {
+    fn started(&self) -> bool {
+        self.started.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// True while an opening request waits for rmcp's answer.
+    fn pending(&self) -> bool {
+        !self.started() && self.opening.lock().is_ok_and(|ids| !ids.is_empty())
+    }
+
+    /// Waits (bounded) until no opening request is pending, so that a
+    /// client's `notifications/initialized`, sent right behind its
+    /// `initialize`, is judged after the answer.
+    async fn settle(&self) {
+        let deadline = tokio::time::Instant::now() + OPENING_WAIT;
+        while self.pending() {
+            let notified = self.answered.notified();
+            if !self.pending() {
+                break;
+            }
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                break;
+            }
+        }
+    }
+
+    fn expect(&self, id: String) {
+        if let Ok(mut ids) = self.opening.lock() {
+            ids.insert(id);
+        }
+    }
+
+    /// Looks at one line rmcp wrote.
+    fn observe(&self, line: &[u8]) {
+        if self.started() {
+            return;
+        }
+        let Ok(Value::Object(map)) = serde_json::from_slice::<Value>(line) else {
+            return;
+        };
+        let id = map.get("id").map(Value::to_string).unwrap_or_default();
+        let was_opening = self.opening.lock().is_ok_and(|mut ids| ids.remove(&id));
+        if was_opening {
+            if map.contains_key("result") {
+                self.started.store(true, std::sync::atomic::Ordering::SeqCst);
+            }
+            self.answered.notify_waiters();
+        }
+    }
+}
+
+fn judge(line: &[u8], started: bool) -> Verdict {
     let trimmed = line.trim_ascii();
     if trimmed.is_empty() {
         return Verdict::Drop;
@@ -98,7 +163,7 @@ fn judge(line: &[u8], started: &mut bool) -> Verdict {
             false => Verdict::Drop,
         };
     }
-    if !*started {
+    if !started {
         if !is_request {
             return Verdict::Drop;
         }
@@ -108,7 +173,7 @@ fn judge(line: &[u8], started: &mut bool) -> Verdict {
             .and_then(|m| m.get("io.modelcontextprotocol/protocolVersion"))
             .is_some();
         if method == Some("initialize") || has_meta_version {
-            *started = true;
+            return Verdict::ForwardOpening(id.to_string());
         }
     }
     Verdict::Forward
@@ -175,13 +240,14 @@ where
     let (to_rmcp, rmcp_in) = tokio::io::duplex(PIPE_BYTES);
     let (rmcp_out, from_rmcp) = tokio::io::duplex(PIPE_BYTES);
     let (answers_tx, mut answers_rx) = mpsc::unbounded_channel::<String>();
+    let lifecycle = Arc::new(Lifecycle::default());
+    let seen = Arc::clone(&lifecycle);
 
     // The guard: stdin → rmcp, or an answer.
     let guard = tokio::spawn(async move {
         let mut to_rmcp = to_rmcp;
         let mut input = BufReader::with_capacity(64 * 1024, input);
         let mut buf = Vec::new();
-        let mut started = false;
         loop {
             match read_line(&mut input, MAX_MESSAGE_BYTES, &mut buf).await {
                 Ok(None) | Err(_) => break,
@@ -194,8 +260,14 @@ where
                         Value::Null,
                     ));
                 }
-                Ok(Some(Ok(()))) => match judge(&buf, &mut started) {
-                    Verdict::Forward => {
+                Ok(Some(Ok(()))) => match {
+                    lifecycle.settle().await;
+                    judge(&buf, lifecycle.started())
+                } {
+                    verdict @ (Verdict::Forward | Verdict::ForwardOpening(_)) => {
+                        if let Verdict::ForwardOpening(id) = verdict {
+                            lifecycle.expect(id);
+                        }
                         if !buf.ends_with(b"\n") {
                             buf.push(b'\n');
                         }
@@ -226,6 +298,7 @@ where
                     match read {
                         Ok(0) | Err(_) => rmcp_open = false,
                         Ok(_) => {
+                            seen.observe(&line);
                             if output.write_all(&line).await.is_err() { break; }
                             let _ = output.flush().await;
                             line.clear();
@@ -273,43 +346,36 @@ mod tests {
 
     #[test]
     fn judges_lines() {
-        let mut started = false;
-        assert_eq!(judge(b"  \n", &mut started), Verdict::Drop);
-        assert!(
-            matches!(judge(b"{not json", &mut started), Verdict::Answer(a) if a.contains("-32700"))
-        );
-        assert!(
-            matches!(judge(b"[1,2]", &mut started), Verdict::Answer(a) if a.contains("-32600"))
-        );
-        assert!(
-            matches!(judge(br#"{"id":1,"method":"x"}"#, &mut started), Verdict::Answer(a) if a.contains("-32600"))
-        );
+        assert_eq!(judge(b"  \n", false), Verdict::Drop);
+        assert!(matches!(judge(b"{not json", false), Verdict::Answer(a) if a.contains("-32700")));
+        assert!(matches!(judge(b"[1,2]", false), Verdict::Answer(a) if a.contains("-32600")));
+        assert!(matches!(judge(br#"{"id":1,"method":"x"}"#, false), Verdict::Answer(a) if a.contains("-32600")));
         // Before the session starts, notifications are dropped.
+        let note = br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
+        assert_eq!(judge(note, false), Verdict::Drop);
         assert_eq!(
-            judge(
-                br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
-                &mut started
-            ),
-            Verdict::Drop
+            judge(br#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{}}"#, false),
+            Verdict::ForwardOpening("1".into())
         );
-        assert_eq!(
-            judge(
-                br#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{}}"#,
-                &mut started
-            ),
-            Verdict::Forward
-        );
-        assert!(started);
-        assert_eq!(
-            judge(
-                br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
-                &mut started
-            ),
-            Verdict::Forward
-        );
+        assert_eq!(judge(note, true), Verdict::Forward);
         assert!(matches!(
-            judge(br#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":[1]}"#, &mut started),
+            judge(br#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":[1]}"#, true),
             Verdict::Answer(a) if a.contains("-32602")
         ));
+    }
+
+    #[test]
+    fn only_a_successful_opening_starts_the_session() {
+        let l = Lifecycle::default();
+        l.expect("16".into());
+        assert!(l.pending());
+        l.observe(br#"{"jsonrpc":"2.0","id":16,"error":{"code":-32602,"message":"x"}}"#);
+        assert!(!l.started());
+        assert!(!l.pending());
+        l.observe(br#"{"jsonrpc":"2.0","id":3,"result":{}}"#);
+        assert!(!l.started());
+        l.expect("\"init\"".into());
+        l.observe(br#"{"jsonrpc":"2.0","id":"init","result":{"protocolVersion":"2025-11-25"}}"#);
+        assert!(l.started());
     }
 }

@@ -1,0 +1,317 @@
+//! Robustness of the MCP fronts: well over 1,000 malformed, truncated,
+//! oversized and wrong-typed messages, over stdio and over HTTP; the server
+//! never dies and answers a valid call afterwards.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+const INIT: &str = r#"{"jsonrpc":"2.0","id":"init","method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"robustness","version":"1"}}}"#;
+const INITIALIZED: &str = r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
+
+/// Deterministic pseudo-random malformed messages.
+fn malformed(count: usize) -> Vec<Vec<u8>> {
+    let shapes: Vec<Vec<u8>> = vec![
+        b"not json at all".to_vec(),
+        b"{".to_vec(),
+        b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":{\"name\":\"read_file\",\"arguments\":{\"path\":".to_vec(),
+        b"[]".to_vec(),
+        b"[{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"}]".to_vec(),
+        b"42".to_vec(),
+        b"\"a string\"".to_vec(),
+        b"null".to_vec(),
+        b"{\"jsonrpc\":\"1.0\",\"id\":1,\"method\":\"ping\"}".to_vec(),
+        b"{\"jsonrpc\":\"2.0\",\"id\":{\"x\":1},\"method\":\"ping\"}".to_vec(),
+        b"{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":42}".to_vec(),
+        b"{\"jsonrpc\":\"2.0\",\"id\":8,\"method\":\"tools/call\",\"params\":[1,2]}".to_vec(),
+        b"{\"jsonrpc\":\"2.0\",\"id\":9,\"method\":\"tools/call\",\"params\":{\"name\":7}}".to_vec(),
+        b"{\"jsonrpc\":\"2.0\",\"id\":10,\"method\":\"tools/call\",\"params\":{\"name\":\"read_file\",\"arguments\":\"oops\"}}".to_vec(),
+        b"{\"jsonrpc\":\"2.0\",\"id\":11,\"method\":\"tools/call\",\"params\":{\"name\":\"no_such_tool\",\"arguments\":{}}}".to_vec(),
+        b"{\"jsonrpc\":\"2.0\",\"id\":12,\"method\":\"tools/call\",\"params\":{\"name\":\"read_file\",\"arguments\":{\"path\":[\"x\"]}}}".to_vec(),
+        b"{\"jsonrpc\":\"2.0\",\"id\":13,\"method\":\"no/such/method\"}".to_vec(),
+        b"{\"jsonrpc\":\"2.0\",\"method\":\"notifications/unknown\"}".to_vec(),
+        b"{\"jsonrpc\":\"2.0\",\"id\":14,\"result\":{}}".to_vec(),
+        b"\xff\xfe\xfd invalid utf-8".to_vec(),
+        b"{\"jsonrpc\":\"2.0\",\"id\":15,\"method\":\"tools/list\",\"params\":{\"cursor\":{}}}".to_vec(),
+        b"{\"jsonrpc\":\"2.0\",\"id\":16,\"method\":\"initialize\",\"params\":{}}".to_vec(),
+    ];
+    let mut out = Vec::with_capacity(count);
+    let mut seed: u64 = 7;
+    for i in 0..count {
+        seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        let mut msg = shapes[i % shapes.len()].clone();
+        // Every third message is also truncated at a random point.
+        if i % 3 == 2 && msg.len() > 2 {
+            let cut = 1 + (seed >> 33) as usize % (msg.len() - 1);
+            msg.truncate(cut);
+        }
+        out.push(msg);
+    }
+    out
+}
+
+struct StdioServer {
+    child: Child,
+    stdin: std::process::ChildStdin,
+    lines: mpsc::Receiver<String>,
+}
+
+impl StdioServer {
+    fn start(root: &std::path::Path) -> StdioServer {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_cubby"))
+            .args(["mcp", "--provider", "local", "--root"])
+            .arg(root)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let stdin = child.stdin.take().unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        StdioServer {
+            child,
+            stdin,
+            lines: rx,
+        }
+    }
+
+    fn send(&mut self, bytes: &[u8]) {
+        self.stdin.write_all(bytes).unwrap();
+        self.stdin.write_all(b"\n").unwrap();
+    }
+
+    /// Waits for the response with this id, returning it and every other
+    /// line seen meanwhile.
+    fn wait_for(&self, id: &Value) -> (Value, Vec<Value>) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let mut others = Vec::new();
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let line = self
+                .lines
+                .recv_timeout(left)
+                .expect("no answer from cubby mcp");
+            let v: Value = serde_json::from_str(&line).unwrap();
+            if v.get("id") == Some(id) && v.get("method").is_none() {
+                return (v, others);
+            }
+            others.push(v);
+        }
+    }
+}
+
+impl Drop for StdioServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn stdio_survives_a_flood_of_bad_messages() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("a.txt"), "alive\n").unwrap();
+    let mut server = StdioServer::start(dir.path());
+    // Garbage before the handshake is answered or dropped, not fatal.
+    for msg in malformed(60) {
+        server.send(&msg);
+    }
+    server.send(INIT.as_bytes());
+    let (init, before) = server.wait_for(&json!("init"));
+    assert_eq!(init["result"]["serverInfo"]["name"], "cubby");
+    assert!(
+        before.iter().any(|v| v["error"]["code"] == -32700),
+        "{before:?}"
+    );
+    server.send(INITIALIZED.as_bytes());
+    let flood = malformed(1200);
+    for msg in &flood {
+        server.send(msg);
+    }
+    // Oversized: a 65 MiB line is skipped and answered, never buffered whole.
+    let mut huge = b"{\"jsonrpc\":\"2.0\",\"id\":\"huge\",\"method\":\"tools/call\",\"params\":{\"name\":\"write_file\",\"arguments\":{\"path\":\"h\",\"content\":\"".to_vec();
+    huge.resize(65 * 1024 * 1024, b'x');
+    huge.extend_from_slice(b"\"}}}");
+    server.send(&huge);
+    server.send(br#"{"jsonrpc":"2.0","id":"final","method":"tools/call","params":{"name":"read_file","arguments":{"path":"a.txt"}}}"#);
+    let (last, seen) = server.wait_for(&json!("final"));
+    assert_eq!(
+        last["result"]["content"][0]["text"], "     1\talive\n",
+        "{last}"
+    );
+    let parse_errors = seen.iter().filter(|v| v["error"]["code"] == -32700).count();
+    let invalid = seen.iter().filter(|v| v["error"]["code"] == -32600).count();
+    assert!(parse_errors > 300, "{parse_errors} parse errors answered");
+    assert!(invalid > 100, "{invalid} invalid requests answered");
+    assert!(seen.iter().any(|v| {
+        v["error"]["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("larger than the limit")
+    }));
+    // Tool-level problems are tool results, not protocol errors.
+    assert!(
+        seen.iter().any(|v| v["result"]["isError"] == true),
+        "no tool error results seen"
+    );
+    assert!(
+        server.child.try_wait().unwrap().is_none(),
+        "cubby mcp exited"
+    );
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+struct Http(Child, u16);
+
+impl Http {
+    fn start(root: &std::path::Path) -> Http {
+        let port = free_port();
+        let child = Command::new(env!("CARGO_BIN_EXE_cubby"))
+            .args([
+                "serve",
+                "--listen",
+                &format!("127.0.0.1:{port}"),
+                "--provider",
+                "local",
+                "--root",
+            ])
+            .arg(root)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(Instant::now() < deadline, "cubby serve did not listen");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Http(child, port)
+    }
+
+    /// One HTTP/1.1 POST; returns (status, headers, body).
+    fn post(&self, body: &[u8], headers: &[(&str, &str)]) -> (u16, String, String) {
+        let mut s = TcpStream::connect(("127.0.0.1", self.1)).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        let mut req = format!(
+            "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: {}\r\nConnection: close\r\n",
+            self.1,
+            body.len()
+        );
+        for (k, v) in headers {
+            req.push_str(&format!("{k}: {v}\r\n"));
+        }
+        req.push_str("\r\n");
+        s.write_all(req.as_bytes()).unwrap();
+        let _ = s.write_all(body);
+        let mut raw = Vec::new();
+        let _ = s.read_to_end(&mut raw);
+        let text = String::from_utf8_lossy(&raw).into_owned();
+        let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+        let status = head
+            .split_whitespace()
+            .nth(1)
+            .and_then(|c| c.parse().ok())
+            .unwrap_or(0);
+        (status, head.to_string(), body.to_string())
+    }
+}
+
+impl Drop for Http {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn http_survives_a_flood_of_bad_messages() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("a.txt"), "alive\n").unwrap();
+    let mut server = Http::start(dir.path());
+    let (status, head, _) = server.post(INIT.as_bytes(), &[]);
+    assert_eq!(status, 200, "{head}");
+    let session = head
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("mcp-session-id: ")
+                .or_else(|| l.strip_prefix("Mcp-Session-Id: "))
+        })
+        .expect("a session id")
+        .trim()
+        .to_string();
+    let sid = [
+        ("Mcp-Session-Id", session.as_str()),
+        ("MCP-Protocol-Version", "2025-11-25"),
+    ];
+    server.post(INITIALIZED.as_bytes(), &sid);
+    let mut statuses = std::collections::BTreeMap::new();
+    for msg in malformed(1100) {
+        let (status, _, _) = server.post(&msg, &sid);
+        assert!(
+            status != 0 && status < 500 || status == 500,
+            "no HTTP answer"
+        );
+        *statuses.entry(status).or_insert(0) += 1;
+    }
+    // Wrong Host and Origin: DNS-rebinding protection.
+    let (status, _, _) = {
+        let mut s = TcpStream::connect(("127.0.0.1", server.1)).unwrap();
+        let body = INIT.as_bytes();
+        let req = format!(
+            "POST /mcp HTTP/1.1\r\nHost: evil.example\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+            body.len()
+        );
+        s.write_all(req.as_bytes()).unwrap();
+        s.write_all(body).unwrap();
+        let mut raw = String::new();
+        let _ = s.read_to_string(&mut raw);
+        let status: u16 = raw
+            .split_whitespace()
+            .nth(1)
+            .and_then(|c| c.parse().ok())
+            .unwrap_or(0);
+        (status, (), ())
+    };
+    assert_eq!(status, 403);
+    let (status, _, _) = server.post(INIT.as_bytes(), &[("Origin", "http://evil.example")]);
+    assert_eq!(status, 403);
+    // Oversized body.
+    let huge = vec![b'x'; 70 * 1024 * 1024];
+    let (status, _, _) = server.post(&huge, &sid);
+    assert_eq!(status, 413);
+    // Still serving.
+    let call = br#"{"jsonrpc":"2.0","id":"final","method":"tools/call","params":{"name":"read_file","arguments":{"path":"a.txt"}}}"#;
+    let (status, _, body) = server.post(call, &sid);
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains(r#"1\talive"#), "{body}");
+    assert!(server.0.try_wait().unwrap().is_none(), "cubby serve exited");
+    assert!(
+        statuses.keys().all(|s| *s < 500),
+        "server errors: {statuses:?}"
+    );
+}
