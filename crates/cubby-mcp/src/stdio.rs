@@ -101,7 +101,8 @@ impl Lifecycle {
         let was_opening = self.opening.lock().is_ok_and(|mut ids| ids.remove(&id));
         if was_opening {
             if map.contains_key("result") {
-                self.started.store(true, std::sync::atomic::Ordering::SeqCst);
+                self.started
+                    .store(true, std::sync::atomic::Ordering::SeqCst);
             }
             self.answered.notify_waiters();
         }
@@ -349,12 +350,17 @@ mod tests {
         assert_eq!(judge(b"  \n", false), Verdict::Drop);
         assert!(matches!(judge(b"{not json", false), Verdict::Answer(a) if a.contains("-32700")));
         assert!(matches!(judge(b"[1,2]", false), Verdict::Answer(a) if a.contains("-32600")));
-        assert!(matches!(judge(br#"{"id":1,"method":"x"}"#, false), Verdict::Answer(a) if a.contains("-32600")));
+        assert!(
+            matches!(judge(br#"{"id":1,"method":"x"}"#, false), Verdict::Answer(a) if a.contains("-32600"))
+        );
         // Before the session starts, notifications are dropped.
         let note = br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
         assert_eq!(judge(note, false), Verdict::Drop);
         assert_eq!(
-            judge(br#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{}}"#, false),
+            judge(
+                br#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{}}"#,
+                false
+            ),
             Verdict::ForwardOpening("1".into())
         );
         assert_eq!(judge(note, true), Verdict::Forward);
