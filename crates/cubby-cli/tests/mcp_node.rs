@@ -1,0 +1,59 @@
+//! The TypeScript MCP SDK `Client` lists and calls cubby's tools over stdio
+//! (`tests/mcp/node_client.mjs`). The SDK is installed into
+//! `target/mcp-node` with npm the first time this test runs.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// The TypeScript SDK version the test is written against.
+const SDK: &str = "@modelcontextprotocol/sdk@1.32.2";
+
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .unwrap()
+}
+
+fn sdk_dir() -> PathBuf {
+    let dir = repo_root().join("target/mcp-node");
+    let ready = dir.join(".ready");
+    if std::fs::read_to_string(&ready).ok().as_deref() != Some(SDK) {
+        std::fs::create_dir_all(&dir).unwrap();
+        let status = Command::new("npm")
+            .args(["install", "--silent", "--no-audit", "--no-fund", "--prefix"])
+            .arg(&dir)
+            .arg(SDK)
+            .status()
+            .expect("npm is needed for the Node MCP client test");
+        assert!(status.success(), "npm install {SDK} failed");
+        std::fs::write(&ready, SDK).unwrap();
+    }
+    dir
+}
+
+#[test]
+fn typescript_sdk_client_over_stdio() {
+    let modules = sdk_dir();
+    let ws = tempfile::tempdir().unwrap();
+    std::fs::write(ws.path().join("seed.txt"), "seed\n").unwrap();
+    // Node resolves packages from the script's directory upwards: run a copy
+    // of the script placed beside the installed node_modules.
+    let script = modules.join("node_client.mjs");
+    std::fs::copy(repo_root().join("tests/mcp/node_client.mjs"), &script).unwrap();
+    let out = Command::new("node")
+        .arg(&script)
+        .arg(env!("CARGO_BIN_EXE_cubby"))
+        .arg(ws.path())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "node client failed:\n{stdout}\n{stderr}"
+    );
+    assert!(stdout.contains("ok: node client"), "{stdout}\n{stderr}");
+}

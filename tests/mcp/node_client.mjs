@@ -1,0 +1,52 @@
+// Lists and calls cubby's tools over stdio with the TypeScript MCP SDK Client.
+// Usage: node node_client.mjs CUBBY_BIN WORKSPACE
+import { Client } from "@modelcontextprotocol/sdk/client/index.js";
+import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
+import { CallToolResultSchema } from "@modelcontextprotocol/sdk/types.js";
+
+const [cubby, workspace] = process.argv.slice(2);
+const check = (cond, what) => {
+  if (!cond) throw new Error(`check failed: ${what}`);
+};
+
+const transport = new StdioClientTransport({
+  command: cubby,
+  args: ["mcp", "--root", workspace, "--provider", "local"],
+  stderr: "ignore",
+});
+const client = new Client({ name: "cubby-node-test", version: "1.0.0" });
+await client.connect(transport);
+
+check(client.getServerVersion()?.name === "cubby", "server name");
+const { tools } = await client.listTools();
+const names = tools.map((t) => t.name);
+for (const t of ["read_file", "write_file", "edit_file", "search", "run", "process_logs"]) {
+  check(names.includes(t), `${t} listed`);
+}
+for (const t of tools) {
+  check(t.inputSchema.type === "object", `${t.name} input schema`);
+  check(t.outputSchema?.type === "object", `${t.name} output schema`);
+}
+
+// The SDK validates structuredContent against each tool's outputSchema.
+let r = await client.callTool({ name: "read_file", arguments: { path: "seed.txt" } });
+check(!r.isError && r.content[0].text === "     1\tseed\n", JSON.stringify(r));
+check(r.structuredContent.total_lines === 1, "structured content");
+
+r = await client.callTool({ name: "list_files", arguments: {} });
+check(!r.isError && r.structuredContent.entries.includes("seed.txt"), JSON.stringify(r));
+
+r = await client.callTool({ name: "read_file", arguments: { path: "/etc/passwd" } });
+check(r.isError && r.content[0].text.startsWith("ERROR path_escape:"), JSON.stringify(r));
+
+const progress = [];
+r = await client.callTool(
+  { name: "run", arguments: { command: "echo one; sleep 0.2; echo two" } },
+  CallToolResultSchema,
+  { onprogress: (p) => progress.push(p.message ?? "") },
+);
+check(!r.isError && r.content[0].text.startsWith("OK exit=0"), JSON.stringify(r));
+check(progress.join("") === "one\ntwo\n", `progress ${JSON.stringify(progress)}`);
+
+await client.close();
+console.log("ok: node client");
