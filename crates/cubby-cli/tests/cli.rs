@@ -109,7 +109,8 @@ fn tools_formats_are_valid_and_strict() {
                 "glob",
                 "list_files",
                 "search",
-                "changes"
+                "changes",
+                "view_file"
             ],
             "{format}"
         );

@@ -10,6 +10,9 @@ use rmcp::model::{
     JsonObject, ListToolsResult, PaginatedRequestParams, ProgressNotificationParam,
     ServerCapabilities, ServerConfig, Tool, ToolAnnotations,
 };
+// Logging is deprecated by SEP-2577 (2026-07-28) but part of 2025-11-25.
+#[allow(deprecated)]
+use rmcp::model::SetLevelRequestParams;
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
 use serde_json::Value;
@@ -150,15 +153,28 @@ fn to_result(out: ToolOutput) -> CallToolResult {
     } else {
         let mut r = CallToolResult::structured(out.structured);
         r.content = vec![ContentBlock::text(out.text)];
+        for image in out.images {
+            use base64::Engine as _;
+            let data = base64::engine::general_purpose::STANDARD.encode(&image.bytes);
+            r.content.push(ContentBlock::image(data, image.media_type));
+        }
         r
     }
 }
 
 impl ServerHandler for CubbyHandler {
+    // `logging` is declared for `logging/setLevel`; rmcp marks it deprecated
+    // (SEP-2577), but it is part of the revisions up to 2025-11-25.
+    #[allow(deprecated)]
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
-            .with_server_info(Implementation::new(SERVER_NAME, SERVER_VERSION))
-            .with_instructions(self.shared.instructions.clone())
+        ServerConfig::new(
+            ServerCapabilities::builder()
+                .enable_tools()
+                .enable_logging()
+                .build(),
+        )
+        .with_server_info(Implementation::new(SERVER_NAME, SERVER_VERSION))
+        .with_instructions(self.shared.instructions.clone())
     }
 
     async fn list_tools(
@@ -173,11 +189,36 @@ impl ServerHandler for CubbyHandler {
         self.shared.tools.iter().find(|t| t.name == name).cloned()
     }
 
+    /// `logging/setLevel`: accepted (the `logging` capability is declared so
+    /// that clients may send it). cubby sends no `notifications/message`
+    /// (command output streams as progress), so there is nothing to filter.
+    #[allow(deprecated)]
+    async fn set_level(
+        &self,
+        _request: SetLevelRequestParams,
+        _ctx: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        Ok(())
+    }
+
     async fn call_tool(
         &self,
         request: CallToolRequestParams,
         ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
+        // An unknown tool is a protocol error (JSON-RPC -32602), not a tool
+        // result: MCP's tools/call error handling.
+        if !self.shared.tools.iter().any(|t| t.name == request.name) {
+            let names: Vec<&str> = self.shared.tools.iter().map(|t| t.name.as_ref()).collect();
+            return Err(McpError::invalid_params(
+                format!(
+                    "Unknown tool: {}; available tools: {}",
+                    request.name,
+                    names.join(", ")
+                ),
+                None,
+            ));
+        }
         let toolset = self.toolset(&ctx)?;
         let arguments = request.arguments.map(Value::Object).unwrap_or(Value::Null);
         let cancel = CancelToken::new();

@@ -61,7 +61,7 @@ mod toolset;
 
 pub use config::{Config, Limits};
 pub use error::{Error, ErrorKind, Result};
-pub use output::{Redactor, Secret, ToolOutput};
+pub use output::{ImageData, Redactor, Secret, ToolOutput};
 pub use path::{MAX_NAME_BYTES, MAX_PATH_BYTES, WorkspacePath};
 pub use policy::{Mode, Policy, PolicyBuilder};
 pub use sandbox::{

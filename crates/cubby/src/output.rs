@@ -16,6 +16,15 @@ use serde_json::Value;
 
 use crate::error::Error;
 
+/// An image a tool returns (MCP image content).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ImageData {
+    /// `image/png`, `image/jpeg`, …
+    pub media_type: String,
+    /// The encoded image.
+    pub bytes: Vec<u8>,
+}
+
 /// What a tool returns: the text the model reads and the same facts as JSON.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ToolOutput {
@@ -25,6 +34,8 @@ pub struct ToolOutput {
     pub structured: Value,
     /// True for an `ERROR <kind>: …` result.
     pub is_error: bool,
+    /// Images shown to the model (`view_file`).
+    pub images: Vec<ImageData>,
 }
 
 impl ToolOutput {
@@ -34,6 +45,7 @@ impl ToolOutput {
             text: text.into(),
             structured,
             is_error: false,
+            images: Vec::new(),
         }
     }
 
@@ -46,6 +58,7 @@ impl ToolOutput {
                 "error": { "kind": err.kind().as_str(), "message": err.message() }
             }),
             is_error: true,
+            images: Vec::new(),
         }
     }
 }

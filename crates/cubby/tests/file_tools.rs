@@ -658,6 +658,70 @@ fn changes_reports_added_modified_deleted(f: &dyn Fixture) {
     assert_eq!(out.structured["changes"][0]["status"], "A");
 }
 
+// ---- view_file ----
+
+fn png(width: u32, height: u32) -> Vec<u8> {
+    let img = image::RgbImage::from_fn(width, height, |x, y| {
+        image::Rgb([(x % 256) as u8, (y % 256) as u8, 7])
+    });
+    let mut out = std::io::Cursor::new(Vec::new());
+    img.write_to(&mut out, image::ImageFormat::Png).unwrap();
+    out.into_inner()
+}
+
+fn view_file_shows_images_downscaled(f: &dyn Fixture) {
+    let small = png(40, 30);
+    f.put("shots/small.bin", &small);
+    f.put("shots/big.png", &png(3000, 1000));
+    let t = tools(f);
+    let out = ok(&t, "view_file", json!({"path": "shots/small.bin"}));
+    assert_eq!(out.images.len(), 1);
+    assert_eq!(out.images[0].media_type, "image/png");
+    assert_eq!(
+        out.images[0].bytes, small,
+        "a small image is passed through unchanged"
+    );
+    assert_eq!(out.structured["kind"], "image");
+    assert_eq!(
+        (
+            out.structured["width"].as_u64(),
+            out.structured["height"].as_u64()
+        ),
+        (Some(40), Some(30))
+    );
+    let out = ok(&t, "view_file", json!({"path": "shots/big.png"}));
+    assert_eq!(out.structured["shown_width"], 1568);
+    assert_eq!(out.structured["shown_height"], 523);
+    let shown = image::load_from_memory(&out.images[0].bytes).unwrap();
+    assert_eq!((shown.width(), shown.height()), (1568, 523));
+    assert!(out.text.contains("downscaled"), "{}", out.text);
+    // Viewing counts as reading for the write guard.
+    ok(
+        &t,
+        "write_file",
+        json!({"path": "shots/big.png", "content": "replaced"}),
+    );
+}
+
+fn view_file_shows_text_and_binary(f: &dyn Fixture) {
+    f.put("notes.md", b"# title\nbody\n");
+    f.put("blob.dat", b"\0\x01\x02\x03");
+    let t = tools(f);
+    let out = ok(&t, "view_file", json!({"path": "notes.md"}));
+    assert_eq!(out.text, "     1\t# title\n     2\tbody\n");
+    assert_eq!(out.structured["kind"], "text");
+    assert!(out.images.is_empty());
+    let out = ok(&t, "view_file", json!({"path": "blob.dat"}));
+    assert_eq!(out.structured["kind"], "binary");
+    assert!(out.images.is_empty());
+    let mut broken = png(10, 10);
+    broken.truncate(40);
+    f.put("broken.png", &broken);
+    err(&t, "view_file", json!({"path": "broken.png"}), "binary");
+    err(&t, "view_file", json!({"path": "missing.png"}), "not_found");
+    err(&t, "view_file", json!({"path": "../x.png"}), "path_escape");
+}
+
 // ---- policy ----
 
 fn protected_paths_are_read_only(f: &dyn Fixture) {
@@ -881,4 +945,6 @@ both!(
     deny_read_hides_paths,
     secrets_never_leave,
     unknown_tools_and_bad_arguments,
+    view_file_shows_images_downscaled,
+    view_file_shows_text_and_binary,
 );

@@ -12,6 +12,7 @@ mod procs;
 mod read;
 pub(crate) mod run;
 mod search;
+mod view;
 mod walk;
 mod write;
 
@@ -170,6 +171,11 @@ pub(crate) trait Tool {
     type Output: Serialize + JsonSchema;
 
     fn call(ctx: &Ctx<'_>, params: Self::Params) -> Result<(String, Self::Output)>;
+
+    /// Images the result carries beside its text (only `view_file` has any).
+    fn take_images(_output: &mut Self::Output) -> Vec<crate::output::ImageData> {
+        Vec::new()
+    }
 }
 
 /// Annotations of a tool that only reads the workspace.
@@ -205,10 +211,13 @@ fn call_of<T: Tool>(ctx: &Ctx<'_>, args: Value) -> Result<ToolOutput> {
             crate::error::truncate_for_message(&e.to_string())
         ))
     })?;
-    let (text, output) = T::call(ctx, params)?;
+    let (text, mut output) = T::call(ctx, params)?;
+    let images = T::take_images(&mut output);
     let structured = serde_json::to_value(output)
         .map_err(|e| Error::internal(format!("result of {} cannot be encoded: {e}", T::NAME)))?;
-    Ok(ToolOutput::ok(text, structured))
+    let mut out = ToolOutput::ok(text, structured);
+    out.images = images;
+    Ok(out)
 }
 
 const fn entry<T: Tool>() -> Entry {
@@ -220,7 +229,7 @@ const fn entry<T: Tool>() -> Entry {
 }
 
 /// Every tool cubby implements, in the order they are offered.
-pub(crate) static REGISTRY: [Entry; 14] = [
+pub(crate) static REGISTRY: [Entry; 15] = [
     entry::<read::ReadFile>(),
     entry::<write::WriteFile>(),
     entry::<edit::EditFile>(),
@@ -228,6 +237,7 @@ pub(crate) static REGISTRY: [Entry; 14] = [
     entry::<find::ListFiles>(),
     entry::<search::Search>(),
     entry::<changes::Changes>(),
+    entry::<view::ViewFile>(),
     entry::<run::Run>(),
     entry::<procs::StartProcess>(),
     entry::<procs::ProcessLogs>(),
