@@ -70,13 +70,16 @@ fn format_of(media_type: &str) -> Option<ImageFormat> {
     }
 }
 
+/// Width and height in pixels.
+type Dims = (u32, u32);
+
 /// Decodes, downscales when needed, re-encodes. Returns (image, original
 /// size, shown size).
 fn shown_image(
     bytes: &[u8],
     format: ImageFormat,
     media_type: &str,
-) -> Result<(ImageData, (u32, u32), (u32, u32))> {
+) -> Result<(ImageData, Dims, Dims)> {
     let img = image::load_from_memory_with_format(bytes, format).map_err(|e| {
         Error::new(
             ErrorKind::Binary,
