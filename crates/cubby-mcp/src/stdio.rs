@@ -261,26 +261,26 @@ where
                         Value::Null,
                     ));
                 }
-                Ok(Some(Ok(()))) => match {
+                Ok(Some(Ok(()))) => {
                     lifecycle.settle().await;
-                    judge(&buf, lifecycle.started())
-                } {
-                    verdict @ (Verdict::Forward | Verdict::ForwardOpening(_)) => {
-                        if let Verdict::ForwardOpening(id) = verdict {
-                            lifecycle.expect(id);
+                    match judge(&buf, lifecycle.started()) {
+                        verdict @ (Verdict::Forward | Verdict::ForwardOpening(_)) => {
+                            if let Verdict::ForwardOpening(id) = verdict {
+                                lifecycle.expect(id);
+                            }
+                            if !buf.ends_with(b"\n") {
+                                buf.push(b'\n');
+                            }
+                            if to_rmcp.write_all(&buf).await.is_err() {
+                                break;
+                            }
                         }
-                        if !buf.ends_with(b"\n") {
-                            buf.push(b'\n');
-                        }
-                        if to_rmcp.write_all(&buf).await.is_err() {
-                            break;
+                        Verdict::Drop => {}
+                        Verdict::Answer(line) => {
+                            let _ = answers_tx.send(line);
                         }
                     }
-                    Verdict::Drop => {}
-                    Verdict::Answer(line) => {
-                        let _ = answers_tx.send(line);
-                    }
-                },
+                }
             }
         }
         // End of input: rmcp sees EOF and ends the session.
