@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 const SESSIONS: usize = 64;
 const CALLS: usize = 100;
 
-struct Server(Child, u16);
+struct Server(Child);
 
 impl Drop for Server {
     fn drop(&mut self) {
@@ -141,7 +141,7 @@ fn sixty_four_sessions_of_a_hundred_calls() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let server = Server(child, port);
+    let server = Server(child);
     let pid = server.0.id();
     let deadline = Instant::now() + Duration::from_secs(20);
     while TcpStream::connect(("127.0.0.1", port)).is_err() {
