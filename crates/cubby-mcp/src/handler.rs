@@ -207,8 +207,11 @@ impl ServerHandler for CubbyHandler {
         ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
         // An unknown tool is a protocol error (JSON-RPC -32602), not a tool
-        // result: MCP's tools/call error handling.
-        if !self.shared.tools.iter().any(|t| t.name == request.name) {
+        // result: MCP's tools/call error handling. A cubby tool the policy
+        // does not offer is known, and answers `ERROR denied` (SPEC §4).
+        if !self.shared.tools.iter().any(|t| t.name == request.name)
+            && !cubby::policy::is_known_tool(&request.name)
+        {
             let names: Vec<&str> = self.shared.tools.iter().map(|t| t.name.as_ref()).collect();
             return Err(McpError::invalid_params(
                 format!(
