@@ -86,6 +86,8 @@ async def main():
         check(r.is_error and text_of(r).startswith("ERROR path_escape:"), text_of(r))
         r = await client.call_tool("read_file", {"path": 42})
         check(r.is_error and text_of(r).startswith("ERROR invalid_input:"), text_of(r))
+        r = await client.call_tool("web_fetch", {"url": "http://example.com"})
+        check(r.is_error and text_of(r).startswith("ERROR denied:"), text_of(r))
         r = await client.call_tool("read_file", {"path": "nope.txt"})
         check(r.is_error and text_of(r).startswith("ERROR not_found:"), text_of(r))
 

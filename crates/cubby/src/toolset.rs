@@ -201,6 +201,19 @@ impl Toolset {
             ));
         }
         let Some(entry) = REGISTRY.iter().find(|e| e.name == name) else {
+            if crate::policy::is_known_tool(name) {
+                let decision = self.inner.policy.tool_decision(name);
+                if !decision.allowed {
+                    return Err(Error::denied(format!(
+                        "{name} is not offered in this session: {}",
+                        decision.rule
+                    )));
+                }
+                return Err(Error::new(
+                    ErrorKind::Unsupported,
+                    format!("{name} is not available in this build of cubby"),
+                ));
+            }
             return Err(Error::invalid_input(format!(
                 "there is no tool named `{}`; available tools: {}",
                 crate::error::truncate_for_message(name),

@@ -786,6 +786,14 @@ fn deny_lists_remove_tools(f: &dyn Fixture) {
     assert!(!t.tool_names().contains(&"search"));
     assert!(t.tools().iter().all(|s| s.name != "search"));
     err(&t, "search", json!({"query": "x"}), "denied");
+    // Web tools are off unless `allow` names them.
+    let msg = err(
+        &t,
+        "web_fetch",
+        json!({"url": "http://example.com"}),
+        "denied",
+    );
+    assert!(msg.contains("allow"), "{msg}");
 }
 
 fn deny_read_hides_paths(f: &dyn Fixture) {
