@@ -151,8 +151,13 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     stop.cancel();
                 });
                 let options = cubby_mcp::HttpOptions { listen, token };
-                eprintln!("cubby: serving MCP at http://{listen}/mcp");
-                cubby_mcp::serve_http(factory, options, shutdown, None).await
+                let (ready, bound) = tokio::sync::oneshot::channel();
+                tokio::spawn(async move {
+                    if let Ok(addr) = bound.await {
+                        eprintln!("cubby: serving MCP at http://{addr}/mcp");
+                    }
+                });
+                cubby_mcp::serve_http(factory, options, shutdown, Some(ready)).await
             })?;
             Ok(ExitCode::SUCCESS)
         }
