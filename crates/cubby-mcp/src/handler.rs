@@ -26,6 +26,19 @@ pub(crate) struct Shared {
     instructions: String,
     /// The run of requests that belong to no session.
     stateless: Mutex<Option<Toolset>>,
+    /// Bounds the file-tool calls running at once, server-wide. Without it a
+    /// client that pipelines requests gets one blocking thread per request in
+    /// flight (hundreds), which costs memory and lock contention but buys no
+    /// speed. Command tools are not bounded: one may wait on another.
+    file_calls: Arc<tokio::sync::Semaphore>,
+}
+
+/// File-tool calls that run at once, per core: enough to keep every core
+/// busy while some calls wait on the disk.
+const FILE_CALLS_PER_CORE: usize = 4;
+
+fn file_call_slots() -> usize {
+    std::thread::available_parallelism().map_or(4, |n| n.get()) * FILE_CALLS_PER_CORE
 }
 
 impl Shared {
@@ -108,6 +121,7 @@ impl CubbyHandler {
             tools,
             instructions,
             stateless: Mutex::new(Some(template)),
+            file_calls: Arc::new(tokio::sync::Semaphore::new(file_call_slots())),
         }))
     }
 
@@ -151,8 +165,10 @@ fn to_result(out: ToolOutput) -> CallToolResult {
     if out.is_error {
         CallToolResult::error(vec![ContentBlock::text(out.text)])
     } else {
-        let mut r = CallToolResult::structured(out.structured);
-        r.content = vec![ContentBlock::text(out.text)];
+        // Not `CallToolResult::structured`, which also renders the value as
+        // a JSON text block that would be thrown away here.
+        let mut r = CallToolResult::success(vec![ContentBlock::text(out.text)]);
+        r.structured_content = Some(out.structured);
         for image in out.images {
             use base64::Engine as _;
             let data = base64::engine::general_purpose::STANDARD.encode(&image.bytes);
@@ -223,6 +239,16 @@ impl ServerHandler for CubbyHandler {
             ));
         }
         let toolset = self.toolset(&ctx)?;
+        let _slot = if cubby::policy::FILE_TOOLS.contains(&request.name.as_ref()) {
+            tokio::select! {
+                slot = Arc::clone(&self.shared.file_calls).acquire_owned() => slot.ok(),
+                _ = ctx.ct.cancelled() => {
+                    return Err(McpError::internal_error("the request was cancelled", None));
+                }
+            }
+        } else {
+            None
+        };
         let arguments = request.arguments.map(Value::Object).unwrap_or(Value::Null);
         let cancel = CancelToken::new();
         let progress_token = ctx.meta.get_progress_token();

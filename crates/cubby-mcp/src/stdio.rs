@@ -287,13 +287,19 @@ where
         let _ = to_rmcp.shutdown().await;
     });
 
-    // The writer: whole lines from rmcp and from the guard.
+    // The writer: whole lines from rmcp and from the guard. Lines go through
+    // a buffer that is flushed whenever no further line is ready, so a burst
+    // of answers costs one write to stdout instead of one per line.
     let writer = tokio::spawn(async move {
-        let mut output = output;
-        let mut from_rmcp = BufReader::new(from_rmcp);
+        let mut output = tokio::io::BufWriter::with_capacity(64 * 1024, output);
+        let mut from_rmcp = BufReader::with_capacity(64 * 1024, from_rmcp);
         let mut line = Vec::new();
         let mut rmcp_open = true;
         loop {
+            let line_ready = from_rmcp.buffer().contains(&b'\n');
+            if !line_ready && answers_rx.is_empty() && output.flush().await.is_err() {
+                break;
+            }
             tokio::select! {
                 read = from_rmcp.read_until(b'\n', &mut line), if rmcp_open => {
                     match read {
@@ -301,7 +307,6 @@ where
                         Ok(_) => {
                             seen.observe(&line);
                             if output.write_all(&line).await.is_err() { break; }
-                            let _ = output.flush().await;
                             line.clear();
                         }
                     }
@@ -310,14 +315,12 @@ where
                     match answer {
                         Some(a) => {
                             if output.write_all(a.as_bytes()).await.is_err() || output.write_all(b"\n").await.is_err() { break; }
-                            let _ = output.flush().await;
                         }
                         None if !rmcp_open => break,
                         None => {
                             // The guard is done; drain rmcp to its end.
                             while let Ok(n) = from_rmcp.read_until(b'\n', &mut line).await {
                                 if n == 0 || output.write_all(&line).await.is_err() { break; }
-                                let _ = output.flush().await;
                                 line.clear();
                             }
                             break;
@@ -326,6 +329,7 @@ where
                 }
             }
         }
+        let _ = output.flush().await;
     });
 
     let running = handler
