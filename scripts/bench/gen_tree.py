@@ -4,19 +4,19 @@
 Usage: python3 scripts/bench/gen_tree.py OUTDIR [--seed N]
 
 OUTDIR must not exist or be empty. The same seed always gives the same tree
-(byte for byte): about 20,300 files in nested directories of varying depth,
-about 250 MB in all, made of
+(byte for byte). With the default seed: 20,162 files in 1,500 directories
+nested up to 9 deep, 325.8 MB in all, made of
 
-* 20,000 text files of source-like lines (log-normal sizes, a few KB each),
+* 20,000 text files of source-like lines (log-normal sizes, 12.7 KB on average),
 * 12 larger text files of 2-6 MB,
-* 150 binary files (random bytes with NUL bytes near the start),
+* 150 binary files (random bytes with a NUL byte in the first KB),
 
 with no hidden files and no .gitignore. Two literals are planted:
 
 * NEEDLE    = "NEEDLE_cubby_42": one line in each of 300 text files (a second
-  line in some), and in 10 binary files (which a search must skip);
-* COMMON    = "config.timeout": part of about 0.5% of all generated lines, so
-  it appears in roughly half of the text files.
+  line in some: 366 lines), and in 10 binary files (which a search must skip);
+* COMMON    = "config.timeout": part of 0.5% of the distinct generated lines,
+  19,338 lines in 8,712 text files.
 
 A summary is printed on stdout as JSON (files, dirs, bytes, expected counts).
 """
