@@ -378,7 +378,7 @@ fn concurrent_runs_complete_and_release_everything() {
         );
     }
     // Reader threads close their pipes just after the verdict: allow them a moment.
-    let deadline = Instant::now() + Duration::from_secs(5);
+    let deadline = Instant::now() + Duration::from_secs(20);
     while (open_fds() != fds || child_count() != children) && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(20));
     }
