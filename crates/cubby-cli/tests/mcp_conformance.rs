@@ -7,23 +7,16 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
+use common::repo_root;
 use std::os::unix::process::CommandExt;
-use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// Longest the script may take, a first install of the suite included.
 const DEADLINE: Duration = Duration::from_secs(15 * 60);
 
-fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../..")
-        .canonicalize()
-        .unwrap()
-}
-
-/// Signals the script's whole process group (the script, npm or node, and
-/// the server it started).
 fn signal_group(pgid: u32, signal: rustix::process::Signal) {
     if let Some(pid) = rustix::process::Pid::from_raw(pgid as i32) {
         let _ = rustix::process::kill_process_group(pid, signal);

@@ -4,18 +4,14 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::{Path, PathBuf};
+mod common;
+
+use common::repo_root;
+use std::path::PathBuf;
 use std::process::Command;
 
 /// The TypeScript SDK version the test is written against.
 const SDK: &str = "@modelcontextprotocol/sdk@1.32.2";
-
-fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../..")
-        .canonicalize()
-        .unwrap()
-}
 
 fn sdk_dir() -> PathBuf {
     let dir = repo_root().join("target/mcp-node");

@@ -9,21 +9,17 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+mod common;
+
+use std::process::Command;
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+
+use common::{Serve, repo_root};
 
 /// The Python MCP SDK version the tests are written against.
 const MCP_SDK: &str = "mcp==2.3.0";
 
 static VENV_LOCK: Mutex<()> = Mutex::new(());
-
-fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../..")
-        .canonicalize()
-        .unwrap()
-}
 
 /// The venv's python, installing the SDK on first use.
 fn python() -> PathBuf {
@@ -85,59 +81,6 @@ fn run_client(workspace: &Path, target: &str, mode: &str) {
     );
 }
 
-struct Server(Child);
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        if let Some(pid) = rustix::process::Pid::from_raw(self.0.id() as i32) {
-            let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
-        }
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.0.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-fn serve(workspace: &Path) -> (Server, String) {
-    let port = free_port();
-    let child = Command::new(env!("CARGO_BIN_EXE_cubby"))
-        .args([
-            "serve",
-            "--listen",
-            &format!("127.0.0.1:{port}"),
-            "--provider",
-            "local",
-            "--root",
-        ])
-        .arg(workspace)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let server = Server(child);
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < deadline, "cubby serve did not listen");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    (server, format!("http://127.0.0.1:{port}/mcp"))
-}
-
 #[test]
 fn python_sdk_over_stdio_with_the_handshake() {
     let ws = workspace();
@@ -153,13 +96,13 @@ fn python_sdk_over_stdio_with_discover() {
 #[test]
 fn python_sdk_over_http_with_the_handshake() {
     let ws = workspace();
-    let (_server, url) = serve(ws.path());
-    run_client(ws.path(), &url, "legacy");
+    let server = Serve::start(ws.path());
+    run_client(ws.path(), &server.url(), "legacy");
 }
 
 #[test]
 fn python_sdk_over_http_with_discover() {
     let ws = workspace();
-    let (_server, url) = serve(ws.path());
-    run_client(ws.path(), &url, "auto");
+    let server = Serve::start(ws.path());
+    run_client(ws.path(), &server.url(), "auto");
 }

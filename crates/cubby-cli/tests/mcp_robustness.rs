@@ -4,6 +4,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
@@ -177,83 +179,14 @@ fn stdio_survives_a_flood_of_bad_messages() {
     );
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-struct Http(Child, u16);
-
-impl Http {
-    fn start(root: &std::path::Path) -> Http {
-        let port = free_port();
-        let child = Command::new(env!("CARGO_BIN_EXE_cubby"))
-            .args([
-                "serve",
-                "--listen",
-                &format!("127.0.0.1:{port}"),
-                "--provider",
-                "local",
-                "--root",
-            ])
-            .arg(root)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(Instant::now() < deadline, "cubby serve did not listen");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Http(child, port)
-    }
-
-    /// One HTTP/1.1 POST; returns (status, headers, body).
-    fn post(&self, body: &[u8], headers: &[(&str, &str)]) -> (u16, String, String) {
-        let mut s = TcpStream::connect(("127.0.0.1", self.1)).unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-        let mut req = format!(
-            "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: {}\r\nConnection: close\r\n",
-            self.1,
-            body.len()
-        );
-        for (k, v) in headers {
-            req.push_str(&format!("{k}: {v}\r\n"));
-        }
-        req.push_str("\r\n");
-        s.write_all(req.as_bytes()).unwrap();
-        let _ = s.write_all(body);
-        let mut raw = Vec::new();
-        let _ = s.read_to_end(&mut raw);
-        let text = String::from_utf8_lossy(&raw).into_owned();
-        let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
-        let status = head
-            .split_whitespace()
-            .nth(1)
-            .and_then(|c| c.parse().ok())
-            .unwrap_or(0);
-        (status, head.to_string(), body.to_string())
-    }
-}
-
-impl Drop for Http {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 #[test]
 fn http_survives_a_flood_of_bad_messages() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("a.txt"), "alive\n").unwrap();
-    let mut server = Http::start(dir.path());
-    let (status, head, _) = server.post(INIT.as_bytes(), &[]);
+    let mut server = common::Serve::start(dir.path());
+    let port = server.port;
+    let post = |body: &[u8], headers: &[(&str, &str)]| common::request(port, "POST", body, headers);
+    let (status, head, _) = post(INIT.as_bytes(), &[]);
     assert_eq!(status, 200, "{head}");
     let session = head
         .lines()
@@ -268,10 +201,10 @@ fn http_survives_a_flood_of_bad_messages() {
         ("Mcp-Session-Id", session.as_str()),
         ("MCP-Protocol-Version", "2025-11-25"),
     ];
-    server.post(INITIALIZED.as_bytes(), &sid);
+    post(INITIALIZED.as_bytes(), &sid);
     let mut statuses = std::collections::BTreeMap::new();
     for msg in malformed(1100) {
-        let (status, _, _) = server.post(&msg, &sid);
+        let (status, _, _) = post(&msg, &sid);
         assert!(
             status != 0 && status < 500 || status == 500,
             "no HTTP answer"
@@ -280,7 +213,7 @@ fn http_survives_a_flood_of_bad_messages() {
     }
     // Wrong Host and Origin: DNS-rebinding protection.
     let (status, _, _) = {
-        let mut s = TcpStream::connect(("127.0.0.1", server.1)).unwrap();
+        let mut s = TcpStream::connect(("127.0.0.1", server.port)).unwrap();
         let body = INIT.as_bytes();
         let req = format!(
             "POST /mcp HTTP/1.1\r\nHost: evil.example\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
@@ -298,18 +231,21 @@ fn http_survives_a_flood_of_bad_messages() {
         (status, (), ())
     };
     assert_eq!(status, 403);
-    let (status, _, _) = server.post(INIT.as_bytes(), &[("Origin", "http://evil.example")]);
+    let (status, _, _) = post(INIT.as_bytes(), &[("Origin", "http://evil.example")]);
     assert_eq!(status, 403);
     // Oversized body.
     let huge = vec![b'x'; 70 * 1024 * 1024];
-    let (status, _, _) = server.post(&huge, &sid);
+    let (status, _, _) = post(&huge, &sid);
     assert_eq!(status, 413);
     // Still serving.
     let call = br#"{"jsonrpc":"2.0","id":"final","method":"tools/call","params":{"name":"read_file","arguments":{"path":"a.txt"}}}"#;
-    let (status, _, body) = server.post(call, &sid);
+    let (status, _, body) = post(call, &sid);
     assert_eq!(status, 200, "{body}");
     assert!(body.contains(r#"1\talive"#), "{body}");
-    assert!(server.0.try_wait().unwrap().is_none(), "cubby serve exited");
+    assert!(
+        server.child.try_wait().unwrap().is_none(),
+        "cubby serve exited"
+    );
     assert!(
         statuses.keys().all(|s| *s < 500),
         "server errors: {statuses:?}"
