@@ -6,6 +6,7 @@
 //! Common flags `--root`, `--config`, `--mode`, `--provider` win over the
 //! config file. Logs go to stderr (`RUST_LOG`).
 
+mod exec;
 mod setup;
 
 use std::io::{Read, Write};
@@ -63,6 +64,22 @@ enum Command {
         /// Print {"text", "structured", "is_error"} as one JSON object instead.
         #[arg(long)]
         json_output: bool,
+        #[command(flatten)]
+        common: Common,
+    },
+    /// Run one command in the sandbox; stdio and exit code passed through.
+    Exec {
+        /// Network for the command: off (loopback only) or on.
+        #[arg(long)]
+        network: Option<String>,
+        /// The command and its arguments (after `--`).
+        #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
+        command: Vec<String>,
+        #[command(flatten)]
+        common: Common,
+    },
+    /// Report what isolation this machine supports and what cubby will do.
+    Doctor {
         #[command(flatten)]
         common: Common,
     },
@@ -195,6 +212,12 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 ExitCode::SUCCESS
             })
         }
+        Command::Exec {
+            network,
+            command,
+            common,
+        } => exec::run(&common, network.as_deref(), command),
+        Command::Doctor { common } => exec::doctor(&common),
         Command::Tools { format, common } => {
             // Tracking on, so that `changes` is listed; the snapshot thread dies with the process.
             let toolset = setup::toolset(&common, true)?;

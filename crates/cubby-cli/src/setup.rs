@@ -4,7 +4,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::{Context, bail};
-use cubby::{Config, Mode, Policy, ProviderKind, Sandbox, Toolset};
+use cubby::{
+    Config, LinuxOptions, LinuxSandbox, Mode, NetworkMode, Policy, ProviderKind, Sandbox, Toolset,
+};
 
 use crate::Common;
 
@@ -25,9 +27,20 @@ pub fn toolset(common: &Common, track_changes: bool) -> anyhow::Result<Toolset> 
     factory().map_err(|e| anyhow::anyhow!("{}", e.message()))
 }
 
-/// Resolves the root, loads the config and opens the sandbox once; returns
-/// a factory that builds a fresh toolset (a new run) on each call.
-pub fn factory(common: &Common, track_changes: bool) -> anyhow::Result<cubby_mcp::ToolsetFactory> {
+/// Root, config and policy resolved from flags and the config file.
+pub struct Setup {
+    /// The canonical workspace root.
+    pub root: PathBuf,
+    /// The config file's contents (defaults when there is none).
+    pub config: Config,
+    /// The provider asked for.
+    pub provider: ProviderKind,
+    /// The policy.
+    pub policy: Policy,
+}
+
+/// Resolves the root, loads the config and builds the policy.
+pub fn resolve(common: &Common) -> anyhow::Result<Setup> {
     let root = match &common.root {
         Some(r) => r.clone(),
         None => std::env::current_dir().context("cannot read the current directory")?,
@@ -62,7 +75,24 @@ pub fn factory(common: &Common, track_changes: bool) -> anyhow::Result<cubby_mcp
     let policy = policy
         .build()
         .map_err(|e| anyhow::anyhow!("config: {}", e.message()))?;
-    let sandbox = sandbox(provider, &root)?;
+    Ok(Setup {
+        root,
+        config,
+        provider,
+        policy,
+    })
+}
+
+/// Resolves the root, loads the config and opens the sandbox once; returns
+/// a factory that builds a fresh toolset (a new run) on each call.
+pub fn factory(common: &Common, track_changes: bool) -> anyhow::Result<cubby_mcp::ToolsetFactory> {
+    let Setup {
+        root,
+        config,
+        provider,
+        policy,
+    } = resolve(common)?;
+    let sandbox = sandbox(provider, &root, &policy, &config, None)?;
     let mut secrets = Vec::new();
     for name in &config.secrets {
         match std::env::var(name) {
@@ -84,6 +114,24 @@ pub fn factory(common: &Common, track_changes: bool) -> anyhow::Result<cubby_mcp
         }
         builder.build()
     }))
+}
+
+/// The `linux` provider's options from the policy and config; `network`
+/// overrides the config's `[network] mode`.
+pub fn linux_options(
+    policy: &Policy,
+    config: &Config,
+    network: Option<NetworkMode>,
+) -> LinuxOptions {
+    let mut options = LinuxOptions::from_policy(policy);
+    options.network = match (network, policy.mode()) {
+        (Some(n), _) => n,
+        (None, Mode::FullAccess) => NetworkMode::On,
+        (None, _) => config.network.mode,
+    };
+    options.writable_roots = config.writable_roots.iter().map(PathBuf::from).collect();
+    options.limits = config.limits.sandbox.clone();
+    options
 }
 
 fn load_config(common: &Common, root: &Path) -> anyhow::Result<(Config, Option<PathBuf>)> {
@@ -113,7 +161,14 @@ fn relative_to(path: &Path, root: &Path) -> Option<String> {
     (!rel.is_empty()).then(|| rel.to_string())
 }
 
-fn sandbox(provider: ProviderKind, root: &Path) -> anyhow::Result<Arc<dyn Sandbox>> {
+/// Opens the sandbox of `provider` at `root`.
+pub fn sandbox(
+    provider: ProviderKind,
+    root: &Path,
+    policy: &Policy,
+    config: &Config,
+    network: Option<NetworkMode>,
+) -> anyhow::Result<Arc<dyn Sandbox>> {
     match provider {
         ProviderKind::Virtual => {
             let fs =
@@ -129,11 +184,11 @@ fn sandbox(provider: ProviderKind, root: &Path) -> anyhow::Result<Arc<dyn Sandbo
                 .map_err(|e| anyhow::anyhow!("{}", e.message()))?;
             Ok(Arc::new(sandbox))
         }
-        // Until the `linux` sandbox lands, `linux` offers the confined file
-        // tools and no commands: it never runs anything with less isolation.
         ProviderKind::Linux => {
-            let fs = cubby::LocalFs::open(root).map_err(|e| anyhow::anyhow!("{}", e.message()))?;
-            Ok(Arc::new(cubby::sandbox::FsSandbox::new(provider, fs)))
+            let options = linux_options(policy, config, network);
+            let sandbox = LinuxSandbox::open(root, options)
+                .map_err(|e| anyhow::anyhow!("{}", e.message()))?;
+            Ok(Arc::new(sandbox))
         }
         ProviderKind::Remote => bail!(
             "the remote provider is not available in this build; use --provider linux, local or virtual"

@@ -110,7 +110,14 @@ fn tools_formats_are_valid_and_strict() {
                 "list_files",
                 "search",
                 "changes",
-                "view_file"
+                "view_file",
+                "run",
+                "start_process",
+                "process_logs",
+                "stop_process",
+                "list_processes",
+                "write_stdin",
+                "preview"
             ],
             "{format}"
         );

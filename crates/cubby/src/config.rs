@@ -86,6 +86,46 @@ pub struct MatchLimits {
     pub max_matches: usize,
 }
 
+/// Default open-file limit for sandboxed commands.
+pub const SANDBOX_OPEN_FILES: u64 = 4_096;
+/// Default process limit for sandboxed commands (per sandbox user).
+pub const SANDBOX_PROCESSES: u64 = 1_024;
+/// Default largest file a sandboxed command may write, in MiB.
+pub const SANDBOX_FILE_SIZE_MB: u64 = 4_096;
+/// Default address-space limit per sandboxed process, in MiB.
+pub const SANDBOX_ADDRESS_SPACE_MB: u64 = 16_384;
+/// Default CPU-time limit per sandboxed process, in seconds.
+pub const SANDBOX_CPU_SECONDS: u64 = 3_600;
+
+/// `[limits.sandbox]`: rlimits of commands on the `linux` provider. `0`
+/// means "leave the inherited limit".
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SandboxLimits {
+    /// `RLIMIT_NOFILE`.
+    pub open_files: u64,
+    /// `RLIMIT_NPROC` (and `pids.max` when a pids cgroup is available).
+    pub processes: u64,
+    /// `RLIMIT_FSIZE`, in MiB.
+    pub file_size_mb: u64,
+    /// `RLIMIT_AS`, in MiB.
+    pub address_space_mb: u64,
+    /// `RLIMIT_CPU`, in seconds.
+    pub cpu_seconds: u64,
+}
+
+impl Default for SandboxLimits {
+    fn default() -> SandboxLimits {
+        SandboxLimits {
+            open_files: SANDBOX_OPEN_FILES,
+            processes: SANDBOX_PROCESSES,
+            file_size_mb: SANDBOX_FILE_SIZE_MB,
+            address_space_mb: SANDBOX_ADDRESS_SPACE_MB,
+            cpu_seconds: SANDBOX_CPU_SECONDS,
+        }
+    }
+}
+
 /// `[limits.run]`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -126,6 +166,8 @@ pub struct Limits {
     pub search: MatchLimits,
     /// `run` (and the logs of background processes).
     pub run: RunLimits,
+    /// Resource limits of sandboxed commands.
+    pub sandbox: SandboxLimits,
 }
 
 impl Default for Limits {
@@ -146,6 +188,7 @@ impl Default for Limits {
                 max_matches: SEARCH_MAX_MATCHES,
             },
             run: RunLimits::default(),
+            sandbox: SandboxLimits::default(),
         }
     }
 }

@@ -59,13 +59,14 @@ pub mod sandbox;
 mod tools;
 mod toolset;
 
-pub use config::{Config, Limits};
+pub use config::{Config, Limits, NetworkMode, SandboxLimits};
 pub use error::{Error, ErrorKind, Result};
 pub use output::{ImageData, Redactor, Secret, ToolOutput};
 pub use path::{MAX_NAME_BYTES, MAX_PATH_BYTES, WorkspacePath};
 pub use policy::{Mode, Policy, PolicyBuilder};
 pub use sandbox::{
-    FileSystem, LocalFs, MemoryFs, ProviderKind, Sandbox, local_sandbox, virtual_sandbox,
+    FileSystem, LinuxOptions, LinuxSandbox, LocalFs, MemoryFs, ProviderKind, Sandbox,
+    local_sandbox, virtual_sandbox,
 };
 pub use tools::schema;
 pub use tools::{Annotations, ToolSpec};

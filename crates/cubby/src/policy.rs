@@ -313,6 +313,17 @@ impl Policy {
     pub fn protected(&self) -> impl Iterator<Item = &str> {
         self.protected.iter().map(|r| r.shown.as_str())
     }
+
+    /// The protected paths, parsed (for providers that enforce them on
+    /// commands).
+    pub fn protected_paths(&self) -> impl Iterator<Item = &WorkspacePath> {
+        self.protected.iter().map(|r| &r.path)
+    }
+
+    /// The `deny_read` paths, parsed.
+    pub fn deny_read_paths(&self) -> impl Iterator<Item = &WorkspacePath> {
+        self.deny_read.iter().map(|r| &r.path)
+    }
 }
 
 /// Builds a [`Policy`].

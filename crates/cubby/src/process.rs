@@ -375,6 +375,9 @@ pub struct Spawned {
     pub output: OwnedFd,
     /// Write end of the stdin pipe, when asked for.
     pub stdin: Option<OwnedFd>,
+    /// Called once the process has been reaped (providers release what the
+    /// command held).
+    pub on_exit: Option<Box<dyn FnOnce() + Send>>,
 }
 
 /// Options for tracking a spawned process.
@@ -478,6 +481,7 @@ impl ProcessTable {
             procs.insert(track.name.clone(), proc.clone());
         }
         let reader = Reader {
+            on_exit: spawned.on_exit,
             proc: proc.clone(),
             pipe: std::fs::File::from(spawned.output),
             stripper: AnsiStripper::default(),
@@ -533,6 +537,7 @@ impl Drop for ProcessTable {
 
 /// Drains one process's output, then reaps it.
 struct Reader {
+    on_exit: Option<Box<dyn FnOnce() + Send>>,
     proc: Arc<Proc>,
     pipe: std::fs::File,
     stripper: AnsiStripper,
@@ -576,6 +581,9 @@ impl Reader {
             _ => Status::Exited(-1),
         };
         *lock(&self.proc.stdin) = None;
+        if let Some(release) = self.on_exit.take() {
+            release();
+        }
         {
             let mut state = lock(&self.proc.state);
             state.status = status;

@@ -1,4 +1,4 @@
-//! One file-tool suite, run on every provider (`virtual` and `local`).
+//! One file-tool suite, run on every provider (`virtual`, `local`, `linux`).
 //!
 //! Each case is a function of a [`Fixture`], which sets up and inspects the
 //! workspace behind the tools' back (as another process or person would).
@@ -64,6 +64,37 @@ impl Fixture for Local {
     }
     fn mkdir(&self, path: &str) {
         std::fs::create_dir_all(self.abs(path)).unwrap();
+    }
+}
+
+/// The `linux` provider over the same host directory as [`Local`].
+struct Linux(Local);
+
+impl Fixture for Linux {
+    fn sandbox(&self) -> Arc<dyn cubby::Sandbox> {
+        let policy = cubby::Policy::builder().build().unwrap();
+        Arc::new(
+            cubby::LinuxSandbox::open(self.0.0.path(), cubby::LinuxOptions::from_policy(&policy))
+                .unwrap(),
+        )
+    }
+    fn put(&self, path: &str, bytes: &[u8]) {
+        self.0.put(path, bytes)
+    }
+    fn put_mode(&self, path: &str, bytes: &[u8], mode: u32) {
+        self.0.put_mode(path, bytes, mode)
+    }
+    fn get(&self, path: &str) -> Option<Vec<u8>> {
+        self.0.get(path)
+    }
+    fn mode(&self, path: &str) -> u32 {
+        self.0.mode(path)
+    }
+    fn remove(&self, path: &str) {
+        self.0.remove(path)
+    }
+    fn mkdir(&self, path: &str) {
+        self.0.mkdir(path)
     }
 }
 
@@ -917,6 +948,7 @@ macro_rules! suite {
 macro_rules! both {
     ($($case:ident),* $(,)?) => {
         suite!(local, Local::new(), [$($case),*]);
+        suite!(linux, Linux(Local::new()), [$($case),*]);
         suite!(virtual_fs, Virtual::new(), [$($case),*]);
     };
 }

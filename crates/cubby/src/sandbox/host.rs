@@ -91,6 +91,7 @@ impl Sandbox for LocalSandbox {
             child,
             output: out_r,
             stdin: stdin_w,
+            on_exit: None,
         })
     }
 

@@ -124,6 +124,48 @@ impl LocalFs {
         &self.root_path
     }
 
+    /// Creates `path` as an empty directory with mode `000` (a mount point
+    /// that reserves a missing protected name). Its parent must exist.
+    /// Returns the new directory's inode number.
+    pub(crate) fn mkdir_placeholder(&self, path: &WorkspacePath) -> Result<u64> {
+        let (parent, name) = self.parent_of(path)?;
+        mkdirat(&parent, name, Mode::empty()).map_err(|e| io_err(e, path))?;
+        // mkdir applies the umask; make sure nothing at all is granted.
+        let dir = self
+            .resolve_in(
+                &parent,
+                name,
+                OFlags::PATH | OFlags::DIRECTORY,
+                Mode::empty(),
+            )
+            .map_err(|e| io_err(e, path))?;
+        let stat = fstat(&dir).map_err(|e| io_err(e, path))?;
+        Ok(stat.st_ino)
+    }
+
+    /// Removes the placeholder `path` if it is still the empty directory
+    /// with inode `ino` that [`LocalFs::mkdir_placeholder`] made.
+    pub(crate) fn remove_placeholder(&self, path: &WorkspacePath, ino: u64) {
+        let Ok((parent, name)) = self.parent_of(path) else {
+            return;
+        };
+        if statat(&parent, name, AtFlags::SYMLINK_NOFOLLOW)
+            .is_ok_and(|s| s.st_ino == ino && kind_of(&s) == EntryKind::Dir)
+        {
+            // Fails (ENOTEMPTY) if anything was put inside: then it stays.
+            let _ = unlinkat(&parent, name, AtFlags::REMOVEDIR);
+        }
+    }
+
+    /// The directory fd of `path`'s parent and `path`'s last component.
+    fn parent_of<'p>(&self, path: &'p WorkspacePath) -> Result<(OwnedFd, &'p OsStr)> {
+        let Some(name) = path.file_name() else {
+            return Err(Error::invalid_input("the workspace root has no parent"));
+        };
+        let parent = self.resolve(&path.parent(), OFlags::PATH | OFlags::DIRECTORY)?;
+        Ok((parent, name))
+    }
+
     /// `openat2` beneath `dir`, retrying the kernel's `EAGAIN` (a rename
     /// raced with the resolution).
     fn resolve_in(

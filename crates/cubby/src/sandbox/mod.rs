@@ -14,11 +14,16 @@
 //!    never a mix, and keeps the old mode bits.
 //!
 //! Providers: [`LocalFs`] (a host directory, confined with `openat2`) and
-//! [`MemoryFs`] (the `virtual` provider, in memory).
+//! [`MemoryFs`] (the `virtual` provider, in memory) for files;
+//! [`LocalSandbox`] (host processes) and [`LinuxSandbox`] (namespaces,
+//! Landlock, seccomp) for commands.
 
 mod host;
+mod linux;
+mod linux_sys;
 mod local;
 mod memory;
+mod seccomp;
 pub(crate) mod sys;
 
 use std::ffi::OsString;
@@ -26,6 +31,7 @@ use std::io::Read;
 use std::sync::Arc;
 
 pub use host::LocalSandbox;
+pub use linux::{Capabilities, InheritedChild, LinuxOptions, LinuxSandbox};
 pub use local::LocalFs;
 pub use memory::MemoryFs;
 

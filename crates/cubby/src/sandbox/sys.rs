@@ -67,7 +67,7 @@ pub(crate) fn run_under_shim(cmd: &mut Command, cwd_fd: RawFd) {
     }
 }
 
-fn signal_set(signals: &[libc::c_int]) -> libc::sigset_t {
+pub(crate) fn signal_set(signals: &[libc::c_int]) -> libc::sigset_t {
     // SAFETY: sigset_t is plain data; sigemptyset initialises it fully.
     let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
     // SAFETY: `set` is a valid, exclusive sigset_t.
@@ -102,16 +102,27 @@ fn shim_pre_exec(cwd_fd: RawFd) -> io::Result<()> {
             libc::sigprocmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
             return Ok(());
         }
-        shim_main(pid, &set)
+        shim_main(pid, &set, false, -1)
     }
 }
 
 /// The shim's life after the fork. Never returns.
 ///
+/// With `pid_namespace`, `command` is the init of the command's own pid
+/// namespace: killing it takes every descendant with it, and orphans are
+/// re-parented to it rather than to the shim, so the shim has no other
+/// children to sweep. The init writes the command's wait status to
+/// `status_fd` (else `-1`) before it exits.
+///
 /// # Safety
 ///
 /// Must only run in a forked, single-threaded child.
-unsafe fn shim_main(command: libc::pid_t, blocked: &libc::sigset_t) -> ! {
+pub(crate) unsafe fn shim_main(
+    command: libc::pid_t,
+    blocked: &libc::sigset_t,
+    pid_namespace: bool,
+    status_fd: libc::c_int,
+) -> ! {
     // SAFETY: plain syscalls on valid arguments in a single-threaded child.
     unsafe {
         let mut action: libc::sigaction = std::mem::zeroed();
@@ -125,7 +136,15 @@ unsafe fn shim_main(command: libc::pid_t, blocked: &libc::sigset_t) -> ! {
         libc::sigprocmask(libc::SIG_UNBLOCK, blocked, std::ptr::null_mut());
         // Hold no fd: the pipes must reach EOF when the tree is gone, and
         // spawn() must see the exec-status pipe close.
-        libc::close_range(0, libc::c_uint::MAX, 0);
+        if status_fd >= 0 {
+            let keep = status_fd as libc::c_uint;
+            if keep > 0 {
+                libc::close_range(0, keep - 1, 0);
+            }
+            libc::close_range(keep + 1, libc::c_uint::MAX, 0);
+        } else {
+            libc::close_range(0, libc::c_uint::MAX, 0);
+        }
 
         let me = libc::getpid();
         let mut command_status: Option<libc::c_int> = None;
@@ -137,12 +156,19 @@ unsafe fn shim_main(command: libc::pid_t, blocked: &libc::sigset_t) -> ! {
             }
             if flags & FLAG_TERM != 0 && !killing {
                 libc::kill(-command, libc::SIGTERM);
-                signal_children(me, libc::SIGTERM);
+                if !pid_namespace {
+                    signal_children(me, libc::SIGTERM);
+                }
             }
             let sweeping = killing || command_status.is_some();
             if sweeping {
-                libc::kill(-command, libc::SIGKILL);
-                signal_children(me, libc::SIGKILL);
+                if !pid_namespace {
+                    libc::kill(-command, libc::SIGKILL);
+                    signal_children(me, libc::SIGKILL);
+                } else if command_status.is_none() {
+                    // The namespace's init: the kernel kills the rest.
+                    libc::kill(command, libc::SIGKILL);
+                }
             }
             let mut status: libc::c_int = 0;
             let options = if sweeping { libc::WNOHANG } else { 0 };
@@ -160,6 +186,14 @@ unsafe fn shim_main(command: libc::pid_t, blocked: &libc::sigset_t) -> ! {
                 if errno == libc::ECHILD {
                     break;
                 }
+            }
+        }
+        // In a pid namespace, `command` is the namespace's init; it sends
+        // the real command's wait status before it exits.
+        if status_fd >= 0 {
+            let mut raw = [0u8; 4];
+            if libc::read(status_fd, raw.as_mut_ptr().cast(), raw.len()) == 4 {
+                command_status = Some(libc::c_int::from_ne_bytes(raw));
             }
         }
         match command_status {
@@ -229,7 +263,7 @@ unsafe fn signal_children(me: libc::pid_t, sig: libc::c_int) {
 }
 
 /// Decimal digits of a pid, on the stack.
-fn decimal(mut n: libc::pid_t) -> ([u8; 12], usize) {
+pub(crate) fn decimal(mut n: libc::pid_t) -> ([u8; 12], usize) {
     let mut out = [0u8; 12];
     let mut tmp = [0u8; 12];
     let mut i = 0;

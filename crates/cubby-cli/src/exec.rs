@@ -1,0 +1,134 @@
+//! `cubby exec` (one command in the sandbox, stdio and exit code passed
+//! through) and `cubby doctor` (what isolation this machine offers).
+
+use std::os::unix::process::ExitStatusExt;
+use std::process::ExitCode;
+
+use anyhow::bail;
+use cubby::sandbox::{Capabilities, ExecSpec};
+use cubby::{LinuxSandbox, Mode, NetworkMode, ProviderKind, WorkspacePath};
+
+use crate::Common;
+use crate::setup;
+
+/// Exit code when the command could not be started at all.
+const EXIT_NOT_STARTED: u8 = 125;
+
+/// Runs `command` under the policy; returns its exit code (128 + the
+/// signal when it was killed by one).
+pub fn run(
+    common: &Common,
+    network: Option<&str>,
+    command: Vec<String>,
+) -> anyhow::Result<ExitCode> {
+    let setup = setup::resolve(common)?;
+    let network = match network {
+        None => None,
+        Some("off") => Some(NetworkMode::Off),
+        Some("on") => Some(NetworkMode::On),
+        Some(other) => bail!("--network: expected `off` or `on`, got `{other}`"),
+    };
+    let cwd = std::env::current_dir()
+        .ok()
+        .and_then(|d| d.strip_prefix(&setup.root).ok().map(|p| p.to_path_buf()))
+        .and_then(|p| WorkspacePath::parse(&p.to_string_lossy()).ok())
+        .unwrap_or_else(WorkspacePath::root);
+    let status = match setup.provider {
+        ProviderKind::Linux => {
+            let options = setup::linux_options(&setup.policy, &setup.config, network);
+            let sandbox = LinuxSandbox::open(&setup.root, options)
+                .map_err(|e| anyhow::anyhow!("{}", e.message()))?;
+            let spec = ExecSpec {
+                argv: command,
+                cwd,
+                env: Vec::new(),
+                stdin: true,
+            };
+            let mut child = match sandbox.spawn_inherited(&spec) {
+                Ok(child) => child,
+                Err(e) => {
+                    eprintln!("cubby: {}", e.message());
+                    return Ok(ExitCode::from(EXIT_NOT_STARTED));
+                }
+            };
+            child.wait()?
+        }
+        ProviderKind::Local => {
+            tracing::warn!("provider `local`: the command runs unconfined, as your user");
+            let Some((program, args)) = command.split_first() else {
+                bail!("no command given");
+            };
+            std::process::Command::new(program)
+                .args(args)
+                .current_dir(setup.root.join(cwd.as_path()))
+                .status()?
+        }
+        other => bail!(
+            "the {} provider runs no commands; use --provider linux",
+            other.as_str()
+        ),
+    };
+    let code = match (status.code(), status.signal()) {
+        (Some(c), _) => c,
+        (None, Some(sig)) => 128 + sig,
+        _ => 1,
+    };
+    Ok(ExitCode::from(code.clamp(0, 255) as u8))
+}
+
+/// Prints each capability and what cubby will do with it; exit 1 when the
+/// `linux` provider cannot start here.
+pub fn doctor(common: &Common) -> anyhow::Result<ExitCode> {
+    let caps = Capabilities::probe();
+    let yes_no = |r: &Result<(), String>| match r {
+        Ok(()) => "yes".to_string(),
+        Err(e) => format!("no ({e})"),
+    };
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    println!("kernel:           {}", kernel.trim());
+    match caps.landlock_abi {
+        Some(v) => println!("landlock:         yes, ABI {v}"),
+        None => println!("landlock:         no"),
+    }
+    println!("user namespaces:  {}", yes_no(&caps.user_namespaces));
+    println!("seccomp filters:  {}", yes_no(&caps.seccomp));
+    match &caps.pids_cgroup {
+        Some(dir) => println!(
+            "pids cgroup:      yes, {} (each sandbox gets pids.max)",
+            dir.display()
+        ),
+        None => println!("pids cgroup:      no (RLIMIT_NPROC bounds processes)"),
+    }
+    println!(
+        "running as root:  {}",
+        if caps.root {
+            "yes (RLIMIT_NPROC does not bind root: a pids cgroup is what bounds a fork bomb)"
+        } else {
+            "no"
+        }
+    );
+    let missing = caps.missing();
+    let mode = setup::resolve(common)
+        .map(|s| s.policy.mode())
+        .unwrap_or_default();
+    if missing.is_empty() {
+        println!(
+            "cubby will:       run commands (provider linux, mode {}) in user, mount, pid, IPC, UTS \
+             and network namespaces, under Landlock, seccomp and rlimits{}",
+            mode.as_str(),
+            if mode == Mode::FullAccess {
+                " (full-access: unconfined)"
+            } else {
+                ""
+            }
+        );
+        Ok(ExitCode::SUCCESS)
+    } else {
+        println!(
+            "cubby will:       refuse to start the linux provider: missing {}. \
+             `--provider local` runs commands without OS isolation.",
+            missing.join(", ")
+        );
+        Ok(ExitCode::from(1))
+    }
+}

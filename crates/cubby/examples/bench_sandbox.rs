@@ -1,0 +1,182 @@
+//! The `linux` provider measured against bare spawns, in one process.
+//!
+//! ```text
+//! cargo run --release -p cubby --example bench_sandbox -- [ITERATIONS] [IDLE_SANDBOXES]
+//! ```
+//!
+//! 1. A command (`/bin/true`, and `bash -c true` as `run` invokes it)
+//!    spawned bare with `std::process::Command` against the same command
+//!    started through a live sandbox (`Sandbox::exec`, waited for), and the
+//!    `run` tool of `true` on the `linux` provider against the `local` one.
+//! 2. Time to create a sandbox ready for its first command (open + start).
+//! 3. Memory per idle sandbox: IDLE_SANDBOXES started at once; the
+//!    proportional set size (PSS) of their holders plus this process's own
+//!    growth, divided by their number.
+//!
+//! Prints medians in milliseconds and the ratios.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::process::Command;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use cubby::sandbox::{ExecSpec, Sandbox};
+use cubby::{LinuxOptions, LinuxSandbox, Policy, WorkspacePath};
+use serde_json::json;
+
+fn median(mut v: Vec<Duration>) -> f64 {
+    v.sort();
+    v[v.len() / 2].as_secs_f64() * 1000.0
+}
+
+fn time<F: FnMut()>(n: usize, mut f: F) -> f64 {
+    let mut samples = Vec::with_capacity(n);
+    for _ in 0..n {
+        let t = Instant::now();
+        f();
+        samples.push(t.elapsed());
+    }
+    median(samples)
+}
+
+fn kib_field(path: &str, field: &str) -> f64 {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix(field))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0.0)
+}
+
+fn exec_wait(sandbox: &dyn Sandbox, argv: &[&str]) {
+    let spec = ExecSpec {
+        argv: argv.iter().map(|s| s.to_string()).collect(),
+        cwd: WorkspacePath::root(),
+        env: Vec::new(),
+        stdin: false,
+    };
+    let mut spawned = sandbox.exec(&spec).unwrap();
+    let status = spawned.child.wait().unwrap();
+    assert!(status.success());
+    if let Some(release) = spawned.on_exit.take() {
+        release();
+    }
+}
+
+fn open(dir: &std::path::Path) -> LinuxSandbox {
+    let policy = Policy::builder().build().unwrap();
+    LinuxSandbox::open(dir, LinuxOptions::from_policy(&policy)).unwrap()
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let n: usize = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(300);
+    let idle: usize = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(200);
+    let dir = std::env::temp_dir().join(format!("cubby-bench-sandbox-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+
+    let sandbox = open(&dir);
+    sandbox.start().unwrap();
+    for _ in 0..20 {
+        exec_wait(&sandbox, &["/bin/true"]);
+        Command::new("/bin/true").status().unwrap();
+    }
+    let bare_true = time(n, || {
+        Command::new("/bin/true").status().unwrap();
+    });
+    let sandboxed_true = time(n, || exec_wait(&sandbox, &["/bin/true"]));
+    let bare_bash = time(n, || {
+        Command::new("bash").args(["-c", "true"]).status().unwrap();
+    });
+    let sandboxed_bash = time(n, || exec_wait(&sandbox, &["bash", "-c", "true"]));
+
+    let linux_tools = cubby::Toolset::builder(Arc::new(open(&dir)))
+        .track_changes(false)
+        .build()
+        .unwrap();
+    let local_tools = cubby::Toolset::builder(cubby::local_sandbox(&dir).unwrap())
+        .track_changes(false)
+        .build()
+        .unwrap();
+    for _ in 0..20 {
+        linux_tools.call("run", json!({"command": "true"}));
+        local_tools.call("run", json!({"command": "true"}));
+    }
+    let run_linux = time(n, || {
+        let out = linux_tools.call("run", json!({"command": "true"}));
+        assert!(out.text.starts_with("OK exit=0"), "{}", out.text);
+    });
+    let run_local = time(n, || {
+        let out = local_tools.call("run", json!({"command": "true"}));
+        assert!(out.text.starts_with("OK exit=0"), "{}", out.text);
+    });
+
+    println!("one command ({n} iterations, median ms)");
+    println!("  bare spawn /bin/true            {bare_true:8.3}");
+    println!(
+        "  live sandbox /bin/true          {sandboxed_true:8.3}   {:.2}x bare",
+        sandboxed_true / bare_true
+    );
+    println!("  bare spawn bash -c true         {bare_bash:8.3}");
+    println!(
+        "  live sandbox bash -c true       {sandboxed_bash:8.3}   {:.2}x bare",
+        sandboxed_bash / bare_bash
+    );
+    println!(
+        "  run `true`, linux provider      {run_linux:8.3}   {:.2}x bare bash -c true",
+        run_linux / bare_bash
+    );
+    println!(
+        "  run `true`, local provider      {run_local:8.3}   {:.2}x bare bash -c true",
+        run_local / bare_bash
+    );
+
+    let create = time(n.min(100), || {
+        let s = open(&dir);
+        s.start().unwrap();
+    });
+    let create_and_first = time(n.min(100), || {
+        let s = open(&dir);
+        exec_wait(&s, &["/bin/true"]);
+    });
+    println!("sandbox start ({} iterations, median ms)", n.min(100));
+    println!("  open + start (ready)            {create:8.3}");
+    println!("  open + first /bin/true          {create_and_first:8.3}");
+
+    let before = kib_field("/proc/self/status", "VmRSS:");
+    let mut alive = Vec::new();
+    for _ in 0..idle {
+        let s = open(&dir);
+        s.start().unwrap();
+        alive.push(s);
+    }
+    let after = kib_field("/proc/self/status", "VmRSS:");
+    let mut holders_pss = 0.0;
+    let me = std::process::id();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name.to_str().and_then(|s| s.parse::<u32>().ok()) else {
+            continue;
+        };
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let ppid = stat
+            .rsplit(')')
+            .next()
+            .and_then(|rest| rest.split_whitespace().nth(1))
+            .and_then(|p| p.parse::<u32>().ok());
+        if ppid == Some(me) {
+            holders_pss += kib_field(&format!("/proc/{pid}/smaps_rollup"), "Pss:");
+        }
+    }
+    println!("{idle} idle sandboxes");
+    println!(
+        "  holders' PSS {:.1} MiB + server growth {:.1} MiB = {:.1} KiB per sandbox",
+        holders_pss / 1024.0,
+        (after - before) / 1024.0,
+        (holders_pss + after - before) / idle as f64
+    );
+    drop(alive);
+    drop(sandbox);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -1,0 +1,874 @@
+//! The `linux` provider: the confined [`LocalFs`] for the file tools, and
+//! commands that run in namespaces under Landlock, seccomp and rlimits.
+//!
+//! A sandbox starts lazily, with the first command: a *holder* process
+//! (forked once; see `linux_sys.rs`) creates the user, mount, IPC, UTS and
+//! network namespaces and keeps them alive. Each command then joins them,
+//! takes its own mount and pid namespaces, and execs under a Landlock
+//! ruleset and seccomp filters compiled here once per sandbox. Killing the
+//! command's pid-namespace init kills every descendant.
+//!
+//! What is compiled to the kernel, per [`LinuxOptions`]:
+//!
+//! - **Landlock**: the whole file system readable and executable; writable
+//!   only beneath the workspace root, the private `/tmp` and `/dev/shm`,
+//!   the configured writable roots (none of them in `read-only` mode), and
+//!   a few devices (`/dev/null`, `/dev/zero`, …). Signals and abstract unix
+//!   sockets are scoped to the command.
+//! - **Mounts**: protected paths bound read-only over themselves in each
+//!   command's mount namespace (a missing one is reserved by an empty
+//!   mode-000 directory that exists only while a command runs); `deny_read`
+//!   paths hidden behind empty unreadable objects; a private `/tmp`.
+//! - **seccomp**: `ptrace`, `process_vm_*`, `mount` and the new mount API,
+//!   `bpf`, `io_uring_*`, `kexec_*`, module loading, `perf_event_open`, key
+//!   management, `setns`, new user namespaces and more return `EPERM`;
+//!   with network off, so does every socket that is not `AF_UNIX`.
+//! - **rlimits** from [`SandboxLimits`], plus a pids cgroup when cubby can
+//!   make one (as root, where `RLIMIT_NPROC` does not apply).
+//!
+//! `full-access` runs commands unconfined (as the `local` provider does).
+
+use std::collections::HashMap;
+use std::ffi::CString;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use rustix::pipe::{PipeFlags, pipe_with};
+
+use super::linux_sys::{self, CommandPlan, HolderPlan, Mask, Protect, Rebind};
+use super::{EntryKind, ExecSpec, FileSystem, LocalFs, LocalSandbox, ProviderKind, Sandbox};
+use crate::config::{NetworkMode, SandboxLimits};
+use crate::error::{Error, ErrorKind, Result};
+use crate::path::WorkspacePath;
+use crate::policy::{Mode, Policy};
+use crate::process::Spawned;
+
+/// Capacity asked for a command's output pipe.
+const OUTPUT_PIPE_BYTES: usize = 1024 * 1024;
+/// The smallest Landlock ABI the provider works with.
+const MIN_LANDLOCK_ABI: i32 = 1;
+/// The private temp dir inside every sandbox.
+const SANDBOX_TMP: &str = "/tmp";
+/// Devices every command may read and write.
+const WRITABLE_DEVICES: [&str; 5] = [
+    "/dev/null",
+    "/dev/zero",
+    "/dev/full",
+    "/dev/random",
+    "/dev/urandom",
+];
+/// Where a pids cgroup (v1) can be made.
+const PIDS_CGROUP_V1: &str = "/sys/fs/cgroup/pids";
+/// The namespaces a command joins, in `setns` order (user first).
+const JOINED_NAMESPACES: [(&str, libc::c_int); 5] = [
+    ("user", libc::CLONE_NEWUSER),
+    ("mnt", libc::CLONE_NEWNS),
+    ("ipc", libc::CLONE_NEWIPC),
+    ("uts", libc::CLONE_NEWUTS),
+    ("net", libc::CLONE_NEWNET),
+];
+
+static SANDBOX_COUNTER: AtomicU64 = AtomicU64::new(0);
+
+/// How a `linux` sandbox confines its commands.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LinuxOptions {
+    /// `read-only` makes everything read-only; `full-access` runs commands
+    /// unconfined.
+    pub mode: Mode,
+    /// `off`: a network namespace with loopback only and no non-unix
+    /// sockets; `on`: the host's network.
+    pub network: NetworkMode,
+    /// Extra writable directories (absolute or relative to the root).
+    pub writable_roots: Vec<PathBuf>,
+    /// Paths (relative to the root) that commands may not change.
+    pub protected: Vec<WorkspacePath>,
+    /// Paths (relative to the root) that commands may not read.
+    pub deny_read: Vec<WorkspacePath>,
+    /// rlimits.
+    pub limits: SandboxLimits,
+}
+
+impl LinuxOptions {
+    /// Options that enforce `policy` (mode, protected paths, `deny_read`)
+    /// with the network off and default limits.
+    pub fn from_policy(policy: &Policy) -> LinuxOptions {
+        LinuxOptions {
+            mode: policy.mode(),
+            network: if policy.mode() == Mode::FullAccess {
+                NetworkMode::On
+            } else {
+                NetworkMode::Off
+            },
+            writable_roots: Vec::new(),
+            protected: policy.protected_paths().cloned().collect(),
+            deny_read: policy.deny_read_paths().cloned().collect(),
+            limits: SandboxLimits::default(),
+        }
+    }
+}
+
+/// What this machine offers the `linux` provider (`cubby doctor`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Capabilities {
+    /// The Landlock ABI version, when Landlock is enabled.
+    pub landlock_abi: Option<i32>,
+    /// Whether a user namespace (with mount, network, IPC and UTS
+    /// namespaces inside) can be created; the error otherwise.
+    pub user_namespaces: std::result::Result<(), String>,
+    /// Whether a seccomp filter can be installed; the error otherwise.
+    pub seccomp: std::result::Result<(), String>,
+    /// A pids cgroup directory cubby can make sandboxes in, if any.
+    pub pids_cgroup: Option<PathBuf>,
+    /// Whether cubby runs as root (then `RLIMIT_NPROC` does not apply and
+    /// only a pids cgroup bounds a fork bomb).
+    pub root: bool,
+}
+
+impl Capabilities {
+    /// Probes the running kernel (forks one short-lived child).
+    pub fn probe() -> Capabilities {
+        let (user_namespaces, seccomp) = linux_sys::probe_isolation();
+        Capabilities {
+            landlock_abi: linux_sys::landlock_abi().filter(|&v| v >= MIN_LANDLOCK_ABI),
+            user_namespaces,
+            seccomp,
+            pids_cgroup: pids_cgroup_parent(),
+            root: rustix::process::geteuid().is_root(),
+        }
+    }
+
+    /// What is missing for the `linux` provider, if anything.
+    pub fn missing(&self) -> Vec<String> {
+        let mut missing = Vec::new();
+        if self.landlock_abi.is_none() {
+            missing.push(
+                "Landlock (kernel 5.13+ with `landlock` in the `lsm=` boot list)".to_string(),
+            );
+        }
+        if let Err(e) = &self.user_namespaces {
+            missing.push(format!(
+                "user namespaces ({e}; see sysctl user.max_user_namespaces, \
+                 kernel.unprivileged_userns_clone, kernel.apparmor_restrict_unprivileged_userns)"
+            ));
+        }
+        if let Err(e) = &self.seccomp {
+            missing.push(format!("seccomp filters ({e})"));
+        }
+        missing
+    }
+}
+
+/// What is missing, by checks that fork nothing (the fork-based probe is
+/// [`Capabilities::probe`]; a namespace refused at the sandbox's start is
+/// reported then, naming the step).
+fn quick_check() -> Vec<String> {
+    let mut missing = Vec::new();
+    if linux_sys::landlock_abi().is_none_or(|v| v < MIN_LANDLOCK_ABI) {
+        missing.push("Landlock (kernel 5.13+ with `landlock` in the `lsm=` boot list)".to_string());
+    }
+    let max_userns = std::fs::read_to_string("/proc/sys/user/max_user_namespaces")
+        .ok()
+        .and_then(|s| s.trim().parse::<u64>().ok());
+    if max_userns == Some(0) || !Path::new("/proc/self/ns/user").exists() {
+        missing.push("user namespaces (sysctl user.max_user_namespaces is 0)".to_string());
+    }
+    if !linux_sys::seccomp_available() {
+        missing.push("seccomp (a kernel built with CONFIG_SECCOMP_FILTER)".to_string());
+    }
+    missing
+}
+
+/// A pids cgroup (v1) this process may create children in.
+fn pids_cgroup_parent() -> Option<PathBuf> {
+    let dir = Path::new(PIDS_CGROUP_V1);
+    let probe = dir.join(format!("cubby-probe-{}", std::process::id()));
+    match std::fs::create_dir(&probe) {
+        Ok(()) => {
+            let usable = probe.join("pids.max").exists();
+            let _ = std::fs::remove_dir(&probe);
+            usable.then(|| dir.to_path_buf())
+        }
+        Err(_) => None,
+    }
+}
+
+/// The `linux` provider.
+pub struct LinuxSandbox {
+    fs: Arc<LocalFs>,
+    host: LocalSandbox,
+    options: LinuxOptions,
+    writable_roots: Vec<PathBuf>,
+    live: Mutex<Option<Arc<Live>>>,
+    placeholders: Arc<Mutex<HashMap<WorkspacePath, Placeholder>>>,
+}
+
+impl std::fmt::Debug for LinuxSandbox {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LinuxSandbox")
+            .field("root", &self.fs.root_path())
+            .field("options", &self.options)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A reserved missing protected path and how many commands use it.
+#[derive(Debug)]
+struct Placeholder {
+    ino: u64,
+    users: usize,
+}
+
+/// A started sandbox: the holder and everything commands need to join it.
+struct Live {
+    holder: Mutex<Child>,
+    /// Closing this ends the holder.
+    alive: Mutex<Option<OwnedFd>>,
+    namespaces: Vec<(OwnedFd, libc::c_int)>,
+    landlock: OwnedFd,
+    filters: Arc<Vec<Vec<libc::sock_filter>>>,
+    rlimits: Vec<(libc::__rlimit_resource_t, libc::rlim_t)>,
+    cgroup: Option<PathBuf>,
+    private_tmp: bool,
+}
+
+impl Drop for Live {
+    fn drop(&mut self) {
+        lock(&self.alive).take();
+        let _ = lock(&self.holder).wait();
+        if let Some(dir) = &self.cgroup {
+            let _ = std::fs::remove_dir(dir);
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn cstring(path: &Path) -> Result<CString> {
+    CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| Error::invalid_input(format!("`{}` contains a NUL byte", path.display())))
+}
+
+fn start_error(what: impl std::fmt::Display) -> Error {
+    Error::new(
+        ErrorKind::Unsupported,
+        format!("the linux sandbox cannot start: {what}"),
+    )
+}
+
+impl LinuxSandbox {
+    /// Opens `root` as a `linux` sandbox, after checking that this machine
+    /// can enforce `options`. Nothing is started until the first command.
+    ///
+    /// # Errors
+    ///
+    /// `unsupported` naming what is missing (Landlock, user namespaces,
+    /// seccomp) or what cannot be enforced; `not_found` for a missing root
+    /// or writable root.
+    pub fn open(root: &Path, options: LinuxOptions) -> Result<LinuxSandbox> {
+        let fs = Arc::new(LocalFs::open(root)?);
+        if options.mode != Mode::FullAccess {
+            let missing = quick_check();
+            if !missing.is_empty() {
+                return Err(start_error(format!(
+                    "this machine lacks {}. Run `cubby doctor` for details; \
+                     `--provider local` runs commands without OS isolation",
+                    missing.join(", ")
+                )));
+            }
+            if options.network == NetworkMode::Allow {
+                return Err(start_error(
+                    "network mode `allow` needs the egress proxy, which this build does not have; \
+                     use `off` or `on`",
+                ));
+            }
+        }
+        let mut writable_roots = Vec::new();
+        for w in &options.writable_roots {
+            let abs = if w.is_absolute() {
+                w.clone()
+            } else {
+                fs.root_path().join(w)
+            };
+            let canonical = std::fs::canonicalize(&abs).map_err(|e| {
+                Error::new(
+                    ErrorKind::NotFound,
+                    format!("writable root `{}` cannot be opened: {e}", w.display()),
+                )
+            })?;
+            writable_roots.push(canonical);
+        }
+        let sandbox = LinuxSandbox {
+            host: LocalSandbox::open(fs.root_path())?,
+            fs,
+            options,
+            writable_roots,
+            live: Mutex::new(None),
+            placeholders: Arc::new(Mutex::new(HashMap::new())),
+        };
+        sandbox.sweep_placeholders();
+        Ok(sandbox)
+    }
+
+    /// The options this sandbox enforces.
+    pub fn options(&self) -> &LinuxOptions {
+        &self.options
+    }
+
+    /// Starts the sandbox now rather than at the first command (for
+    /// measuring, or to fail early).
+    ///
+    /// # Errors
+    ///
+    /// `unsupported` when the namespaces cannot be set up.
+    pub fn start(&self) -> Result<()> {
+        if self.options.mode != Mode::FullAccess {
+            self.live()?;
+        }
+        Ok(())
+    }
+
+    /// Starts a command with stdio inherited from this process (for
+    /// `cubby exec`). The returned child is the reaper shim; its exit
+    /// status is the command's.
+    ///
+    /// # Errors
+    ///
+    /// As for [`Sandbox::exec`].
+    pub fn spawn_inherited(&self, spec: &ExecSpec) -> Result<InheritedChild> {
+        if self.options.mode == Mode::FullAccess {
+            let Some((program, args)) = spec.argv.split_first() else {
+                return Err(Error::invalid_input("empty command"));
+            };
+            let mut cmd = Command::new(program);
+            cmd.args(args)
+                .envs(spec.env.iter().map(|(k, v)| (k, v)))
+                .current_dir(self.fs.root_path().join(spec.cwd.as_path()));
+            return Ok(InheritedChild {
+                child: spawn(&mut cmd, program)?,
+                _lease: None,
+            });
+        }
+        let (mut cmd, lease) = self.command(spec)?;
+        cmd.stdin(Stdio::inherit())
+            .stdout(Stdio::inherit())
+            .stderr(Stdio::inherit());
+        let child = spawn(&mut cmd, &spec.argv[0])?;
+        drop(cmd);
+        Ok(InheritedChild {
+            child,
+            _lease: Some(lease),
+        })
+    }
+
+    /// Removes mode-000 empty directories at protected paths: reservations
+    /// left by a cubby that was killed while a command ran.
+    fn sweep_placeholders(&self) {
+        for path in &self.options.protected {
+            let mut prefix = WorkspacePath::root();
+            for name in path.components() {
+                prefix = prefix.join_name(name);
+                if let Ok(meta) = self.fs.metadata(&prefix)
+                    && meta.kind == EntryKind::Dir
+                    && meta.mode & 0o7777 == 0
+                    && self.fs.read_dir(&prefix).is_ok_and(|e| e.is_empty())
+                {
+                    self.fs.remove_placeholder(&prefix, meta.ino);
+                }
+            }
+        }
+    }
+
+    fn live(&self) -> Result<Arc<Live>> {
+        let mut guard = lock(&self.live);
+        if let Some(live) = guard.as_ref() {
+            return Ok(live.clone());
+        }
+        let live = Arc::new(self.start_holder()?);
+        *guard = Some(live.clone());
+        Ok(live)
+    }
+
+    fn start_holder(&self) -> Result<Live> {
+        let root = self.fs.root_path().to_path_buf();
+        let network_off = self.options.network == NetworkMode::Off;
+        let mut flags =
+            libc::CLONE_NEWUSER | libc::CLONE_NEWNS | libc::CLONE_NEWIPC | libc::CLONE_NEWUTS;
+        if network_off {
+            flags |= libc::CLONE_NEWNET;
+        }
+        let uid = rustix::process::getuid().as_raw();
+        let gid = rustix::process::getgid().as_raw();
+        let tmp = Path::new(SANDBOX_TMP);
+        let private_tmp = root != tmp;
+        let mut rebinds = Vec::new();
+        for dir in std::iter::once(&root).chain(self.writable_roots.iter()) {
+            if let Ok(rest) = dir.strip_prefix(tmp)
+                && !rest.as_os_str().is_empty()
+            {
+                let mut mkdirs = Vec::new();
+                let mut at = tmp.to_path_buf();
+                for part in rest.components() {
+                    at.push(part);
+                    mkdirs.push(cstring(&at)?);
+                }
+                rebinds.push(Rebind {
+                    path: cstring(dir)?,
+                    mkdirs,
+                    readonly: self.options.mode == Mode::ReadOnly,
+                });
+            }
+        }
+        let mut masks = Vec::new();
+        for path in &self.options.deny_read {
+            match self.fs.metadata(path) {
+                Ok(meta) if matches!(meta.kind, EntryKind::Dir | EntryKind::File) => {
+                    masks.push(Mask {
+                        path: cstring(&root.join(path.as_path()))?,
+                        dir: meta.kind == EntryKind::Dir,
+                    });
+                }
+                Ok(_) => {
+                    return Err(start_error(format!(
+                        "deny_read path `{path}` is a symbolic link or special file; \
+                         cubby can hide only files and directories"
+                    )));
+                }
+                // Missing now: nothing to hide (a command may create it).
+                Err(_) => {}
+            }
+        }
+        if rebinds.len() + masks.len() > linux_sys::MAX_HOLDER_MOUNTS {
+            return Err(start_error(format!(
+                "too many writable roots and deny_read paths (at most {})",
+                linux_sys::MAX_HOLDER_MOUNTS
+            )));
+        }
+        let (alive_r, alive_w) = pipe_with(PipeFlags::CLOEXEC).map_err(start_error)?;
+        let (report_r, report_w) = pipe_with(PipeFlags::CLOEXEC).map_err(start_error)?;
+        let plan = Arc::new(HolderPlan {
+            unshare_flags: flags,
+            uid_map: format!("{uid} {uid} 1\n").into_bytes(),
+            gid_map: format!("{gid} {gid} 1\n").into_bytes(),
+            private_tmp,
+            rebinds,
+            masks,
+            loopback: network_off,
+            alive_fd: alive_r.as_raw_fd(),
+            report_fd: report_w.as_raw_fd(),
+        });
+        let mut cmd = Command::new("/");
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        linux_sys::run_as_holder(&mut cmd, plan);
+        let spawned = cmd.spawn();
+        drop(cmd);
+        drop(alive_r);
+        drop(report_w);
+        let mut report = [0u8; 5];
+        let n = rustix::io::read(&report_r, &mut report).unwrap_or(0);
+        let holder = match spawned {
+            Ok(child) if n == 0 => child,
+            Ok(mut child) => {
+                let _ = child.wait();
+                return Err(holder_error(&report, n));
+            }
+            Err(e) if n > 0 => {
+                let _ = e;
+                return Err(holder_error(&report, n));
+            }
+            Err(e) => return Err(start_error(e)),
+        };
+        let pid = holder.id();
+        let mut namespaces = Vec::new();
+        for (name, nstype) in JOINED_NAMESPACES {
+            if nstype == libc::CLONE_NEWNET && !network_off {
+                continue;
+            }
+            let path = format!("/proc/{pid}/ns/{name}");
+            let fd = rustix::fs::open(
+                path.as_str(),
+                rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::CLOEXEC,
+                rustix::fs::Mode::empty(),
+            )
+            .map_err(|e| start_error(format!("cannot open {path}: {e}")))?;
+            namespaces.push((fd, nstype));
+        }
+        let holder_root = PathBuf::from(format!("/proc/{pid}/root"));
+        let landlock = self.landlock_ruleset(&root, &holder_root, private_tmp)?;
+        let filters = Arc::new(super::seccomp::filters(network_off)?);
+        let cgroup = self.make_cgroup();
+        Ok(Live {
+            holder: Mutex::new(holder),
+            alive: Mutex::new(Some(alive_w)),
+            namespaces,
+            landlock,
+            filters,
+            rlimits: rlimits(&self.options.limits),
+            cgroup,
+            private_tmp,
+        })
+    }
+
+    /// The Landlock ruleset (as an fd each command restricts itself with).
+    fn landlock_ruleset(
+        &self,
+        root: &Path,
+        holder_root: &Path,
+        private_tmp: bool,
+    ) -> Result<OwnedFd> {
+        use landlock::{
+            ABI, Access, AccessFs, PathBeneath, PathFd, Ruleset, RulesetAttr, RulesetCreatedAttr,
+            Scope,
+        };
+        let abi = ABI::V6;
+        let ll = |e: &dyn std::fmt::Display| start_error(format!("Landlock: {e}"));
+        let path_fd = |p: &Path| PathFd::new(p).map_err(|e| ll(&format!("{}: {e}", p.display())));
+        let mut ruleset = Ruleset::default()
+            .handle_access(AccessFs::from_all(abi))
+            .map_err(|e| ll(&e))?
+            .scope(Scope::Signal | Scope::AbstractUnixSocket)
+            .map_err(|e| ll(&e))?
+            .create()
+            .map_err(|e| ll(&e))?
+            .add_rule(PathBeneath::new(
+                path_fd(Path::new("/"))?,
+                AccessFs::from_read(abi),
+            ))
+            .map_err(|e| ll(&e))?;
+        let mut writable: Vec<PathBuf> = Vec::new();
+        if self.options.mode != Mode::ReadOnly {
+            writable.push(root.to_path_buf());
+            writable.extend(self.writable_roots.iter().cloned());
+        }
+        if private_tmp {
+            writable.push(holder_root.join("tmp"));
+        }
+        writable.push(holder_root.join("dev/shm"));
+        for dir in &writable {
+            ruleset = ruleset
+                .add_rule(PathBeneath::new(path_fd(dir)?, AccessFs::from_all(abi)))
+                .map_err(|e| ll(&e))?;
+        }
+        for dev in WRITABLE_DEVICES {
+            let dev = Path::new(dev);
+            if dev.exists() {
+                ruleset = ruleset
+                    .add_rule(PathBeneath::new(path_fd(dev)?, AccessFs::from_file(abi)))
+                    .map_err(|e| ll(&e))?;
+            }
+        }
+        let fd: Option<OwnedFd> = ruleset.into();
+        fd.ok_or_else(|| start_error("Landlock is not enabled in this kernel"))
+    }
+
+    /// A pids cgroup for this sandbox, when the machine lets cubby make one.
+    fn make_cgroup(&self) -> Option<PathBuf> {
+        if self.options.limits.processes == 0 {
+            return None;
+        }
+        let parent = pids_cgroup_parent()?;
+        let dir = parent.join(format!(
+            "cubby-{}-{}",
+            std::process::id(),
+            SANDBOX_COUNTER.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir(&dir).ok()?;
+        if std::fs::write(
+            dir.join("pids.max"),
+            self.options.limits.processes.to_string(),
+        )
+        .is_err()
+        {
+            let _ = std::fs::remove_dir(&dir);
+            return None;
+        }
+        Some(dir)
+    }
+
+    /// Builds the `Command` for `spec`, with its pre-exec plan, and the
+    /// lease on the placeholders it mounts over.
+    fn command(&self, spec: &ExecSpec) -> Result<(Command, Lease)> {
+        let Some((program, args)) = spec.argv.split_first() else {
+            return Err(Error::invalid_input("empty command"));
+        };
+        // Confined check of the working directory, for a clear error.
+        drop(self.fs.open_dir(&spec.cwd)?);
+        let live = self.live()?;
+        let (protect, mut lease) = self.protect_plan()?;
+        let root = self.fs.root_path();
+        let plan = CommandPlan {
+            cgroup_procs: match &live.cgroup {
+                Some(dir) => Some(cstring(&dir.join("cgroup.procs"))?),
+                None => None,
+            },
+            namespaces: live
+                .namespaces
+                .iter()
+                .map(|(fd, t)| (fd.as_raw_fd(), *t))
+                .collect(),
+            root: cstring(root)?,
+            cwd: if spec.cwd.is_root() {
+                None
+            } else {
+                Some(cstring(spec.cwd.as_path())?)
+            },
+            protect,
+            rlimits: live.rlimits.clone(),
+            landlock_fd: live.landlock.as_raw_fd(),
+            filters: live.filters.clone(),
+        };
+        let mut cmd = Command::new(program);
+        cmd.args(args).envs(spec.env.iter().map(|(k, v)| (k, v)));
+        if live.private_tmp {
+            cmd.env("TMPDIR", SANDBOX_TMP);
+        }
+        linux_sys::run_in_sandbox(&mut cmd, Arc::new(plan));
+        // The plan borrows the live sandbox's fds by number: keep it alive
+        // until the command's process exists.
+        lease.live = Some(live);
+        Ok((cmd, lease))
+    }
+
+    /// The protected paths to bind read-only, reserving missing ones.
+    fn protect_plan(&self) -> Result<(Vec<Protect>, Lease)> {
+        let mut protect: Vec<Protect> = Vec::new();
+        let mut reserved: Vec<WorkspacePath> = Vec::new();
+        let mut map = lock(&self.placeholders);
+        let add =
+            |path: &WorkspacePath, writable: bool, protect: &mut Vec<Protect>| -> Result<()> {
+                if protect
+                    .iter()
+                    .any(|p| p.path.as_bytes() == path.as_path().as_os_str().as_bytes())
+                {
+                    return Ok(());
+                }
+                protect.push(Protect {
+                    path: cstring(path.as_path())?,
+                    writable,
+                });
+                Ok(())
+            };
+        // A `.git` directory is bound onto itself (writable) so that it
+        // cannot be renamed away from under its protected children.
+        let git = WorkspacePath::parse(".git")?;
+        if self
+            .options
+            .protected
+            .iter()
+            .any(|p| p.starts_with(&git) && *p != git)
+        {
+            match self.fs.metadata(&git) {
+                Ok(m) if m.kind == EntryKind::Dir => add(&git, true, &mut protect)?,
+                // A gitfile points git elsewhere: it must not change.
+                Ok(m) if m.kind == EntryKind::File => add(&git, false, &mut protect)?,
+                _ => {}
+            }
+        }
+        for path in &self.options.protected {
+            if reserved.iter().any(|r| path.starts_with(r)) {
+                continue;
+            }
+            let mut prefix = WorkspacePath::root();
+            for name in path.components() {
+                prefix = prefix.join_name(name);
+                match self.fs.metadata(&prefix) {
+                    Ok(m) if m.kind == EntryKind::Symlink => {
+                        return Err(Error::new(
+                            ErrorKind::Unsupported,
+                            format!(
+                                "protected path `{prefix}` is a symbolic link; cubby cannot keep \
+                                 it read-only for commands. Replace it with the directory or \
+                                 file itself"
+                            ),
+                        ));
+                    }
+                    Ok(m) if prefix == *path => {
+                        let _ = m;
+                        add(&prefix, false, &mut protect)?;
+                        break;
+                    }
+                    Ok(m) if m.kind == EntryKind::Dir => continue,
+                    // A file on the way: nothing can be created beneath it.
+                    Ok(_) => break,
+                    Err(e) if e.kind() == ErrorKind::NotFound => {
+                        let entry = map.entry(prefix.clone());
+                        let slot = match entry {
+                            std::collections::hash_map::Entry::Occupied(o) => o.into_mut(),
+                            std::collections::hash_map::Entry::Vacant(v) => {
+                                let ino = self.fs.mkdir_placeholder(&prefix)?;
+                                v.insert(Placeholder { ino, users: 0 })
+                            }
+                        };
+                        slot.users += 1;
+                        reserved.push(prefix.clone());
+                        add(&prefix, false, &mut protect)?;
+                        break;
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        drop(map);
+        Ok((
+            protect,
+            Lease {
+                fs: self.fs.clone(),
+                map: self.placeholders.clone(),
+                reserved,
+                live: None,
+            },
+        ))
+    }
+}
+
+/// A command started by [`LinuxSandbox::spawn_inherited`]; what it holds
+/// in the sandbox is released when this is dropped (after [`wait`]).
+///
+/// [`wait`]: InheritedChild::wait
+pub struct InheritedChild {
+    child: Child,
+    _lease: Option<Lease>,
+}
+
+impl InheritedChild {
+    /// Waits for the command (its reaper shim) to exit.
+    ///
+    /// # Errors
+    ///
+    /// As [`Child::wait`].
+    pub fn wait(&mut self) -> std::io::Result<std::process::ExitStatus> {
+        self.child.wait()
+    }
+
+    /// The shim's pid.
+    pub fn id(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+/// Holds a command's placeholders (and the live sandbox) until it ends.
+struct Lease {
+    fs: Arc<LocalFs>,
+    map: Arc<Mutex<HashMap<WorkspacePath, Placeholder>>>,
+    reserved: Vec<WorkspacePath>,
+    live: Option<Arc<Live>>,
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        let mut map = lock(&self.map);
+        for path in self.reserved.drain(..) {
+            if let Some(slot) = map.get_mut(&path) {
+                slot.users -= 1;
+                if slot.users == 0 {
+                    self.fs.remove_placeholder(&path, slot.ino);
+                    map.remove(&path);
+                }
+            }
+        }
+    }
+}
+
+fn holder_error(report: &[u8; 5], n: usize) -> Error {
+    let step = linux_sys::HolderStep::describe(report[0]);
+    let errno = if n == 5 {
+        i32::from_le_bytes([report[1], report[2], report[3], report[4]])
+    } else {
+        0
+    };
+    start_error(format!(
+        "{step} failed: {}",
+        std::io::Error::from_raw_os_error(errno)
+    ))
+}
+
+/// The rlimits to set, each capped at the hard limit cubby itself has.
+fn rlimits(limits: &SandboxLimits) -> Vec<(libc::__rlimit_resource_t, libc::rlim_t)> {
+    const MIB: u64 = 1024 * 1024;
+    let wanted = [
+        (libc::RLIMIT_NOFILE, limits.open_files),
+        (libc::RLIMIT_NPROC, limits.processes),
+        (libc::RLIMIT_FSIZE, limits.file_size_mb.saturating_mul(MIB)),
+        (libc::RLIMIT_AS, limits.address_space_mb.saturating_mul(MIB)),
+        (libc::RLIMIT_CPU, limits.cpu_seconds),
+        (libc::RLIMIT_CORE, 0),
+    ];
+    let mut out = Vec::new();
+    for (resource, value) in wanted {
+        if value == 0 && resource != libc::RLIMIT_CORE {
+            continue;
+        }
+        let hard = linux_sys::hard_limit(resource);
+        out.push((resource, value.min(hard)));
+    }
+    out
+}
+
+fn spawn(cmd: &mut Command, program: &str) -> Result<Child> {
+    cmd.spawn().map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => Error::new(
+            ErrorKind::Unsupported,
+            format!("`{program}` is not installed in the sandbox; cubby needs it to run commands"),
+        ),
+        _ => Error::new(
+            ErrorKind::Internal,
+            format!("cannot start `{program}` in the sandbox: {e}"),
+        ),
+    })
+}
+
+impl Sandbox for LinuxSandbox {
+    fn kind(&self) -> ProviderKind {
+        ProviderKind::Linux
+    }
+
+    fn fs(&self) -> &dyn FileSystem {
+        &*self.fs
+    }
+
+    fn supports_commands(&self) -> bool {
+        true
+    }
+
+    fn exec(&self, spec: &ExecSpec) -> Result<Spawned> {
+        if self.options.mode == Mode::FullAccess {
+            return self.host.exec(spec);
+        }
+        let (mut cmd, lease) = self.command(spec)?;
+        let io = |e: rustix::io::Errno| Error::internal(format!("cannot make a pipe: {e}"));
+        let (out_r, out_w) = pipe_with(PipeFlags::CLOEXEC).map_err(io)?;
+        let err_w = out_w
+            .try_clone()
+            .map_err(|e| Error::internal(e.to_string()))?;
+        let _ = rustix::pipe::fcntl_setpipe_size(&out_r, OUTPUT_PIPE_BYTES);
+        cmd.stdout(Stdio::from(out_w)).stderr(Stdio::from(err_w));
+        let stdin_w = if spec.stdin {
+            let (r, w) = pipe_with(PipeFlags::CLOEXEC).map_err(io)?;
+            cmd.stdin(Stdio::from(r));
+            Some(w)
+        } else {
+            cmd.stdin(Stdio::null());
+            None
+        };
+        let child = spawn(&mut cmd, &spec.argv[0])?;
+        drop(cmd);
+        Ok(Spawned {
+            child,
+            output: out_r,
+            stdin: stdin_w,
+            on_exit: Some(Box::new(move || drop(lease))),
+        })
+    }
+
+    fn show_cwd(&self, cwd: &WorkspacePath) -> String {
+        self.host.show_cwd(cwd)
+    }
+}

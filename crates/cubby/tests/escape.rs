@@ -1,0 +1,830 @@
+//! The escape suite: commands on the `linux` provider try to get out, and
+//! each attempt is proved contained from the host's side.
+//!
+//! The suite runs twice: as the user running the tests (root here, and in
+//! CI) and as an unprivileged user that the test creates (`cubby-escape`):
+//! user namespaces, Landlock, capabilities and `RLIMIT_NPROC` behave
+//! differently for the two. The unprivileged run re-executes this test
+//! binary (copied where that user can read it) under that user's uid.
+//!
+//! Every attack is a shell command run through the `run` tool. An attack
+//! is *contained* when the host afterwards shows no trace of it (no file
+//! outside the root, protected paths unchanged, no connection accepted, no
+//! process left, the host's process alive), whatever the command printed.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::io::Read;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use cubby::{LinuxOptions, LinuxSandbox, Policy, ToolOutput, Toolset};
+use serde_json::json;
+
+/// The unprivileged user the suite creates and runs as.
+const ESCAPE_USER: &str = "cubby-escape";
+/// Set in the child process that runs the suite as that user.
+const CHILD_ENV: &str = "CUBBY_ESCAPE_CHILD";
+/// Limits small enough to hit quickly.
+const TEST_PROCESSES: u64 = 256;
+const TEST_FILE_SIZE_MB: u64 = 8;
+const TEST_ADDRESS_SPACE_MB: u64 = 1024;
+/// The minimum number of attacks the suite must hold.
+const MIN_ATTACKS: usize = 30;
+
+/// A workspace and a sibling directory outside it, under one parent.
+struct Lab {
+    _base: tempfile::TempDir,
+    ws: PathBuf,
+    outside: PathBuf,
+    tools: Toolset,
+}
+
+fn lab_with(configure: impl FnOnce(&mut LinuxOptions, &Path)) -> Lab {
+    let base = tempfile::Builder::new()
+        .prefix("cubby-escape-")
+        .tempdir()
+        .unwrap();
+    let ws = base.path().join("ws");
+    let outside = base.path().join("ws-outside");
+    std::fs::create_dir(&ws).unwrap();
+    std::fs::create_dir(&outside).unwrap();
+    std::fs::write(outside.join("target.txt"), "original\n").unwrap();
+    let policy = Policy::builder().deny_read(["secrets/"]).build().unwrap();
+    let mut options = LinuxOptions::from_policy(&policy);
+    options.limits.processes = TEST_PROCESSES;
+    options.limits.file_size_mb = TEST_FILE_SIZE_MB;
+    options.limits.address_space_mb = TEST_ADDRESS_SPACE_MB;
+    configure(&mut options, &ws);
+    let sandbox = LinuxSandbox::open(&ws, options).unwrap();
+    let tools = Toolset::builder(Arc::new(sandbox))
+        .policy(policy)
+        .track_changes(false)
+        .build()
+        .unwrap();
+    Lab {
+        _base: base,
+        ws,
+        outside,
+        tools,
+    }
+}
+
+fn lab() -> Lab {
+    lab_with(|_, _| {})
+}
+
+impl Lab {
+    /// Runs `command` in the sandbox (the result is informative only).
+    fn sh(&self, command: &str) -> ToolOutput {
+        let out = self
+            .tools
+            .call("run", json!({"command": command, "timeout_ms": 20_000}));
+        assert!(
+            !out.text.starts_with("ERROR"),
+            "the attack did not run at all: {}",
+            out.text
+        );
+        out
+    }
+
+    fn out(&self, name: &str) -> PathBuf {
+        self.outside.join(name)
+    }
+}
+
+type Verdict = Result<(), String>;
+
+fn absent(path: &Path) -> Verdict {
+    match std::fs::symlink_metadata(path) {
+        Err(_) => Ok(()),
+        Ok(_) => Err(format!("{} exists", path.display())),
+    }
+}
+
+fn unchanged(path: &Path, expected: &str) -> Verdict {
+    let now = std::fs::read_to_string(path).unwrap_or_default();
+    if now == expected {
+        Ok(())
+    } else {
+        Err(format!("{} now holds {now:?}", path.display()))
+    }
+}
+
+fn not_in(out: &ToolOutput, secret: &str) -> Verdict {
+    if out.text.contains(secret) {
+        Err(format!("output shows {secret:?}: {}", out.text))
+    } else {
+        Ok(())
+    }
+}
+
+/// Pids whose command line contains `marker`.
+fn processes_with(marker: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let name = entry.file_name().into_string().unwrap_or_default();
+        if !name.chars().all(|c| c.is_ascii_digit()) {
+            continue;
+        }
+        if let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) {
+            let text = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+            if text.contains(marker) {
+                found.push(format!("{name}: {text}"));
+            }
+        }
+    }
+    found
+}
+
+fn none_left(marker: &str) -> Verdict {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let left = processes_with(marker);
+        if left.is_empty() {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            return Err(format!("still running: {left:?}"));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn marker(tag: &str) -> String {
+    format!("cubbyesc{tag}{}", std::process::id())
+}
+
+/// A python one-liner run with the system interpreter.
+fn py(code: &str) -> String {
+    format!("/usr/bin/python3 -c '{code}'")
+}
+
+// ---------------------------------------------------------------- writes
+
+fn write_absolute_path(l: &Lab) -> Verdict {
+    let t = l.out("abs.txt");
+    l.sh(&format!("echo pwned > {}", t.display()));
+    absent(&t)
+}
+
+fn write_dotdot(l: &Lab) -> Verdict {
+    l.sh("echo pwned > ../ws-outside/dotdot.txt");
+    absent(&l.out("dotdot.txt"))
+}
+
+fn write_through_symlink_made_inside(l: &Lab) -> Verdict {
+    l.sh(&format!(
+        "ln -s {} link && echo pwned > link/sym.txt",
+        l.outside.display()
+    ));
+    absent(&l.out("sym.txt"))
+}
+
+fn write_through_proc_self_root(l: &Lab) -> Verdict {
+    let t = l.out("procroot.txt");
+    l.sh(&format!("echo pwned > /proc/self/root{}", t.display()));
+    absent(&t)
+}
+
+fn write_through_proc_pid_cwd(l: &Lab) -> Verdict {
+    // A host process sitting in the outside directory.
+    let mut host = std::process::Command::new("sleep")
+        .arg("30")
+        .current_dir(&l.outside)
+        .spawn()
+        .unwrap();
+    let pid = host.id();
+    l.sh(&format!(
+        "echo pwned > /proc/{pid}/cwd/pidcwd.txt; (cd {} && sleep 5) & sleep 0.2; \
+         echo pwned > /proc/$!/cwd/pidcwd2.txt",
+        l.outside.display()
+    ));
+    let _ = host.kill();
+    let _ = host.wait();
+    absent(&l.out("pidcwd.txt")).and(absent(&l.out("pidcwd2.txt")))
+}
+
+fn write_through_hard_link(l: &Lab) -> Verdict {
+    l.sh(&format!(
+        "ln {} hl; echo pwned >> hl",
+        l.out("target.txt").display()
+    ));
+    unchanged(&l.out("target.txt"), "original\n")
+}
+
+fn rename_outside_file_in(l: &Lab) -> Verdict {
+    l.sh(&format!("mv {} stolen", l.out("target.txt").display()));
+    unchanged(&l.out("target.txt"), "original\n")
+}
+
+fn chmod_outside_file(l: &Lab) -> Verdict {
+    let t = l.out("target.txt");
+    let before = std::fs::metadata(&t).unwrap().permissions().mode();
+    l.sh(&format!("chmod 777 {}", t.display()));
+    let after = std::fs::metadata(&t).unwrap().permissions().mode();
+    if before == after {
+        Ok(())
+    } else {
+        Err(format!("mode changed {before:o} -> {after:o}"))
+    }
+}
+
+fn write_system_directory(l: &Lab) -> Verdict {
+    let m = marker("etc");
+    l.sh(&format!("echo pwned > /etc/{m}; echo pwned > /usr/{m}"));
+    absent(&PathBuf::from(format!("/etc/{m}"))).and(absent(&PathBuf::from(format!("/usr/{m}"))))
+}
+
+fn write_host_tmp(l: &Lab) -> Verdict {
+    // The sandbox's /tmp is private: writes there never reach the host's.
+    let m = marker("tmp");
+    l.sh(&format!("echo pwned > /tmp/{m}; echo pwned > /dev/shm/{m}"));
+    absent(&PathBuf::from(format!("/tmp/{m}"))).and(absent(&PathBuf::from(format!("/dev/shm/{m}"))))
+}
+
+fn read_host_tmp(l: &Lab) -> Verdict {
+    let m = marker("hosttmp");
+    let path = PathBuf::from(format!("/tmp/{m}"));
+    std::fs::write(&path, format!("{m}-secret")).unwrap();
+    let out = l.sh(&format!(
+        "cat /tmp/{m}; test -e /tmp/{m} && echo VISIBLE; ls /tmp | grep -c cubbyeschosttmp"
+    ));
+    let _ = std::fs::remove_file(&path);
+    not_in(&out, &format!("{m}-secret")).and(not_in(&out, "VISIBLE"))
+}
+
+// ------------------------------------------------------- protected paths
+
+fn protected_existing(l: &Lab) -> Verdict {
+    let files = [
+        (".git/hooks/pre-commit", "#!/bin/sh\nexit 0\n"),
+        (".git/config", "[core]\n"),
+        (".mcp.json", "{}\n"),
+        (".codex/config.toml", "x = 1\n"),
+        (".claude/settings.json", "{}\n"),
+        ("cubby.toml", "mode = \"workspace-write\"\n"),
+    ];
+    for (path, body) in files {
+        let p = l.ws.join(path);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(&p, body).unwrap();
+    }
+    l.sh(
+        "for f in .git/hooks/pre-commit .git/config .mcp.json .codex/config.toml \
+         .claude/settings.json cubby.toml; do echo pwned >> $f; : > $f; rm -f $f; done; \
+         echo pwned > .git/hooks/post-checkout; echo pwned > .codex/new; echo pwned > .claude/new",
+    );
+    for (path, body) in files {
+        unchanged(&l.ws.join(path), body)?;
+    }
+    absent(&l.ws.join(".git/hooks/post-checkout"))?;
+    absent(&l.ws.join(".codex/new"))?;
+    absent(&l.ws.join(".claude/new"))
+}
+
+fn protected_renamed_away(l: &Lab) -> Verdict {
+    std::fs::create_dir_all(l.ws.join(".git/hooks")).unwrap();
+    std::fs::write(l.ws.join(".git/config"), "[core]\n").unwrap();
+    std::fs::create_dir_all(l.ws.join(".claude")).unwrap();
+    l.sh(
+        "mv .git .git-old; mkdir -p .git/hooks && echo pwned > .git/hooks/pre-commit; \
+         mv .claude .claude-old; mkdir .claude && echo pwned > .claude/settings.json; \
+         mv .git/hooks .git/hooks-old; rm -rf .git/hooks",
+    );
+    absent(&l.ws.join(".git/hooks/pre-commit"))?;
+    absent(&l.ws.join(".claude/settings.json"))?;
+    unchanged(&l.ws.join(".git/config"), "[core]\n")?;
+    absent(&l.ws.join(".git-old")).and(absent(&l.ws.join(".claude-old")))
+}
+
+fn protected_missing_created(l: &Lab) -> Verdict {
+    let out = l.sh(
+        "git init -q . ; mkdir -p .git/hooks; echo pwned > .git/hooks/pre-commit; \
+         echo pwned > .git/config; echo '{}' > .mcp.json; mkdir .codex; \
+         mkdir -p .claude && echo pwned > .claude/settings.json; echo pwned > cubby.toml; \
+         ln -s /tmp .codex",
+    );
+    for p in [".git", ".mcp.json", ".codex", ".claude", "cubby.toml"] {
+        absent(&l.ws.join(p))
+            .map_err(|e| format!("{e} (no placeholder may stay): {}", out.text))?;
+    }
+    Ok(())
+}
+
+fn deny_read_file(l: &Lab) -> Verdict {
+    std::fs::create_dir_all(l.ws.join("secrets")).unwrap();
+    let m = marker("denyread");
+    std::fs::write(l.ws.join("secrets/key.txt"), &m).unwrap();
+    // The sandbox starts (and masks) at its first command.
+    let out =
+        l.sh("cat secrets/key.txt; ls -la secrets; grep -r . secrets; cp -r secrets s2; cat s2/*");
+    not_in(&out, &m)?;
+    unchanged(&l.ws.join("secrets/key.txt"), &m)
+}
+
+// --------------------------------------------------------------- network
+
+fn tcp_to_host_loopback(l: &Lab) -> Verdict {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    l.sh(&format!(
+        "echo hi > /dev/tcp/127.0.0.1/{port}; {}",
+        py(&format!(
+            "import socket; socket.create_connection((\"127.0.0.1\", {port}), 2)"
+        ))
+    ));
+    match listener.accept() {
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Ok(()),
+        other => Err(format!("the host listener saw {other:?}")),
+    }
+}
+
+fn udp_to_host_loopback(l: &Lab) -> Verdict {
+    let sock = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    sock.set_nonblocking(true).unwrap();
+    let port = sock.local_addr().unwrap().port();
+    l.sh(&format!(
+        "echo hi > /dev/udp/127.0.0.1/{port}; {}",
+        py(&format!(
+            "import socket; s=socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.sendto(b\"x\", (\"127.0.0.1\", {port}))"
+        ))
+    ));
+    std::thread::sleep(Duration::from_millis(100));
+    let mut buf = [0u8; 16];
+    match sock.recv_from(&mut buf) {
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Ok(()),
+        other => Err(format!("the host socket received {other:?}")),
+    }
+}
+
+fn dns_lookup(l: &Lab) -> Verdict {
+    let out = l.sh(&format!(
+        "getent hosts localhost.localdomain.invalid example.com; {}; echo rc=$?",
+        py("import socket; print(\"RESOLVED\", socket.getaddrinfo(\"example.com\", 80))")
+    ));
+    not_in(&out, "RESOLVED")
+}
+
+fn raw_and_packet_sockets(l: &Lab) -> Verdict {
+    let out = l.sh(&py(
+        "import socket\nfor f, t in ((socket.AF_INET, socket.SOCK_RAW), (socket.AF_PACKET, socket.SOCK_RAW), (socket.AF_INET6, socket.SOCK_DGRAM), (socket.AF_NETLINK, socket.SOCK_RAW)):\n  try:\n    socket.socket(f, t, 1 if t == socket.SOCK_RAW and f == socket.AF_INET else 0); print(\"OPENED\", f)\n  except OSError as e: print(\"refused\", f, e.errno)",
+    ));
+    not_in(&out, "OPENED")
+}
+
+fn abstract_unix_socket_of_host(l: &Lab) -> Verdict {
+    use std::os::linux::net::SocketAddrExt;
+    let name = marker("abstract");
+    let addr = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes()).unwrap();
+    let listener = std::os::unix::net::UnixListener::bind_addr(&addr).unwrap();
+    listener.set_nonblocking(true).unwrap();
+    l.sh(&py(&format!(
+        "import socket; s=socket.socket(socket.AF_UNIX); s.connect(\"\\0{name}\")"
+    )));
+    match listener.accept() {
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Ok(()),
+        other => Err(format!("the host socket accepted {other:?}")),
+    }
+}
+
+// ------------------------------------------------------------- processes
+
+fn ptrace_sibling(l: &Lab) -> Verdict {
+    let out = l.sh(&format!(
+        "sleep 5 & {}",
+        py(
+            "import ctypes, os, subprocess; libc=ctypes.CDLL(None, use_errno=True); p=subprocess.Popen([\"sleep\", \"5\"]); r=libc.ptrace(16, p.pid, 0, 0); print(\"ATTACHED\" if r == 0 else \"refused\", ctypes.get_errno()); p.kill()"
+        )
+    ));
+    not_in(&out, "ATTACHED")
+}
+
+fn signal_host_process(l: &Lab) -> Verdict {
+    let m = marker("victim");
+    let mut host = std::process::Command::new("bash")
+        .args(["-c", &format!("exec -a {m} sleep 30")])
+        .spawn()
+        .unwrap();
+    let pid = host.id();
+    l.sh(&format!("kill -9 {pid}; pkill -9 -f {m}; kill -9 -1"));
+    let alive = host.try_wait().unwrap().is_none();
+    let _ = host.kill();
+    let _ = host.wait();
+    if alive {
+        Ok(())
+    } else {
+        Err(format!("host process {pid} was killed"))
+    }
+}
+
+fn proc_view_of_host(l: &Lab) -> Verdict {
+    let m = marker("visible");
+    let mut host = std::process::Command::new("bash")
+        .args(["-c", &format!("exec -a {m} sleep 30")])
+        .spawn()
+        .unwrap();
+    let pid = host.id();
+    let out = l.sh(&format!(
+        "ps auxww; cat /proc/{pid}/cmdline; ls /proc/{pid}; cat /proc/1/cmdline; echo; ls /proc | grep -c '^[0-9]'"
+    ));
+    let _ = host.kill();
+    let _ = host.wait();
+    not_in(&out, &m)
+}
+
+fn mount_inside(l: &Lab) -> Verdict {
+    let out = l.sh(
+        "mkdir -p m; mount -t tmpfs none m && echo MOUNTED; mount --bind / m && echo MOUNTED; \
+         umount /proc && echo UNMOUNTED",
+    );
+    not_in(&out, "MOUNTED")
+}
+
+fn unshare_user_namespace(l: &Lab) -> Verdict {
+    let out = l.sh(
+        "unshare -Ur sh -c 'echo REGAINED $(id -u)'; unshare -Urm true && echo REGAINED; \
+         grep CapEff /proc/self/status",
+    );
+    not_in(&out, "REGAINED")?;
+    if out.text.contains("CapEff:\t0000000000000000") {
+        Ok(())
+    } else {
+        Err(format!("capabilities left: {}", out.text))
+    }
+}
+
+fn setuid_binary(l: &Lab) -> Verdict {
+    // A set-user-ID copy of `id` owned by the test's user (root in CI).
+    let dir = tempfile::Builder::new()
+        .prefix("cubby-suid-")
+        .tempdir()
+        .unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let copy = dir.path().join("suid-id");
+    std::fs::copy("/usr/bin/id", &copy).unwrap();
+    std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o4755)).unwrap();
+    let out = l.sh(&format!(
+        "{} -u; {} -u; grep -E 'CapEff|NoNewPrivs' /proc/self/status",
+        copy.display(),
+        "/usr/bin/su -c id root 2>&1 || true; /usr/bin/id"
+    ));
+    // The copy must not raise privileges: no_new_privs set, no capabilities.
+    if out.text.contains("NoNewPrivs:\t1") && out.text.contains("CapEff:\t0000000000000000") {
+        Ok(())
+    } else {
+        Err(out.text)
+    }
+}
+
+fn io_uring_setup(l: &Lab) -> Verdict {
+    let out = l.sh(&py(
+        "import ctypes; libc=ctypes.CDLL(None, use_errno=True); p=ctypes.create_string_buffer(120); r=libc.syscall(425, 8, p); print(\"URING\" if r >= 0 else \"refused\", ctypes.get_errno())",
+    ));
+    not_in(&out, "URING")
+}
+
+fn kernel_interfaces(l: &Lab) -> Verdict {
+    // bpf, perf_event_open, keyctl, userfaultfd, open_by_handle_at, kexec_load, init_module.
+    let out = l.sh(&py(
+        "import ctypes; libc=ctypes.CDLL(None, use_errno=True)\nfor nr, args in ((321, (0, 0, 0)), (298, (0, 0, -1, -1, 0)), (250, (0, 0)), (323, (0,)), (304, (0, 0, 0)), (246, (0, 0, 0, 0)), (175, (0, 0, 0))):\n  r = libc.syscall(nr, *args); e = ctypes.get_errno()\n  print(\"ALLOWED\" if r >= 0 or e not in (1,) else \"refused\", nr, r, e)",
+    ));
+    not_in(&out, "ALLOWED")
+}
+
+fn fork_bomb(l: &Lab) -> Verdict {
+    let m = marker("bomb");
+    let started = Instant::now();
+    let out = l.tools.call(
+        "run",
+        json!({"command": format!("bomb() {{ bash -c 'exec -a {m} sleep 60' & bomb & bomb; }}; bomb"), "timeout_ms": 4000}),
+    );
+    if started.elapsed() > Duration::from_secs(30) {
+        return Err(format!("took {:?}: {}", started.elapsed(), out.text));
+    }
+    none_left(&m)?;
+    // The host still forks.
+    std::process::Command::new("true")
+        .status()
+        .map_err(|e| format!("host cannot fork: {e}"))?;
+    Ok(())
+}
+
+fn memory_bomb(l: &Lab) -> Verdict {
+    let out = l.sh(&py(
+        "x = bytearray(3 * 1024 ** 3); print(\"ALLOCATED\", len(x))",
+    ));
+    not_in(&out, "ALLOCATED")
+}
+
+fn disk_filler(l: &Lab) -> Verdict {
+    l.sh("head -c 64M /dev/zero > big.bin; ls -l big.bin");
+    let len = std::fs::metadata(l.ws.join("big.bin"))
+        .map(|m| m.len())
+        .unwrap_or(0);
+    if len <= TEST_FILE_SIZE_MB * 1024 * 1024 {
+        Ok(())
+    } else {
+        Err(format!("wrote {len} bytes"))
+    }
+}
+
+fn daemon_outlives_command(l: &Lab) -> Verdict {
+    let m = marker("daemon");
+    l.sh(&format!(
+        "setsid bash -c 'exec -a {m} sleep 120' < /dev/null > /dev/null 2>&1 & \
+         (bash -c 'exec -a {m} sleep 120' &) ; nohup bash -c 'exec -a {m} sleep 120' >/dev/null 2>&1 & echo started"
+    ));
+    none_left(&m)
+}
+
+fn ignores_sigterm(l: &Lab) -> Verdict {
+    let m = marker("stubborn");
+    let out = l.tools.call(
+        "start_process",
+        json!({"name": "stubborn", "command": format!("trap '' TERM; exec -a {m} bash -c \"trap '' TERM; while :; do sleep 1; done\"")}),
+    );
+    if out.is_error {
+        return Err(out.text);
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    if processes_with(&m).is_empty() {
+        return Err("the process did not start".into());
+    }
+    let out = l.tools.call("stop_process", json!({"name": "stubborn"}));
+    if out.is_error {
+        return Err(out.text);
+    }
+    none_left(&m)
+}
+
+fn hostname_and_ipc(l: &Lab) -> Verdict {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+    let out = l.sh("hostname cubby-pwned; cat /proc/sys/kernel/hostname");
+    let after = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+    if after != host {
+        return Err(format!("host name changed to {after}"));
+    }
+    not_in(&out, "cubby-pwned\ncubby-pwned")
+}
+
+fn writable_root_boundary(l: &Lab) -> Verdict {
+    // A sibling whose name extends the root's (`ws` / `ws-outside`).
+    l.sh(&format!(
+        "echo pwned > {}/prefix.txt; cd ..; echo pwned > ws-outside/prefix2.txt",
+        l.outside.display()
+    ));
+    absent(&l.out("prefix.txt")).and(absent(&l.out("prefix2.txt")))
+}
+
+fn read_only_mode(l: &Lab) -> Verdict {
+    let _ = l;
+    let ro = lab_with(|o, _| o.mode = cubby::Mode::ReadOnly);
+    ro.sh("echo pwned > inside.txt; mkdir d");
+    absent(&ro.ws.join("inside.txt")).and(absent(&ro.ws.join("d")))
+}
+
+type Attack = fn(&Lab) -> Verdict;
+
+const ATTACKS: &[(&str, Attack)] = &[
+    (
+        "write an absolute path outside the root",
+        write_absolute_path,
+    ),
+    ("write through ..", write_dotdot),
+    (
+        "write through a symlink made inside",
+        write_through_symlink_made_inside,
+    ),
+    (
+        "write through /proc/self/root",
+        write_through_proc_self_root,
+    ),
+    ("write through /proc/<pid>/cwd", write_through_proc_pid_cwd),
+    (
+        "write through a hard link to an outside file",
+        write_through_hard_link,
+    ),
+    (
+        "rename an outside file into the root",
+        rename_outside_file_in,
+    ),
+    ("chmod an outside file", chmod_outside_file),
+    ("write /etc and /usr", write_system_directory),
+    ("write the host's /tmp and /dev/shm", write_host_tmp),
+    ("read the host's /tmp", read_host_tmp),
+    (
+        "write a sibling sharing the root's prefix",
+        writable_root_boundary,
+    ),
+    (
+        "write, truncate, delete existing protected paths",
+        protected_existing,
+    ),
+    ("rename protected directories away", protected_renamed_away),
+    (
+        "create missing protected paths (git init)",
+        protected_missing_created,
+    ),
+    ("read a deny_read file", deny_read_file),
+    ("write in read-only mode", read_only_mode),
+    ("TCP to a host loopback server", tcp_to_host_loopback),
+    ("UDP to a host loopback socket", udp_to_host_loopback),
+    ("DNS lookup", dns_lookup),
+    (
+        "raw, packet, IPv6 and netlink sockets",
+        raw_and_packet_sockets,
+    ),
+    (
+        "connect to a host abstract unix socket",
+        abstract_unix_socket_of_host,
+    ),
+    ("ptrace a sibling", ptrace_sibling),
+    ("signal a host process", signal_host_process),
+    ("see host processes in /proc", proc_view_of_host),
+    ("mount and umount", mount_inside),
+    ("unshare -U to regain capabilities", unshare_user_namespace),
+    ("gain privileges through a setuid binary", setuid_binary),
+    ("io_uring_setup", io_uring_setup),
+    (
+        "bpf, perf_event_open, keyctl, userfaultfd, open_by_handle_at, kexec, modules",
+        kernel_interfaces,
+    ),
+    ("fork bomb", fork_bomb),
+    ("memory bomb", memory_bomb),
+    ("fill the disk past the file-size limit", disk_filler),
+    (
+        "a daemon that outlives its command",
+        daemon_outlives_command,
+    ),
+    ("a command that ignores SIGTERM", ignores_sigterm),
+    ("change the host name", hostname_and_ipc),
+];
+
+/// Runs every attack in a fresh lab; panics listing every escape.
+fn run_suite(who: &str) {
+    assert!(ATTACKS.len() >= MIN_ATTACKS);
+    // Controls: the sandbox does run commands, which may write inside, and
+    // a marked process is seen from the host while it lives (so that the
+    // "nothing left" checks are not vacuous).
+    let control = lab();
+    let m = marker("control");
+    let out = control.sh(&format!(
+        "echo inside > inside.txt && id -u && (bash -c 'exec -a {m} sleep 2' &) && sleep 0.5 && echo started"
+    ));
+    assert_eq!(
+        std::fs::read_to_string(control.ws.join("inside.txt")).unwrap(),
+        "inside\n",
+        "[{who}] control: {}",
+        out.text
+    );
+    let uid = rustix::process::getuid().as_raw();
+    assert!(
+        out.text.contains(&format!("\n{uid}\n")),
+        "[{who}] control: {}",
+        out.text
+    );
+    let out = control.tools.call(
+        "start_process",
+        json!({"name": "control", "command": format!("exec -a {m} sleep 30")}),
+    );
+    assert!(!out.is_error, "{}", out.text);
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(
+        processes_with(&m).len(),
+        1,
+        "[{who}] control process not seen"
+    );
+    drop(control);
+    none_left(&m).unwrap();
+    let mut escapes = Vec::new();
+    for (name, attack) in ATTACKS {
+        let lab = lab();
+        let started = Instant::now();
+        let verdict = attack(&lab);
+        eprintln!(
+            "[{who}] {:<9} {name} ({} ms)",
+            if verdict.is_ok() {
+                "contained"
+            } else {
+                "ESCAPED"
+            },
+            started.elapsed().as_millis()
+        );
+        if let Err(detail) = verdict {
+            escapes.push(format!("{name}: {detail}"));
+        }
+    }
+    assert!(
+        escapes.is_empty(),
+        "[{who}] {} of {} attacks escaped:\n{}",
+        escapes.len(),
+        ATTACKS.len(),
+        escapes.join("\n")
+    );
+}
+
+fn is_root() -> bool {
+    rustix::process::geteuid().is_root()
+}
+
+#[test]
+fn escape_suite_as_invoking_user() {
+    if std::env::var_os(CHILD_ENV).is_some() {
+        return;
+    }
+    if !is_root() {
+        eprintln!("note: not root; the suite runs as the invoking (unprivileged) user");
+    }
+    run_suite(if is_root() { "root" } else { "invoking user" });
+}
+
+/// Creates `cubby-escape` if needed and returns its uid and gid.
+fn escape_user() -> (u32, u32) {
+    let lookup = || {
+        std::fs::read_to_string("/etc/passwd")
+            .unwrap()
+            .lines()
+            .find_map(|l| {
+                let f: Vec<&str> = l.split(':').collect();
+                (f.first() == Some(&ESCAPE_USER))
+                    .then(|| (f[2].parse().unwrap(), f[3].parse().unwrap()))
+            })
+    };
+    if let Some(ids) = lookup() {
+        return ids;
+    }
+    let status = std::process::Command::new("useradd")
+        .args([
+            "--system",
+            "--no-create-home",
+            "--shell",
+            "/usr/sbin/nologin",
+        ])
+        .arg(ESCAPE_USER)
+        .status()
+        .unwrap();
+    assert!(status.success() || lookup().is_some(), "useradd failed");
+    lookup().unwrap()
+}
+
+#[test]
+fn escape_suite_as_unprivileged_user() {
+    if std::env::var_os(CHILD_ENV).is_some() || !is_root() {
+        run_suite("unprivileged");
+        return;
+    }
+    use std::os::unix::process::CommandExt;
+    let (uid, gid) = escape_user();
+    // Copy this test binary where the unprivileged user can execute it.
+    let dir = tempfile::Builder::new()
+        .prefix("cubby-escape-bin-")
+        .tempdir()
+        .unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let bin = dir.path().join("escape");
+    std::fs::copy(std::env::current_exe().unwrap(), &bin).unwrap();
+    std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let mut child = std::process::Command::new(&bin)
+        .args([
+            "--exact",
+            "escape_suite_as_unprivileged_user",
+            "--test-threads=1",
+            "--nocapture",
+        ])
+        .env_clear()
+        .env(CHILD_ENV, "1")
+        .env("PATH", "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin")
+        .env("HOME", "/tmp")
+        .env("TMPDIR", "/tmp")
+        .current_dir("/tmp")
+        .uid(uid)
+        .gid(gid)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = String::new();
+    let mut stderr = String::new();
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut stdout)
+        .unwrap();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    let status = child.wait().unwrap();
+    eprintln!("{stderr}");
+    assert!(
+        status.success() && stdout.contains("1 passed"),
+        "the suite as {ESCAPE_USER} (uid {uid}) failed:\n{stdout}\n{stderr}"
+    );
+}

@@ -1,0 +1,555 @@
+// The command suite, included once per provider by `commands.rs` (each
+// inclusion defines `sandbox` and `networked_sandbox` around it).
+
+fn tools(dir: &std::path::Path) -> Toolset {
+    Toolset::builder(sandbox(dir))
+        .track_changes(false)
+        .build()
+        .unwrap()
+}
+
+#[test]
+fn verdict_forms() {
+    let dir = workspace();
+    let t = tools(dir.path());
+    let root = std::fs::canonicalize(dir.path()).unwrap();
+    let out = run(&t, json!({"command": "echo hi"}));
+    let first = out.text.lines().next().unwrap();
+    assert!(
+        first.starts_with("OK exit=0 ") && first.ends_with(&format!("s cwd={}", root.display())),
+        "{first}"
+    );
+    assert_eq!(out.text.lines().nth(1), Some("output:"));
+    assert_eq!(out.structured["exit_code"], 0);
+    let out = run(&t, json!({"command": "exit 7"}));
+    assert!(out.text.starts_with("FAILED exit=7 "), "{}", out.text);
+    assert_eq!(out.structured["exit_code"], 7);
+    let started = Instant::now();
+    let out = run(&t, json!({"command": "sleep 30", "timeout_ms": 300}));
+    assert!(
+        out.text.starts_with("FAILED timeout 0.3s cwd="),
+        "{}",
+        out.text
+    );
+    assert_eq!(out.structured["timed_out"], true);
+    assert!(started.elapsed() < Duration::from_secs(5));
+    let out = run(&t, json!({"command": "kill -KILL $$"}));
+    assert!(out.text.starts_with("FAILED signal=KILL "), "{}", out.text);
+    assert_eq!(out.structured["signal"], "KILL");
+    let out = run(&t, json!({"command": "kill -TERM $$"}));
+    assert!(out.text.starts_with("FAILED signal=TERM "), "{}", out.text);
+    std::fs::create_dir(dir.path().join("sub")).unwrap();
+    let out = run(&t, json!({"command": "pwd", "cwd": "sub"}));
+    assert!(
+        out.text.ends_with(&format!("{}/sub\n", root.display())),
+        "{}",
+        out.text
+    );
+    assert!(
+        t.call("run", json!({"command": "pwd", "cwd": "../"}))
+            .text
+            .starts_with("ERROR path_escape")
+    );
+    assert!(
+        t.call("run", json!({"command": "pwd", "cwd": "nope"}))
+            .text
+            .starts_with("ERROR not_found")
+    );
+    assert!(
+        t.call("run", json!({"command": "  "}))
+            .text
+            .starts_with("ERROR invalid_input")
+    );
+}
+
+#[test]
+fn interleaved_stdout_and_stderr_keep_their_order() {
+    let dir = workspace();
+    let t = tools(dir.path());
+    let out = run(
+        &t,
+        json!({"command": "for i in 1 2 3 4 5 6; do echo out$i; echo err$i >&2; done"}),
+    );
+    let body: Vec<&str> = out.text.lines().skip(2).collect();
+    assert_eq!(
+        body,
+        [
+            "out1", "err1", "out2", "err2", "out3", "err3", "out4", "err4", "out5", "err5", "out6",
+            "err6"
+        ]
+    );
+}
+
+#[test]
+fn output_is_capped_with_a_marker_and_pageable() {
+    let dir = workspace();
+    let limits = Limits {
+        run: RunLimits {
+            max_output_bytes: 1024,
+            ..RunLimits::default()
+        },
+        ..Limits::default()
+    };
+    let t = Toolset::builder(sandbox(dir.path()))
+        .limits(limits)
+        .build()
+        .unwrap();
+    let out = run(&t, json!({"command": "seq 1 20000"}));
+    let name = out.structured["name"].as_str().unwrap().to_string();
+    let total = out.structured["output_bytes"].as_u64().unwrap();
+    assert_eq!(total, 108_894);
+    let cut = out.structured["cut_bytes"].as_u64().unwrap();
+    assert_eq!(cut, total - 1024);
+    let marker = format!("[107,870 bytes cut, use process_logs name={name}]");
+    assert!(out.text.contains(&marker), "{}", out.text);
+    assert!(out.text.contains("\n1\n2\n3\n"));
+    assert!(out.text.ends_with("19999\n20000\n"));
+    assert!(out.text.len() < 1024 + 200);
+    // The whole output pages back through process_logs.
+    let mut cursor = 0;
+    let mut all = String::new();
+    loop {
+        let page = t.call("process_logs", json!({"name": name, "cursor": cursor}));
+        assert!(!page.is_error, "{}", page.text);
+        all.push_str(page.structured["output"].as_str().unwrap());
+        cursor = page.structured["next_cursor"].as_u64().unwrap();
+        assert!(
+            page.structured["status"]
+                .as_str()
+                .unwrap()
+                .starts_with("exited 0")
+        );
+        if page.structured["more"] == false {
+            break;
+        }
+    }
+    let expected: String = (1..=20000).map(|i| format!("{i}\n")).collect();
+    assert_eq!(all, expected);
+}
+
+#[test]
+fn ansi_is_stripped_and_secrets_are_redacted_across_reads() {
+    let dir = workspace();
+    let t = Toolset::builder(sandbox(dir.path()))
+        .secret("API_KEY", "sk-live-0123456789")
+        .build()
+        .unwrap();
+    let cmd = "printf '\\033[1;31mred\\033[0m '; printf 'sk-live-01'; sleep 0.2; printf '23456789 done\\n'; \
+               printf 'sk-live-0123456789' >&2";
+    let out = run(&t, json!({"command": cmd}));
+    assert!(!out.text.contains("sk-live"), "{}", out.text);
+    assert!(
+        out.text
+            .contains("red [REDACTED:API_KEY] done\n[REDACTED:API_KEY]"),
+        "{}",
+        out.text
+    );
+    assert!(!out.text.contains('\u{1b}'));
+    let name = out.structured["name"].as_str().unwrap();
+    let logs = t.call("process_logs", json!({"name": name}));
+    assert!(!logs.text.contains("sk-live") && logs.text.contains("[REDACTED:API_KEY]"));
+}
+
+#[test]
+fn environment_is_non_interactive() {
+    let dir = workspace();
+    let t = tools(dir.path());
+    let started = Instant::now();
+    let out = run(
+        &t,
+        json!({"command": "read x; echo \"read=$? x=$x\"; echo $CI $GIT_TERMINAL_PROMPT $PAGER $NO_COLOR $TERM"}),
+    );
+    assert!(started.elapsed() < Duration::from_secs(5));
+    assert!(
+        out.text.contains("read=1 x=\n1 0 cat 1 dumb\n"),
+        "{}",
+        out.text
+    );
+}
+
+#[test]
+fn timeout_kills_a_double_forked_daemon() {
+    let dir = workspace();
+    let t = tools(dir.path());
+    let marker = unique("timeout");
+    let script = sleeper(dir.path(), &marker);
+    let out = run(
+        &t,
+        json!({"command": format!("setsid sh -c '{script} &' & sleep 30"), "timeout_ms": 1000}),
+    );
+    assert!(out.text.starts_with("FAILED timeout 1.0s"), "{}", out.text);
+    assert_eq!(processes_with(&marker), Vec::<String>::new());
+}
+
+#[test]
+fn a_finished_run_leaves_no_daemon_behind() {
+    let dir = workspace();
+    let t = tools(dir.path());
+    let marker = unique("finished");
+    let script = sleeper(dir.path(), &marker);
+    let out = run(
+        &t,
+        json!({"command": format!("setsid sh -c '{script} &' & echo started")}),
+    );
+    assert!(out.text.starts_with("OK exit=0"), "{}", out.text);
+    assert_eq!(processes_with(&marker), Vec::<String>::new());
+}
+
+#[test]
+fn stop_process_kills_a_double_forked_daemon() {
+    let dir = workspace();
+    let t = tools(dir.path());
+    let marker = unique("stop");
+    let script = sleeper(dir.path(), &marker);
+    let out = t.call(
+        "start_process",
+        json!({"name": "svc", "command": format!("setsid sh -c '{script} &' & {script}")}),
+    );
+    assert!(!out.is_error, "{}", out.text);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    // The shell itself, the escaped daemon and the foreground script.
+    while processes_with(&marker).len() < 3 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(
+        processes_with(&marker).len(),
+        3,
+        "{:?}",
+        processes_with(&marker)
+    );
+    let out = t.call("stop_process", json!({"name": "svc"}));
+    assert!(!out.is_error, "{}", out.text);
+    assert!(
+        out.text.contains("killed TERM") || out.text.contains("exited"),
+        "{}",
+        out.text
+    );
+    assert_eq!(processes_with(&marker), Vec::<String>::new());
+    let out = t.call("list_processes", json!({}));
+    assert!(out.text.contains("svc"), "{}", out.text);
+}
+
+#[test]
+fn stop_process_kills_what_ignores_sigterm() {
+    let dir = workspace();
+    let t = tools(dir.path());
+    let out = t.call(
+        "start_process",
+        json!({"name": "stubborn", "command": "trap '' TERM; while true; do sleep 0.1; done"}),
+    );
+    assert!(!out.is_error, "{}", out.text);
+    std::thread::sleep(Duration::from_millis(200));
+    let started = Instant::now();
+    let out = t.call("stop_process", json!({"name": "stubborn"}));
+    assert!(out.text.contains("killed KILL"), "{}", out.text);
+    assert!(
+        started.elapsed() >= Duration::from_secs(2) && started.elapsed() < Duration::from_secs(6)
+    );
+}
+
+#[test]
+fn cancellation_kills_the_whole_tree() {
+    let dir = workspace();
+    let t = tools(dir.path());
+    let marker = unique("cancel");
+    let script = sleeper(dir.path(), &marker);
+    let token = CancelToken::new();
+    let (t2, tok2) = (t.clone(), token.clone());
+    let handle = std::thread::spawn(move || {
+        t2.call_cancellable(
+            "run",
+            json!({"command": format!("setsid sh -c '{script} &' & sleep 60")}),
+            Some(&tok2),
+        )
+    });
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while processes_with(&marker).is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let started = Instant::now();
+    token.cancel();
+    let out = handle.join().unwrap();
+    assert!(started.elapsed() < Duration::from_secs(3));
+    assert!(out.text.starts_with("FAILED cancelled"), "{}", out.text);
+    assert_eq!(processes_with(&marker), Vec::<String>::new());
+}
+
+
+
+#[test]
+fn concurrent_runs_complete_and_release_everything() {
+    if rerun_isolated(module_path!(), "concurrent_runs_complete_and_release_everything") {
+        return;
+    }
+    let dir = workspace();
+    let t = tools(dir.path());
+    // Warm up once so lazily opened fds (e.g. /dev/null) are counted in the baseline.
+    run(&t, json!({"command": "true"}));
+    // The warm-up's reader closes its pipe just after the verdict: settle.
+    let mut fds = open_fds();
+    for _ in 0..20 {
+        std::thread::sleep(Duration::from_millis(50));
+        let now = open_fds();
+        if now == fds {
+            break;
+        }
+        fds = now;
+    }
+    let children = child_count();
+    let handles: Vec<_> = (0..32)
+        .map(|i| {
+            let t = t.clone();
+            std::thread::spawn(move || {
+                let out = t.call("run", json!({"command": format!("echo start-{i}; sleep 0.3; echo end-{i} >&2; exit {}", i % 3)}));
+                (i, out)
+            })
+        })
+        .collect();
+    for h in handles {
+        let (i, out) = h.join().unwrap();
+        assert!(!out.is_error, "{}", out.text);
+        assert_eq!(out.structured["exit_code"], i % 3);
+        assert!(
+            out.text
+                .ends_with(&format!("output:\nstart-{i}\nend-{i}\n")),
+            "{}",
+            out.text
+        );
+    }
+    // Reader threads close their pipes just after the verdict: allow them a moment.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while (open_fds() != fds || child_count() != children) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(open_fds(), fds);
+    assert_eq!(child_count(), children);
+}
+
+
+#[test]
+fn start_process_with_port_serves_pages_and_stops() {
+    let dir = workspace();
+    std::fs::write(dir.path().join("index.html"), "hello from cubby\n").unwrap();
+    let t = Toolset::builder(networked_sandbox(dir.path()))
+        .track_changes(false)
+        .build()
+        .unwrap();
+    let port = free_port();
+    let out = t.call(
+        "start_process",
+        json!({"name": "web", "command": format!("python3 -u -m http.server {port} --bind 127.0.0.1"), "port": port}),
+    );
+    assert!(!out.is_error, "{}", out.text);
+    let url = out.structured["url"].as_str().unwrap().to_string();
+    assert_eq!(url, format!("http://127.0.0.1:{port}/"));
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    stream
+        .write_all(b"GET /index.html HTTP/1.0\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let mut body = String::new();
+    stream.read_to_string(&mut body).unwrap();
+    assert!(
+        body.starts_with("HTTP/1.0 200") && body.ends_with("hello from cubby\n"),
+        "{body}"
+    );
+    // The request shows up in its log.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut logs;
+    loop {
+        logs = t.call("process_logs", json!({"name": "web"}));
+        if logs.text.contains("GET /index.html") || Instant::now() > deadline {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(logs.text.contains("GET /index.html"), "{}", logs.text);
+    assert_eq!(logs.structured["status"], "running");
+    let next = logs.structured["next_cursor"].as_u64().unwrap();
+    let again = t.call("process_logs", json!({"name": "web", "cursor": next}));
+    assert_eq!(again.structured["output"], "");
+    let dup = t.call("start_process", json!({"name": "web", "command": "true"}));
+    assert!(dup.text.starts_with("ERROR invalid_input"), "{}", dup.text);
+    let out = t.call("stop_process", json!({"name": "web"}));
+    assert!(!out.is_error, "{}", out.text);
+    assert!(std::net::TcpStream::connect(("127.0.0.1", port)).is_err());
+    let out = t.call("preview", json!({"port": port, "path": "/index.html"}));
+    assert_eq!(out.text, format!("http://127.0.0.1:{port}/index.html"));
+}
+
+#[test]
+fn write_stdin_feeds_a_process() {
+    let dir = workspace();
+    let t = tools(dir.path());
+    let out = t.call(
+        "start_process",
+        json!({"name": "cat", "command": "cat", "stdin": true}),
+    );
+    assert!(!out.is_error, "{}", out.text);
+    let out = t.call("write_stdin", json!({"name": "cat", "input": "ping\n"}));
+    assert!(!out.is_error, "{}", out.text);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let logs = t.call("process_logs", json!({"name": "cat"}));
+        if logs.structured["output"] == "ping\n" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{}", logs.text);
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = t.call(
+        "start_process",
+        json!({"name": "nostdin", "command": "sleep 5"}),
+    );
+    assert!(!out.is_error);
+    let out = t.call("write_stdin", json!({"name": "nostdin", "input": "x"}));
+    assert!(out.text.starts_with("ERROR invalid_input"), "{}", out.text);
+    let out = t.call("write_stdin", json!({"name": "ghost", "input": "x"}));
+    assert!(out.text.starts_with("ERROR not_found"), "{}", out.text);
+}
+
+#[test]
+fn dropping_the_toolset_ends_its_processes() {
+    let dir = workspace();
+    let marker = unique("drop");
+    let script = sleeper(dir.path(), &marker);
+    {
+        let t = tools(dir.path());
+        let out = t.call("start_process", json!({"name": "bg", "command": script}));
+        assert!(!out.is_error, "{}", out.text);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while processes_with(&marker).is_empty() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert_eq!(processes_with(&marker).len(), 1);
+    }
+    assert_eq!(processes_with(&marker), Vec::<String>::new());
+}
+
+#[test]
+fn runs_are_kept_as_finished_processes() {
+    let dir = workspace();
+    let t = tools(dir.path());
+    let out = run(&t, json!({"command": "echo one"}));
+    assert_eq!(out.structured["name"], "run-1");
+    run(&t, json!({"command": "echo two"}));
+    let list = t.call("list_processes", json!({}));
+    let names: Vec<&str> = list.structured["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["run-1", "run-2"]);
+    let logs = t.call("process_logs", json!({"name": "run-1"}));
+    assert_eq!(logs.structured["output"], "one\n");
+    assert_eq!(logs.structured["status"], "exited 0");
+}
+
+#[test]
+fn exec_rules_and_before_run_decide() {
+    let dir = workspace();
+    let rules = vec![
+        ExecRule {
+            prefix: vec!["git".into(), "push".into()],
+            decision: ExecDecision::Deny,
+            replacement: None,
+        },
+        ExecRule {
+            prefix: vec!["greet".into()],
+            decision: ExecDecision::Rewrite,
+            replacement: Some(vec!["echo".into(), "hello".into()]),
+        },
+    ];
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let seen2 = seen.clone();
+    let t = Toolset::builder(sandbox(dir.path()))
+        .exec_rules(rules)
+        .before_run(Arc::new(move |cmd: &str, _cwd: &cubby::WorkspacePath| {
+            seen2.lock().unwrap().push(cmd.to_string());
+            if cmd.contains("rm -rf") {
+                RunDecision::Refuse("no recursive deletes".into())
+            } else if cmd == "date" {
+                RunDecision::Replace("echo replaced".into())
+            } else {
+                RunDecision::Allow
+            }
+        }))
+        .build()
+        .unwrap();
+    let out = t.call("run", json!({"command": "echo ok && git push origin main"}));
+    assert!(
+        out.text.starts_with("ERROR denied:") && out.text.contains("rule 1"),
+        "{}",
+        out.text
+    );
+    let out = run(&t, json!({"command": "greet world"}));
+    assert!(out.text.ends_with("output:\nhello world\n"), "{}", out.text);
+    let out = t.call("run", json!({"command": "rm -rf build"}));
+    assert!(
+        out.text.starts_with("ERROR denied:") && out.text.contains("no recursive deletes"),
+        "{}",
+        out.text
+    );
+    let out = run(&t, json!({"command": "date"}));
+    assert!(out.text.ends_with("output:\nreplaced\n"), "{}", out.text);
+    assert_eq!(
+        seen.lock().unwrap().as_slice(),
+        ["echo hello world", "rm -rf build", "date"]
+    );
+    let out = t.call("start_process", json!({"name": "p", "command": "git push"}));
+    assert!(out.text.starts_with("ERROR denied:"), "{}", out.text);
+}
+
+#[test]
+fn events_stream_shaped_chunks() {
+    let dir = workspace();
+    let got = Arc::new(Mutex::new(Vec::new()));
+    let got2 = got.clone();
+    let t = Toolset::builder(sandbox(dir.path()))
+        .secret("TOKEN", "abcdef123")
+        .subscribe(Arc::new(move |e: &cubby::process::OutputEvent| {
+            got2.lock()
+                .unwrap()
+                .push((e.process.clone(), e.chunk.clone()));
+        }))
+        .build()
+        .unwrap();
+    run(
+        &t,
+        json!({"command": "printf '\\033[32mone\\033[0m\\n'; sleep 0.2; echo abcdef123"}),
+    );
+    let events = got.lock().unwrap().clone();
+    assert!(events.len() >= 2, "{events:?}");
+    assert!(events.iter().all(|(p, _)| p == "run-1"));
+    let all: String = events.iter().map(|(_, c)| c.as_str()).collect();
+    assert_eq!(all, "one\n[REDACTED:TOKEN]\n");
+}
+
+#[test]
+fn a_call_subscriber_gets_only_its_own_output() {
+    let dir = workspace();
+    let t = tools(dir.path());
+    let got = Arc::new(Mutex::new(String::new()));
+    let got2 = got.clone();
+    let options = cubby::CallOptions {
+        cancel: None,
+        on_output: Some(Arc::new(move |e: &cubby::process::OutputEvent| {
+            got2.lock().unwrap().push_str(&e.chunk);
+        })),
+    };
+    let other = t.clone();
+    let noise = std::thread::spawn(move || {
+        other.call(
+            "run",
+            json!({"command": "for i in 1 2 3; do echo noise; sleep 0.05; done"}),
+        )
+    });
+    let out = t.call_with(
+        "run",
+        json!({"command": "echo mine; sleep 0.1; echo also-mine"}),
+        &options,
+    );
+    assert!(!out.is_error, "{}", out.text);
+    noise.join().unwrap();
+    assert_eq!(got.lock().unwrap().as_str(), "mine\nalso-mine\n");
+}
