@@ -183,6 +183,27 @@ fn quick_check() -> Vec<String> {
     missing
 }
 
+/// Removes the pids cgroups of cubby processes that no longer exist (a
+/// cgroup is removed only once empty, so a live sandbox's never is).
+fn sweep_cgroups() {
+    let Ok(entries) = std::fs::read_dir(PIDS_CGROUP_V1) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix("cubby-"))
+            .and_then(|n| n.split('-').next())
+        else {
+            continue;
+        };
+        if !Path::new("/proc").join(pid).exists() {
+            let _ = std::fs::remove_dir(entry.path());
+        }
+    }
+}
+
 /// A pids cgroup (v1) this process may create children in.
 fn pids_cgroup_parent() -> Option<PathBuf> {
     let dir = Path::new(PIDS_CGROUP_V1);
@@ -574,8 +595,8 @@ impl LinuxSandbox {
         if self.options.limits.processes == 0 {
             return None;
         }
-        let parent = pids_cgroup_parent()?;
-        let dir = parent.join(format!(
+        sweep_cgroups();
+        let dir = Path::new(PIDS_CGROUP_V1).join(format!(
             "cubby-{}-{}",
             std::process::id(),
             SANDBOX_COUNTER.fetch_add(1, Ordering::Relaxed)
