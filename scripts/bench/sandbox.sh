@@ -11,7 +11,7 @@ cd "$(dirname "$0")/../.."
 runs="${1:-200}"
 echo "machine: $(nproc) cores, $(uname -r)"
 cargo build --quiet --release -p cubby-cli
-cubby="$PWD/target/release/cubby"
+cubby="${CARGO_TARGET_DIR:-$PWD/target}/release/cubby"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 cd "$work"

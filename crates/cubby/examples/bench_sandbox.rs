@@ -56,10 +56,11 @@ fn exec_wait(sandbox: &dyn Sandbox, argv: &[&str]) {
         env: Vec::new(),
         stdin: false,
     };
-    let mut spawned = sandbox.exec(&spec).unwrap();
+    let spawned = sandbox.exec(&spec).unwrap();
+    drop(spawned.output);
     let status = spawned.child.wait().unwrap();
     assert!(status.success());
-    if let Some(release) = spawned.on_exit.take() {
+    if let Some(release) = spawned.on_exit {
         release();
     }
 }

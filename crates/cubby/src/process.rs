@@ -23,7 +23,7 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::io::Read;
 use std::os::fd::OwnedFd;
-use std::process::Child;
+use std::process::{Child, ExitStatus};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime};
@@ -208,7 +208,8 @@ pub struct Proc {
     pub started_at: SystemTime,
     state: Mutex<State>,
     changed: Condvar,
-    child: Mutex<Option<Child>>,
+    child: Arc<dyn ProcessHandle>,
+    reaped: AtomicBool,
     stdin: Mutex<Option<std::fs::File>>,
 }
 
@@ -301,20 +302,13 @@ impl Proc {
         }
     }
 
-    fn signal(&self, sig: rustix::process::Signal) {
-        if self.status() != Status::Running {
-            return;
-        }
-        if let Some(pid) = rustix::process::Pid::from_raw(self.pid as i32) {
-            let _ = rustix::process::kill_process(pid, sig);
-        }
-    }
-
     /// Kills the whole tree now and waits (bounded) until it is reaped.
     pub fn kill_tree(&self) {
         let deadline = Instant::now() + KILL_WAIT;
         while Instant::now() < deadline {
-            self.signal(SIGNAL_KILL_TREE);
+            if self.status() == Status::Running {
+                self.child.kill_tree();
+            }
             if self.wait_until(Some(Instant::now() + KILL_RESEND), None) {
                 return;
             }
@@ -324,7 +318,9 @@ impl Proc {
 
     /// `SIGTERM` to the whole tree, then the kill after `grace`.
     pub fn stop(&self, grace: Duration) {
-        self.signal(SIGNAL_STOP);
+        if self.status() == Status::Running {
+            self.child.stop();
+        }
         if self.wait_until(Some(Instant::now() + grace), None) {
             return;
         }
@@ -367,10 +363,64 @@ impl Proc {
     }
 }
 
+/// A started command as its provider controls it.
+pub trait ProcessHandle: Send + Sync {
+    /// The pid shown for it (the reaper shim's, or the pid-namespace init's).
+    fn id(&self) -> u32;
+    /// Asks the command to stop (`SIGTERM` to its process group).
+    fn stop(&self);
+    /// Kills the command's whole tree now.
+    fn kill_tree(&self);
+    /// Waits until it has exited; its status is the command's.
+    ///
+    /// # Errors
+    ///
+    /// When the status cannot be had.
+    fn wait(&self) -> std::io::Result<ExitStatus>;
+}
+
+/// A command under the reaper shim (`sandbox/sys.rs`): the shim's pid is
+/// what gets signalled and waited for.
+pub struct ShimChild {
+    pid: u32,
+    child: Mutex<Child>,
+}
+
+impl ShimChild {
+    /// Wraps the `Child` of a command spawned under the shim.
+    pub fn new(child: Child) -> ShimChild {
+        ShimChild {
+            pid: child.id(),
+            child: Mutex::new(child),
+        }
+    }
+
+    fn signal(&self, sig: rustix::process::Signal) {
+        if let Some(pid) = rustix::process::Pid::from_raw(self.pid as i32) {
+            let _ = rustix::process::kill_process(pid, sig);
+        }
+    }
+}
+
+impl ProcessHandle for ShimChild {
+    fn id(&self) -> u32 {
+        self.pid
+    }
+    fn stop(&self) {
+        self.signal(SIGNAL_STOP);
+    }
+    fn kill_tree(&self) {
+        self.signal(SIGNAL_KILL_TREE);
+    }
+    fn wait(&self) -> std::io::Result<ExitStatus> {
+        lock(&self.child).wait()
+    }
+}
+
 /// What a provider hands back for a spawned command.
 pub struct Spawned {
-    /// The shim (its pid is what gets signalled).
-    pub child: Child,
+    /// The command's handle.
+    pub child: Box<dyn ProcessHandle>,
     /// Read end of the combined stdout+stderr pipe.
     pub output: OwnedFd,
     /// Write end of the stdin pipe, when asked for.
@@ -451,6 +501,7 @@ impl ProcessTable {
             name: track.name.clone(),
             command: track.command,
             pid: spawned.child.id(),
+            reaped: AtomicBool::new(false),
             started: Instant::now(),
             started_at: SystemTime::now(),
             state: Mutex::new(State {
@@ -465,7 +516,7 @@ impl ProcessTable {
                 output_closed: false,
             }),
             changed: Condvar::new(),
-            child: Mutex::new(Some(spawned.child)),
+            child: Arc::from(spawned.child),
             stdin: Mutex::new(stdin),
         });
         {
@@ -568,8 +619,12 @@ impl Reader {
             state.output_closed = true;
         }
         self.proc.changed.notify_all();
-        let child = lock(&self.proc.child).take();
-        let status = match child.map(|mut c| c.wait()) {
+        let waited = if self.proc.reaped.swap(true, Ordering::SeqCst) {
+            None
+        } else {
+            Some(self.proc.child.wait())
+        };
+        let status = match waited {
             Some(Ok(s)) => {
                 use std::os::unix::process::ExitStatusExt;
                 match (s.code(), s.signal()) {

@@ -436,6 +436,15 @@ fn proc_view_of_host(l: &Lab) -> Verdict {
     not_in(&out, &m)
 }
 
+fn read_the_inits_memory(l: &Lab) -> Verdict {
+    // The pid-1 init is a copy of the server's memory: neither its memory
+    // nor its environment may be readable.
+    let out = l.sh(&py(
+        "import os\ntry:\n  print(\"READ environ\", len(open(\"/proc/1/environ\", \"rb\").read()))\nexcept OSError as e: print(\"refused environ\", e.errno)\ntry:\n  start = int(open(\"/proc/1/maps\").readline().split(\"-\")[0], 16)\n  f = open(\"/proc/1/mem\", \"rb\"); f.seek(start); print(\"READ mem\", len(f.read(64)))\nexcept OSError as e: print(\"refused mem\", e.errno)",
+    ));
+    not_in(&out, "READ")
+}
+
 fn mount_inside(l: &Lab) -> Verdict {
     let out = l.sh(
         "mkdir -p m; mount -t tmpfs none m && echo MOUNTED; mount --bind / m && echo MOUNTED; \
@@ -645,6 +654,10 @@ const ATTACKS: &[(&str, Attack)] = &[
     ("ptrace a sibling", ptrace_sibling),
     ("signal a host process", signal_host_process),
     ("see host processes in /proc", proc_view_of_host),
+    (
+        "read the pid-1 init's memory and environment",
+        read_the_inits_memory,
+    ),
     ("mount and umount", mount_inside),
     ("unshare -U to regain capabilities", unshare_user_namespace),
     ("gain privileges through a setuid binary", setuid_binary),

@@ -88,7 +88,7 @@ impl Sandbox for LocalSandbox {
         drop(cmd);
         drop(dir);
         Ok(Spawned {
-            child,
+            child: Box::new(crate::process::ShimChild::new(child)),
             output: out_r,
             stdin: stdin_w,
             on_exit: None,

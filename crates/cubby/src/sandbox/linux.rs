@@ -30,16 +30,17 @@
 
 use std::collections::HashMap;
 use std::ffi::CString;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 use rustix::pipe::{PipeFlags, pipe_with};
 
-use super::linux_sys::{self, CommandPlan, HolderPlan, Mask, Protect, Rebind};
+use super::linux_sys::{self, HolderPlan, Mask, Rebind};
 use super::{EntryKind, ExecSpec, FileSystem, LocalFs, LocalSandbox, ProviderKind, Sandbox};
 use crate::config::{NetworkMode, SandboxLimits};
 use crate::error::{Error, ErrorKind, Result};
@@ -63,14 +64,6 @@ const WRITABLE_DEVICES: [&str; 5] = [
 ];
 /// Where a pids cgroup (v1) can be made.
 const PIDS_CGROUP_V1: &str = "/sys/fs/cgroup/pids";
-/// The namespaces a command joins, in `setns` order (user first).
-const JOINED_NAMESPACES: [(&str, libc::c_int); 5] = [
-    ("user", libc::CLONE_NEWUSER),
-    ("mnt", libc::CLONE_NEWNS),
-    ("ipc", libc::CLONE_NEWIPC),
-    ("uts", libc::CLONE_NEWUTS),
-    ("net", libc::CLONE_NEWNET),
-];
 
 static SANDBOX_COUNTER: AtomicU64 = AtomicU64::new(0);
 
@@ -244,25 +237,204 @@ struct Placeholder {
     users: usize,
 }
 
-/// A started sandbox: the holder and everything commands need to join it.
+/// A started sandbox: the holder, its socket, and what answers arrive.
 struct Live {
     holder: Mutex<Child>,
-    /// Closing this ends the holder.
-    alive: Mutex<Option<OwnedFd>>,
-    namespaces: Vec<(OwnedFd, libc::c_int)>,
-    landlock: OwnedFd,
-    filters: Arc<Vec<Vec<libc::sock_filter>>>,
-    rlimits: Vec<(libc::__rlimit_resource_t, libc::rlim_t)>,
+    /// The server's end of the holder's socket.
+    sock: OwnedFd,
+    /// One request at a time on the socket.
+    send: Mutex<()>,
+    next_id: AtomicU64,
+    pending: Arc<Pending>,
     cgroup: Option<PathBuf>,
     private_tmp: bool,
 }
 
 impl Drop for Live {
     fn drop(&mut self) {
-        lock(&self.alive).take();
+        // The holder (and the dispatcher) see the end of the stream.
+        let _ = rustix::net::shutdown(&self.sock, rustix::net::Shutdown::Both);
         let _ = lock(&self.holder).wait();
         if let Some(dir) = &self.cgroup {
             let _ = std::fs::remove_dir(dir);
+        }
+    }
+}
+
+/// What the holder and the inits have said about each request.
+#[derive(Default)]
+struct Pending {
+    slots: Mutex<HashMap<u64, Arc<Slot>>>,
+}
+
+/// One command's answers.
+#[derive(Default)]
+struct Slot {
+    state: Mutex<SlotState>,
+    changed: Condvar,
+}
+
+#[derive(Default)]
+struct SlotState {
+    /// The init's pid (host view) and pidfd.
+    forked: Option<(u32, Option<OwnedFd>)>,
+    /// `Ok` once the command exec'd, the errno when it could not start.
+    started: Option<std::result::Result<(), i32>>,
+    /// The command's wait status.
+    exited: Option<i32>,
+    /// The holder is gone: no answer will come.
+    dead: bool,
+}
+
+impl Slot {
+    fn update(&self, f: impl FnOnce(&mut SlotState)) {
+        f(&mut lock(&self.state));
+        self.changed.notify_all();
+    }
+}
+
+/// Reads the holder's socket until it closes, filing each answer.
+fn dispatch(sock: OwnedFd, pending: Arc<Pending>) {
+    use rustix::net::{RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags};
+    loop {
+        let mut bytes = [0u8; 24];
+        let mut space = [std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(4))];
+        let mut control = RecvAncillaryBuffer::new(&mut space);
+        let received = rustix::net::recvmsg(
+            &sock,
+            &mut [std::io::IoSliceMut::new(&mut bytes)],
+            &mut control,
+            RecvFlags::CMSG_CLOEXEC,
+        );
+        let n = match received {
+            Ok(r) => r.bytes,
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(_) => 0,
+        };
+        let mut fds: Vec<OwnedFd> = Vec::new();
+        for message in control.drain() {
+            if let RecvAncillaryMessage::ScmRights(rights) = message {
+                fds.extend(rights);
+            }
+        }
+        if n == 0 {
+            for slot in lock(&pending.slots).values() {
+                slot.update(|s| s.dead = true);
+            }
+            return;
+        }
+        let Some(msg) = linux_sys::Msg::from_bytes(&bytes[..n]) else {
+            continue;
+        };
+        let Some(slot) = lock(&pending.slots).get(&msg.id).cloned() else {
+            continue;
+        };
+        match msg.kind {
+            linux_sys::MSG_FORKED => {
+                let pidfd = fds.into_iter().next();
+                slot.update(|s| s.forked = Some((msg.len as u32, pidfd)));
+            }
+            linux_sys::MSG_FORK_FAILED | linux_sys::MSG_EXEC_FAILED => {
+                slot.update(|s| s.started = Some(Err(msg.arg)))
+            }
+            linux_sys::MSG_STARTED => slot.update(|s| s.started = Some(Ok(()))),
+            linux_sys::MSG_EXITED => slot.update(|s| s.exited = Some(msg.arg)),
+            _ => {}
+        }
+    }
+}
+
+/// Longest wait for the holder to start a command.
+const START_WAIT: Duration = Duration::from_secs(30);
+/// How long a status report may trail the init's exit.
+const STATUS_GRACE: Duration = Duration::from_millis(500);
+/// Poll interval of a waiter.
+const WAIT_TICK: Duration = Duration::from_millis(20);
+/// `SIGKILL` as a raw wait status.
+const KILLED_STATUS: i32 = libc::SIGKILL;
+
+/// A command in the sandbox: its init's pidfd and the answers about it.
+struct SandboxChild {
+    pid: u32,
+    /// Dropped once the command has been waited for.
+    pidfd: Mutex<Option<OwnedFd>>,
+    slot: Arc<Slot>,
+    id: u64,
+    live: Arc<Live>,
+}
+
+impl SandboxChild {
+    fn signal(&self, sig: rustix::process::Signal) {
+        if let Some(fd) = lock(&self.pidfd).as_ref() {
+            let _ = rustix::process::pidfd_send_signal(fd, sig);
+        }
+    }
+
+    /// Forgets the process once its status is known.
+    fn done(&self, status: i32) -> std::io::Result<std::process::ExitStatus> {
+        use std::os::unix::process::ExitStatusExt;
+        lock(&self.pidfd).take();
+        lock(&self.live.pending.slots).remove(&self.id);
+        Ok(std::process::ExitStatus::from_raw(status))
+    }
+
+    /// True once the init has exited (its pidfd is readable).
+    fn init_gone(&self) -> bool {
+        let guard = lock(&self.pidfd);
+        let Some(fd) = guard.as_ref() else {
+            return true;
+        };
+        let mut polls = [rustix::event::PollFd::new(fd, rustix::event::PollFlags::IN)];
+        let zero = rustix::event::Timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        rustix::event::poll(&mut polls, Some(&zero)).is_ok_and(|n| n > 0)
+    }
+}
+
+impl Drop for SandboxChild {
+    fn drop(&mut self) {
+        lock(&self.live.pending.slots).remove(&self.id);
+    }
+}
+
+impl crate::process::ProcessHandle for SandboxChild {
+    fn id(&self) -> u32 {
+        self.pid
+    }
+    fn stop(&self) {
+        // The init forwards it to the command's process group.
+        self.signal(rustix::process::Signal::TERM);
+    }
+    fn kill_tree(&self) {
+        // Killing a pid namespace's init kills everything in it.
+        self.signal(rustix::process::Signal::KILL);
+    }
+    fn wait(&self) -> std::io::Result<std::process::ExitStatus> {
+        let mut gone_at: Option<Instant> = None;
+        let mut state = lock(&self.slot.state);
+        loop {
+            if let Some(status) = state.exited {
+                drop(state);
+                return self.done(status);
+            }
+            if state.dead {
+                drop(state);
+                return self.done(KILLED_STATUS);
+            }
+            if gone_at.is_none() && self.init_gone() {
+                gone_at = Some(Instant::now());
+            }
+            // The init reports before it exits; killed, it reports nothing.
+            if gone_at.is_some_and(|t| t.elapsed() > STATUS_GRACE) {
+                drop(state);
+                return self.done(KILLED_STATUS);
+            }
+            state = match self.slot.changed.wait_timeout(state, WAIT_TICK) {
+                Ok((s, _)) => s,
+                Err(p) => p.into_inner().0,
+            };
         }
     }
 }
@@ -372,18 +544,22 @@ impl LinuxSandbox {
                 .envs(spec.env.iter().map(|(k, v)| (k, v)))
                 .current_dir(self.fs.root_path().join(spec.cwd.as_path()));
             return Ok(InheritedChild {
-                child: spawn(&mut cmd, program)?,
+                child: InheritedInner::Host(spawn(&mut cmd, program)?),
                 _lease: None,
             });
         }
-        let (mut cmd, lease) = self.command(spec)?;
-        cmd.stdin(Stdio::inherit())
-            .stdout(Stdio::inherit())
-            .stderr(Stdio::inherit());
-        let child = spawn(&mut cmd, &spec.argv[0])?;
-        drop(cmd);
+        let dup = |fd: std::os::fd::BorrowedFd<'_>| {
+            rustix::io::fcntl_dupfd_cloexec(fd, 0)
+                .map_err(|e| Error::internal(format!("cannot pass stdio: {e}")))
+        };
+        let stdio = [
+            dup(std::io::stdin().as_fd())?,
+            dup(std::io::stdout().as_fd())?,
+            dup(std::io::stderr().as_fd())?,
+        ];
+        let (child, lease) = self.start_command(spec, stdio)?;
         Ok(InheritedChild {
-            child,
+            child: InheritedInner::Sandboxed(Box::new(child)),
             _lease: Some(lease),
         })
     }
@@ -471,8 +647,26 @@ impl LinuxSandbox {
                 linux_sys::MAX_HOLDER_MOUNTS
             )));
         }
-        let (alive_r, alive_w) = pipe_with(PipeFlags::CLOEXEC).map_err(start_error)?;
+        let (sock, holder_sock) = rustix::net::socketpair(
+            rustix::net::AddressFamily::UNIX,
+            rustix::net::SocketType::SEQPACKET,
+            rustix::net::SocketFlags::CLOEXEC,
+            None,
+        )
+        .map_err(start_error)?;
         let (report_r, report_w) = pipe_with(PipeFlags::CLOEXEC).map_err(start_error)?;
+        let filters = Arc::new(super::seccomp::filters(network_off)?);
+        let cgroup = self.make_cgroup();
+        let commands = linux_sys::CommandSetup {
+            root: cstring(&root)?,
+            cgroup_procs: match &cgroup {
+                Some(dir) => Some(cstring(&dir.join("cgroup.procs"))?),
+                None => None,
+            },
+            rlimits: rlimits(&self.options.limits),
+            filters,
+        };
+
         let plan = Arc::new(HolderPlan {
             unshare_flags: flags,
             uid_map: format!("{uid} {uid} 1\n").into_bytes(),
@@ -481,8 +675,9 @@ impl LinuxSandbox {
             rebinds,
             masks,
             loopback: network_off,
-            alive_fd: alive_r.as_raw_fd(),
+            sock_fd: holder_sock.as_raw_fd(),
             report_fd: report_w.as_raw_fd(),
+            commands,
         });
         let mut cmd = Command::new("/");
         cmd.stdin(Stdio::null())
@@ -491,7 +686,7 @@ impl LinuxSandbox {
         linux_sys::run_as_holder(&mut cmd, plan);
         let spawned = cmd.spawn();
         drop(cmd);
-        drop(alive_r);
+        drop(holder_sock);
         drop(report_w);
         let mut report = [0u8; 5];
         let n = rustix::io::read(&report_r, &mut report).unwrap_or(0);
@@ -508,34 +703,32 @@ impl LinuxSandbox {
             Err(e) => return Err(start_error(e)),
         };
         let pid = holder.id();
-        let mut namespaces = Vec::new();
-        for (name, nstype) in JOINED_NAMESPACES {
-            if nstype == libc::CLONE_NEWNET && !network_off {
-                continue;
-            }
-            let path = format!("/proc/{pid}/ns/{name}");
-            let fd = rustix::fs::open(
-                path.as_str(),
-                rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::CLOEXEC,
-                rustix::fs::Mode::empty(),
-            )
-            .map_err(|e| start_error(format!("cannot open {path}: {e}")))?;
-            namespaces.push((fd, nstype));
-        }
         let holder_root = PathBuf::from(format!("/proc/{pid}/root"));
         let landlock = self.landlock_ruleset(&root, &holder_root, private_tmp)?;
-        let filters = Arc::new(super::seccomp::filters(network_off)?);
-        let cgroup = self.make_cgroup();
-        Ok(Live {
+        let pending = Arc::new(Pending::default());
+        let reader = sock.try_clone().map_err(start_error)?;
+        let dispatcher = pending.clone();
+        std::thread::Builder::new()
+            .name("cubby-sandbox".into())
+            .spawn(move || dispatch(reader, dispatcher))
+            .map_err(start_error)?;
+        let live = Live {
             holder: Mutex::new(holder),
-            alive: Mutex::new(Some(alive_w)),
-            namespaces,
-            landlock,
-            filters,
-            rlimits: rlimits(&self.options.limits),
+            sock,
+            send: Mutex::new(()),
+            next_id: AtomicU64::new(1),
+            pending,
             cgroup,
             private_tmp,
-        })
+        };
+        let setup = linux_sys::Msg {
+            kind: linux_sys::MSG_LANDLOCK,
+            arg: 0,
+            id: 0,
+            len: 0,
+        };
+        send_request(&live, setup, &[landlock.as_fd()])?;
+        Ok(live)
     }
 
     /// The Landlock ruleset (as an fd each command restricts itself with).
@@ -614,69 +807,168 @@ impl LinuxSandbox {
         Some(dir)
     }
 
-    /// Builds the `Command` for `spec`, with its pre-exec plan, and the
-    /// lease on the placeholders it mounts over.
-    fn command(&self, spec: &ExecSpec) -> Result<(Command, Lease)> {
-        let Some((program, args)) = spec.argv.split_first() else {
+    /// Asks the holder to start `spec` with `stdio` (stdin, stdout,
+    /// stderr); returns the command and the lease on what it holds.
+    fn start_command(&self, spec: &ExecSpec, stdio: [OwnedFd; 3]) -> Result<(SandboxChild, Lease)> {
+        let Some(program) = spec.argv.first() else {
             return Err(Error::invalid_input("empty command"));
         };
         // Confined check of the working directory, for a clear error.
         drop(self.fs.open_dir(&spec.cwd)?);
         let live = self.live()?;
         let (protect, mut lease) = self.protect_plan()?;
-        let root = self.fs.root_path();
-        let plan = CommandPlan {
-            cgroup_procs: match &live.cgroup {
-                Some(dir) => Some(cstring(&dir.join("cgroup.procs"))?),
-                None => None,
-            },
-            namespaces: live
-                .namespaces
-                .iter()
-                .map(|(fd, t)| (fd.as_raw_fd(), *t))
-                .collect(),
-            root: cstring(root)?,
-            cwd: if spec.cwd.is_root() {
-                None
-            } else {
-                Some(cstring(spec.cwd.as_path())?)
-            },
-            protect,
-            rlimits: live.rlimits.clone(),
-            landlock_fd: live.landlock.as_raw_fd(),
-            filters: live.filters.clone(),
-        };
-        let mut cmd = Command::new(program);
-        cmd.args(args).envs(spec.env.iter().map(|(k, v)| (k, v)));
-        if live.private_tmp {
-            cmd.env("TMPDIR", SANDBOX_TMP);
+        let payload = self.payload(spec, &protect, live.private_tmp)?;
+        let memfd = rustix::fs::memfd_create("cubby-command", rustix::fs::MemfdFlags::CLOEXEC)
+            .map_err(|e| Error::internal(format!("memfd_create: {e}")))?;
+        let mut written = 0;
+        while written < payload.len() {
+            match rustix::io::write(&memfd, &payload[written..]) {
+                Ok(n) => written += n,
+                Err(rustix::io::Errno::INTR) => {}
+                Err(e) => return Err(Error::internal(format!("cannot write the request: {e}"))),
+            }
         }
-        linux_sys::run_in_sandbox(&mut cmd, Arc::new(plan));
-        // The plan borrows the live sandbox's fds by number: keep it alive
-        // until the command's process exists.
-        lease.live = Some(live);
-        Ok((cmd, lease))
+        let id = live.next_id.fetch_add(1, Ordering::Relaxed);
+        let slot = Arc::new(Slot::default());
+        lock(&live.pending.slots).insert(id, slot.clone());
+        let forget = |e: Error| {
+            lock(&live.pending.slots).remove(&id);
+            e
+        };
+        let request = linux_sys::Msg {
+            kind: linux_sys::MSG_RUN,
+            arg: 0,
+            id,
+            len: payload.len() as u64,
+        };
+        let fds = [
+            memfd.as_fd(),
+            stdio[0].as_fd(),
+            stdio[1].as_fd(),
+            stdio[2].as_fd(),
+        ];
+        send_request(&live, request, &fds).map_err(forget)?;
+        drop(stdio);
+        let deadline = Instant::now() + START_WAIT;
+        let mut state = lock(&slot.state);
+        loop {
+            let done = state.dead
+                || matches!(state.started, Some(Err(_)))
+                || (state.forked.is_some() && state.started.is_some());
+            if done {
+                break;
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                drop(state);
+                return Err(forget(Error::internal(
+                    "the sandbox did not start the command in time",
+                )));
+            }
+            state = match slot.changed.wait_timeout(state, deadline - now) {
+                Ok((s, _)) => s,
+                Err(p) => p.into_inner().0,
+            };
+        }
+        let started = state.started;
+        let forked = state.forked.take();
+        let dead = state.dead;
+        drop(state);
+        match (started, forked) {
+            (Some(Ok(())), Some((pid, pidfd))) => {
+                lease.live = Some(live.clone());
+                Ok((
+                    SandboxChild {
+                        pid,
+                        pidfd: Mutex::new(pidfd),
+                        slot,
+                        id,
+                        live,
+                    },
+                    lease,
+                ))
+            }
+            (Some(Err(errno)), _) => Err(forget(exec_error(program, errno))),
+            _ => Err(forget(start_error(if dead {
+                "the sandbox's holder has gone"
+            } else {
+                "no answer from the sandbox"
+            }))),
+        }
+    }
+
+    /// The request payload: counts, working directory, protected paths,
+    /// argv, env (this process's, then the spec's, then `TMPDIR`).
+    fn payload(
+        &self,
+        spec: &ExecSpec,
+        protect: &[(String, bool)],
+        private_tmp: bool,
+    ) -> Result<Vec<u8>> {
+        let mut env: Vec<(std::ffi::OsString, std::ffi::OsString)> = std::env::vars_os().collect();
+        let mut set = |k: &str, v: &str| {
+            env.retain(|(name, _)| name != k);
+            env.push((k.into(), v.into()));
+        };
+        for (k, v) in &spec.env {
+            set(k, v);
+        }
+        if private_tmp {
+            set("TMPDIR", SANDBOX_TMP);
+        }
+        let mut out = Vec::new();
+        for n in [protect.len(), spec.argv.len(), env.len()] {
+            out.extend_from_slice(&(n as u32).to_le_bytes());
+        }
+        let mut push = |bytes: &[u8]| -> Result<()> {
+            if bytes.contains(&0) {
+                return Err(Error::invalid_input(
+                    "a command, argument or variable contains a NUL byte",
+                ));
+            }
+            out.extend_from_slice(bytes);
+            out.push(0);
+            Ok(())
+        };
+        let cwd: &[u8] = if spec.cwd.is_root() {
+            b""
+        } else {
+            spec.cwd.as_path().as_os_str().as_bytes()
+        };
+        push(cwd)?;
+        for (path, writable) in protect {
+            let mut entry = vec![if *writable { b'w' } else { b'r' }];
+            entry.extend_from_slice(path.as_bytes());
+            push(&entry)?;
+        }
+        for arg in &spec.argv {
+            push(arg.as_bytes())?;
+        }
+        for (k, v) in &env {
+            let mut entry = k.as_bytes().to_vec();
+            entry.push(b'=');
+            entry.extend_from_slice(v.as_bytes());
+            push(&entry)?;
+        }
+        Ok(out)
     }
 
     /// The protected paths to bind read-only, reserving missing ones.
-    fn protect_plan(&self) -> Result<(Vec<Protect>, Lease)> {
-        let mut protect: Vec<Protect> = Vec::new();
+    fn protect_plan(&self) -> Result<(Vec<(String, bool)>, Lease)> {
+        let mut protect: Vec<(String, bool)> = Vec::new();
         let mut reserved: Vec<WorkspacePath> = Vec::new();
         let mut map = lock(&self.placeholders);
-        let add =
-            |path: &WorkspacePath, writable: bool, protect: &mut Vec<Protect>| -> Result<()> {
-                if protect
-                    .iter()
-                    .any(|p| p.path.as_bytes() == path.as_path().as_os_str().as_bytes())
-                {
-                    return Ok(());
-                }
-                protect.push(Protect {
-                    path: cstring(path.as_path())?,
-                    writable,
-                });
-                Ok(())
-            };
+        let add = |path: &WorkspacePath,
+                   writable: bool,
+                   protect: &mut Vec<(String, bool)>|
+         -> Result<()> {
+            let shown = path.as_path().to_string_lossy().into_owned();
+            if protect.iter().any(|(p, _)| *p == shown) {
+                return Ok(());
+            }
+            protect.push((shown, writable));
+            Ok(())
+        };
         // A `.git` directory is bound onto itself (writable) so that it
         // cannot be renamed away from under its protected children.
         let git = WorkspacePath::parse(".git")?;
@@ -755,23 +1047,36 @@ impl LinuxSandbox {
 ///
 /// [`wait`]: InheritedChild::wait
 pub struct InheritedChild {
-    child: Child,
+    child: InheritedInner,
     _lease: Option<Lease>,
 }
 
+enum InheritedInner {
+    Host(Child),
+    Sandboxed(Box<SandboxChild>),
+}
+
 impl InheritedChild {
-    /// Waits for the command (its reaper shim) to exit.
+    /// Waits for the command to exit; its status is the command's.
     ///
     /// # Errors
     ///
     /// As [`Child::wait`].
     pub fn wait(&mut self) -> std::io::Result<std::process::ExitStatus> {
-        self.child.wait()
+        use crate::process::ProcessHandle;
+        match &mut self.child {
+            InheritedInner::Host(c) => c.wait(),
+            InheritedInner::Sandboxed(c) => c.wait(),
+        }
     }
 
-    /// The shim's pid.
+    /// The pid shown for it.
     pub fn id(&self) -> u32 {
-        self.child.id()
+        use crate::process::ProcessHandle;
+        match &self.child {
+            InheritedInner::Host(c) => c.id(),
+            InheritedInner::Sandboxed(c) => c.id(),
+        }
     }
 }
 
@@ -795,6 +1100,53 @@ impl Drop for Lease {
                 }
             }
         }
+    }
+}
+
+/// Sends one message with fds to the holder.
+fn send_request(
+    live: &Live,
+    msg: linux_sys::Msg,
+    fds: &[std::os::fd::BorrowedFd<'_>],
+) -> Result<()> {
+    use rustix::net::{SendAncillaryBuffer, SendAncillaryMessage, SendFlags};
+    let bytes = msg.to_bytes();
+    let mut space = [std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(4))];
+    let mut control = SendAncillaryBuffer::new(&mut space);
+    if !control.push(SendAncillaryMessage::ScmRights(fds)) {
+        return Err(Error::internal("too many fds for one request"));
+    }
+    let _one = lock(&live.send);
+    loop {
+        match rustix::net::sendmsg(
+            &live.sock,
+            &[std::io::IoSlice::new(&bytes)],
+            &mut control,
+            SendFlags::NOSIGNAL,
+        ) {
+            Ok(_) => return Ok(()),
+            Err(rustix::io::Errno::INTR) => {}
+            Err(e) => return Err(start_error(format!("the sandbox's holder is gone: {e}"))),
+        }
+    }
+}
+
+/// The error for a command that could not be exec'd (or set up).
+fn exec_error(program: &str, errno: i32) -> Error {
+    let err = std::io::Error::from_raw_os_error(errno);
+    match errno {
+        libc::ENOENT => Error::new(
+            ErrorKind::Unsupported,
+            format!("`{program}` is not installed in the sandbox; cubby needs it to run commands"),
+        ),
+        libc::EACCES | libc::EPERM => Error::new(
+            ErrorKind::Denied,
+            format!("`{program}` cannot be executed in the sandbox: {err}"),
+        ),
+        _ => Error::new(
+            ErrorKind::Internal,
+            format!("cannot start `{program}` in the sandbox: {err}"),
+        ),
     }
 }
 
@@ -863,26 +1215,25 @@ impl Sandbox for LinuxSandbox {
         if self.options.mode == Mode::FullAccess {
             return self.host.exec(spec);
         }
-        let (mut cmd, lease) = self.command(spec)?;
         let io = |e: rustix::io::Errno| Error::internal(format!("cannot make a pipe: {e}"));
         let (out_r, out_w) = pipe_with(PipeFlags::CLOEXEC).map_err(io)?;
-        let err_w = out_w
-            .try_clone()
-            .map_err(|e| Error::internal(e.to_string()))?;
+        let err_w = rustix::io::fcntl_dupfd_cloexec(&out_w, 0).map_err(io)?;
         let _ = rustix::pipe::fcntl_setpipe_size(&out_r, OUTPUT_PIPE_BYTES);
-        cmd.stdout(Stdio::from(out_w)).stderr(Stdio::from(err_w));
-        let stdin_w = if spec.stdin {
+        let (stdin_r, stdin_w) = if spec.stdin {
             let (r, w) = pipe_with(PipeFlags::CLOEXEC).map_err(io)?;
-            cmd.stdin(Stdio::from(r));
-            Some(w)
+            (r, Some(w))
         } else {
-            cmd.stdin(Stdio::null());
-            None
+            let null = rustix::fs::open(
+                "/dev/null",
+                rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::CLOEXEC,
+                rustix::fs::Mode::empty(),
+            )
+            .map_err(|e| Error::internal(format!("cannot open /dev/null: {e}")))?;
+            (null, None)
         };
-        let child = spawn(&mut cmd, &spec.argv[0])?;
-        drop(cmd);
+        let (child, lease) = self.start_command(spec, [stdin_r, out_w, err_w])?;
         Ok(Spawned {
-            child,
+            child: Box::new(child),
             output: out_r,
             stdin: stdin_w,
             on_exit: Some(Box::new(move || drop(lease))),

@@ -12,14 +12,18 @@
 //!   there) and on `/dev/shm`, masks the `deny_read` paths, brings the
 //!   loopback up, and then sleeps until its liveness pipe closes. It never
 //!   execs: it exists so that its namespaces exist.
-//! - **Each command** is forked from the server: it joins the holder's
-//!   namespaces (`setns`), takes a fresh mount and pid namespace, binds the
-//!   protected paths read-only, changes into its working directory beneath
-//!   the root, and forks. The parent becomes the reaper shim; the child is
-//!   the init of the new pid namespace: it mounts its own `/proc`, sets the
-//!   rlimits, applies Landlock, drops every capability, installs the
-//!   seccomp filters, and returns so that `std` execs the command. When
-//!   that init dies the kernel kills everything else in its namespace.
+//!   Then it serves: each command request (over a unix socket, with the
+//!   command's stdio fds and a memfd holding argv, env, working directory
+//!   and protected paths) is forked with `CLONE_NEWPID` — from this small
+//!   process, not from the server — and answered with the child's pidfd.
+//! - **The init** of each command's pid namespace (pid 1) takes its own
+//!   mount namespace, binds the protected paths read-only, changes into the
+//!   working directory beneath the root, mounts its `/proc`, and forks the
+//!   command (pid 2), which sets its stdio, rlimits, Landlock, drops every
+//!   capability, installs the seccomp filters and execs. The init reports
+//!   `started` (or the exec's errno), forwards a `SIGTERM` to its process
+//!   group, and when the command ends reports its wait status and exits:
+//!   the kernel then kills everything left in the namespace.
 
 #![allow(unsafe_code)]
 
@@ -106,36 +110,77 @@ pub(crate) struct HolderPlan {
     pub rebinds: Vec<Rebind>,
     pub masks: Vec<Mask>,
     pub loopback: bool,
-    /// Read end of the liveness pipe: the holder lives until it closes.
-    pub alive_fd: RawFd,
+    /// The holder's end of its socket: requests come in, replies go out,
+    /// and the holder ends when the other end closes.
+    pub sock_fd: RawFd,
+    /// What every command gets.
+    pub commands: CommandSetup,
     /// Write end of the report pipe (step + errno on failure).
     pub report_fd: RawFd,
 }
 
-/// A path bound onto itself in each command's mount namespace.
+/// What the holder applies to every command, prepared before its fork.
 #[derive(Debug)]
-pub(crate) struct Protect {
-    /// Relative to the workspace root.
-    pub path: CString,
-    /// Stays writable (bound only so it cannot be renamed away).
-    pub writable: bool,
-}
-
-/// Everything one command needs, prepared by the parent.
-#[derive(Debug)]
-pub(crate) struct CommandPlan {
-    /// `cgroup.procs` of the sandbox's pids cgroup, when there is one.
-    pub cgroup_procs: Option<CString>,
-    /// The holder's namespaces, the user namespace first.
-    pub namespaces: Vec<(RawFd, libc::c_int)>,
+pub(crate) struct CommandSetup {
     /// Absolute path of the workspace root.
     pub root: CString,
-    /// The working directory relative to the root (`None` for the root).
-    pub cwd: Option<CString>,
-    pub protect: Vec<Protect>,
+    /// `cgroup.procs` of the sandbox's pids cgroup, when there is one.
+    pub cgroup_procs: Option<CString>,
     pub rlimits: Vec<(libc::__rlimit_resource_t, libc::rlim_t)>,
-    pub landlock_fd: RawFd,
     pub filters: Arc<Vec<Vec<libc::sock_filter>>>,
+}
+
+/// Message kinds on the holder's socket.
+pub(crate) const MSG_LANDLOCK: u32 = 1;
+pub(crate) const MSG_RUN: u32 = 2;
+pub(crate) const MSG_FORKED: u32 = 3;
+pub(crate) const MSG_FORK_FAILED: u32 = 4;
+pub(crate) const MSG_STARTED: u32 = 5;
+pub(crate) const MSG_EXEC_FAILED: u32 = 6;
+pub(crate) const MSG_EXITED: u32 = 7;
+/// Most fds one message carries.
+pub(crate) const MSG_MAX_FDS: usize = 4;
+
+/// One message on the holder's socket (fds travel beside it).
+///
+/// `MSG_RUN` carries `[payload memfd, stdin, stdout, stderr]`; the payload
+/// is three little-endian `u32` counts (protected paths, argv, env) and then
+/// NUL-terminated strings: the working directory (empty for the root), each
+/// protected path prefixed by `r` or `w`, argv, env.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Msg {
+    pub kind: u32,
+    /// errno or wait status.
+    pub arg: i32,
+    pub id: u64,
+    /// Payload length (`MSG_RUN`) or pid (`MSG_FORKED`).
+    pub len: u64,
+}
+
+impl Msg {
+    /// The message as bytes.
+    pub(crate) fn to_bytes(self) -> [u8; 24] {
+        let mut out = [0u8; 24];
+        out[..4].copy_from_slice(&self.kind.to_ne_bytes());
+        out[4..8].copy_from_slice(&self.arg.to_ne_bytes());
+        out[8..16].copy_from_slice(&self.id.to_ne_bytes());
+        out[16..].copy_from_slice(&self.len.to_ne_bytes());
+        out
+    }
+
+    /// Parses a message.
+    pub(crate) fn from_bytes(b: &[u8]) -> Option<Msg> {
+        if b.len() != 24 {
+            return None;
+        }
+        Some(Msg {
+            kind: u32::from_ne_bytes(b[..4].try_into().ok()?),
+            arg: i32::from_ne_bytes(b[4..8].try_into().ok()?),
+            id: u64::from_ne_bytes(b[8..16].try_into().ok()?),
+            len: u64::from_ne_bytes(b[16..].try_into().ok()?),
+        })
+    }
 }
 
 /// Fails the holder: reports `step` and the errno, returns the error.
@@ -293,19 +338,557 @@ fn holder_main(plan: &HolderPlan) -> io::Result<()> {
             return Err(holder_fail(report, HolderStep::Loopback));
         }
         // Ready. Holding no other fd is what lets spawn() return.
-        let alive = plan.alive_fd as libc::c_uint;
-        if alive > 0 {
-            libc::close_range(0, alive - 1, 0);
+        let keep = plan.sock_fd as libc::c_uint;
+        if keep > 0 {
+            libc::close_range(0, keep - 1, 0);
         }
-        libc::close_range(alive + 1, libc::c_uint::MAX, 0);
-        let mut byte = 0u8;
+        libc::close_range(keep + 1, libc::c_uint::MAX, 0);
+        // Hold 0, 1 and 2 so that received fds never take those numbers
+        // (a command's stdio is dup2'd onto them).
+        for _ in 0..3 {
+            libc::open(c"/dev/null".as_ptr(), libc::O_RDWR);
+        }
+        serve(plan)
+    }
+}
+
+/// Receives one message and up to [`MSG_MAX_FDS`] fds (the rest are
+/// closed). Returns the number of fds, or `None` at end of stream.
+///
+/// # Safety
+///
+/// Async-signal-safe.
+unsafe fn recv_msg(sock: RawFd, msg: &mut Msg, fds: &mut [RawFd; MSG_MAX_FDS]) -> Option<usize> {
+    // SAFETY: msghdr/iovec/cmsg on stack buffers of the sizes given.
+    unsafe {
+        let mut bytes = [0u8; 24];
+        let mut iov = libc::iovec {
+            iov_base: bytes.as_mut_ptr().cast(),
+            iov_len: bytes.len(),
+        };
+        let mut control = [0u64; 8];
+        let mut hdr: libc::msghdr = std::mem::zeroed();
+        hdr.msg_iov = &mut iov;
+        hdr.msg_iovlen = 1;
+        hdr.msg_control = control.as_mut_ptr().cast();
+        hdr.msg_controllen = std::mem::size_of_val(&control);
+        let n = loop {
+            let n = libc::recvmsg(sock, &mut hdr, libc::MSG_CMSG_CLOEXEC);
+            if n < 0 && *libc::__errno_location() == libc::EINTR {
+                continue;
+            }
+            break n;
+        };
+        if n <= 0 {
+            return None;
+        }
+        let mut count = 0;
+        let mut cmsg = libc::CMSG_FIRSTHDR(&hdr);
+        while !cmsg.is_null() {
+            if (*cmsg).cmsg_level == libc::SOL_SOCKET && (*cmsg).cmsg_type == libc::SCM_RIGHTS {
+                let data = libc::CMSG_DATA(cmsg) as *const RawFd;
+                let len = ((*cmsg).cmsg_len as usize - libc::CMSG_LEN(0) as usize)
+                    / std::mem::size_of::<RawFd>();
+                for i in 0..len {
+                    let fd = std::ptr::read_unaligned(data.add(i));
+                    if count < MSG_MAX_FDS {
+                        fds[count] = fd;
+                        count += 1;
+                    } else {
+                        libc::close(fd);
+                    }
+                }
+            }
+            cmsg = libc::CMSG_NXTHDR(&hdr, cmsg);
+        }
+        *msg = Msg::from_bytes(&bytes[..n as usize]).unwrap_or_default();
+        Some(count)
+    }
+}
+
+/// Sends one message, with `fd` beside it when `fd >= 0`.
+///
+/// # Safety
+///
+/// Async-signal-safe.
+unsafe fn send_msg(sock: RawFd, msg: Msg, fd: RawFd) {
+    // SAFETY: msghdr/iovec/cmsg on stack buffers of the sizes given.
+    unsafe {
+        let mut bytes = msg.to_bytes();
+        let mut iov = libc::iovec {
+            iov_base: bytes.as_mut_ptr().cast(),
+            iov_len: bytes.len(),
+        };
+        let mut control = [0u64; 4];
+        let mut hdr: libc::msghdr = std::mem::zeroed();
+        hdr.msg_iov = &mut iov;
+        hdr.msg_iovlen = 1;
+        if fd >= 0 {
+            hdr.msg_control = control.as_mut_ptr().cast();
+            hdr.msg_controllen = libc::CMSG_SPACE(std::mem::size_of::<RawFd>() as u32) as usize;
+            let cmsg = libc::CMSG_FIRSTHDR(&hdr);
+            (*cmsg).cmsg_level = libc::SOL_SOCKET;
+            (*cmsg).cmsg_type = libc::SCM_RIGHTS;
+            (*cmsg).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<RawFd>() as u32) as usize;
+            std::ptr::write_unaligned(libc::CMSG_DATA(cmsg) as *mut RawFd, fd);
+        }
+        while libc::sendmsg(sock, &hdr, libc::MSG_NOSIGNAL) < 0
+            && *libc::__errno_location() == libc::EINTR
+        {}
+    }
+}
+
+/// The holder's loop: forks each requested command into a fresh pid
+/// namespace, reaps what ends, and exits when the server's end closes.
+///
+/// # Safety
+///
+/// Holder only (single-threaded, never execs).
+unsafe fn serve(plan: &HolderPlan) -> ! {
+    // SAFETY: plain syscalls on stack data in the single-threaded holder.
+    unsafe {
+        let sock = plan.sock_fd;
+        let chld = sys::signal_set(&[libc::SIGCHLD]);
+        libc::sigprocmask(libc::SIG_BLOCK, &chld, std::ptr::null_mut());
+        let sigfd = libc::signalfd(-1, &chld, libc::SFD_CLOEXEC | libc::SFD_NONBLOCK);
+        let mut landlock_fd: RawFd = -1;
         loop {
-            let n = libc::read(plan.alive_fd, (&mut byte as *mut u8).cast(), 1);
-            if n == 0 || (n < 0 && *libc::__errno_location() != libc::EINTR) {
-                break;
+            let mut polls = [
+                libc::pollfd {
+                    fd: sock,
+                    events: libc::POLLIN,
+                    revents: 0,
+                },
+                libc::pollfd {
+                    fd: sigfd,
+                    events: libc::POLLIN,
+                    revents: 0,
+                },
+            ];
+            if libc::poll(polls.as_mut_ptr(), 2, -1) < 0 {
+                continue;
+            }
+            if polls[1].revents != 0 {
+                let mut info = [0u8; 128];
+                while libc::read(sigfd, info.as_mut_ptr().cast(), info.len()) > 0 {}
+                let mut status = 0;
+                while libc::waitpid(-1, &mut status, libc::WNOHANG) > 0 {}
+            }
+            if polls[0].revents == 0 {
+                continue;
+            }
+            let mut msg = Msg::default();
+            let mut fds = [-1 as RawFd; MSG_MAX_FDS];
+            let Some(count) = recv_msg(sock, &mut msg, &mut fds) else {
+                libc::_exit(0);
+            };
+            match msg.kind {
+                MSG_LANDLOCK if count == 1 => {
+                    landlock_fd = fds[0];
+                    // The server has read what it needed through
+                    // /proc/<holder>. From now on the holder and every init
+                    // (copies of the server's memory) are not dumpable, so
+                    // no command can read them through /proc.
+                    libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0);
+                }
+                MSG_RUN if count == MSG_MAX_FDS => {
+                    let pid = libc::syscall(
+                        libc::SYS_clone,
+                        (libc::CLONE_NEWPID | libc::SIGCHLD) as libc::c_ulong,
+                        0usize,
+                        0usize,
+                        0usize,
+                        0usize,
+                    ) as libc::pid_t;
+                    if pid == 0 {
+                        libc::close(sigfd);
+                        namespace_init(&plan.commands, landlock_fd, sock, msg, &fds);
+                    }
+                    if pid < 0 {
+                        let failed = Msg {
+                            kind: MSG_FORK_FAILED,
+                            arg: *libc::__errno_location(),
+                            id: msg.id,
+                            len: 0,
+                        };
+                        send_msg(sock, failed, -1);
+                    } else {
+                        let pidfd = libc::syscall(libc::SYS_pidfd_open, pid, 0) as RawFd;
+                        let forked = Msg {
+                            kind: MSG_FORKED,
+                            arg: 0,
+                            id: msg.id,
+                            len: pid as u64,
+                        };
+                        send_msg(sock, forked, pidfd);
+                        if pidfd >= 0 {
+                            libc::close(pidfd);
+                        }
+                    }
+                    for fd in &fds[..count] {
+                        libc::close(*fd);
+                    }
+                }
+                _ => {
+                    for fd in &fds[..count] {
+                        libc::close(*fd);
+                    }
+                }
             }
         }
-        libc::_exit(0)
+    }
+}
+
+/// Set by the init's `SIGTERM` handler.
+static INIT_TERM: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+extern "C" fn on_init_term(_: libc::c_int) {
+    INIT_TERM.store(true, std::sync::atomic::Ordering::SeqCst);
+}
+
+/// A cursor over the request payload (NUL-terminated strings).
+struct Payload {
+    at: *const u8,
+    end: *const u8,
+}
+
+impl Payload {
+    /// The next string (pointer to its first byte, NUL-terminated).
+    ///
+    /// # Safety
+    ///
+    /// `at..end` must be a readable mapping.
+    unsafe fn next(&mut self) -> *const libc::c_char {
+        let start = self.at;
+        // SAFETY: stays within the mapping; the server NUL-terminates each string.
+        unsafe {
+            while self.at < self.end && *self.at != 0 {
+                self.at = self.at.add(1);
+            }
+            if self.at < self.end {
+                self.at = self.at.add(1);
+            }
+        }
+        start.cast()
+    }
+}
+
+/// The init of one command's pid namespace (pid 1): sets up the command's
+/// mount namespace, forks the command, forwards a stop to its group, and
+/// when the command ends reports its status and exits — whereupon the
+/// kernel kills everything left in the namespace.
+///
+/// # Safety
+///
+/// Forked child of the holder only.
+unsafe fn namespace_init(
+    setup: &CommandSetup,
+    landlock_fd: RawFd,
+    sock: RawFd,
+    request: Msg,
+    fds: &[RawFd; MSG_MAX_FDS],
+) -> ! {
+    // SAFETY: plain syscalls on stack data and on the payload mapping.
+    unsafe {
+        let report = |kind: u32, arg: i32| {
+            send_msg(
+                sock,
+                Msg {
+                    kind,
+                    arg,
+                    id: request.id,
+                    len: 0,
+                },
+                -1,
+            )
+        };
+        let fail = |step_errno: i32| -> ! {
+            report(MSG_EXEC_FAILED, step_errno);
+            libc::_exit(127)
+        };
+        let errno = || *libc::__errno_location();
+        libc::setpgid(0, 0);
+        libc::prctl(
+            libc::PR_SET_PDEATHSIG,
+            libc::SIGKILL as libc::c_ulong,
+            0,
+            0,
+            0,
+        );
+        let empty = sys::signal_set(&[]);
+        libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
+        let mut action: libc::sigaction = std::mem::zeroed();
+        action.sa_sigaction = on_init_term as *const () as libc::sighandler_t;
+        libc::sigemptyset(&mut action.sa_mask);
+        libc::sigaction(libc::SIGTERM, &action, std::ptr::null_mut());
+        if let Some(procs) = &setup.cgroup_procs
+            && !write_file(procs, b"0")
+        {
+            fail(errno());
+        }
+        let len = request.len as usize;
+        let map = libc::mmap(
+            std::ptr::null_mut(),
+            len.max(1),
+            libc::PROT_READ,
+            libc::MAP_PRIVATE,
+            fds[0],
+            0,
+        );
+        if map == libc::MAP_FAILED || len < 12 {
+            fail(errno());
+        }
+        let base = map as *const u8;
+        let count = |i: usize| {
+            let mut b = [0u8; 4];
+            std::ptr::copy_nonoverlapping(base.add(i * 4), b.as_mut_ptr(), 4);
+            u32::from_le_bytes(b) as usize
+        };
+        let (nprotect, argc, envc) = (count(0), count(1), count(2));
+        let mut payload = Payload {
+            at: base.add(12),
+            end: base.add(len),
+        };
+        let cwd = payload.next();
+        if libc::unshare(libc::CLONE_NEWNS) != 0 || libc::chdir(setup.root.as_ptr()) != 0 {
+            fail(errno());
+        }
+        for _ in 0..nprotect {
+            let entry = payload.next();
+            let writable = *entry == b'w' as libc::c_char;
+            let path = entry.add(1);
+            if libc::mount(
+                path,
+                path,
+                std::ptr::null(),
+                libc::MS_BIND | libc::MS_REC,
+                std::ptr::null(),
+            ) != 0
+            {
+                fail(errno());
+            }
+            if !writable
+                && libc::mount(
+                    std::ptr::null(),
+                    path,
+                    std::ptr::null(),
+                    libc::MS_REMOUNT
+                        | libc::MS_BIND
+                        | libc::MS_RDONLY
+                        | locked_flags(CStr::from_ptr(path)),
+                    std::ptr::null(),
+                ) != 0
+            {
+                fail(errno());
+            }
+        }
+        if *cwd != 0 {
+            let mut how: libc::open_how = std::mem::zeroed();
+            how.flags = (libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC) as u64;
+            how.resolve =
+                libc::RESOLVE_BENEATH | libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_NO_MAGICLINKS;
+            let fd = libc::syscall(
+                libc::SYS_openat2,
+                libc::AT_FDCWD,
+                cwd,
+                &how as *const libc::open_how,
+                std::mem::size_of::<libc::open_how>(),
+            ) as libc::c_int;
+            if fd < 0 || libc::fchdir(fd) != 0 {
+                fail(errno());
+            }
+            libc::close(fd);
+        }
+        if libc::mount(
+            c"proc".as_ptr(),
+            c"/proc".as_ptr(),
+            c"proc".as_ptr(),
+            libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+            std::ptr::null(),
+        ) != 0
+        {
+            fail(errno());
+        }
+        // argv and envp arrays in an anonymous mapping.
+        let slots = argc + envc + 2;
+        let ptrs = libc::mmap(
+            std::ptr::null_mut(),
+            slots * std::mem::size_of::<usize>(),
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        ) as *mut *const libc::c_char;
+        if ptrs as *mut libc::c_void == libc::MAP_FAILED || argc == 0 {
+            fail(libc::EINVAL);
+        }
+        for i in 0..argc {
+            *ptrs.add(i) = payload.next();
+        }
+        *ptrs.add(argc) = std::ptr::null();
+        let envp = ptrs.add(argc + 1);
+        let mut path_var: *const libc::c_char = std::ptr::null();
+        for i in 0..envc {
+            let e = payload.next();
+            if libc::strncmp(e, c"PATH=".as_ptr(), 5) == 0 {
+                path_var = e.add(5);
+            }
+            *envp.add(i) = e;
+        }
+        *envp.add(envc) = std::ptr::null();
+        let mut exec_pipe = [-1 as libc::c_int; 2];
+        if libc::pipe2(exec_pipe.as_mut_ptr(), libc::O_CLOEXEC) != 0 {
+            fail(errno());
+        }
+        let command = libc::fork();
+        if command < 0 {
+            fail(errno());
+        }
+        if command == 0 {
+            libc::close(exec_pipe[0]);
+            let err = command_exec(setup, landlock_fd, fds, ptrs, envp, path_var);
+            let raw = err.to_ne_bytes();
+            libc::write(exec_pipe[1], raw.as_ptr().cast(), raw.len());
+            libc::_exit(127);
+        }
+        libc::close(exec_pipe[1]);
+        for fd in fds {
+            libc::close(*fd);
+        }
+        let mut raw = [0u8; 4];
+        let n = libc::read(exec_pipe[0], raw.as_mut_ptr().cast(), raw.len());
+        libc::close(exec_pipe[0]);
+        if n == 4 {
+            report(MSG_EXEC_FAILED, i32::from_ne_bytes(raw));
+        } else {
+            report(MSG_STARTED, 0);
+        }
+        loop {
+            if INIT_TERM.swap(false, std::sync::atomic::Ordering::SeqCst) {
+                // The group is the init's own; it ignores what it forwards.
+                libc::signal(libc::SIGTERM, libc::SIG_IGN);
+                libc::kill(0, libc::SIGTERM);
+            }
+            let mut status: libc::c_int = 0;
+            let reaped = libc::waitpid(-1, &mut status, 0);
+            if reaped == command {
+                if n != 4 {
+                    report(MSG_EXITED, status);
+                }
+                libc::_exit(0);
+            }
+            if reaped < 0 && errno() == libc::ECHILD {
+                libc::_exit(0);
+            }
+        }
+    }
+}
+
+/// The command's last steps before `execve`; returns the errno of the
+/// failure (never returns on success).
+///
+/// # Safety
+///
+/// Forked child of the init only.
+unsafe fn command_exec(
+    setup: &CommandSetup,
+    landlock_fd: RawFd,
+    fds: &[RawFd; MSG_MAX_FDS],
+    argv: *const *const libc::c_char,
+    envp: *const *const libc::c_char,
+    path_var: *const libc::c_char,
+) -> i32 {
+    // SAFETY: plain syscalls on prepared data in a single-threaded child.
+    unsafe {
+        let errno = || *libc::__errno_location();
+        for (target, fd) in fds[1..].iter().enumerate() {
+            if libc::dup2(*fd, target as libc::c_int) < 0 {
+                return errno();
+            }
+        }
+        for sig in 1..libc::SIGRTMAX() {
+            libc::signal(sig, libc::SIG_DFL);
+        }
+        for &(resource, value) in &setup.rlimits {
+            let limit = libc::rlimit {
+                rlim_cur: value,
+                rlim_max: value,
+            };
+            if libc::setrlimit(resource, &limit) != 0 {
+                return errno();
+            }
+        }
+        if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0
+            || landlock_fd < 0
+            || libc::syscall(libc::SYS_landlock_restrict_self, landlock_fd, 0u32) != 0
+        {
+            return if landlock_fd < 0 {
+                libc::EPERM
+            } else {
+                errno()
+            };
+        }
+        if drop_capabilities().is_err() {
+            return errno();
+        }
+        for filter in setup.filters.iter() {
+            let prog = libc::sock_fprog {
+                len: filter.len() as libc::c_ushort,
+                filter: filter.as_ptr() as *mut libc::sock_filter,
+            };
+            if libc::prctl(
+                libc::PR_SET_SECCOMP,
+                libc::SECCOMP_MODE_FILTER as libc::c_ulong,
+                &prog as *const libc::sock_fprog,
+                0,
+                0,
+            ) != 0
+            {
+                return errno();
+            }
+        }
+        let program = *argv;
+        if libc::strchr(program, b'/' as libc::c_int).is_null() && !path_var.is_null() {
+            // Search PATH as execvp would, with the command's own PATH.
+            let mut buf = [0u8; 4096];
+            let mut last = libc::ENOENT;
+            let mut dir = path_var;
+            loop {
+                let mut end = dir;
+                while *end != 0 && *end != b':' as libc::c_char {
+                    end = end.add(1);
+                }
+                let dlen = end.offset_from(dir) as usize;
+                let plen = libc::strlen(program);
+                if dlen + plen + 2 <= buf.len() {
+                    let at = if dlen == 0 {
+                        buf[0] = b'.';
+                        1
+                    } else {
+                        std::ptr::copy_nonoverlapping(dir.cast::<u8>(), buf.as_mut_ptr(), dlen);
+                        dlen
+                    };
+                    buf[at] = b'/';
+                    std::ptr::copy_nonoverlapping(
+                        program.cast::<u8>(),
+                        buf.as_mut_ptr().add(at + 1),
+                        plen,
+                    );
+                    buf[at + 1 + plen] = 0;
+                    libc::execve(buf.as_ptr().cast(), argv, envp);
+                    let e = errno();
+                    if e != libc::ENOENT && e != libc::ENOTDIR {
+                        last = e;
+                    }
+                }
+                if *end == 0 {
+                    return last;
+                }
+                dir = end.add(1);
+            }
+        }
+        libc::execve(program, argv, envp);
+        errno()
     }
 }
 
@@ -396,17 +979,6 @@ unsafe fn loopback_up() -> bool {
     }
 }
 
-/// Arranges for `cmd` to run as the init of a fresh pid namespace inside
-/// the sandbox, under a reaper shim.
-pub(crate) fn run_in_sandbox(cmd: &mut std::process::Command, plan: Arc<CommandPlan>) {
-    use std::os::unix::process::CommandExt;
-    // SAFETY: the closure runs in the child between fork and exec; it only
-    // makes syscalls on data prepared before the fork and never allocates.
-    unsafe {
-        cmd.pre_exec(move || command_pre_exec(&plan));
-    }
-}
-
 /// The mount flags that must be kept when remounting `path` read-only in a
 /// user namespace (the kernel locks them on mounts from a parent namespace).
 ///
@@ -438,187 +1010,6 @@ unsafe fn locked_flags(path: &CStr) -> libc::c_ulong {
             flags |= libc::MS_STRICTATIME;
         }
         flags
-    }
-}
-
-/// The per-command setup; see the module docs.
-fn command_pre_exec(plan: &CommandPlan) -> io::Result<()> {
-    let last = io::Error::last_os_error;
-    // SAFETY: plain syscalls on data prepared before the fork, in a
-    // single-threaded forked child; stack buffers only.
-    unsafe {
-        if let Some(procs) = &plan.cgroup_procs
-            && !write_file(procs, b"0")
-        {
-            return Err(last());
-        }
-        for &(fd, nstype) in &plan.namespaces {
-            if libc::setns(fd, nstype) != 0 {
-                return Err(last());
-            }
-        }
-        if libc::unshare(libc::CLONE_NEWNS | libc::CLONE_NEWPID) != 0 {
-            return Err(last());
-        }
-        if libc::chdir(plan.root.as_ptr()) != 0 {
-            return Err(last());
-        }
-        for p in &plan.protect {
-            if libc::mount(
-                p.path.as_ptr(),
-                p.path.as_ptr(),
-                std::ptr::null(),
-                libc::MS_BIND | libc::MS_REC,
-                std::ptr::null(),
-            ) != 0
-            {
-                return Err(last());
-            }
-            if !p.writable
-                && libc::mount(
-                    std::ptr::null(),
-                    p.path.as_ptr(),
-                    std::ptr::null(),
-                    libc::MS_REMOUNT | libc::MS_BIND | libc::MS_RDONLY | locked_flags(&p.path),
-                    std::ptr::null(),
-                ) != 0
-            {
-                return Err(last());
-            }
-        }
-        if let Some(cwd) = &plan.cwd {
-            let mut how: libc::open_how = std::mem::zeroed();
-            how.flags = (libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC) as u64;
-            how.resolve =
-                libc::RESOLVE_BENEATH | libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_NO_MAGICLINKS;
-            let fd = libc::syscall(
-                libc::SYS_openat2,
-                libc::AT_FDCWD,
-                cwd.as_ptr(),
-                &how as *const libc::open_how,
-                std::mem::size_of::<libc::open_how>(),
-            ) as libc::c_int;
-            if fd < 0 || libc::fchdir(fd) != 0 {
-                return Err(last());
-            }
-            libc::close(fd);
-        }
-        let set = sys::signal_set(&[libc::SIGTERM, libc::SIGUSR1]);
-        libc::sigprocmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
-        let mut status_pipe = [-1 as libc::c_int; 2];
-        if libc::pipe2(status_pipe.as_mut_ptr(), libc::O_CLOEXEC) != 0 {
-            return Err(last());
-        }
-        let [status_r, status_w] = status_pipe;
-        let pid = libc::fork();
-        if pid < 0 {
-            return Err(last());
-        }
-        if pid > 0 {
-            libc::close(status_w);
-            sys::shim_main(pid, &set, true, status_r);
-        }
-        // The init of the command's pid namespace: its own process group
-        // (the command stays in it, so a stop reaches the command while the
-        // init, which has no handler, ignores it).
-        libc::close(status_r);
-        libc::setpgid(0, 0);
-        libc::prctl(
-            libc::PR_SET_PDEATHSIG,
-            libc::SIGKILL as libc::c_ulong,
-            0,
-            0,
-            0,
-        );
-        if libc::mount(
-            c"proc".as_ptr(),
-            c"/proc".as_ptr(),
-            c"proc".as_ptr(),
-            libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
-            std::ptr::null(),
-        ) != 0
-        {
-            return Err(last());
-        }
-        let command = libc::fork();
-        if command < 0 {
-            return Err(last());
-        }
-        if command > 0 {
-            namespace_init(command, status_w);
-        }
-        libc::close(status_w);
-        libc::prctl(
-            libc::PR_SET_PDEATHSIG,
-            libc::SIGKILL as libc::c_ulong,
-            0,
-            0,
-            0,
-        );
-        for &(resource, value) in &plan.rlimits {
-            let limit = libc::rlimit {
-                rlim_cur: value,
-                rlim_max: value,
-            };
-            if libc::setrlimit(resource, &limit) != 0 {
-                return Err(last());
-            }
-        }
-        if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
-            return Err(last());
-        }
-        if libc::syscall(libc::SYS_landlock_restrict_self, plan.landlock_fd, 0u32) != 0 {
-            return Err(last());
-        }
-        drop_capabilities()?;
-        for filter in plan.filters.iter() {
-            let prog = libc::sock_fprog {
-                len: filter.len() as libc::c_ushort,
-                filter: filter.as_ptr() as *mut libc::sock_filter,
-            };
-            if libc::prctl(
-                libc::PR_SET_SECCOMP,
-                libc::SECCOMP_MODE_FILTER as libc::c_ulong,
-                &prog as *const libc::sock_fprog,
-                0,
-                0,
-            ) != 0
-            {
-                return Err(last());
-            }
-        }
-        libc::sigprocmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
-        Ok(())
-    }
-}
-
-/// The pid-namespace init: reaps every process re-parented to it until
-/// `command` ends, hands the command's wait status to the shim, and exits,
-/// which makes the kernel kill whatever is left in the namespace.
-///
-/// # Safety
-///
-/// Forked child only; async-signal-safe.
-unsafe fn namespace_init(command: libc::pid_t, status_w: libc::c_int) -> ! {
-    // SAFETY: plain syscalls on stack data.
-    unsafe {
-        let keep = status_w as libc::c_uint;
-        if keep > 0 {
-            libc::close_range(0, keep - 1, 0);
-        }
-        libc::close_range(keep + 1, libc::c_uint::MAX, 0);
-        loop {
-            let mut status: libc::c_int = 0;
-            let reaped = libc::waitpid(-1, &mut status, 0);
-            if reaped == command {
-                let raw = status.to_ne_bytes();
-                libc::write(status_w, raw.as_ptr().cast(), raw.len());
-                libc::_exit(0);
-            }
-            if reaped < 0 && *libc::__errno_location() == libc::ECHILD {
-                libc::_exit(0);
-            }
-        }
     }
 }
 
