@@ -206,17 +206,17 @@ fn stop_process_kills_a_double_forked_daemon() {
         json!({"name": "svc", "command": format!("setsid sh -c '{script} &' & {script}")}),
     );
     assert!(!out.is_error, "{}", out.text);
-    let deadline = Instant::now() + Duration::from_secs(5);
-    // The shell itself, the escaped daemon and the foreground script.
-    while processes_with(&marker).len() < 3 && Instant::now() < deadline {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    // The shell itself, the escaped daemon and the foreground script, once
+    // the intermediate `sh -c '… &'` has gone (a moment on a loaded machine).
+    let settled =
+        |found: &[String]| found.len() == 3 && !found.iter().any(|p| p.contains("sh -c ./"));
+    let mut found = processes_with(&marker);
+    while !settled(&found) && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(20));
+        found = processes_with(&marker);
     }
-    assert_eq!(
-        processes_with(&marker).len(),
-        3,
-        "{:?}",
-        processes_with(&marker)
-    );
+    assert!(settled(&found), "{found:?}");
     let out = t.call("stop_process", json!({"name": "svc"}));
     assert!(!out.is_error, "{}", out.text);
     assert!(
@@ -274,11 +274,12 @@ fn cancellation_kills_the_whole_tree() {
     assert_eq!(processes_with(&marker), Vec::<String>::new());
 }
 
-
-
 #[test]
 fn concurrent_runs_complete_and_release_everything() {
-    if rerun_isolated(module_path!(), "concurrent_runs_complete_and_release_everything") {
+    if rerun_isolated(
+        module_path!(),
+        "concurrent_runs_complete_and_release_everything",
+    ) {
         return;
     }
     let dir = workspace();
@@ -324,7 +325,6 @@ fn concurrent_runs_complete_and_release_everything() {
     assert_eq!(open_fds(), fds);
     assert_eq!(child_count(), children);
 }
-
 
 #[test]
 fn start_process_with_port_serves_pages_and_stops() {
