@@ -92,19 +92,34 @@ pub fn doctor(common: &Common) -> anyhow::Result<ExitCode> {
     }
     println!("user namespaces:  {}", yes_no(&caps.user_namespaces));
     println!("seccomp filters:  {}", yes_no(&caps.seccomp));
+    println!(
+        "pid_max per ns:   {}",
+        if caps.namespaced_pid_max {
+            "yes (each command's pid namespace gets pid_max = limits.sandbox.processes)"
+        } else {
+            "no (kernel before 6.14)"
+        }
+    );
     match &caps.pids_cgroup {
         Some(dir) => println!(
-            "pids cgroup:      yes, {} (each sandbox gets pids.max)",
-            dir.display()
+            "pids cgroup:      yes, {}{}",
+            dir.display(),
+            if caps.namespaced_pid_max {
+                " (not needed: pid_max is per namespace)"
+            } else {
+                " (each sandbox gets pids.max)"
+            }
         ),
-        None => println!("pids cgroup:      no (RLIMIT_NPROC bounds processes)"),
+        None => println!("pids cgroup:      no"),
     }
     println!(
         "running as root:  {}",
-        if caps.root {
-            "yes (RLIMIT_NPROC does not bind root: a pids cgroup is what bounds a fork bomb)"
+        if !caps.root {
+            "no (RLIMIT_NPROC also bounds processes)"
+        } else if caps.namespaced_pid_max || caps.pids_cgroup.is_some() {
+            "yes (RLIMIT_NPROC does not bind root; the above bounds a fork bomb)"
         } else {
-            "no"
+            "yes (RLIMIT_NPROC does not bind root and nothing else bounds a fork bomb here)"
         }
     );
     let missing = caps.missing();

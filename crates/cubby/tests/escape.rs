@@ -28,7 +28,7 @@ const ESCAPE_USER: &str = "cubby-escape";
 /// Set in the child process that runs the suite as that user.
 const CHILD_ENV: &str = "CUBBY_ESCAPE_CHILD";
 /// Limits small enough to hit quickly.
-const TEST_PROCESSES: u64 = 256;
+const TEST_PROCESSES: u64 = 400;
 const TEST_FILE_SIZE_MB: u64 = 8;
 const TEST_ADDRESS_SPACE_MB: u64 = 1024;
 /// The minimum number of attacks the suite must hold.

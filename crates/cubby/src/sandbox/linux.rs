@@ -117,9 +117,11 @@ pub struct Capabilities {
     pub seccomp: std::result::Result<(), String>,
     /// A pids cgroup directory cubby can make sandboxes in, if any.
     pub pids_cgroup: Option<PathBuf>,
-    /// Whether cubby runs as root (then `RLIMIT_NPROC` does not apply and
-    /// only a pids cgroup bounds a fork bomb).
+    /// Whether cubby runs as root (then `RLIMIT_NPROC` does not apply).
     pub root: bool,
+    /// Whether `kernel.pid_max` is per pid namespace (Linux 6.14+): then
+    /// each command's namespace gets its own process budget.
+    pub namespaced_pid_max: bool,
 }
 
 impl Capabilities {
@@ -132,6 +134,7 @@ impl Capabilities {
             seccomp,
             pids_cgroup: pids_cgroup_parent(),
             root: rustix::process::geteuid().is_root(),
+            namespaced_pid_max: namespaced_pid_max(),
         }
     }
 
@@ -174,6 +177,24 @@ fn quick_check() -> Vec<String> {
         missing.push("seccomp (a kernel built with CONFIG_SECCOMP_FILTER)".to_string());
     }
     missing
+}
+
+/// The smallest `pid_max` the kernel accepts (`RESERVED_PIDS + 1`).
+const MIN_PID_MAX: u64 = 301;
+/// The first kernel whose `pid_max` is per pid namespace.
+const NAMESPACED_PID_MAX_SINCE: (u32, u32) = (6, 14);
+
+/// True when `kernel.pid_max` is per pid namespace (Linux 6.14+).
+pub(crate) fn namespaced_pid_max() -> bool {
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let mut parts = release
+        .trim()
+        .split(|c: char| !c.is_ascii_digit())
+        .filter_map(|p| p.parse::<u32>().ok());
+    match (parts.next(), parts.next()) {
+        (Some(major), Some(minor)) => (major, minor) >= NAMESPACED_PID_MAX_SINCE,
+        _ => false,
+    }
 }
 
 /// Removes the pids cgroups of cubby processes that no longer exist (a
@@ -656,8 +677,21 @@ impl LinuxSandbox {
         .map_err(start_error)?;
         let (report_r, report_w) = pipe_with(PipeFlags::CLOEXEC).map_err(start_error)?;
         let filters = Arc::new(super::seccomp::filters(network_off)?);
-        let cgroup = self.make_cgroup();
+        // Each command's pid namespace gets its own pid_max where the kernel
+        // has it; otherwise a pids cgroup bounds the sandbox (as root, where
+        // RLIMIT_NPROC does not apply), at the price of a slow join.
+        let processes = self.options.limits.processes;
+        let pid_max = (processes > 0 && namespaced_pid_max())
+            .then(|| CString::new(processes.max(MIN_PID_MAX).to_string()))
+            .transpose()
+            .map_err(start_error)?;
+        let cgroup = if pid_max.is_none() {
+            self.make_cgroup()
+        } else {
+            None
+        };
         let commands = linux_sys::CommandSetup {
+            pid_max,
             root: cstring(&root)?,
             cgroup_procs: match &cgroup {
                 Some(dir) => Some(cstring(&dir.join("cgroup.procs"))?),

@@ -56,6 +56,7 @@ pub(crate) enum HolderStep {
     MountShm,
     Mask,
     Loopback,
+    Cgroup,
 }
 
 impl HolderStep {
@@ -72,6 +73,7 @@ impl HolderStep {
             8 => "mounting the private /dev/shm",
             9 => "masking a deny_read path",
             10 => "bringing up the loopback interface",
+            11 => "joining the sandbox's pids cgroup",
             _ => "setting up the sandbox",
         }
     }
@@ -124,10 +126,14 @@ pub(crate) struct HolderPlan {
 pub(crate) struct CommandSetup {
     /// Absolute path of the workspace root.
     pub root: CString,
-    /// `cgroup.procs` of the sandbox's pids cgroup, when there is one.
+    /// `cgroup.procs` of the sandbox's pids cgroup, when there is one (the
+    /// holder joins it; everything it forks inherits it).
     pub cgroup_procs: Option<CString>,
     pub rlimits: Vec<(libc::__rlimit_resource_t, libc::rlim_t)>,
     pub filters: Arc<Vec<Vec<libc::sock_filter>>>,
+    /// Written to each command's `/proc/sys/kernel/pid_max` (per pid
+    /// namespace since Linux 6.14): the command's process budget.
+    pub pid_max: Option<CString>,
 }
 
 /// Message kinds on the holder's socket.
@@ -244,6 +250,13 @@ fn holder_main(plan: &HolderPlan) -> io::Result<()> {
     // SAFETY: plain syscalls on NUL-terminated paths and stack buffers in a
     // single-threaded forked child.
     unsafe {
+        // Joining a cgroup is slow (the kernel waits for an RCU grace
+        // period): the holder joins once and every command inherits it.
+        if let Some(procs) = &plan.commands.cgroup_procs
+            && !write_file(procs, b"0")
+        {
+            return Err(holder_fail(report, HolderStep::Cgroup));
+        }
         if libc::unshare(plan.unshare_flags) != 0 {
             return Err(holder_fail(report, HolderStep::Unshare));
         }
@@ -621,11 +634,6 @@ unsafe fn namespace_init(
         action.sa_sigaction = on_init_term as *const () as libc::sighandler_t;
         libc::sigemptyset(&mut action.sa_mask);
         libc::sigaction(libc::SIGTERM, &action, std::ptr::null_mut());
-        if let Some(procs) = &setup.cgroup_procs
-            && !write_file(procs, b"0")
-        {
-            fail(errno());
-        }
         let len = request.len as usize;
         let map = libc::mmap(
             std::ptr::null_mut(),
@@ -706,6 +714,11 @@ unsafe fn namespace_init(
             libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
             std::ptr::null(),
         ) != 0
+        {
+            fail(errno());
+        }
+        if let Some(max) = &setup.pid_max
+            && !write_file(c"/proc/sys/kernel/pid_max", max.as_bytes())
         {
             fail(errno());
         }
