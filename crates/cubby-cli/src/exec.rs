@@ -43,6 +43,10 @@ pub fn run(
                 cwd,
                 env: Vec::new(),
                 stdin: true,
+                env_remove: cubby::sandbox::HOST_ONLY_ENV
+                    .iter()
+                    .map(|s| s.to_string())
+                    .collect(),
             };
             let mut child = match sandbox.spawn_inherited(&spec) {
                 Ok(child) => child,

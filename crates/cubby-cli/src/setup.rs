@@ -105,6 +105,8 @@ pub fn factory(common: &Common, track_changes: bool) -> anyhow::Result<cubby_mcp
             .policy(policy.clone())
             .limits(config.limits.clone())
             .exec_rules(config.exec.rules.clone())
+            .network(config.network.clone())
+            .web_search(config.web_search.clone())
             .track_changes(track_changes);
         if let Some(shell) = &config.shell {
             builder = builder.shell(shell.clone());

@@ -304,3 +304,37 @@ fn secrets_from_config_are_redacted() {
     assert!(text.contains("token=[REDACTED:CUBBY_TEST_TOKEN]"), "{text}");
     assert!(!text.contains("tok-123456789"));
 }
+
+#[test]
+fn host_side_keys_never_reach_commands() {
+    let dir = tempfile::tempdir().unwrap();
+    for provider in ["linux", "local"] {
+        // The subcommand, the common flags, then the rest (after `--` for exec).
+        let run = |args: &[&str]| {
+            Command::new(env!("CARGO_BIN_EXE_cubby"))
+                .arg(args[0])
+                .arg("--root")
+                .arg(dir.path())
+                .args(["--provider", provider])
+                .args(&args[1..])
+                .env_remove("RUST_LOG")
+                .env("CUBBY_TOKEN", "token-value-4711")
+                .env("BRAVE_API_KEY", "brave-value-4711")
+                .env("CUBBY_VISIBLE", "visible-value-4711")
+                .output()
+                .unwrap()
+        };
+        let out = run(&["call", "run", r#"{"command": "env"}"#]);
+        let text = stdout(&out);
+        assert!(text.contains("visible-value-4711"), "{provider}: {text}");
+        assert!(!text.contains("token-value-4711"), "{provider}: {text}");
+        assert!(!text.contains("brave-value-4711"), "{provider}: {text}");
+        if provider == "linux" {
+            let out = run(&["exec", "--", "env"]);
+            let text = stdout(&out);
+            assert!(text.contains("visible-value-4711"), "exec: {text}");
+            assert!(!text.contains("token-value-4711"), "exec: {text}");
+            assert!(!text.contains("brave-value-4711"), "exec: {text}");
+        }
+    }
+}

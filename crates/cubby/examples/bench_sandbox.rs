@@ -55,6 +55,7 @@ fn exec_wait(sandbox: &dyn Sandbox, argv: &[&str]) {
         cwd: WorkspacePath::root(),
         env: Vec::new(),
         stdin: false,
+        env_remove: Vec::new(),
     };
     let spawned = sandbox.exec(&spec).unwrap();
     drop(spawned.output);

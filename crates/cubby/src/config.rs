@@ -148,6 +148,75 @@ impl Default for RunLimits {
     }
 }
 
+/// Default `web_fetch` time limit: the whole call, every redirect hop and
+/// the body included.
+pub const WEB_FETCH_TIMEOUT_MS: u64 = 20_000;
+/// Default cap on the text `web_fetch` returns, in chars.
+pub const WEB_FETCH_MAX_OUTPUT_CHARS: usize = 10_000;
+/// Default cap on the response body `web_fetch` downloads (after
+/// decompression), in bytes; the rest is never read.
+pub const WEB_FETCH_MAX_BODY_BYTES: usize = 5 * 1024 * 1024;
+/// Redirects `web_fetch` follows (each hop checked again); not configurable.
+pub const WEB_FETCH_MAX_REDIRECTS: usize = 5;
+/// Default `web_search` time limit.
+pub const WEB_SEARCH_TIMEOUT_MS: u64 = 20_000;
+/// Default number of results `web_search` shows.
+pub const WEB_SEARCH_MAX_RESULTS: usize = 5;
+/// Default cap on one `web_search` result (title, URL and snippet), in chars.
+pub const WEB_SEARCH_MAX_RESULT_CHARS: usize = 2_000;
+/// Default cap on the whole text `web_search` returns, in chars.
+pub const WEB_SEARCH_MAX_OUTPUT_CHARS: usize = 10_000;
+/// Smallest output cap a config may set for `web_fetch` and `web_search`
+/// (and for one search result).
+pub const WEB_MIN_OUTPUT_CHARS: usize = 1_000;
+
+/// `[limits.web_fetch]`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct WebFetchLimits {
+    /// Time limit of one call, in milliseconds.
+    pub timeout_ms: u64,
+    /// Chars of text returned (header, content and the cut note).
+    pub max_output_chars: usize,
+    /// Bytes of body downloaded.
+    pub max_body_bytes: usize,
+}
+
+impl Default for WebFetchLimits {
+    fn default() -> WebFetchLimits {
+        WebFetchLimits {
+            timeout_ms: WEB_FETCH_TIMEOUT_MS,
+            max_output_chars: WEB_FETCH_MAX_OUTPUT_CHARS,
+            max_body_bytes: WEB_FETCH_MAX_BODY_BYTES,
+        }
+    }
+}
+
+/// `[limits.web_search]`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct WebSearchLimits {
+    /// Time limit of one call, in milliseconds.
+    pub timeout_ms: u64,
+    /// Results shown.
+    pub max_results: usize,
+    /// Chars of one result.
+    pub max_result_chars: usize,
+    /// Chars of the whole text returned.
+    pub max_output_chars: usize,
+}
+
+impl Default for WebSearchLimits {
+    fn default() -> WebSearchLimits {
+        WebSearchLimits {
+            timeout_ms: WEB_SEARCH_TIMEOUT_MS,
+            max_results: WEB_SEARCH_MAX_RESULTS,
+            max_result_chars: WEB_SEARCH_MAX_RESULT_CHARS,
+            max_output_chars: WEB_SEARCH_MAX_OUTPUT_CHARS,
+        }
+    }
+}
+
 /// Per-tool limits (`[limits.<tool>]`).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -168,6 +237,10 @@ pub struct Limits {
     pub run: RunLimits,
     /// Resource limits of sandboxed commands.
     pub sandbox: SandboxLimits,
+    /// `web_fetch`.
+    pub web_fetch: WebFetchLimits,
+    /// `web_search`.
+    pub web_search: WebSearchLimits,
 }
 
 impl Default for Limits {
@@ -189,6 +262,8 @@ impl Default for Limits {
             },
             run: RunLimits::default(),
             sandbox: SandboxLimits::default(),
+            web_fetch: WebFetchLimits::default(),
+            web_search: WebSearchLimits::default(),
         }
     }
 }
@@ -216,6 +291,16 @@ impl Limits {
             ),
             ("limits.search.max_matches", self.search.max_matches as u64),
             ("limits.run.max_timeout_ms", self.run.max_timeout_ms),
+            ("limits.web_fetch.timeout_ms", self.web_fetch.timeout_ms),
+            (
+                "limits.web_fetch.max_body_bytes",
+                self.web_fetch.max_body_bytes as u64,
+            ),
+            ("limits.web_search.timeout_ms", self.web_search.timeout_ms),
+            (
+                "limits.web_search.max_results",
+                self.web_search.max_results as u64,
+            ),
         ];
         for (key, value) in zero {
             if value == 0 {
@@ -227,6 +312,27 @@ impl Limits {
                 "`limits.run.max_output_bytes` is {}, the minimum is {RUN_MIN_OUTPUT_BYTES}",
                 self.run.max_output_bytes
             )));
+        }
+        let chars = [
+            (
+                "limits.web_fetch.max_output_chars",
+                self.web_fetch.max_output_chars,
+            ),
+            (
+                "limits.web_search.max_result_chars",
+                self.web_search.max_result_chars,
+            ),
+            (
+                "limits.web_search.max_output_chars",
+                self.web_search.max_output_chars,
+            ),
+        ];
+        for (key, value) in chars {
+            if value < WEB_MIN_OUTPUT_CHARS {
+                return Err(Error::invalid_input(format!(
+                    "`{key}` is {value}, the minimum is {WEB_MIN_OUTPUT_CHARS}"
+                )));
+            }
         }
         if self.run.timeout_ms > self.run.max_timeout_ms {
             return Err(Error::invalid_input(format!(
@@ -249,8 +355,37 @@ pub struct NetworkConfig {
     pub allowed_domains: Vec<String>,
     /// Domains never reachable; denial wins.
     pub denied_domains: Vec<String>,
-    /// Private ranges the web tools and proxy may reach.
+    /// Address ranges (`10.0.0.0/8`, `fd00::/8`, or one address) the web
+    /// tools and proxy may reach although they are private, loopback,
+    /// link-local or otherwise non-public.
     pub allowed_cidrs: Vec<String>,
+}
+
+/// `[web_search]`: the backend `web_search` asks. It runs host-side: its
+/// key is read from cubby's own environment and never passed to commands
+/// by the web tools.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct WebSearchConfig {
+    /// `brave` or `searxng`; unset: `web_search` answers `unsupported`.
+    pub backend: Option<SearchBackendKind>,
+    /// Brave: the API endpoint (default
+    /// `https://api.search.brave.com/res/v1/web/search`). SearXNG: the
+    /// instance's base URL (required), e.g. `http://127.0.0.1:8888`.
+    pub url: Option<String>,
+    /// Brave: the environment variable holding the API key (default
+    /// `BRAVE_API_KEY`). Its value is redacted like a secret.
+    pub api_key_env: Option<String>,
+}
+
+/// A search service `web_search` can use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SearchBackendKind {
+    /// The Brave Search API (needs an API key).
+    Brave,
+    /// A SearXNG instance with the JSON format enabled.
+    Searxng,
 }
 
 /// Network mode for commands.
@@ -325,6 +460,8 @@ pub struct Config {
     pub network: NetworkConfig,
     /// Exec rules.
     pub exec: ExecConfig,
+    /// The `web_search` backend.
+    pub web_search: WebSearchConfig,
 }
 
 impl Config {
@@ -337,6 +474,8 @@ impl Config {
         let config: Config = toml::from_str(text)
             .map_err(|e| Error::invalid_input(format!("config `{origin}`: {e}")))?;
         config.limits.validate()?;
+        crate::web::validate_config(&config.network, &config.web_search)
+            .map_err(|e| Error::invalid_input(format!("config `{origin}`: {}", e.message())))?;
         for rule in &config.exec.rules {
             if rule.prefix.is_empty() {
                 return Err(Error::invalid_input(format!(

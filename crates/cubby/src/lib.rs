@@ -2,9 +2,10 @@
 //!
 //! An agent gets a [`Toolset`]: `read_file`, `write_file`, `edit_file`,
 //! `glob`, `list_files`, `search` and `changes` (commands come with the
-//! command providers). Every tool acts inside a [`Sandbox`] under a
-//! [`Policy`], and every result passes one output choke point that redacts
-//! secrets.
+//! command providers; `web_fetch` and `web_search`, host-side, when the
+//! policy grants them: see [`web`]). Every tool acts inside a [`Sandbox`]
+//! under a [`Policy`], and every result passes one output choke point that
+//! redacts secrets.
 //!
 //! # The flow of one call
 //!
@@ -58,6 +59,7 @@ pub mod process;
 pub mod sandbox;
 mod tools;
 mod toolset;
+pub mod web;
 
 pub use config::{Config, Limits, NetworkMode, SandboxLimits};
 pub use error::{Error, ErrorKind, Result};

@@ -13,7 +13,7 @@ use serde_json::Value;
 
 use std::sync::Mutex;
 
-use crate::config::{ExecRule, Limits};
+use crate::config::{ExecRule, Limits, NetworkConfig, WebSearchConfig};
 use crate::error::{Error, ErrorKind, Result};
 use crate::exec_policy::BeforeRun;
 use crate::output::{Redactor, Secret, ToolOutput};
@@ -21,6 +21,7 @@ use crate::policy::{COMMAND_TOOLS, Policy};
 use crate::process::{CancelToken, ProcessTable, RETAINED_LOG_BYTES, Subscriber};
 use crate::sandbox::Sandbox;
 use crate::tools::{Baseline, Ctx, Entry, ExecSettings, REGISTRY, RunState, ToolSpec};
+use crate::web::{Configured, Resolver, SearchBackend, SystemResolver, WebSettings};
 
 /// Largest JSON argument document accepted, in bytes.
 pub const MAX_ARGUMENT_BYTES: usize = 64 * 1024 * 1024;
@@ -41,6 +42,7 @@ struct Inner {
     run: RunState,
     offered: Vec<&'static Entry>,
     exec: ExecSettings,
+    web: WebSettings,
     subscribers: Arc<Mutex<Vec<Subscriber>>>,
     // Declared last: dropped after everything else, and its Drop kills
     // every process still running when the run ends.
@@ -71,6 +73,10 @@ impl Toolset {
             shell: None,
             retained_log_bytes: RETAINED_LOG_BYTES,
             subscribers: Vec::new(),
+            network: None,
+            web_search: None,
+            search_backend: None,
+            resolver: None,
         }
     }
 
@@ -237,6 +243,7 @@ impl Toolset {
             exec: &self.inner.exec,
             cancel: options.cancel.as_ref(),
             on_output: options.on_output.as_ref(),
+            web: &self.inner.web,
         };
         (entry.call)(&ctx, arguments)
     }
@@ -283,9 +290,50 @@ pub struct ToolsetBuilder {
     shell: Option<Vec<String>>,
     retained_log_bytes: usize,
     subscribers: Vec<Subscriber>,
+    network: Option<NetworkConfig>,
+    web_search: Option<WebSearchConfig>,
+    search_backend: Option<Arc<dyn SearchBackend>>,
+    resolver: Option<Arc<dyn Resolver>>,
 }
 
 impl ToolsetBuilder {
+    /// The `[network]` rules the web tools enforce: the domain lists (on the
+    /// requested host, every redirect hop and every search result) and
+    /// `allowed_cidrs`. Default: none, and then `web_fetch` and
+    /// `web_search` answer `unsupported` even when the policy grants them,
+    /// so that a front that forgets its `[network]` section never widens
+    /// what they reach. Pass `NetworkConfig::default()` for "every public
+    /// address, no domain lists".
+    pub fn network(mut self, network: NetworkConfig) -> ToolsetBuilder {
+        self.network = Some(network);
+        self
+    }
+
+    /// The `[web_search]` section: which backend `web_search` asks. Its API
+    /// key is read from this process's environment at [`build`](Self::build)
+    /// and redacted like a secret. Default: none (`web_search` answers
+    /// `unsupported`). [`search_backend`](Self::search_backend) wins.
+    pub fn web_search(mut self, config: WebSearchConfig) -> ToolsetBuilder {
+        self.web_search = Some(config);
+        self
+    }
+
+    /// A search backend for `web_search` (e.g. a [`crate::web::BraveSearch`]
+    /// built with a key from a vault). Default: none; wins over
+    /// [`web_search`](Self::web_search).
+    pub fn search_backend(mut self, backend: Arc<dyn SearchBackend>) -> ToolsetBuilder {
+        self.search_backend = Some(backend);
+        self
+    }
+
+    /// How `web_fetch` resolves host names. Default:
+    /// [`SystemResolver`]. Whatever it answers is still checked against the
+    /// refused ranges and `allowed_cidrs` before anything connects.
+    pub fn resolver(mut self, resolver: Arc<dyn Resolver>) -> ToolsetBuilder {
+        self.resolver = Some(resolver);
+        self
+    }
+
     /// Ordered exec rules (`[[exec.rules]]`). Default: none.
     pub fn exec_rules(mut self, rules: Vec<ExecRule>) -> ToolsetBuilder {
         self.exec_rules = rules;
@@ -350,12 +398,32 @@ impl ToolsetBuilder {
     ///
     /// # Errors
     ///
-    /// `invalid_input` for contradictory limits; `limit` when the secrets
+    /// `invalid_input` for contradictory limits, bad `[network]` entries or
+    /// a `[web_search]` section that cannot work; `limit` when the secrets
     /// cannot be compiled.
     pub fn build(self) -> Result<Toolset> {
         self.limits.validate()?;
         let policy = self.policy.unwrap_or_default();
-        let redactor = Redactor::new(&self.secrets)?;
+        let mut secrets = self.secrets;
+        let rules = self
+            .network
+            .as_ref()
+            .map(crate::web::NetRules::from_config)
+            .transpose()?;
+        let search = match (self.search_backend, &self.web_search) {
+            (Some(backend), _) => Ok(backend),
+            (None, config) => {
+                let config = config.clone().unwrap_or_default();
+                match crate::web::backend_from_config(&config, &|name| std::env::var(name).ok())? {
+                    Configured::Ready(backend, secret) => {
+                        secrets.extend(secret);
+                        Ok(backend)
+                    }
+                    Configured::None(why) => Err(why),
+                }
+            }
+        };
+        let redactor = Redactor::new(&secrets)?;
         let commands = self.sandbox.supports_commands();
         let offered: Vec<&'static Entry> = REGISTRY
             .iter()
@@ -376,6 +444,14 @@ impl ToolsetBuilder {
         };
         let subscribers = Arc::new(Mutex::new(self.subscribers));
         let procs = ProcessTable::new(redactor.clone(), subscribers.clone());
+        // Variables only cubby itself may use: never in a command's env.
+        let mut host_only_env: Vec<String> = crate::sandbox::HOST_ONLY_ENV
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        if let Some(var) = self.web_search.as_ref().and_then(|w| w.api_key_env.clone()) {
+            host_only_env.push(var);
+        }
         Ok(Toolset {
             inner: Arc::new(Inner {
                 sandbox: self.sandbox,
@@ -389,6 +465,12 @@ impl ToolsetBuilder {
                     before_run: self.before_run,
                     shell,
                     retained_log_bytes: self.retained_log_bytes,
+                    host_only_env,
+                },
+                web: WebSettings {
+                    rules,
+                    resolver: self.resolver.unwrap_or_else(|| Arc::new(SystemResolver)),
+                    search,
                 },
                 subscribers,
                 procs,

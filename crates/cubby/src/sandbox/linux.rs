@@ -561,6 +561,9 @@ impl LinuxSandbox {
                 return Err(Error::invalid_input("empty command"));
             };
             let mut cmd = Command::new(program);
+            for name in &spec.env_remove {
+                cmd.env_remove(name);
+            }
             cmd.args(args)
                 .envs(spec.env.iter().map(|(k, v)| (k, v)))
                 .current_dir(self.fs.root_path().join(spec.cwd.as_path()));
@@ -939,7 +942,9 @@ impl LinuxSandbox {
         protect: &[(String, bool)],
         private_tmp: bool,
     ) -> Result<Vec<u8>> {
-        let mut env: Vec<(std::ffi::OsString, std::ffi::OsString)> = std::env::vars_os().collect();
+        let mut env: Vec<(std::ffi::OsString, std::ffi::OsString)> = std::env::vars_os()
+            .filter(|(k, _)| !spec.env_remove.iter().any(|r| k == r.as_str()))
+            .collect();
         let mut set = |k: &str, v: &str| {
             env.retain(|(name, _)| name != k);
             env.push((k.into(), v.into()));

@@ -198,7 +198,14 @@ pub struct ExecSpec {
     pub env: Vec<(String, String)>,
     /// Give the process a stdin pipe (otherwise stdin is `/dev/null`).
     pub stdin: bool,
+    /// Variables removed from the environment the command inherits
+    /// (host-side keys and tokens).
+    pub env_remove: Vec<String>,
 }
+
+/// Variables that belong to cubby on the host and never reach a command:
+/// the HTTP front's bearer token and the default search backend key.
+pub const HOST_ONLY_ENV: [&str; 2] = ["CUBBY_TOKEN", crate::web::BRAVE_API_KEY_ENV];
 
 /// Where the tools act: a file system plus capabilities.
 pub trait Sandbox: Send + Sync {

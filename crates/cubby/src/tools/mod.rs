@@ -14,6 +14,7 @@ pub(crate) mod run;
 mod search;
 mod view;
 mod walk;
+mod web;
 mod write;
 
 use std::collections::HashMap;
@@ -119,6 +120,8 @@ pub(crate) struct ExecSettings {
     pub shell: Vec<String>,
     /// Bytes of output kept per process for paging.
     pub retained_log_bytes: usize,
+    /// Host-side variables removed from every command's environment.
+    pub host_only_env: Vec<String>,
 }
 
 /// What a tool handler sees.
@@ -132,6 +135,7 @@ pub(crate) struct Ctx<'a> {
     pub exec: &'a ExecSettings,
     pub cancel: Option<&'a crate::process::CancelToken>,
     pub on_output: Option<&'a crate::process::Subscriber>,
+    pub web: &'a crate::web::WebSettings,
 }
 
 /// Hints for clients (MCP tool annotations).
@@ -229,7 +233,7 @@ const fn entry<T: Tool>() -> Entry {
 }
 
 /// Every tool cubby implements, in the order they are offered.
-pub(crate) static REGISTRY: [Entry; 15] = [
+pub(crate) static REGISTRY: [Entry; 17] = [
     entry::<read::ReadFile>(),
     entry::<write::WriteFile>(),
     entry::<edit::EditFile>(),
@@ -245,6 +249,8 @@ pub(crate) static REGISTRY: [Entry; 15] = [
     entry::<procs::ListProcesses>(),
     entry::<procs::WriteStdin>(),
     entry::<procs::Preview>(),
+    entry::<web::WebFetch>(),
+    entry::<web::WebSearch>(),
 ];
 
 /// Formats a count with thousands separators (`12,345`).

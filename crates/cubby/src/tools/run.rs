@@ -141,6 +141,7 @@ pub(crate) fn start(
         cwd: cwd.clone(),
         env,
         stdin,
+        env_remove: ctx.exec.host_only_env.clone(),
     })?;
     ctx.procs.track(
         spawned,
