@@ -5,6 +5,9 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
+use common::processes_with;
 use std::io::{Read, Write};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -24,26 +27,6 @@ fn run(t: &Toolset, args: Value) -> ToolOutput {
     let out = t.call("run", args.clone());
     assert!(!out.is_error, "run {args}: {}", out.text);
     out
-}
-
-/// Pids of processes whose command line contains `marker`.
-fn processes_with(marker: &str) -> Vec<String> {
-    let mut found = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let name = entry.file_name().into_string().unwrap_or_default();
-        if !name.chars().all(|c| c.is_ascii_digit()) {
-            continue;
-        }
-        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
-            continue;
-        };
-        let text = String::from_utf8_lossy(&cmdline).replace('\0', " ");
-        if text.contains(marker) {
-            // Zombies have an empty cmdline, so anything found here is alive.
-            found.push(format!("{name}: {text}"));
-        }
-    }
-    found
 }
 
 fn unique(tag: &str) -> String {

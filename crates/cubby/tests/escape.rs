@@ -14,6 +14,9 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
+use common::processes_with;
 use std::io::Read;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -119,24 +122,6 @@ fn not_in(out: &ToolOutput, secret: &str) -> Verdict {
     } else {
         Ok(())
     }
-}
-
-/// Pids whose command line contains `marker`.
-fn processes_with(marker: &str) -> Vec<String> {
-    let mut found = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let name = entry.file_name().into_string().unwrap_or_default();
-        if !name.chars().all(|c| c.is_ascii_digit()) {
-            continue;
-        }
-        if let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) {
-            let text = String::from_utf8_lossy(&cmdline).replace('\0', " ");
-            if text.contains(marker) {
-                found.push(format!("{name}: {text}"));
-            }
-        }
-    }
-    found
 }
 
 fn none_left(marker: &str) -> Verdict {

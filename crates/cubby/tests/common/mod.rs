@@ -1,0 +1,23 @@
+//! Helpers shared by the integration tests of the `cubby` crate.
+
+#![allow(dead_code)]
+
+/// Processes (`pid: command line`) whose command line contains `marker`.
+/// Zombies have an empty command line, so anything found here is alive.
+pub fn processes_with(marker: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let name = entry.file_name().into_string().unwrap_or_default();
+        if !name.chars().all(|c| c.is_ascii_digit()) {
+            continue;
+        }
+        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
+            continue;
+        };
+        let text = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+        if text.contains(marker) {
+            found.push(format!("{name}: {text}"));
+        }
+    }
+    found
+}
