@@ -13,35 +13,13 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[path = "support/mod.rs"]
+mod support;
+
 use std::process::Command;
-use std::time::{Duration, Instant};
+use support::{peak_rss_mib, time};
 
 use serde_json::json;
-
-fn median(mut v: Vec<Duration>) -> f64 {
-    v.sort();
-    v[v.len() / 2].as_secs_f64() * 1000.0
-}
-
-fn time<F: FnMut()>(n: usize, mut f: F) -> f64 {
-    let mut samples = Vec::with_capacity(n);
-    for _ in 0..n {
-        let t = Instant::now();
-        f();
-        samples.push(t.elapsed());
-    }
-    median(samples)
-}
-
-fn peak_rss_mib() -> f64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap();
-    let kib: f64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap();
-    kib / 1024.0
-}
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();

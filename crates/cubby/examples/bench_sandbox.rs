@@ -17,37 +17,16 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[path = "support/mod.rs"]
+mod support;
+
 use std::process::Command;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use support::{kib_field, time};
 
 use cubby::sandbox::{ExecSpec, Sandbox};
 use cubby::{LinuxOptions, LinuxSandbox, Policy, WorkspacePath};
 use serde_json::json;
-
-fn median(mut v: Vec<Duration>) -> f64 {
-    v.sort();
-    v[v.len() / 2].as_secs_f64() * 1000.0
-}
-
-fn time<F: FnMut()>(n: usize, mut f: F) -> f64 {
-    let mut samples = Vec::with_capacity(n);
-    for _ in 0..n {
-        let t = Instant::now();
-        f();
-        samples.push(t.elapsed());
-    }
-    median(samples)
-}
-
-fn kib_field(path: &str, field: &str) -> f64 {
-    std::fs::read_to_string(path)
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| l.strip_prefix(field))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap_or(0.0)
-}
 
 fn exec_wait(sandbox: &dyn Sandbox, argv: &[&str]) {
     let spec = ExecSpec {

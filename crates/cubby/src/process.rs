@@ -222,7 +222,9 @@ impl std::fmt::Debug for Proc {
     }
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+/// Locks `m`, recovering the data of a poisoned lock (a panicking
+/// holder never leaves these structures half-written).
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 

@@ -299,6 +299,20 @@ fn protected_missing_created(l: &Lab) -> Verdict {
     Ok(())
 }
 
+fn protected_path_made_a_symlink(l: &Lab) -> Verdict {
+    // A symlink at a protected name cannot be bound read-only: commands
+    // must not start at all rather than write through it.
+    std::os::unix::fs::symlink(&l.outside, l.ws.join(".claude")).unwrap();
+    let out = l.tools.call(
+        "run",
+        json!({"command": "echo pwned > .claude/settings.json"}),
+    );
+    if !out.text.starts_with("ERROR unsupported") {
+        return Err(format!("a command ran: {}", out.text));
+    }
+    absent(&l.out("settings.json"))
+}
+
 fn deny_read_file(l: &Lab) -> Verdict {
     std::fs::create_dir_all(l.ws.join("secrets")).unwrap();
     let m = marker("denyread");
@@ -622,6 +636,10 @@ const ATTACKS: &[(&str, Attack)] = &[
     (
         "create missing protected paths (git init)",
         protected_missing_created,
+    ),
+    (
+        "write through a protected path that is a symlink",
+        protected_path_made_a_symlink,
     ),
     ("read a deny_read file", deny_read_file),
     ("write in read-only mode", read_only_mode),

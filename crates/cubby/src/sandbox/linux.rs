@@ -35,7 +35,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use rustix::pipe::{PipeFlags, pipe_with};
@@ -46,7 +46,7 @@ use crate::config::{NetworkMode, SandboxLimits};
 use crate::error::{Error, ErrorKind, Result};
 use crate::path::WorkspacePath;
 use crate::policy::{Mode, Policy};
-use crate::process::Spawned;
+use crate::process::{Spawned, lock};
 
 /// Capacity asked for a command's output pipe.
 const OUTPUT_PIPE_BYTES: usize = 1024 * 1024;
@@ -458,10 +458,6 @@ impl crate::process::ProcessHandle for SandboxChild {
             };
         }
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 fn cstring(path: &Path) -> Result<CString> {
