@@ -26,7 +26,8 @@ pub fn run(
         None => None,
         Some("off") => Some(NetworkMode::Off),
         Some("on") => Some(NetworkMode::On),
-        Some(other) => bail!("--network: expected `off` or `on`, got `{other}`"),
+        Some("allow") => Some(NetworkMode::Allow),
+        Some(other) => bail!("--network: expected `off`, `allow` or `on`, got `{other}`"),
     };
     let cwd = std::env::current_dir()
         .ok()
@@ -46,6 +47,7 @@ pub fn run(
                 env_remove: cubby::sandbox::HOST_ONLY_ENV
                     .iter()
                     .map(|s| s.to_string())
+                    .chain(setup.config.network.inject.iter().map(|i| i.secret.clone()))
                     .collect(),
             };
             let mut child = match sandbox.spawn_inherited(&spec) {

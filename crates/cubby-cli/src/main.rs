@@ -69,7 +69,8 @@ enum Command {
     },
     /// Run one command in the sandbox; stdio and exit code passed through.
     Exec {
-        /// Network for the command: off (loopback only) or on.
+        /// Network for the command: off (loopback only), allow (through the
+        /// egress proxy, `[network]` domain lists enforced) or on.
         #[arg(long)]
         network: Option<String>,
         /// The command and its arguments (after `--`).

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use anyhow::{Context, bail};
 use cubby::{
     Config, LinuxOptions, LinuxSandbox, Mode, NetworkMode, Policy, ProviderKind, Sandbox, Toolset,
+    web::Injection,
 };
 
 use crate::Common;
@@ -133,6 +134,21 @@ pub fn linux_options(
     };
     options.writable_roots = config.writable_roots.iter().map(PathBuf::from).collect();
     options.limits = config.limits.sandbox.clone();
+    options.egress.rules = config.network.clone();
+    for entry in &config.network.inject {
+        match std::env::var(&entry.secret) {
+            Ok(value) if !value.is_empty() => options.egress.inject.push(Injection {
+                name: entry.secret.clone(),
+                value,
+                hosts: entry.hosts.clone(),
+                headers: entry.headers.clone(),
+            }),
+            _ => tracing::warn!(
+                "network.inject: `{}` is not set in the environment; commands get no placeholder",
+                entry.secret
+            ),
+        }
+    }
     options
 }
 

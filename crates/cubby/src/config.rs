@@ -359,6 +359,27 @@ pub struct NetworkConfig {
     /// tools and proxy may reach although they are private, loopback,
     /// link-local or otherwise non-public.
     pub allowed_cidrs: Vec<String>,
+    /// Secrets the egress proxy injects (`mode = "allow"`, `linux`
+    /// provider): commands see a placeholder, and the proxy swaps the real
+    /// value in only for requests to the bound hosts.
+    pub inject: Vec<InjectConfig>,
+}
+
+/// One `[[network.inject]]` entry: a secret commands use only through the
+/// egress proxy.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct InjectConfig {
+    /// The environment variable (of cubby's) holding the real value;
+    /// commands see a placeholder under the same name. Redacted like a
+    /// secret.
+    pub secret: String,
+    /// The hosts the real value may go to (an entry covers its
+    /// subdomains). Required.
+    pub hosts: Vec<String>,
+    /// The request headers the proxy swaps the placeholder in
+    /// (case-insensitive); empty: every header.
+    pub headers: Vec<String>,
 }
 
 /// `[web_search]`: the backend `web_search` asks. It runs host-side: its

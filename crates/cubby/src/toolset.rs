@@ -423,6 +423,16 @@ impl ToolsetBuilder {
                 }
             }
         };
+        for entry in self.network.iter().flat_map(|n| n.inject.iter()) {
+            if let Ok(value) = std::env::var(&entry.secret)
+                && !value.is_empty()
+            {
+                secrets.push(Secret {
+                    name: entry.secret.clone(),
+                    value,
+                });
+            }
+        }
         let redactor = Redactor::new(&secrets)?;
         let commands = self.sandbox.supports_commands();
         let offered: Vec<&'static Entry> = REGISTRY
@@ -451,6 +461,11 @@ impl ToolsetBuilder {
             .collect();
         if let Some(var) = self.web_search.as_ref().and_then(|w| w.api_key_env.clone()) {
             host_only_env.push(var);
+        }
+        // Secrets the egress proxy injects: commands see placeholders (the
+        // linux provider sets them), never the values.
+        for entry in self.network.iter().flat_map(|n| n.inject.iter()) {
+            host_only_env.push(entry.secret.clone());
         }
         Ok(Toolset {
             inner: Arc::new(Inner {

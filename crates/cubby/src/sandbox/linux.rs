@@ -22,7 +22,12 @@
 //! - **seccomp**: `ptrace`, `process_vm_*`, `mount` and the new mount API,
 //!   `bpf`, `io_uring_*`, `kexec_*`, module loading, `perf_event_open`, key
 //!   management, `setns`, new user namespaces and more return `EPERM`;
-//!   with network off, so does every socket that is not `AF_UNIX`.
+//!   with network off, so does every socket that is not `AF_UNIX` (with
+//!   `allow`, every socket but `AF_UNIX`, `AF_INET`, `AF_INET6`).
+//! - **Network** `allow`: the namespace has loopback only; the holder opens
+//!   a listener there for the host-side egress proxy (`web/proxy.rs`), and
+//!   commands get `HTTP_PROXY`/`HTTPS_PROXY` and placeholders for injected
+//!   secrets.
 //! - **rlimits** from [`SandboxLimits`], plus a pids cgroup when cubby can
 //!   make one (as root, where `RLIMIT_NPROC` does not apply).
 //!
@@ -41,12 +46,14 @@ use std::time::{Duration, Instant};
 use rustix::pipe::{PipeFlags, pipe_with};
 
 use super::linux_sys::{self, HolderPlan, Mask, Rebind};
+use super::seccomp::Sockets;
 use super::{EntryKind, ExecSpec, FileSystem, LocalFs, LocalSandbox, ProviderKind, Sandbox};
 use crate::config::{NetworkMode, SandboxLimits};
 use crate::error::{Error, ErrorKind, Result};
 use crate::path::WorkspacePath;
 use crate::policy::{Mode, Policy};
 use crate::process::{Spawned, lock};
+use crate::web::{Egress, EgressOptions, EgressProxy, Resolver};
 
 /// Capacity asked for a command's output pipe.
 const OUTPUT_PIPE_BYTES: usize = 1024 * 1024;
@@ -74,8 +81,11 @@ pub struct LinuxOptions {
     /// unconfined.
     pub mode: Mode,
     /// `off`: a network namespace with loopback only and no non-unix
-    /// sockets; `on`: the host's network.
+    /// sockets; `allow`: the same namespace, where the egress proxy listens
+    /// (its only route out); `on`: the host's network.
     pub network: NetworkMode,
+    /// What the egress proxy enforces with network `allow`.
+    pub egress: EgressOptions,
     /// Extra writable directories (absolute or relative to the root).
     pub writable_roots: Vec<PathBuf>,
     /// Paths (relative to the root) that commands may not change.
@@ -97,6 +107,7 @@ impl LinuxOptions {
             } else {
                 NetworkMode::Off
             },
+            egress: EgressOptions::default(),
             writable_roots: Vec::new(),
             protected: policy.protected_paths().cloned().collect(),
             deny_read: policy.deny_read_paths().cloned().collect(),
@@ -240,6 +251,8 @@ pub struct LinuxSandbox {
     writable_roots: Vec<PathBuf>,
     live: Mutex<Option<Arc<Live>>>,
     placeholders: Arc<Mutex<HashMap<WorkspacePath, Placeholder>>>,
+    /// The egress proxy's rules (network `allow`).
+    egress: Option<Arc<Egress>>,
 }
 
 impl std::fmt::Debug for LinuxSandbox {
@@ -269,6 +282,11 @@ struct Live {
     pending: Arc<Pending>,
     cgroup: Option<PathBuf>,
     private_tmp: bool,
+    /// The egress proxy (network `allow`); dropped after the holder ends.
+    _proxy: Option<EgressProxy>,
+    /// What every command's environment gets on top (proxy variables,
+    /// placeholders).
+    extra_env: Vec<(String, String)>,
 }
 
 impl Drop for Live {
@@ -314,15 +332,17 @@ impl Slot {
     }
 }
 
-/// Reads the holder's socket until it closes, filing each answer.
-fn dispatch(sock: OwnedFd, pending: Arc<Pending>) {
+/// One message from the holder and the fds beside it; `None` once the
+/// socket has closed (or failed).
+fn recv_from_holder(sock: &OwnedFd) -> Option<(Option<linux_sys::Msg>, Vec<OwnedFd>)> {
     use rustix::net::{RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags};
     loop {
         let mut bytes = [0u8; 24];
-        let mut space = [std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(4))];
+        let mut space = [std::mem::MaybeUninit::uninit();
+            rustix::cmsg_space!(ScmRights(linux_sys::MSG_MAX_FDS))];
         let mut control = RecvAncillaryBuffer::new(&mut space);
         let received = rustix::net::recvmsg(
-            &sock,
+            sock,
             &mut [std::io::IoSliceMut::new(&mut bytes)],
             &mut control,
             RecvFlags::CMSG_CLOEXEC,
@@ -339,12 +359,35 @@ fn dispatch(sock: OwnedFd, pending: Arc<Pending>) {
             }
         }
         if n == 0 {
+            return None;
+        }
+        return Some((linux_sys::Msg::from_bytes(&bytes[..n]), fds));
+    }
+}
+
+/// The egress proxy's listener, which a holder asked for it sends first.
+fn recv_listener(sock: &OwnedFd) -> Result<OwnedFd> {
+    match recv_from_holder(sock) {
+        Some((Some(msg), fds)) if msg.kind == linux_sys::MSG_LISTENER => fds
+            .into_iter()
+            .next()
+            .ok_or_else(|| start_error("the holder sent no egress proxy socket")),
+        _ => Err(start_error(
+            "the holder did not send the egress proxy socket",
+        )),
+    }
+}
+
+/// Reads the holder's socket until it closes, filing each answer.
+fn dispatch(sock: OwnedFd, pending: Arc<Pending>) {
+    loop {
+        let Some((msg, fds)) = recv_from_holder(&sock) else {
             for slot in lock(&pending.slots).values() {
                 slot.update(|s| s.dead = true);
             }
             return;
-        }
-        let Some(msg) = linux_sys::Msg::from_bytes(&bytes[..n]) else {
+        };
+        let Some(msg) = msg else {
             continue;
         };
         let Some(slot) = lock(&pending.slots).get(&msg.id).cloned() else {
@@ -492,13 +535,12 @@ impl LinuxSandbox {
                     missing.join(", ")
                 )));
             }
-            if options.network == NetworkMode::Allow {
-                return Err(start_error(
-                    "network mode `allow` needs the egress proxy, which this build does not have; \
-                     use `off` or `on`",
-                ));
-            }
         }
+        let egress = if options.network == NetworkMode::Allow && options.mode != Mode::FullAccess {
+            Some(Arc::new(Egress::new(&options.egress)?))
+        } else {
+            None
+        };
         let mut writable_roots = Vec::new();
         for w in &options.writable_roots {
             let abs = if w.is_absolute() {
@@ -521,9 +563,22 @@ impl LinuxSandbox {
             writable_roots,
             live: Mutex::new(None),
             placeholders: Arc::new(Mutex::new(HashMap::new())),
+            egress,
         };
         sandbox.sweep_placeholders();
         Ok(sandbox)
+    }
+
+    /// Resolves the names commands reach through the egress proxy with
+    /// `resolver` instead of the system's (tests, embedders that pin names).
+    /// Call before the first command; the addresses it returns are held to
+    /// the address rules like any other.
+    #[must_use]
+    pub fn with_resolver(mut self, resolver: Arc<dyn Resolver>) -> LinuxSandbox {
+        if let Some(egress) = self.egress.as_mut().and_then(Arc::get_mut) {
+            egress.set_resolver(resolver);
+        }
+        self
     }
 
     /// The options this sandbox enforces.
@@ -614,10 +669,10 @@ impl LinuxSandbox {
 
     fn start_holder(&self) -> Result<Live> {
         let root = self.fs.root_path().to_path_buf();
-        let network_off = self.options.network == NetworkMode::Off;
+        let own_network = self.options.network != NetworkMode::On;
         let mut flags =
             libc::CLONE_NEWUSER | libc::CLONE_NEWNS | libc::CLONE_NEWIPC | libc::CLONE_NEWUTS;
-        if network_off {
+        if own_network {
             flags |= libc::CLONE_NEWNET;
         }
         let uid = rustix::process::getuid().as_raw();
@@ -675,7 +730,12 @@ impl LinuxSandbox {
         )
         .map_err(start_error)?;
         let (report_r, report_w) = pipe_with(PipeFlags::CLOEXEC).map_err(start_error)?;
-        let filters = Arc::new(super::seccomp::filters(network_off)?);
+        let sockets = match self.options.network {
+            NetworkMode::Off => Sockets::UnixOnly,
+            NetworkMode::Allow => Sockets::Inet,
+            NetworkMode::On => Sockets::Any,
+        };
+        let filters = Arc::new(super::seccomp::filters(sockets)?);
         // Each command's pid namespace gets its own pid_max where the kernel
         // has it; otherwise a pids cgroup bounds the sandbox (as root, where
         // RLIMIT_NPROC does not apply), at the price of a slow join.
@@ -707,7 +767,8 @@ impl LinuxSandbox {
             private_tmp,
             rebinds,
             masks,
-            loopback: network_off,
+            loopback: own_network,
+            proxy_listener: self.egress.is_some(),
             sock_fd: holder_sock.as_raw_fd(),
             report_fd: report_w.as_raw_fd(),
             commands,
@@ -735,6 +796,15 @@ impl LinuxSandbox {
             }
             Err(e) => return Err(start_error(e)),
         };
+        let (proxy, extra_env) = match &self.egress {
+            Some(egress) => {
+                let listener = recv_listener(&sock)?;
+                let proxy = EgressProxy::start(listener, egress.clone())?;
+                let env = egress.command_env(proxy.port());
+                (Some(proxy), env)
+            }
+            None => (None, Vec::new()),
+        };
         let pid = holder.id();
         let holder_root = PathBuf::from(format!("/proc/{pid}/root"));
         let landlock = self.landlock_ruleset(&root, &holder_root, private_tmp)?;
@@ -753,6 +823,8 @@ impl LinuxSandbox {
             pending,
             cgroup,
             private_tmp,
+            _proxy: proxy,
+            extra_env,
         };
         let setup = linux_sys::Msg {
             kind: linux_sys::MSG_LANDLOCK,
@@ -850,7 +922,7 @@ impl LinuxSandbox {
         drop(self.fs.open_dir(&spec.cwd)?);
         let live = self.live()?;
         let (protect, mut lease) = self.protect_plan()?;
-        let payload = self.payload(spec, &protect, live.private_tmp)?;
+        let payload = self.payload(spec, &protect, &live)?;
         let memfd = rustix::fs::memfd_create("cubby-command", rustix::fs::MemfdFlags::CLOEXEC)
             .map_err(|e| Error::internal(format!("memfd_create: {e}")))?;
         let mut written = 0;
@@ -931,13 +1003,9 @@ impl LinuxSandbox {
     }
 
     /// The request payload: counts, working directory, protected paths,
-    /// argv, env (this process's, then the spec's, then `TMPDIR`).
-    fn payload(
-        &self,
-        spec: &ExecSpec,
-        protect: &[(String, bool)],
-        private_tmp: bool,
-    ) -> Result<Vec<u8>> {
+    /// argv, env (this process's, then the spec's, then `TMPDIR` and the
+    /// proxy's variables).
+    fn payload(&self, spec: &ExecSpec, protect: &[(String, bool)], live: &Live) -> Result<Vec<u8>> {
         let mut env: Vec<(std::ffi::OsString, std::ffi::OsString)> = std::env::vars_os()
             .filter(|(k, _)| !spec.env_remove.iter().any(|r| k == r.as_str()))
             .collect();
@@ -948,8 +1016,11 @@ impl LinuxSandbox {
         for (k, v) in &spec.env {
             set(k, v);
         }
-        if private_tmp {
+        if live.private_tmp {
             set("TMPDIR", SANDBOX_TMP);
+        }
+        for (k, v) in &live.extra_env {
+            set(k, v);
         }
         let mut out = Vec::new();
         for n in [protect.len(), spec.argv.len(), env.len()] {

@@ -6,12 +6,12 @@
 //! buffer was prepared by the parent, and every call is a plain syscall.
 //!
 //! - The **holder** is forked once per sandbox. It creates the user, mount,
-//!   IPC, UTS and (with network off) network namespaces, maps the invoking
+//!   IPC, UTS and (with network off or `allow`) network namespaces, maps the invoking
 //!   user to itself, makes the mount tree private, mounts a private tmpfs on
 //!   `/tmp` (binding back the workspace and writable roots that lived
 //!   there) and on `/dev/shm`, masks the `deny_read` paths, brings the
-//!   loopback up, and then sleeps until its liveness pipe closes. It never
-//!   execs: it exists so that its namespaces exist.
+//!   loopback up (with network `allow`, opens the egress proxy's listening
+//!   socket there and hands it to the server). It never execs.
 //!   Then it serves: each command request (over a unix socket, with the
 //!   command's stdio fds and a memfd holding argv, env, working directory
 //!   and protected paths) is forked with `CLONE_NEWPID` — from this small
@@ -57,6 +57,7 @@ pub(crate) enum HolderStep {
     Mask,
     Loopback,
     Cgroup,
+    Listener,
 }
 
 impl HolderStep {
@@ -74,6 +75,7 @@ impl HolderStep {
             9 => "masking a deny_read path",
             10 => "bringing up the loopback interface",
             11 => "joining the sandbox's pids cgroup",
+            12 => "opening the egress proxy's listening socket",
             _ => "setting up the sandbox",
         }
     }
@@ -112,6 +114,9 @@ pub(crate) struct HolderPlan {
     pub rebinds: Vec<Rebind>,
     pub masks: Vec<Mask>,
     pub loopback: bool,
+    /// Open a TCP listener on `127.0.0.1` inside the network namespace and
+    /// send it to the server (`MSG_LISTENER`): the egress proxy's socket.
+    pub proxy_listener: bool,
     /// The holder's end of its socket: requests come in, replies go out,
     /// and the holder ends when the other end closes.
     pub sock_fd: RawFd,
@@ -144,6 +149,8 @@ pub(crate) const MSG_FORK_FAILED: u32 = 4;
 pub(crate) const MSG_STARTED: u32 = 5;
 pub(crate) const MSG_EXEC_FAILED: u32 = 6;
 pub(crate) const MSG_EXITED: u32 = 7;
+/// Sent once, first, when the plan asks for it: the proxy's listener.
+pub(crate) const MSG_LISTENER: u32 = 8;
 /// Most fds one message carries.
 pub(crate) const MSG_MAX_FDS: usize = 4;
 
@@ -349,6 +356,18 @@ fn holder_main(plan: &HolderPlan) -> io::Result<()> {
         }
         if plan.loopback && !loopback_up() {
             return Err(holder_fail(report, HolderStep::Loopback));
+        }
+        if plan.proxy_listener {
+            let listener = loopback_listener();
+            if listener < 0 {
+                return Err(holder_fail(report, HolderStep::Listener));
+            }
+            let msg = Msg {
+                kind: MSG_LISTENER,
+                ..Msg::default()
+            };
+            send_msg(plan.sock_fd, msg, listener);
+            // Closed with the rest below: only the server holds it now.
         }
         // Ready. Holding no other fd is what lets spawn() return.
         let keep = plan.sock_fd as libc::c_uint;
@@ -989,6 +1008,40 @@ unsafe fn loopback_up() -> bool {
         }
         libc::close(sock);
         ok
+    }
+}
+
+/// Backlog of the egress proxy's listener.
+const LISTENER_BACKLOG: libc::c_int = 256;
+
+/// A TCP socket listening on `127.0.0.1` at a free port, in this network
+/// namespace; -1 on failure (errno set).
+///
+/// # Safety
+///
+/// Async-signal-safe.
+unsafe fn loopback_listener() -> RawFd {
+    // SAFETY: `sockaddr_in` is plain data, zeroed, passed with its size.
+    unsafe {
+        let sock = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
+        if sock < 0 {
+            return -1;
+        }
+        let mut addr: libc::sockaddr_in = std::mem::zeroed();
+        addr.sin_family = libc::AF_INET as libc::sa_family_t;
+        addr.sin_addr.s_addr = u32::from_ne_bytes([127, 0, 0, 1]);
+        let bound = libc::bind(
+            sock,
+            (&addr as *const libc::sockaddr_in).cast(),
+            std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
+        ) == 0;
+        if !bound || libc::listen(sock, LISTENER_BACKLOG) != 0 {
+            let errno = *libc::__errno_location();
+            libc::close(sock);
+            *libc::__errno_location() = errno;
+            return -1;
+        }
+        sock
     }
 }
 

@@ -6,8 +6,9 @@
 //! 1. `clone3` returns `ENOSYS`, so that libc falls back to `clone`, whose
 //!    flags (unlike `clone3`'s, which sit in memory) a filter can read.
 //! 2. Everything in [`DENIED`], `clone`/`unshare` asking for a new user
-//!    namespace, and (network off) `socket` for any family but `AF_UNIX`,
-//!    return `EPERM`.
+//!    namespace, and `socket` for a family the network mode does not allow
+//!    (off: all but `AF_UNIX`; `allow`: all but `AF_UNIX`, `AF_INET`,
+//!    `AF_INET6`), return `EPERM`.
 
 use std::collections::BTreeMap;
 
@@ -111,12 +112,24 @@ fn has_flags(index: u8, mask: u64) -> Result<SeccompRule> {
     SeccompRule::new(vec![cond]).map_err(seccomp_error)
 }
 
+/// Which socket families commands may create.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Sockets {
+    /// Every family (network `on`).
+    Any,
+    /// `AF_UNIX`, `AF_INET` and `AF_INET6` (network `allow`: the network
+    /// namespace has only loopback, where the egress proxy listens).
+    Inet,
+    /// `AF_UNIX` only (network `off`).
+    UnixOnly,
+}
+
 /// The filters, in installation order.
 ///
 /// # Errors
 ///
 /// `unsupported` on an architecture `seccompiler` does not know.
-pub(crate) fn filters(network_off: bool) -> Result<Vec<Vec<libc::sock_filter>>> {
+pub(crate) fn filters(sockets: Sockets) -> Result<Vec<Vec<libc::sock_filter>>> {
     let mut clone3 = BTreeMap::new();
     clone3.insert(libc::SYS_clone3, Vec::new());
     let first = compile(clone3, libc::ENOSYS)?;
@@ -129,17 +142,23 @@ pub(crate) fn filters(network_off: bool) -> Result<Vec<Vec<libc::sock_filter>>> 
     // x86_64 and aarch64 both take the flags as clone's first argument.
     rules.insert(libc::SYS_clone, vec![has_flags(0, new_user)?]);
     rules.insert(libc::SYS_unshare, vec![has_flags(0, new_user)?]);
-    if network_off {
-        let not_unix = SeccompCondition::new(
-            0,
-            SeccompCmpArgLen::Dword,
-            SeccompCmpOp::Ne,
-            libc::AF_UNIX as u64,
-        )
-        .map_err(seccomp_error)?;
+    let allowed: &[libc::c_int] = match sockets {
+        Sockets::Any => &[],
+        Sockets::Inet => &[libc::AF_UNIX, libc::AF_INET, libc::AF_INET6],
+        Sockets::UnixOnly => &[libc::AF_UNIX],
+    };
+    if !allowed.is_empty() {
+        // One rule: the family is none of the allowed ones.
+        let conditions = allowed
+            .iter()
+            .map(|&family| {
+                SeccompCondition::new(0, SeccompCmpArgLen::Dword, SeccompCmpOp::Ne, family as u64)
+                    .map_err(seccomp_error)
+            })
+            .collect::<Result<Vec<_>>>()?;
         rules.insert(
             libc::SYS_socket,
-            vec![SeccompRule::new(vec![not_unix]).map_err(seccomp_error)?],
+            vec![SeccompRule::new(conditions).map_err(seccomp_error)?],
         );
     }
     let second = compile(rules, libc::EPERM)?;
@@ -152,9 +171,11 @@ mod tests {
 
     #[test]
     fn filters_compile_for_this_machine() {
-        let with = filters(true).unwrap();
-        let without = filters(false).unwrap();
-        assert_eq!(with.len(), 2);
-        assert!(with[1].len() > without[1].len());
+        let unix = filters(Sockets::UnixOnly).unwrap();
+        let inet = filters(Sockets::Inet).unwrap();
+        let any = filters(Sockets::Any).unwrap();
+        assert_eq!(unix.len(), 2);
+        assert!(unix[1].len() > any[1].len());
+        assert!(inet[1].len() > unix[1].len());
     }
 }

@@ -53,7 +53,7 @@ pub(crate) async fn fetch(
     let mut redirects: Vec<String> = Vec::new();
     loop {
         rules.check_host(url.host())?;
-        let addrs = checked_addresses(&url, rules, &resolver).await?;
+        let addrs = checked_addresses(url.host(), url.port(), rules, &resolver).await?;
         check_https(url.as_str())?;
         let mut builder = client_builder()?.dns_resolver(Arc::new(NoDns));
         if let Host::Domain(name) = url.host() {
@@ -124,13 +124,37 @@ fn is_redirect(status: u16) -> bool {
     matches!(status, 301 | 302 | 303 | 307 | 308)
 }
 
-/// The addresses of the hop's host, every one allowed, with the port.
-async fn checked_addresses(
-    url: &WebUrl,
+/// The addresses of `host` (resolved unless an IP literal), every one
+/// allowed by the address rules, with `port`.
+///
+/// # Errors
+///
+/// `network` when the name does not resolve or an address is refused.
+pub(crate) async fn checked_addresses(
+    host: &Host,
+    port: u16,
     rules: &NetRules,
     resolver: &Arc<dyn Resolver>,
 ) -> Result<Vec<SocketAddr>> {
-    let host = url.host();
+    let ips = resolve(host, resolver).await?;
+    for ip in &ips {
+        if let Some(why) = address_refusal(host, *ip, rules) {
+            return Err(Error::new(ErrorKind::Network, why));
+        }
+    }
+    // Connect over IPv4 to an IPv4-mapped address.
+    Ok(ips
+        .into_iter()
+        .map(|ip| SocketAddr::new(ip.to_canonical(), port))
+        .collect())
+}
+
+/// The addresses of `host`: an IP literal is its own answer.
+///
+/// # Errors
+///
+/// `network` when the name does not resolve or has no address.
+pub(crate) async fn resolve(host: &Host, resolver: &Arc<dyn Resolver>) -> Result<Vec<IpAddr>> {
     let ips: Vec<IpAddr> = match host {
         Host::Ip(ip) => vec![*ip],
         Host::Domain(name) => {
@@ -153,26 +177,20 @@ async fn checked_addresses(
             format!("`{host}` has no addresses; check the host name"),
         ));
     }
-    for ip in &ips {
-        if let Some(range) = rules.address_refusal(*ip) {
-            let what = match host {
-                Host::Ip(_) => format!("`{host}` is"),
-                Host::Domain(_) => format!("`{host}` resolves to {ip},"),
-            };
-            return Err(Error::new(
-                ErrorKind::Network,
-                format!(
-                    "{what} a {range} address; the web tools reach only public addresses \
-                     unless `network.allowed_cidrs` lists the range"
-                ),
-            ));
-        }
-    }
-    // Connect over IPv4 to an IPv4-mapped address.
-    Ok(ips
-        .into_iter()
-        .map(|ip| SocketAddr::new(ip.to_canonical(), url.port()))
-        .collect())
+    Ok(ips)
+}
+
+/// Why `ip` (an address of `host`) may not be reached, in words.
+pub(crate) fn address_refusal(host: &Host, ip: IpAddr, rules: &NetRules) -> Option<String> {
+    let range = rules.address_refusal(ip)?;
+    let what = match host {
+        Host::Ip(_) => format!("`{host}` is"),
+        Host::Domain(_) => format!("`{host}` resolves to {ip},"),
+    };
+    Some(format!(
+        "{what} a {range} address; cubby reaches only public addresses \
+         unless `network.allowed_cidrs` lists the range"
+    ))
 }
 
 /// The error for a failed request to `url`.

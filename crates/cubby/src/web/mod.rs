@@ -20,6 +20,9 @@
 //! the call's time limit and cancellation; dropping the request's future
 //! aborts it.
 //!
+//! The egress proxy (`proxy.rs`) applies the same domain lists and address
+//! rules to commands of a `linux` sandbox whose network mode is `allow`.
+//!
 //! # Limitations
 //!
 //! The search backend's own endpoint is trusted configuration: it is not held
@@ -29,6 +32,7 @@
 mod address;
 mod fetch;
 mod html;
+mod proxy;
 mod rules;
 mod search;
 
@@ -41,6 +45,8 @@ pub use address::MAX_URL_CHARS;
 pub(crate) use address::WebUrl;
 pub(crate) use fetch::{Fetched, fetch};
 pub(crate) use html::{decode, fragment_text, sniff_html, to_markdown};
+pub(crate) use proxy::{Egress, EgressProxy};
+pub use proxy::{EgressOptions, Injection, MAX_EGRESS_CONNECTIONS};
 pub(crate) use rules::NetRules;
 pub use search::{
     BRAVE_API_KEY_ENV, BRAVE_ENDPOINT, BraveSearch, SearchBackend, SearchFuture, SearchHit,
@@ -116,6 +122,14 @@ impl WebSettings {
 /// `invalid_input` naming the key and entry that cannot work.
 pub(crate) fn validate_config(network: &NetworkConfig, search: &WebSearchConfig) -> Result<()> {
     NetRules::from_config(network)?;
+    for entry in &network.inject {
+        proxy::check_injection(&Injection {
+            name: entry.secret.clone(),
+            value: "checked".into(),
+            hosts: entry.hosts.clone(),
+            headers: entry.headers.clone(),
+        })?;
+    }
     backend_from_config(search, &|_| None)?;
     Ok(())
 }

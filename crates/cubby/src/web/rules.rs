@@ -124,7 +124,7 @@ fn parse_cidr(entry: &str) -> Result<IpNet> {
 }
 
 /// True when `entry` covers `host` (itself or a subdomain).
-fn covers(entry: &Host, host: &Host) -> bool {
+pub(crate) fn covers(entry: &Host, host: &Host) -> bool {
     match (entry, host) {
         (Host::Domain(e), Host::Domain(_)) => {
             let name = host.match_name();

@@ -1,0 +1,792 @@
+//! The egress proxy: with network mode `allow`, the only route out of a
+//! `linux` sandbox.
+//!
+//! The sandbox's network namespace has nothing but loopback. Its holder
+//! opens a TCP listener on `127.0.0.1` there and hands the socket to cubby;
+//! cubby accepts on it in its own (the host's) namespace, so the proxy sees
+//! the sandbox's connections and makes its own, host-side. Commands find it
+//! through `HTTP_PROXY` / `HTTPS_PROXY`; a command that ignores them has no
+//! route anywhere.
+//!
+//! ```text
+//! command ─► 127.0.0.1:<port> in the sandbox ─► cubby (host side)
+//!   CONNECT host:port                    GET http://host:port/path
+//!   │ domain lists on host (403)         │ domain lists on host (403)
+//!   │ resolved host-side, every address checked: refused ranges and
+//!   │ `allowed_cidrs` (403); no answer or no connection (502)
+//!   │ connect to exactly the checked addresses
+//!   │ 200, then bytes both ways          │ the request in origin form, hop-by-hop
+//!   │ (TLS passes through untouched)     │ headers dropped, `Host` set from the URL,
+//!   ▼                                    ▼ placeholders swapped for bound hosts
+//! ```
+//!
+//! **Secret injection.** A command sees a configured secret as a random
+//! placeholder. In a plain-HTTP request to a host the secret is bound to,
+//! the proxy replaces the placeholder with the real value in the request
+//! headers (all of them, or the configured ones). Nowhere else: not in
+//! requests to other hosts, not in bodies or URLs, and not inside CONNECT
+//! tunnels, which are opaque (TLS) — a command that sends the placeholder
+//! over HTTPS sends the placeholder.
+//!
+//! Every connection and tunnel belongs to its sandbox: dropping the
+//! [`EgressProxy`] ends them all.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::os::fd::OwnedFd;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, combinators::BoxBody};
+use hyper::body::Incoming;
+use hyper::header::{self, HeaderMap, HeaderName, HeaderValue};
+use hyper::{Method, Request, Response, StatusCode, Uri};
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpStream;
+use tokio::sync::{Semaphore, watch};
+
+use super::address::{Host, WebUrl, parse_domain};
+use super::fetch::{address_refusal, resolve};
+use super::rules::{NetRules, covers};
+use super::{Resolver, SystemResolver};
+use crate::config::NetworkConfig;
+use crate::error::{Error, ErrorKind, Result, truncate_for_message};
+
+/// Connections (and tunnels) one sandbox may hold open through the proxy.
+pub const MAX_EGRESS_CONNECTIONS: usize = 256;
+/// How long the proxy tries to connect to one upstream address.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a client may take to send a request head.
+const HEADER_TIMEOUT: Duration = Duration::from_secs(30);
+/// Random bytes in a placeholder.
+const PLACEHOLDER_RANDOM_BYTES: usize = 16;
+/// Marks the proxy's own answers (refusals), for people reading a trace.
+const REFUSAL_HEADER: &str = "x-cubby-egress";
+
+/// What the egress proxy of a `linux` sandbox enforces (network mode
+/// `allow`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct EgressOptions {
+    /// The domain lists and `allowed_cidrs` (its `mode` and `inject` are not
+    /// read: injected secrets come with their values in `inject` below).
+    pub rules: NetworkConfig,
+    /// Secrets commands see as placeholders.
+    pub inject: Vec<Injection>,
+}
+
+/// A secret the proxy injects: commands see a placeholder under `name`;
+/// plain-HTTP requests to `hosts` carry `value` in its place.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Injection {
+    /// The environment variable commands find the placeholder in.
+    pub name: String,
+    /// The real value. Register it with the toolset as a secret too
+    /// ([`crate::ToolsetBuilder::secret`]) so that it is redacted from what
+    /// a server echoes back.
+    pub value: String,
+    /// Domain-list entries: the hosts the value may go to (an entry covers
+    /// its subdomains).
+    pub hosts: Vec<String>,
+    /// Header names the placeholder is swapped in; empty: every header.
+    pub headers: Vec<String>,
+}
+
+impl std::fmt::Debug for Injection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Injection")
+            .field("name", &self.name)
+            .field("value", &"…")
+            .field("hosts", &self.hosts)
+            .field("headers", &self.headers)
+            .finish()
+    }
+}
+
+/// One injection, parsed.
+struct Binding {
+    name: String,
+    placeholder: String,
+    value: Vec<u8>,
+    hosts: Vec<Host>,
+    /// Empty: every header.
+    headers: Vec<HeaderName>,
+}
+
+/// The rules and bindings of one sandbox's proxy, checked once.
+pub(crate) struct Egress {
+    rules: NetRules,
+    resolver: Arc<dyn Resolver>,
+    bindings: Vec<Binding>,
+}
+
+impl std::fmt::Debug for Egress {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Egress")
+            .field("rules", &self.rules)
+            .field("secrets", &self.bindings.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Egress {
+    /// Checks `options` and draws a placeholder for each injected secret.
+    ///
+    /// # Errors
+    ///
+    /// `invalid_input` naming the entry that cannot work.
+    pub(crate) fn new(options: &EgressOptions) -> Result<Egress> {
+        let rules = NetRules::from_config(&options.rules)?;
+        let mut bindings = Vec::new();
+        for injection in &options.inject {
+            bindings.push(binding(injection)?);
+        }
+        Ok(Egress {
+            rules,
+            resolver: Arc::new(SystemResolver),
+            bindings,
+        })
+    }
+
+    /// Resolves names with `resolver` instead of the system's.
+    pub(crate) fn set_resolver(&mut self, resolver: Arc<dyn Resolver>) {
+        self.resolver = resolver;
+    }
+
+    /// The variables each command gets: the proxy's address (and loopback
+    /// excepted from it) and each injected secret's placeholder.
+    pub(crate) fn command_env(&self, port: u16) -> Vec<(String, String)> {
+        let proxy = format!("http://127.0.0.1:{port}");
+        let local = "localhost,127.0.0.1,::1".to_string();
+        let mut env = vec![
+            ("HTTP_PROXY".to_string(), proxy.clone()),
+            ("HTTPS_PROXY".to_string(), proxy.clone()),
+            ("http_proxy".to_string(), proxy.clone()),
+            ("https_proxy".to_string(), proxy),
+            ("NO_PROXY".to_string(), local.clone()),
+            ("no_proxy".to_string(), local),
+            // Node 24+ honours the variables only when asked.
+            ("NODE_USE_ENV_PROXY".to_string(), "1".to_string()),
+        ];
+        for b in &self.bindings {
+            env.push((b.name.clone(), b.placeholder.clone()));
+        }
+        env
+    }
+
+    /// Connects to `host:port` if the rules allow it: 403 for a denied
+    /// host or a refused address, 502 when it cannot be resolved or reached.
+    async fn connect(&self, host: &Host, port: u16) -> std::result::Result<TcpStream, Refusal> {
+        self.rules.check_host(host).map_err(Refusal::from_error)?;
+        let ips = resolve(host, &self.resolver)
+            .await
+            .map_err(|e| Refusal::new(StatusCode::BAD_GATEWAY, e.message()))?;
+        for ip in &ips {
+            if let Some(why) = address_refusal(host, *ip, &self.rules) {
+                return Err(Refusal::new(StatusCode::FORBIDDEN, why));
+            }
+        }
+        let mut last = String::from("no address");
+        for ip in ips {
+            let addr = SocketAddr::new(ip.to_canonical(), port);
+            match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(addr)).await {
+                Ok(Ok(stream)) => return Ok(stream),
+                Ok(Err(e)) => last = format!("{addr}: {e}"),
+                Err(_) => last = format!("{addr}: no answer within {CONNECT_TIMEOUT:?}"),
+            }
+        }
+        Err(Refusal::new(
+            StatusCode::BAD_GATEWAY,
+            format!("cannot connect to {host} port {port} ({last})"),
+        ))
+    }
+
+    /// Swaps each bound placeholder for its value in `headers`, for a
+    /// request to `host`.
+    fn inject(&self, host: &Host, headers: &mut HeaderMap) {
+        for b in &self.bindings {
+            if !b.hosts.iter().any(|entry| covers(entry, host)) {
+                continue;
+            }
+            let needle = b.placeholder.as_bytes();
+            for (name, value) in headers.iter_mut() {
+                if !b.headers.is_empty() && !b.headers.contains(name) {
+                    continue;
+                }
+                let bytes = value.as_bytes();
+                if memchr::memmem::find(bytes, needle).is_none() {
+                    continue;
+                }
+                let swapped = replace_all(bytes, needle, &b.value);
+                // The value was checked to be a valid header value.
+                if let Ok(v) = HeaderValue::from_bytes(&swapped) {
+                    *value = v;
+                }
+            }
+        }
+    }
+}
+
+/// Checks an injection as [`Egress::new`] would (for config validation).
+///
+/// # Errors
+///
+/// `invalid_input` naming what cannot work.
+pub(crate) fn check_injection(injection: &Injection) -> Result<()> {
+    binding(injection).map(drop)
+}
+
+fn binding(injection: &Injection) -> Result<Binding> {
+    let name = &injection.name;
+    let what = |why: String| Error::invalid_input(format!("`network.inject` `{name}`: {why}"));
+    if name.is_empty() || name.contains(['=', '\0']) {
+        return Err(what(
+            "the secret's name must be an environment variable name".into(),
+        ));
+    }
+    if injection.hosts.is_empty() {
+        return Err(what(
+            "`hosts` is empty; name the hosts the secret may be sent to".into(),
+        ));
+    }
+    let hosts = injection
+        .hosts
+        .iter()
+        .map(|h| {
+            parse_domain(h).map_err(|why| {
+                what(format!(
+                    "host `{}` is not a domain: {why}",
+                    truncate_for_message(h)
+                ))
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let headers = injection
+        .headers
+        .iter()
+        .map(|h| {
+            HeaderName::from_bytes(h.trim().as_bytes()).map_err(|_| {
+                what(format!(
+                    "`{}` is not a header name",
+                    truncate_for_message(h)
+                ))
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    if injection.value.is_empty() || HeaderValue::from_str(&injection.value).is_err() {
+        return Err(what(
+            "the value is empty or cannot be sent in a header (control characters)".into(),
+        ));
+    }
+    Ok(Binding {
+        name: name.clone(),
+        placeholder: placeholder(name)?,
+        value: injection.value.as_bytes().to_vec(),
+        hosts,
+        headers,
+    })
+}
+
+/// `cubby-placeholder-<name>-<32 hex digits>`, random per sandbox.
+fn placeholder(name: &str) -> Result<String> {
+    use std::io::Read;
+    let mut random = [0u8; PLACEHOLDER_RANDOM_BYTES];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut random))
+        .map_err(|e| Error::internal(format!("cannot read /dev/urandom: {e}")))?;
+    let mut out = format!("cubby-placeholder-{name}-");
+    for b in random {
+        out.push_str(&format!("{b:02x}"));
+    }
+    Ok(out)
+}
+
+fn replace_all(haystack: &[u8], needle: &[u8], with: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(haystack.len() + with.len());
+    let mut rest = haystack;
+    while let Some(at) = memchr::memmem::find(rest, needle) {
+        out.extend_from_slice(&rest[..at]);
+        out.extend_from_slice(with);
+        rest = &rest[at + needle.len()..];
+    }
+    out.extend_from_slice(rest);
+    out
+}
+
+/// A running proxy. Dropping it closes the listener and ends every
+/// connection and tunnel it carries.
+pub(crate) struct EgressProxy {
+    port: u16,
+    /// Dropped: every task sees the channel close and ends.
+    _alive: watch::Sender<()>,
+}
+
+impl std::fmt::Debug for EgressProxy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EgressProxy")
+            .field("port", &self.port)
+            .finish()
+    }
+}
+
+impl EgressProxy {
+    /// Serves `listener` (a listening TCP socket, whatever its network
+    /// namespace) under `egress`.
+    ///
+    /// # Errors
+    ///
+    /// `internal` when the socket or the proxy's runtime cannot be used.
+    pub(crate) fn start(listener: OwnedFd, egress: Arc<Egress>) -> Result<EgressProxy> {
+        let internal = |e: &dyn std::fmt::Display| {
+            Error::internal(format!("the egress proxy cannot start: {e}"))
+        };
+        let listener = std::net::TcpListener::from(listener);
+        let port = listener.local_addr().map_err(|e| internal(&e))?.port();
+        listener.set_nonblocking(true).map_err(|e| internal(&e))?;
+        let runtime = runtime()?;
+        let listener = {
+            let _entered = runtime.enter();
+            tokio::net::TcpListener::from_std(listener).map_err(|e| internal(&e))?
+        };
+        let (alive, watch) = watch::channel(());
+        runtime.spawn(until_closed(watch.clone(), accept(listener, egress, watch)));
+        Ok(EgressProxy {
+            port,
+            _alive: alive,
+        })
+    }
+
+    /// The port the proxy listens on (inside the sandbox, on 127.0.0.1).
+    pub(crate) fn port(&self) -> u16 {
+        self.port
+    }
+}
+
+/// The runtime every sandbox's proxy runs on: one worker thread.
+fn runtime() -> Result<&'static tokio::runtime::Runtime> {
+    static RUNTIME: OnceLock<std::result::Result<tokio::runtime::Runtime, String>> =
+        OnceLock::new();
+    RUNTIME
+        .get_or_init(|| {
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(1)
+                .thread_name("cubby-egress")
+                .enable_all()
+                .build()
+                .map_err(|e| e.to_string())
+        })
+        .as_ref()
+        .map_err(|e| Error::internal(format!("the egress proxy's runtime cannot start: {e}")))
+}
+
+/// Runs `work` until it ends or the proxy is dropped.
+async fn until_closed(mut alive: watch::Receiver<()>, work: impl Future<Output = ()>) {
+    tokio::select! {
+        () = work => {}
+        () = async { while alive.changed().await.is_ok() {} } => {}
+    }
+}
+
+async fn accept(
+    listener: tokio::net::TcpListener,
+    egress: Arc<Egress>,
+    alive: watch::Receiver<()>,
+) {
+    let slots = Arc::new(Semaphore::new(MAX_EGRESS_CONNECTIONS));
+    loop {
+        let Ok(permit) = slots.clone().acquire_owned().await else {
+            return;
+        };
+        let stream = match listener.accept().await {
+            Ok((stream, _)) => stream,
+            Err(e) => {
+                tracing::debug!("egress proxy: accept failed: {e}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let connection = Connection {
+            egress: egress.clone(),
+            slots: slots.clone(),
+            alive: alive.clone(),
+        };
+        tokio::spawn(until_closed(alive.clone(), async move {
+            connection.serve(stream).await;
+            drop(permit);
+        }));
+    }
+}
+
+/// The response body the proxy sends: upstream's, or its own text.
+type ProxyBody = BoxBody<Bytes, hyper::Error>;
+
+/// What one accepted connection needs.
+#[derive(Clone)]
+struct Connection {
+    egress: Arc<Egress>,
+    slots: Arc<Semaphore>,
+    alive: watch::Receiver<()>,
+}
+
+impl Connection {
+    async fn serve(self, stream: TcpStream) {
+        let service = hyper::service::service_fn(move |req: Request<Incoming>| {
+            let this = self.clone();
+            async move {
+                let answer = if req.method() == Method::CONNECT {
+                    this.tunnel(req).await
+                } else {
+                    this.forward(req).await
+                };
+                Ok::<_, Infallible>(answer.unwrap_or_else(Refusal::response))
+            }
+        });
+        let served = hyper::server::conn::http1::Builder::new()
+            .timer(hyper_util::rt::TokioTimer::new())
+            .header_read_timeout(HEADER_TIMEOUT)
+            .preserve_header_case(true)
+            .title_case_headers(true)
+            .serve_connection(TokioIo::new(stream), service)
+            .with_upgrades()
+            .await;
+        if let Err(e) = served {
+            tracing::debug!("egress proxy: connection ended: {e}");
+        }
+    }
+
+    /// `CONNECT host:port`: checks, connects, answers 200 and then copies
+    /// bytes both ways until either side closes.
+    async fn tunnel(
+        &self,
+        req: Request<Incoming>,
+    ) -> std::result::Result<Response<ProxyBody>, Refusal> {
+        let authority = req.uri().authority().cloned().ok_or_else(|| {
+            Refusal::new(StatusCode::BAD_REQUEST, "CONNECT needs a host:port target")
+        })?;
+        if authority.port_u16().is_none() {
+            return Err(Refusal::new(
+                StatusCode::BAD_REQUEST,
+                "CONNECT needs a host:port target",
+            ));
+        }
+        let target = parse_target(authority.as_str())?;
+        let slot = self.slots.clone().try_acquire_owned().map_err(|_| {
+            Refusal::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("this sandbox already has {MAX_EGRESS_CONNECTIONS} connections open"),
+            )
+        })?;
+        let mut upstream = self.egress.connect(target.host(), target.port()).await?;
+        tracing::debug!("egress proxy: tunnel to {authority}");
+        tokio::spawn(until_closed(self.alive.clone(), async move {
+            match hyper::upgrade::on(req).await {
+                Ok(upgraded) => {
+                    let mut client = TokioIo::new(upgraded);
+                    let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
+                }
+                Err(e) => tracing::debug!("egress proxy: upgrade failed: {e}"),
+            }
+            drop(slot);
+        }));
+        Ok(Response::new(empty()))
+    }
+
+    /// A plain-HTTP request in absolute form: checks, connects, sends it on
+    /// in origin form with the placeholders of bound secrets swapped, and
+    /// streams the answer back.
+    async fn forward(
+        &self,
+        req: Request<Incoming>,
+    ) -> std::result::Result<Response<ProxyBody>, Refusal> {
+        match req.uri().scheme_str() {
+            Some("http") => {}
+            Some(_) => {
+                return Err(Refusal::new(
+                    StatusCode::BAD_REQUEST,
+                    "only http:// requests are forwarded; for https the client must tunnel \
+                     with CONNECT (it does when HTTPS_PROXY is set)",
+                ));
+            }
+            None => {
+                return Err(Refusal::new(
+                    StatusCode::BAD_REQUEST,
+                    "this is cubby's egress proxy: send requests through it (HTTP_PROXY, \
+                     HTTPS_PROXY), not to it",
+                ));
+            }
+        }
+        let authority =
+            req.uri().authority().cloned().ok_or_else(|| {
+                Refusal::new(StatusCode::BAD_REQUEST, "the request URL has no host")
+            })?;
+        let target = parse_target(authority.as_str())?;
+        let host = target.host().clone();
+        let upstream = self.egress.connect(&host, target.port()).await?;
+        let (mut parts, body) = req.into_parts();
+        remove_hop_by_hop(&mut parts.headers);
+        // RFC 9112 §3.2.2: the target URI's authority replaces any Host.
+        let host_header = HeaderValue::from_str(authority.as_str())
+            .map_err(|_| Refusal::new(StatusCode::BAD_REQUEST, "the request's host is invalid"))?;
+        parts.headers.insert(header::HOST, host_header);
+        self.egress.inject(&host, &mut parts.headers);
+        parts.uri = parts.uri.path_and_query().map_or_else(
+            || Uri::from_static("/"),
+            |pq| Uri::try_from(pq.as_str()).unwrap_or_else(|_| Uri::from_static("/")),
+        );
+        let bad_gateway = |e: hyper::Error| {
+            Refusal::new(
+                StatusCode::BAD_GATEWAY,
+                format!("{authority}: the request failed: {e}"),
+            )
+        };
+        let (mut sender, conn) = hyper::client::conn::http1::Builder::new()
+            .preserve_header_case(true)
+            .title_case_headers(true)
+            .handshake(TokioIo::new(upstream))
+            .await
+            .map_err(bad_gateway)?;
+        tokio::spawn(until_closed(self.alive.clone(), async move {
+            if let Err(e) = conn.await {
+                tracing::debug!("egress proxy: upstream connection ended: {e}");
+            }
+        }));
+        let response = sender
+            .send_request(Request::from_parts(parts, body))
+            .await
+            .map_err(bad_gateway)?;
+        let (mut parts, body) = response.into_parts();
+        remove_hop_by_hop(&mut parts.headers);
+        Ok(Response::from_parts(parts, body.boxed()))
+    }
+}
+
+/// The host and port of a request's target, held to the web tools' strict
+/// host rules (no user info, no `%`, no odd IPv4 forms, ASCII only).
+fn parse_target(authority: &str) -> std::result::Result<WebUrl, Refusal> {
+    WebUrl::parse(&format!("http://{authority}/")).map_err(|e| {
+        Refusal::new(
+            StatusCode::BAD_REQUEST,
+            format!(
+                "the target `{}` is not accepted: {}",
+                truncate_for_message(authority),
+                e.message()
+            ),
+        )
+    })
+}
+
+/// Headers that belong to one connection, not to the request (RFC 9110
+/// §7.6.1), plus those the `Connection` header names.
+fn remove_hop_by_hop(headers: &mut HeaderMap) {
+    let named: Vec<HeaderName> = headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
+        .collect();
+    for name in named {
+        headers.remove(name);
+    }
+    for name in [
+        header::CONNECTION,
+        header::PROXY_AUTHENTICATE,
+        header::PROXY_AUTHORIZATION,
+        header::TE,
+        header::TRAILER,
+        header::TRANSFER_ENCODING,
+        header::UPGRADE,
+    ] {
+        headers.remove(name);
+    }
+    headers.remove("keep-alive");
+    headers.remove("proxy-connection");
+}
+
+fn empty() -> ProxyBody {
+    Full::new(Bytes::new())
+        .map_err(|never| match never {})
+        .boxed()
+}
+
+/// The proxy's own answer when it will not or cannot pass a request on.
+#[derive(Debug)]
+struct Refusal {
+    status: StatusCode,
+    message: String,
+}
+
+impl Refusal {
+    fn new(status: StatusCode, message: impl Into<String>) -> Refusal {
+        Refusal {
+            status,
+            message: message.into(),
+        }
+    }
+
+    fn from_error(err: Error) -> Refusal {
+        let status = match err.kind() {
+            ErrorKind::Denied => StatusCode::FORBIDDEN,
+            ErrorKind::InvalidInput => StatusCode::BAD_REQUEST,
+            _ => StatusCode::BAD_GATEWAY,
+        };
+        Refusal::new(status, err.message())
+    }
+
+    fn response(self) -> Response<ProxyBody> {
+        tracing::debug!("egress proxy: {} {}", self.status, self.message);
+        let body = format!("cubby egress proxy: {}\n", self.message);
+        let mut response = Response::new(
+            Full::new(Bytes::from(body))
+                .map_err(|never| match never {})
+                .boxed(),
+        );
+        *response.status_mut() = self.status;
+        let headers = response.headers_mut();
+        headers.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("text/plain; charset=utf-8"),
+        );
+        headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
+        headers.insert(REFUSAL_HEADER, HeaderValue::from_static("refused"));
+        response
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn injection(hosts: &[&str], headers: &[&str]) -> Injection {
+        Injection {
+            name: "API_TOKEN".into(),
+            value: "real-value".into(),
+            hosts: hosts.iter().map(|s| s.to_string()).collect(),
+            headers: headers.iter().map(|s| s.to_string()).collect(),
+        }
+    }
+
+    fn egress(inject: Vec<Injection>) -> Egress {
+        Egress::new(&EgressOptions {
+            rules: NetworkConfig::default(),
+            inject,
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn placeholders_are_swapped_only_for_bound_hosts_and_headers() {
+        let e = egress(vec![injection(&["api.example.com"], &["authorization"])]);
+        let placeholder = e.bindings[0].placeholder.clone();
+        assert!(placeholder.starts_with("cubby-placeholder-API_TOKEN-"));
+        let headers = || {
+            let mut h = HeaderMap::new();
+            h.insert(
+                header::AUTHORIZATION,
+                HeaderValue::from_str(&format!("Bearer {placeholder}")).unwrap(),
+            );
+            h.insert("x-other", HeaderValue::from_str(&placeholder).unwrap());
+            h
+        };
+        let bound = Host::Domain("v2.api.example.com".into());
+        let mut h = headers();
+        e.inject(&bound, &mut h);
+        assert_eq!(h[header::AUTHORIZATION], "Bearer real-value");
+        assert_eq!(h["x-other"], placeholder.as_str());
+
+        for other in [
+            "example.com",
+            "api.example.com.evil.test",
+            "badapi.example.com",
+        ] {
+            let mut h = headers();
+            e.inject(&Host::Domain(other.into()), &mut h);
+            assert_eq!(
+                h[header::AUTHORIZATION],
+                format!("Bearer {placeholder}").as_str(),
+                "{other}"
+            );
+        }
+
+        let all = egress(vec![injection(&["api.example.com"], &[])]);
+        let p = all.bindings[0].placeholder.clone();
+        let mut h = HeaderMap::new();
+        h.insert(
+            "x-api-key",
+            HeaderValue::from_str(&format!("{p},{p}")).unwrap(),
+        );
+        all.inject(&Host::Domain("api.example.com".into()), &mut h);
+        assert_eq!(h["x-api-key"], "real-value,real-value");
+    }
+
+    #[test]
+    fn placeholders_differ_per_sandbox() {
+        let a = egress(vec![injection(&["a.test"], &[])]);
+        let b = egress(vec![injection(&["a.test"], &[])]);
+        assert_ne!(a.bindings[0].placeholder, b.bindings[0].placeholder);
+    }
+
+    #[test]
+    fn bad_injections_are_refused_with_the_reason() {
+        let cases = [
+            (injection(&[], &[]), "`hosts` is empty"),
+            (injection(&["exa mple.com"], &[]), "is not a domain"),
+            (
+                injection(&["a.test"], &["bad header"]),
+                "is not a header name",
+            ),
+            (
+                Injection {
+                    value: "line\nbreak".into(),
+                    ..injection(&["a.test"], &[])
+                },
+                "cannot be sent in a header",
+            ),
+            (
+                Injection {
+                    name: "A=B".into(),
+                    ..injection(&["a.test"], &[])
+                },
+                "environment variable name",
+            ),
+        ];
+        for (inj, want) in cases {
+            let err = Egress::new(&EgressOptions {
+                rules: NetworkConfig::default(),
+                inject: vec![inj],
+            })
+            .unwrap_err();
+            assert!(err.message().contains(want), "{err}");
+        }
+    }
+
+    #[test]
+    fn hop_by_hop_headers_are_dropped() {
+        let mut h = HeaderMap::new();
+        h.insert(
+            header::CONNECTION,
+            HeaderValue::from_static("keep-alive, x-secret-hop"),
+        );
+        h.insert("x-secret-hop", HeaderValue::from_static("1"));
+        h.insert(
+            "proxy-authorization",
+            HeaderValue::from_static("Basic eA=="),
+        );
+        h.insert("proxy-connection", HeaderValue::from_static("keep-alive"));
+        h.insert(header::ACCEPT, HeaderValue::from_static("*/*"));
+        remove_hop_by_hop(&mut h);
+        assert_eq!(h.len(), 1, "{h:?}");
+        assert!(h.contains_key(header::ACCEPT));
+    }
+
+    #[test]
+    fn the_proxy_environment_names_the_port_and_the_placeholders() {
+        let e = egress(vec![injection(&["a.test"], &[])]);
+        let env = e.command_env(4711);
+        let get = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
+        assert_eq!(get("HTTPS_PROXY").unwrap(), "http://127.0.0.1:4711");
+        assert_eq!(get("http_proxy").unwrap(), "http://127.0.0.1:4711");
+        assert!(get("NO_PROXY").unwrap().contains("127.0.0.1"));
+        assert_eq!(get("API_TOKEN").unwrap(), e.bindings[0].placeholder);
+    }
+}
