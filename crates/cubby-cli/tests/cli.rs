@@ -338,3 +338,123 @@ fn host_side_keys_never_reach_commands() {
         }
     }
 }
+
+/// `[network] mode = "allow"` from the config file, with a secret bound to
+/// `localhost` by `[[network.inject]]`: the command reaches a local server
+/// through the egress proxy (the system resolver, `allowed_cidrs` listing
+/// loopback; `--noproxy ''` because `NO_PROXY` keeps `localhost` inside the
+/// sandbox otherwise), sees only a placeholder, and the server gets the real value;
+/// the tool's output never shows it. `cubby exec --network allow` takes the
+/// same route, and a name outside the list is refused.
+#[test]
+fn network_allow_from_the_config_goes_through_the_egress_proxy() {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let server = {
+        let seen = seen.clone();
+        std::thread::spawn(move || {
+            for conn in listener.incoming().take(2) {
+                let mut conn = conn.unwrap();
+                let mut head = Vec::new();
+                let mut byte = [0u8; 1];
+                while !head.ends_with(b"\r\n\r\n") && conn.read(&mut byte).unwrap_or(0) == 1 {
+                    head.push(byte[0]);
+                }
+                let head = String::from_utf8_lossy(&head).into_owned();
+                let auth = head
+                    .lines()
+                    .find_map(|l| l.strip_prefix("Authorization: "))
+                    .unwrap_or("")
+                    .to_string();
+                let body = format!("auth={auth}\n");
+                seen.lock().unwrap().push(auth);
+                let _ = write!(
+                    conn,
+                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+            }
+        })
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("cubby.toml");
+    std::fs::write(
+        &config,
+        r#"
+secrets = []
+[network]
+mode = "allow"
+allowed_domains = ["localhost"]
+allowed_cidrs = ["127.0.0.0/8", "::1/128"]
+[[network.inject]]
+secret = "CUBBY_TEST_TOKEN"
+hosts = ["localhost"]
+headers = ["Authorization"]
+"#,
+    )
+    .unwrap();
+    let real = "real-cli-token-90210";
+    let command = format!(
+        "printenv CUBBY_TEST_TOKEN; curl -sS -f --noproxy '' \
+         -H \"Authorization: $CUBBY_TEST_TOKEN\" http://localhost:{port}/cli; \
+         curl -sS -f http://example.com/; echo rc=$?"
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_cubby"))
+        .args(["call", "run", "--provider", "linux", "--root"])
+        .arg(dir.path())
+        .arg(serde_json::json!({ "command": command }).to_string())
+        .env("CUBBY_TEST_TOKEN", real)
+        .output()
+        .unwrap();
+    let text = stdout(&out);
+    assert!(!text.contains(real), "{text}");
+    assert!(
+        text.contains("cubby-placeholder-CUBBY_TEST_TOKEN-"),
+        "{text}"
+    );
+    assert!(text.contains("auth=[REDACTED:CUBBY_TEST_TOKEN]"), "{text}");
+    assert!(text.contains("403") && !text.contains("rc=0"), "{text}");
+    assert_eq!(seen.lock().unwrap()[0], real);
+
+    let out = Command::new(env!("CARGO_BIN_EXE_cubby"))
+        .args(["exec", "--network", "allow", "--root"])
+        .arg(dir.path())
+        .args(["--", "curl", "-sS", "-f", "--noproxy", ""])
+        .arg(format!("http://localhost:{port}/exec"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert!(stdout(&out).contains("auth="), "{out:?}");
+    server.join().unwrap();
+}
+
+/// `cubby mcp` ends cleanly (status 0) when its input ends before any
+/// handshake, or after a client only discovered the server.
+#[test]
+fn mcp_stdio_ends_cleanly_when_input_ends_early() {
+    use std::io::Write;
+    let dir = tempfile::tempdir().unwrap();
+    let discover = r#"{"jsonrpc":"2.0","id":1,"method":"server/discover","params":{}}"#;
+    for input in ["", discover] {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_cubby"))
+            .args(["mcp", "--provider", "virtual", "--root"])
+            .arg(dir.path())
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stdin = child.stdin.take().unwrap();
+        if !input.is_empty() {
+            writeln!(stdin, "{input}").unwrap();
+        }
+        drop(stdin);
+        let out = child.wait_with_output().unwrap();
+        assert!(out.status.success(), "input {input:?}: {out:?}");
+        if !input.is_empty() {
+            assert!(stdout(&out).contains(r#""id":1"#), "{out:?}");
+        }
+    }
+}

@@ -332,11 +332,16 @@ where
         let _ = output.flush().await;
     });
 
-    let running = handler
-        .serve((rmcp_in, rmcp_out))
-        .await
-        .map_err(|e| ServeError(format!("MCP session failed to start: {e}")))?;
-    let _ = running.waiting().await;
+    let running = match handler.serve((rmcp_in, rmcp_out)).await {
+        Ok(running) => Some(running),
+        // Input ended before a handshake (a client that only discovered, or
+        // none at all): a clean end, not a failure.
+        Err(rmcp::service::ServerInitializeError::ConnectionClosed(_)) => None,
+        Err(e) => return Err(ServeError(format!("MCP session failed to start: {e}"))),
+    };
+    if let Some(running) = running {
+        let _ = running.waiting().await;
+    }
     let _ = guard.await;
     let _ = writer.await;
     // The server-wide run ends with the server.

@@ -368,7 +368,25 @@ pub mod schema {
         if let Value::Object(map) = value {
             map.remove("title");
             map.remove("$schema");
-            if map.get("type").and_then(Value::as_str) == Some("object") {
+            let types: Vec<&str> = match map.get("type") {
+                Some(Value::String(t)) => vec![t.as_str()],
+                Some(Value::Array(ts)) => ts.iter().filter_map(Value::as_str).collect(),
+                _ => Vec::new(),
+            };
+            let object = types.contains(&"object");
+            // schemars' `uint64`/`int32` formats are not JSON Schema
+            // formats: validators warn about them and strict function
+            // calling may refuse them (`minimum: 0` already says unsigned).
+            let numeric = types.iter().any(|t| matches!(*t, "integer" | "number"));
+            if numeric {
+                map.remove("format");
+            }
+            // `default: null` says nothing a nullable type does not, and
+            // strict function calling does not take `default`.
+            if map.get("default") == Some(&Value::Null) {
+                map.remove("default");
+            }
+            if object {
                 map.entry("properties")
                     .or_insert_with(|| Value::Object(Map::new()));
                 map.insert("additionalProperties".into(), Value::Bool(false));

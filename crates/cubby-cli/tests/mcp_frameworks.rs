@@ -1,0 +1,250 @@
+//! Agent frameworks list and execute cubby's tools through their own MCP
+//! clients, over stdio (`cubby mcp`), with no language model and no network
+//! beyond the package registries:
+//!
+//! - the Vercel AI SDK (`createMCPClient` from `@ai-sdk/mcp`):
+//!   `tests/mcp/ai_sdk_client.mjs`;
+//! - Mastra's `MCPClient` (`@mastra/mcp`): `tests/mcp/mastra_client.mjs`;
+//! - the OpenAI Agents SDK (`agents.mcp.MCPServerStdio`, Python):
+//!   `tests/mcp/agents_sdk_client.py`.
+//!
+//! Each client lists the tools, writes a file and reads it back, lists files
+//! and gets an error result, through the framework's tool objects too: its
+//! input schema conversion (zod, Mastra's schema layer, the Agents SDK's
+//! strict JSON schema), its output schema validation where it has one, and
+//! its agent loop driven by a scripted model. A client prints `ok: ...`
+//! when every check passed.
+//!
+//! The packages are installed the first time, at the pinned versions below:
+//! the Node ones with Node 22 (they need Node >= 22; the npm package `node`
+//! ships the binary) into `target/mcp-frameworks-node`, the Python one into
+//! the venv `target/mcp-agents-venv`.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use common::repo_root;
+
+/// Node.js for the Node clients (`@ai-sdk/mcp` and `@mastra/*` need >= 22).
+const NODE: &str = "node@22.23.3";
+/// The Vercel AI SDK.
+const AI: &str = "ai@7.0.173";
+/// The AI SDK's MCP client.
+const AI_SDK_MCP: &str = "@ai-sdk/mcp@2.0.99";
+/// zod, a peer dependency of the AI SDK; the test builds zod schemas from
+/// cubby's JSON schemas with it.
+const ZOD: &str = "zod@4.6.7";
+/// Mastra's MCP client.
+const MASTRA_MCP: &str = "@mastra/mcp@2.0.0";
+/// Mastra's core, a peer dependency of `@mastra/mcp` (the `Agent`).
+const MASTRA_CORE: &str = "@mastra/core@1.71.0";
+/// The OpenAI Agents SDK.
+const OPENAI_AGENTS: &str = "openai-agents==0.24.0";
+/// The Python MCP SDK under it (it accepts `mcp>=1.19,<3`).
+const PYTHON_MCP: &str = "mcp==2.3.0";
+
+/// Longest a client may run, its cubby processes included.
+const CLIENT_DEADLINE: Duration = Duration::from_secs(180);
+/// How long cubby may take to exit after its client did.
+const EXIT_GRACE: Duration = Duration::from_secs(5);
+
+static NODE_LOCK: Mutex<()> = Mutex::new(());
+static VENV_LOCK: Mutex<()> = Mutex::new(());
+
+/// The directory holding `node_modules` with the Node packages, and its node
+/// binary; installs them on first use.
+fn node_dir() -> (PathBuf, PathBuf) {
+    let _guard = NODE_LOCK.lock().unwrap_or_else(|p| p.into_inner());
+    let packages = [NODE, AI, AI_SDK_MCP, ZOD, MASTRA_MCP, MASTRA_CORE];
+    let want = packages.join(" ");
+    let dir = repo_root().join("target/mcp-frameworks-node");
+    let node = dir.join("node_modules/node/bin/node");
+    let ready = dir.join(".ready");
+    if std::fs::read_to_string(&ready).ok().as_deref() != Some(want.as_str()) || !node.exists() {
+        std::fs::create_dir_all(&dir).unwrap();
+        let _ = std::fs::remove_file(&ready);
+        // Scripts on: the `node` package installs its binary by a
+        // preinstall script.
+        let status = Command::new("npm")
+            .args(["install", "--no-audit", "--no-fund", "--save-exact"])
+            .args(["--ignore-scripts=false", "--loglevel=error", "--prefix"])
+            .arg(&dir)
+            .args(packages)
+            .current_dir(&dir)
+            .status()
+            .expect("npm is needed for the agent framework tests");
+        assert!(status.success(), "npm install {want} failed");
+        std::fs::write(&ready, &want).unwrap();
+    }
+    let version = Command::new(&node).arg("--version").output().unwrap();
+    let version = String::from_utf8_lossy(&version.stdout);
+    assert_eq!(
+        version.trim(),
+        format!("v{}", NODE.trim_start_matches("node@")),
+        "{}",
+        node.display()
+    );
+    (dir, node)
+}
+
+/// The venv's python with the Agents SDK, installed on first use.
+fn agents_python() -> PathBuf {
+    let _guard = VENV_LOCK.lock().unwrap_or_else(|p| p.into_inner());
+    let want = format!("{OPENAI_AGENTS} {PYTHON_MCP}");
+    let venv = repo_root().join("target/mcp-agents-venv");
+    let python = venv.join("bin/python");
+    let ready = venv.join(".ready");
+    if std::fs::read_to_string(&ready).ok().as_deref() != Some(want.as_str()) || !python.exists() {
+        let _ = std::fs::remove_file(&ready);
+        let status = Command::new("python3")
+            .args(["-m", "venv"])
+            .arg(&venv)
+            .status()
+            .expect("python3 (with venv) is needed for the Agents SDK test");
+        assert!(status.success(), "python3 -m venv failed");
+        let status = Command::new(&python)
+            .args([
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--disable-pip-version-check",
+            ])
+            .args([OPENAI_AGENTS, PYTHON_MCP])
+            .status()
+            .unwrap();
+        assert!(status.success(), "pip install {want} failed");
+        std::fs::write(&ready, &want).unwrap();
+    }
+    python
+}
+
+/// A workspace with `seed.txt` in it.
+fn workspace() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("seed.txt"), "seed\n").unwrap();
+    dir
+}
+
+fn signal_group(pgid: u32, signal: rustix::process::Signal) {
+    if let Some(pid) = rustix::process::Pid::from_raw(pgid as i32) {
+        let _ = rustix::process::kill_process_group(pid, signal);
+    }
+}
+
+fn group_alive(pgid: u32) -> bool {
+    rustix::process::Pid::from_raw(pgid as i32)
+        .is_some_and(|pid| rustix::process::test_kill_process_group(pid).is_ok())
+}
+
+/// Runs a client in its own process group (its cubby processes inherit it)
+/// and checks it printed `ok: {what}`. Ends the whole group if the client
+/// outlives [`CLIENT_DEADLINE`], and fails if anything it started outlives
+/// it by more than [`EXIT_GRACE`].
+fn run_client(mut cmd: Command, what: &str) {
+    let out = tempfile::NamedTempFile::new().unwrap();
+    let err = tempfile::NamedTempFile::new().unwrap();
+    let started = Instant::now();
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(out.reopen().unwrap())
+        .stderr(err.reopen().unwrap())
+        .process_group(0)
+        .spawn()
+        .unwrap();
+    let pgid = child.id();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break Some(status);
+        }
+        if started.elapsed() > CLIENT_DEADLINE {
+            signal_group(pgid, rustix::process::Signal::TERM);
+            std::thread::sleep(Duration::from_secs(2));
+            signal_group(pgid, rustix::process::Signal::KILL);
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let elapsed = started.elapsed();
+    let exited = Instant::now();
+    while group_alive(pgid) && exited.elapsed() < EXIT_GRACE {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let lingered = group_alive(pgid);
+    if lingered {
+        signal_group(pgid, rustix::process::Signal::KILL);
+    }
+    let stdout = std::fs::read_to_string(out.path()).unwrap_or_default();
+    let stderr = std::fs::read_to_string(err.path()).unwrap_or_default();
+    let Some(status) = status else {
+        panic!(
+            "the {what} client did not finish in {}s:\n{stdout}\n{stderr}",
+            CLIENT_DEADLINE.as_secs()
+        );
+    };
+    assert!(
+        status.success(),
+        "the {what} client failed ({status}):\n{stdout}\n{stderr}"
+    );
+    assert!(
+        stdout.contains(&format!("ok: {what}")),
+        "{stdout}\n{stderr}"
+    );
+    assert!(
+        !lingered,
+        "processes of the {what} client were still running {}s after it exited",
+        EXIT_GRACE.as_secs()
+    );
+    for line in stdout.lines() {
+        println!("{line}");
+    }
+    println!("{what}: {:.1}s", elapsed.as_secs_f64());
+}
+
+/// Runs a copy of `tests/mcp/{script}` placed beside the installed
+/// node_modules (Node resolves packages from the script's directory up).
+fn node_client(script: &str, args: &[&Path], what: &str) {
+    let (dir, node) = node_dir();
+    let copy = dir.join(script);
+    std::fs::copy(repo_root().join("tests/mcp").join(script), &copy).unwrap();
+    let mut cmd = Command::new(node);
+    cmd.arg(&copy).arg(env!("CARGO_BIN_EXE_cubby")).args(args);
+    run_client(cmd, what);
+}
+
+#[test]
+fn vercel_ai_sdk_mcp_client_lists_and_executes_the_tools() {
+    let ws = workspace();
+    node_client("ai_sdk_client.mjs", &[ws.path()], "ai sdk client");
+}
+
+#[test]
+fn mastra_mcp_client_lists_and_executes_the_tools() {
+    let ws = workspace();
+    let legacy = tempfile::tempdir().unwrap();
+    node_client(
+        "mastra_client.mjs",
+        &[ws.path(), legacy.path()],
+        "mastra client",
+    );
+}
+
+#[test]
+fn openai_agents_sdk_lists_and_executes_the_tools() {
+    let ws = workspace();
+    let mut cmd = Command::new(agents_python());
+    cmd.arg(repo_root().join("tests/mcp/agents_sdk_client.py"))
+        .arg(env!("CARGO_BIN_EXE_cubby"))
+        .arg(ws.path())
+        // No trace export (it would need an API key and the network).
+        .env("OPENAI_AGENTS_DISABLE_TRACING", "1");
+    run_client(cmd, "agents sdk client");
+}
