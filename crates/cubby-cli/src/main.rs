@@ -142,15 +142,52 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
         .build()?)
 }
 
+/// stdin and stdout for `cubby mcp`. When they are pipes (as MCP clients
+/// start servers), they are read and written non-blocking on the runtime's
+/// event loop; `tokio::io::stdin`/`stdout` would instead hand every read and
+/// write to a blocking thread, two thread hops per request. Anything else (a
+/// file, a terminal) falls back to those.
+fn stdio_streams() -> (
+    Box<dyn tokio::io::AsyncRead + Unpin + Send>,
+    Box<dyn tokio::io::AsyncWrite + Unpin + Send>,
+) {
+    use std::os::fd::AsFd;
+    use tokio::net::unix::pipe;
+    let input = std::io::stdin()
+        .as_fd()
+        .try_clone_to_owned()
+        .ok()
+        .and_then(|fd| pipe::Receiver::from_file(std::fs::File::from(fd)).ok());
+    let output = std::io::stdout()
+        .as_fd()
+        .try_clone_to_owned()
+        .ok()
+        .and_then(|fd| pipe::Sender::from_file(std::fs::File::from(fd)).ok());
+    let input: Box<dyn tokio::io::AsyncRead + Unpin + Send> = match input {
+        Some(pipe) => Box::new(pipe),
+        None => Box::new(tokio::io::stdin()),
+    };
+    let output: Box<dyn tokio::io::AsyncWrite + Unpin + Send> = match output {
+        Some(pipe) => Box::new(pipe),
+        None => Box::new(tokio::io::stdout()),
+    };
+    (input, output)
+}
+
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Mcp { common } => {
             let factory = setup::factory(&common, true)?;
-            runtime()?.block_on(cubby_mcp::serve_stdio(
-                factory,
-                tokio::io::stdin(),
-                tokio::io::stdout(),
-            ))?;
+            // One session: its JSON work on one thread (no cross-thread
+            // wake-ups between the guard, rmcp and the writer); tool calls
+            // still run on the blocking pool, in parallel.
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?;
+            rt.block_on(async move {
+                let (input, output) = stdio_streams();
+                cubby_mcp::serve_stdio(factory, input, output).await
+            })?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Serve { listen, common } => {

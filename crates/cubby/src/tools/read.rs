@@ -168,7 +168,10 @@ fn scan(mut reader: Box<dyn Read + Send>, window: &Window) -> std::io::Result<Sc
         filled += n;
     }
     head.truncate(filled);
-    let mut buf = vec![0u8; CHUNK_BYTES];
+    // A file that fit in the sniff window needs no second buffer (most
+    // files an agent reads): reads then allocate 8 KiB, not 72 KiB.
+    let more = filled == BINARY_SNIFF_BYTES;
+    let mut buf = vec![0u8; if more { CHUNK_BYTES } else { 0 }];
     if looks_binary(&head) {
         hasher.update(&head);
         size += head.len() as u64;
