@@ -1,6 +1,8 @@
 //! The rmcp `ServerHandler`: tool listing, calls, progress, cancellation and
 //! the run of each session.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 
 use cubby::process::{CancelToken, OutputEvent, Subscriber};
@@ -17,6 +19,7 @@ use rmcp::service::RequestContext;
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
 use serde_json::Value;
 
+use crate::pool::FilePool;
 use crate::{SERVER_NAME, SERVER_VERSION, ToolsetFactory};
 
 /// What every session of one server shares.
@@ -26,16 +29,17 @@ pub(crate) struct Shared {
     instructions: String,
     /// The run of requests that belong to no session.
     stateless: Mutex<Option<Toolset>>,
-    /// Bounds the file-tool calls running at once, server-wide. Without it a
-    /// client that pipelines requests gets one blocking thread per request in
-    /// flight (hundreds), which costs memory and lock contention but buys no
-    /// speed. Command tools are not bounded: one may wait on another.
-    file_calls: Arc<tokio::sync::Semaphore>,
+    /// Runs the file-tool calls, server-wide, on a fixed set of threads.
+    /// On the blocking pool a client that pipelines requests gets a thread
+    /// per request in flight (tens to hundreds), which costs memory and
+    /// lock contention but buys no speed. Command tools stay on the blocking
+    /// pool: one may wait on another.
+    files: FilePool,
 }
 
 /// File-tool calls that run at once, per core: enough to keep every core
 /// busy while some calls wait on the disk.
-const FILE_CALLS_PER_CORE: usize = 4;
+const FILE_CALLS_PER_CORE: usize = 2;
 
 fn file_call_slots() -> usize {
     std::thread::available_parallelism().map_or(4, |n| n.get()) * FILE_CALLS_PER_CORE
@@ -121,7 +125,7 @@ impl CubbyHandler {
             tools,
             instructions,
             stateless: Mutex::new(Some(template)),
-            file_calls: Arc::new(tokio::sync::Semaphore::new(file_call_slots())),
+            files: FilePool::new(file_call_slots()),
         }))
     }
 
@@ -239,16 +243,7 @@ impl ServerHandler for CubbyHandler {
             ));
         }
         let toolset = self.toolset(&ctx)?;
-        let _slot = if cubby::policy::FILE_TOOLS.contains(&request.name.as_ref()) {
-            tokio::select! {
-                slot = Arc::clone(&self.shared.file_calls).acquire_owned() => slot.ok(),
-                _ = ctx.ct.cancelled() => {
-                    return Err(McpError::internal_error("the request was cancelled", None));
-                }
-            }
-        } else {
-            None
-        };
+        let file_tool = cubby::policy::FILE_TOOLS.contains(&request.name.as_ref());
         let arguments = request.arguments.map(Value::Object).unwrap_or(Value::Null);
         let cancel = CancelToken::new();
         let progress_token = ctx.meta.get_progress_token();
@@ -263,8 +258,15 @@ impl ServerHandler for CubbyHandler {
             on_output,
         };
         let name = request.name.to_string();
-        let mut job =
-            tokio::task::spawn_blocking(move || toolset.call_with(&name, arguments, &options));
+        let call = move || toolset.call_with(&name, arguments, &options);
+        let mut job: Pin<Box<dyn Future<Output = Result<ToolOutput, String>> + Send>> = if file_tool
+        {
+            let answer = self.shared.files.run(call);
+            Box::pin(async move { answer.await.map_err(|e| e.to_string()) })
+        } else {
+            let task = tokio::task::spawn_blocking(call);
+            Box::pin(async move { task.await.map_err(|e| e.to_string()) })
+        };
         let mut sent = 0u64;
         loop {
             tokio::select! {
@@ -291,7 +293,11 @@ impl ServerHandler for CubbyHandler {
                 }
                 _ = ctx.ct.cancelled() => {
                     cancel.cancel();
-                    let _ = job.await;
+                    // A command's tree is gone once its call returns; a file
+                    // tool is short, and its answer is simply dropped.
+                    if !file_tool {
+                        let _ = job.await;
+                    }
                     return Err(McpError::internal_error("the request was cancelled", None));
                 }
             }

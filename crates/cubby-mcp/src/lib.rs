@@ -24,6 +24,7 @@
 
 mod handler;
 mod http;
+mod pool;
 mod stdio;
 
 use std::sync::Arc;
