@@ -57,7 +57,14 @@ pub fn run(
                     return Ok(ExitCode::from(EXIT_NOT_STARTED));
                 }
             };
-            child.wait()?
+            let status = child.wait()?;
+            // The command's reservations (placeholders at missing protected
+            // paths) go with it; the sandbox itself is not torn down: waiting
+            // for the holder to exit would only delay our own exit, and it
+            // ends by itself when this process closes its socket.
+            drop(child);
+            std::mem::forget(sandbox);
+            status
         }
         ProviderKind::Local => {
             tracing::warn!("provider `local`: the command runs unconfined, as your user");

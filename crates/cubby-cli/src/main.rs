@@ -9,30 +9,6 @@
 mod exec;
 mod setup;
 
-/// mimalloc: glibc's malloc spends 3–5% of a small file-tool call
-/// consolidating fastbins (docs/PERFORMANCE.md, MCP section).
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
-/// Keeps mimalloc's resident memory near what is in use: commit arena
-/// memory as it is used, and return freed pages at once. Without this a
-/// `cubby mcp` session holds 47 MiB at peak instead of 26 (and is no faster).
-#[allow(unsafe_code)]
-fn tune_allocator() {
-    // Option numbers of the mimalloc v3 header bundled with libmimalloc-sys
-    // 0.1.49 (pinned in Cargo.toml): `mi_option_arena_eager_commit` and
-    // `mi_option_purge_delay`.
-    const ARENA_EAGER_COMMIT: libmimalloc_sys::mi_option_t = 4;
-    const PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
-    // SAFETY: `mi_option_set` stores a value in mimalloc's option table; any
-    // value is valid for these two options, and the numbers are those of the
-    // pinned version's header.
-    unsafe {
-        libmimalloc_sys::mi_option_set(ARENA_EAGER_COMMIT, 0);
-        libmimalloc_sys::mi_option_set(PURGE_DELAY, 0);
-    }
-}
-
 use std::io::{Read, Write};
 use std::process::ExitCode;
 
@@ -130,7 +106,6 @@ enum Format {
 }
 
 fn main() -> ExitCode {
-    tune_allocator();
     let args = rename_json_flag(std::env::args_os().collect());
     let cli = Cli::parse_from(args);
     setup::init_tracing();
