@@ -316,6 +316,17 @@ fn allowed_hosts_are_reached_through_the_proxy_and_nothing_else_is() {
         ),
     );
     assert!(!text.contains("rc=0"), "{text}");
+    // Sockets of other families stay refused (seccomp): packet, netlink.
+    for family in ["AF_PACKET, socket.SOCK_RAW", "AF_NETLINK, socket.SOCK_RAW"] {
+        let text = run(
+            &t,
+            &format!("python3 -c \"import socket; socket.socket(socket.{family})\"; echo rc=$?"),
+        );
+        assert!(
+            !text.contains("rc=0") && text.contains("Operation not permitted"),
+            "{family}: {text}"
+        );
+    }
     for path in ["/raw-proxied", "/raw-direct", "/unset"] {
         assert!(echo.seen(path).is_none(), "{path} reached the server");
     }
