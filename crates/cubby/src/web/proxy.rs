@@ -59,6 +59,8 @@ pub const MAX_EGRESS_CONNECTIONS: usize = 256;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a client may take to send a request head.
 const HEADER_TIMEOUT: Duration = Duration::from_secs(30);
+/// Pause after a failed `accept` (e.g. out of fds) before the next.
+const ACCEPT_RETRY: Duration = Duration::from_millis(50);
 /// Random bytes in a placeholder.
 const PLACEHOLDER_RANDOM_BYTES: usize = 16;
 /// Marks the proxy's own answers (refusals), for people reading a trace.
@@ -401,7 +403,7 @@ async fn accept(
             Ok((stream, _)) => stream,
             Err(e) => {
                 tracing::debug!("egress proxy: accept failed: {e}");
-                tokio::time::sleep(Duration::from_millis(50)).await;
+                tokio::time::sleep(ACCEPT_RETRY).await;
                 continue;
             }
         };
