@@ -581,6 +581,14 @@ fn list_files_recursive_and_filtered(f: &dyn Fixture) {
         "{}",
         out.text
     );
+    // Starting in a directory with its own .gitignore: its rules and the
+    // ancestors' apply.
+    let out = ok(&t, "list_files", json!({"path": "src/nested"}));
+    assert!(
+        out.text.contains("src/nested/deep.rs") && !out.text.contains("ignored_here"),
+        "{}",
+        out.text
+    );
     let out = ok(&t, "list_files", json!({"glob": "*.rs", "path": "src"}));
     assert_eq!(out.text, "src/lib.rs\nsrc/main.rs\nsrc/nested/deep.rs");
     err(&t, "list_files", json!({"path": "nope"}), "not_found");

@@ -81,24 +81,25 @@ impl<'a> Walk<'a> {
         start: &WorkspacePath,
         visit: &mut dyn FnMut(&Visit<'_>) -> Flow,
     ) -> Result<()> {
+        let entries = self.fs.read_dir(start)?;
         let mut ignores = Vec::new();
         if self.respect_gitignore {
             // Ancestors' rules apply to the start directory's contents.
             let mut dir = WorkspacePath::root();
-            let mut components = start.components().peekable();
-            loop {
+            for name in start.components() {
                 if let Some(g) = self.load_gitignore(&dir) {
                     ignores.push(g);
                 }
-                match components.next() {
-                    Some(name) => dir = dir.join_name(name),
-                    None => break,
-                }
+                dir = dir.join_name(name);
             }
-            // The start's own .gitignore was pushed last by the loop above;
-            // walk_dir must not load it again.
+            // The start's own, last (deepest), only if its listing has one.
+            let has_own = entries
+                .iter()
+                .any(|e| e.name == ".gitignore" && e.kind == EntryKind::File);
+            if has_own && let Some(g) = self.load_gitignore(start) {
+                ignores.push(g);
+            }
         }
-        let entries = self.fs.read_dir(start)?;
         self.walk_entries(start, entries, 1, &mut ignores, visit);
         Ok(())
     }
