@@ -56,7 +56,6 @@ const CLIENT_DEADLINE: Duration = Duration::from_secs(180);
 const EXIT_GRACE: Duration = Duration::from_secs(5);
 
 static NODE_LOCK: Mutex<()> = Mutex::new(());
-static VENV_LOCK: Mutex<()> = Mutex::new(());
 
 /// The directory holding `node_modules` with the Node packages, and its node
 /// binary; installs them on first use.
@@ -96,34 +95,7 @@ fn node_dir() -> (PathBuf, PathBuf) {
 
 /// The venv's python with the Agents SDK, installed on first use.
 fn agents_python() -> PathBuf {
-    let _guard = VENV_LOCK.lock().unwrap_or_else(|p| p.into_inner());
-    let want = format!("{OPENAI_AGENTS} {PYTHON_MCP}");
-    let venv = repo_root().join("target/mcp-agents-venv");
-    let python = venv.join("bin/python");
-    let ready = venv.join(".ready");
-    if std::fs::read_to_string(&ready).ok().as_deref() != Some(want.as_str()) || !python.exists() {
-        let _ = std::fs::remove_file(&ready);
-        let status = Command::new("python3")
-            .args(["-m", "venv"])
-            .arg(&venv)
-            .status()
-            .expect("python3 (with venv) is needed for the Agents SDK test");
-        assert!(status.success(), "python3 -m venv failed");
-        let status = Command::new(&python)
-            .args([
-                "-m",
-                "pip",
-                "install",
-                "--quiet",
-                "--disable-pip-version-check",
-            ])
-            .args([OPENAI_AGENTS, PYTHON_MCP])
-            .status()
-            .unwrap();
-        assert!(status.success(), "pip install {want} failed");
-        std::fs::write(&ready, &want).unwrap();
-    }
-    python
+    common::python_venv("mcp-agents-venv", &[OPENAI_AGENTS, PYTHON_MCP])
 }
 
 /// A workspace with `seed.txt` in it.

@@ -12,43 +12,15 @@ use std::path::{Path, PathBuf};
 mod common;
 
 use std::process::Command;
-use std::sync::Mutex;
 
 use common::{Serve, repo_root};
 
 /// The Python MCP SDK version the tests are written against.
 const MCP_SDK: &str = "mcp==2.3.0";
 
-static VENV_LOCK: Mutex<()> = Mutex::new(());
-
-/// The venv's python, installing the SDK on first use.
+/// The venv's python with the SDK (installed on first use).
 fn python() -> PathBuf {
-    let _guard = VENV_LOCK.lock().unwrap_or_else(|p| p.into_inner());
-    let venv = repo_root().join("target/mcp-venv");
-    let python = venv.join("bin/python");
-    let ready = venv.join(".ready");
-    if !ready.exists() {
-        let status = Command::new("python3")
-            .args(["-m", "venv"])
-            .arg(&venv)
-            .status()
-            .expect("python3 is needed for the MCP client tests");
-        assert!(status.success(), "python3 -m venv failed");
-        let status = Command::new(&python)
-            .args([
-                "-m",
-                "pip",
-                "install",
-                "--quiet",
-                "--disable-pip-version-check",
-                MCP_SDK,
-            ])
-            .status()
-            .unwrap();
-        assert!(status.success(), "pip install {MCP_SDK} failed");
-        std::fs::write(&ready, MCP_SDK).unwrap();
-    }
-    python
+    common::python_venv("mcp-venv", &[MCP_SDK])
 }
 
 fn workspace() -> tempfile::TempDir {

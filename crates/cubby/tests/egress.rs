@@ -10,6 +10,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{IpAddr, TcpListener, TcpStream, UdpSocket};
@@ -20,8 +22,9 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use common::Pinned;
 use cubby::config::NetworkConfig;
-use cubby::web::{EgressOptions, Injection, Resolver};
+use cubby::web::{EgressOptions, Injection};
 use cubby::{LinuxOptions, LinuxSandbox, NetworkMode, Policy, Toolset};
 use serde_json::json;
 
@@ -134,18 +137,7 @@ fn echo(mut conn: TcpStream, seen: &Mutex<Vec<Seen>>) {
 
 // ------------------------------------------------------------ the sandbox
 
-struct PinnedNames(HashMap<&'static str, IpAddr>);
-
-impl Resolver for PinnedNames {
-    fn resolve(&self, host: &str) -> std::io::Result<Vec<IpAddr>> {
-        self.0
-            .get(host.trim_end_matches('.'))
-            .map(|ip| vec![*ip])
-            .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::NotFound, "no such host"))
-    }
-}
-
-fn resolver() -> Arc<PinnedNames> {
+fn resolver() -> Arc<Pinned> {
     let lo: IpAddr = "127.0.0.1".parse().unwrap();
     let mut names = HashMap::new();
     for name in [
@@ -155,12 +147,12 @@ fn resolver() -> Arc<PinnedNames> {
         "blocked.allowed.test",
         "evil.test",
     ] {
-        names.insert(name, lo);
+        names.insert(name, vec![lo]);
     }
     // Allowed by name, refused by address (127.0.0.2 is not listed).
-    names.insert("loop2.allowed.test", "127.0.0.2".parse().unwrap());
-    names.insert("private.allowed.test", "10.1.2.3".parse().unwrap());
-    Arc::new(PinnedNames(names))
+    names.insert("loop2.allowed.test", vec!["127.0.0.2".parse().unwrap()]);
+    names.insert("private.allowed.test", vec!["10.1.2.3".parse().unwrap()]);
+    Arc::new(Pinned::new(names))
 }
 
 fn toolset(dir: &Path) -> Toolset {

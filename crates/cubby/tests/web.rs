@@ -9,6 +9,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
 use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::{IpAddr, TcpListener, TcpStream};
@@ -17,9 +19,10 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use common::Pinned;
 use cubby::config::{NetworkConfig, SearchBackendKind, WebSearchConfig};
 use cubby::process::CancelToken;
-use cubby::web::{BraveSearch, Resolver, SearchBackend, SearxngSearch};
+use cubby::web::{BraveSearch, SearchBackend, SearxngSearch};
 use cubby::{CallOptions, Limits, MemoryFs, Policy, ToolOutput, Toolset, ToolsetBuilder};
 use serde_json::{Value, json};
 
@@ -251,22 +254,6 @@ fn serve(
 
 // ------------------------------------------------------------- toolsets
 
-/// Pins test names to addresses, and counts lookups.
-struct Pinned {
-    names: HashMap<&'static str, Vec<IpAddr>>,
-    lookups: Mutex<Vec<String>>,
-}
-
-impl Resolver for Pinned {
-    fn resolve(&self, host: &str) -> std::io::Result<Vec<IpAddr>> {
-        self.lookups.lock().unwrap().push(host.to_string());
-        self.names
-            .get(host.trim_end_matches('.'))
-            .cloned()
-            .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::NotFound, "no such host"))
-    }
-}
-
 fn pinned() -> Arc<Pinned> {
     let lo: IpAddr = "127.0.0.1".parse().unwrap();
     let mut names = HashMap::new();
@@ -284,10 +271,7 @@ fn pinned() -> Arc<Pinned> {
     names.insert("mapped.test", vec!["::ffff:127.0.0.1".parse().unwrap()]);
     names.insert("mixed.test", vec![lo, "127.0.0.2".parse().unwrap()]);
     names.insert("loop2.test", vec!["127.0.0.2".parse().unwrap()]);
-    Arc::new(Pinned {
-        names,
-        lookups: Mutex::new(Vec::new()),
-    })
+    Arc::new(Pinned::new(names))
 }
 
 fn net(allowed: &[&str], denied: &[&str], cidrs: &[&str]) -> NetworkConfig {

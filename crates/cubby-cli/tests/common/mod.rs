@@ -109,3 +109,38 @@ pub fn request(
         .unwrap_or(0);
     (status, head.to_string(), body.to_string())
 }
+
+/// A venv under `target/<name>` with `packages` pip-installed, made the
+/// first time (and again when the package list changes); its python.
+/// Tests of one binary that share a venv are serialized by a lock.
+pub fn python_venv(name: &str, packages: &[&str]) -> PathBuf {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _guard = LOCK.lock().unwrap_or_else(|p| p.into_inner());
+    let want = packages.join(" ");
+    let venv = repo_root().join("target").join(name);
+    let python = venv.join("bin/python");
+    let ready = venv.join(".ready");
+    if std::fs::read_to_string(&ready).ok().as_deref() != Some(want.as_str()) || !python.exists() {
+        let _ = std::fs::remove_file(&ready);
+        let status = Command::new("python3")
+            .args(["-m", "venv"])
+            .arg(&venv)
+            .status()
+            .expect("python3 with venv is needed for the MCP client tests");
+        assert!(status.success(), "python3 -m venv failed");
+        let status = Command::new(&python)
+            .args([
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--disable-pip-version-check",
+            ])
+            .args(packages)
+            .status()
+            .unwrap();
+        assert!(status.success(), "pip install {want} failed");
+        std::fs::write(&ready, &want).unwrap();
+    }
+    python
+}

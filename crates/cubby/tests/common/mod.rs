@@ -21,3 +21,29 @@ pub fn processes_with(marker: &str) -> Vec<String> {
     }
     found
 }
+
+/// A resolver hook that pins test names to addresses (and records each
+/// lookup); any other name does not resolve.
+pub struct Pinned {
+    pub names: std::collections::HashMap<&'static str, Vec<std::net::IpAddr>>,
+    pub lookups: std::sync::Mutex<Vec<String>>,
+}
+
+impl Pinned {
+    pub fn new(names: std::collections::HashMap<&'static str, Vec<std::net::IpAddr>>) -> Pinned {
+        Pinned {
+            names,
+            lookups: std::sync::Mutex::new(Vec::new()),
+        }
+    }
+}
+
+impl cubby::web::Resolver for Pinned {
+    fn resolve(&self, host: &str) -> std::io::Result<Vec<std::net::IpAddr>> {
+        self.lookups.lock().unwrap().push(host.to_string());
+        self.names
+            .get(host.trim_end_matches('.'))
+            .cloned()
+            .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::NotFound, "no such host"))
+    }
+}
