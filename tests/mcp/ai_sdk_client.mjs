@@ -17,7 +17,7 @@
 import { createMCPClient } from "@ai-sdk/mcp";
 import { StdioMCPTransport } from "@ai-sdk/mcp/mcp-stdio";
 import { asSchema, generateText, stepCountIs } from "ai";
-import { MockLanguageModelV4 } from "ai/test";
+import { scriptedModel } from "./scripted_model.mjs";
 import { z } from "zod";
 
 const [cubby, workspace] = process.argv.slice(2);
@@ -134,35 +134,7 @@ try {
     ["list_files", {}],
     ["read_file", { path: "nowhere.txt" }],
   ];
-  const usage = {
-    inputTokens: { total: 1, noCache: 1, cacheRead: 0, cacheWrite: 0 },
-    outputTokens: { total: 1, text: 1, reasoning: 0 },
-  };
-  const seenTools = [];
-  const model = new MockLanguageModelV4({
-    // One tool call per step (calls of one step run concurrently), then text.
-    doGenerate: async (options) => {
-      const step = model.doGenerateCalls.length - 1;
-      if (step === 0) seenTools.push(...(options.tools ?? []));
-      if (step < calls.length) {
-        const [toolName, input] = calls[step];
-        return {
-          content: [
-            { type: "tool-call", toolCallId: `call-${step}`, toolName, input: JSON.stringify(input) },
-          ],
-          finishReason: { unified: "tool-calls", raw: "tool_calls" },
-          usage,
-          warnings: [],
-        };
-      }
-      return {
-        content: [{ type: "text", text: "done" }],
-        finishReason: { unified: "stop", raw: "stop" },
-        usage,
-        warnings: [],
-      };
-    },
-  });
+  const { model, seen } = scriptedModel(calls);
   const result = await generateText({
     model,
     tools,
@@ -172,10 +144,10 @@ try {
   check(result.text === "done", () => `generateText text ${show(result.text)}`);
   check(result.steps.length === calls.length + 1, () => `steps ${result.steps.length}`);
   check(
-    show(seenTools.map((t) => t.name).sort()) === show([...names].sort()),
-    () => `tools given to the model ${show(seenTools.map((t) => t.name))}`,
+    show(seen.tools.map((t) => t.name).sort()) === show([...names].sort()),
+    () => `tools given to the model ${show(seen.tools.map((t) => t.name))}`,
   );
-  for (const t of seenTools) {
+  for (const t of seen.tools) {
     check(t.type === "function", `${t.name} is a function tool`);
     check(
       show(t.inputSchema.required ?? []) === show(byName[t.name].inputSchema.required ?? []),

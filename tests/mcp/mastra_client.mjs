@@ -15,7 +15,7 @@
 // Usage: node mastra_client.mjs CUBBY_BIN WORKSPACE LEGACY_WORKSPACE
 import { Agent } from "@mastra/core/agent";
 import { MCPClient } from "@mastra/mcp";
-import { MockLanguageModelV4 } from "ai/test";
+import { scriptedModel } from "./scripted_model.mjs";
 
 const [cubby, workspace, legacyWorkspace] = process.argv.slice(2);
 const check = (cond, what) => {
@@ -146,36 +146,7 @@ try {
     ["cubby_list_files", { path: null, glob: null, depth: null }],
     ["cubby_read_file", { path: "nowhere.txt", offset: null, limit: null }],
   ];
-  const usage = {
-    inputTokens: { total: 1, noCache: 1, cacheRead: 0, cacheWrite: 0 },
-    outputTokens: { total: 1, text: 1, reasoning: 0 },
-  };
-  let seenTools = [];
-  const model = new MockLanguageModelV4({
-    provider: "openai.responses",
-    modelId: "gpt-4.1",
-    doGenerate: async (options) => {
-      const step = model.doGenerateCalls.length - 1;
-      if (step === 0) seenTools = options.tools ?? [];
-      if (step < calls.length) {
-        const [toolName, input] = calls[step];
-        return {
-          content: [
-            { type: "tool-call", toolCallId: `call-${step}`, toolName, input: JSON.stringify(input) },
-          ],
-          finishReason: { unified: "tool-calls", raw: "tool_calls" },
-          usage,
-          warnings: [],
-        };
-      }
-      return {
-        content: [{ type: "text", text: "done" }],
-        finishReason: { unified: "stop", raw: "stop" },
-        usage,
-        warnings: [],
-      };
-    },
-  });
+  const { model, seen } = scriptedModel(calls, { provider: "openai.responses", modelId: "gpt-4.1" });
   const cubbyTools = Object.fromEntries(Object.entries(tools).filter(([k]) => k.startsWith("cubby_")));
   const agent = new Agent({
     id: "cubby-agent",
@@ -187,10 +158,10 @@ try {
   const result = await agent.generate("use the tools", { maxSteps: calls.length + 2 });
   check(result.text === "done", () => `agent text ${show(result.text)} ${show(result.error)}`);
   check(
-    show(seenTools.map((t) => t.name).sort()) === show(Object.keys(cubbyTools).sort()),
-    () => `tools given to the model ${show(seenTools.map((t) => t.name))}`,
+    show(seen.tools.map((t) => t.name).sort()) === show(Object.keys(cubbyTools).sort()),
+    () => `tools given to the model ${show(seen.tools.map((t) => t.name))}`,
   );
-  for (const t of seenTools) {
+  for (const t of seen.tools) {
     const own = defs.cubby[t.name.slice("cubby_".length)].inputSchema;
     check(t.type === "function" && t.inputSchema?.type === "object", () => `${t.name} given as ${show(t)}`);
     check(

@@ -181,12 +181,18 @@ fn run_client(mut cmd: Command, what: &str) {
     println!("{what}: {:.1}s", elapsed.as_secs_f64());
 }
 
-/// Runs a copy of `tests/mcp/{script}` placed beside the installed
-/// node_modules (Node resolves packages from the script's directory up).
+/// The scripts' shared helper (a scripted model), copied beside them.
+const NODE_HELPER: &str = "scripted_model.mjs";
+
+/// Runs a copy of `tests/mcp/{script}` (and its helper) placed beside the
+/// installed node_modules (Node resolves packages from the script's
+/// directory up).
 fn node_client(script: &str, args: &[&Path], what: &str) {
     let (dir, node) = node_dir();
+    let scripts = repo_root().join("tests/mcp");
+    std::fs::copy(scripts.join(NODE_HELPER), dir.join(NODE_HELPER)).unwrap();
     let copy = dir.join(script);
-    std::fs::copy(repo_root().join("tests/mcp").join(script), &copy).unwrap();
+    std::fs::copy(scripts.join(script), &copy).unwrap();
     let mut cmd = Command::new(node);
     cmd.arg(&copy).arg(env!("CARGO_BIN_EXE_cubby")).args(args);
     run_client(cmd, what);
