@@ -5,7 +5,7 @@
 //! (forked once; see `linux_sys.rs`) creates the user, mount, IPC, UTS and
 //! network namespaces and keeps them alive. Each command then joins them,
 //! takes its own mount and pid namespaces, and execs under a Landlock
-//! ruleset and seccomp filters compiled here once per sandbox. Killing the
+//! ruleset and seccomp filter compiled here once per sandbox. Killing the
 //! command's pid-namespace init kills every descendant.
 //!
 //! What is compiled to the kernel, per [`LinuxOptions`]:
@@ -503,6 +503,15 @@ impl crate::process::ProcessHandle for SandboxChild {
     }
 }
 
+/// The Landlock ABI whose rights cubby handles.
+const LANDLOCK_ABI: landlock::ABI = landlock::ABI::V6;
+
+/// An `O_PATH` fd for a Landlock rule.
+fn landlock_path(path: &Path) -> Result<landlock::PathFd> {
+    landlock::PathFd::new(path)
+        .map_err(|e| start_error(format!("Landlock: {}: {e}", path.display())))
+}
+
 fn cstring(path: &Path) -> Result<CString> {
     CString::new(path.as_os_str().as_bytes())
         .map_err(|_| Error::invalid_input(format!("`{}` contains a NUL byte", path.display())))
@@ -658,16 +667,25 @@ impl LinuxSandbox {
     }
 
     fn live(&self) -> Result<Arc<Live>> {
-        let mut guard = lock(&self.live);
-        if let Some(live) = guard.as_ref() {
-            return Ok(live.clone());
-        }
-        let live = Arc::new(self.start_holder()?);
-        *guard = Some(live.clone());
-        Ok(live)
+        self.live_with(|| ()).map(|(live, ())| live)
     }
 
-    fn start_holder(&self) -> Result<Live> {
+    /// The live sandbox, started if need be, and the result of `overlap`,
+    /// which runs while a new holder sets its namespaces up.
+    fn live_with<T>(&self, overlap: impl FnOnce() -> T) -> Result<(Arc<Live>, T)> {
+        let mut guard = lock(&self.live);
+        if let Some(live) = guard.as_ref() {
+            let live = live.clone();
+            drop(guard);
+            return Ok((live, overlap()));
+        }
+        let (live, out) = self.start_holder(overlap)?;
+        let live = Arc::new(live);
+        *guard = Some(live.clone());
+        Ok((live, out))
+    }
+
+    fn start_holder<T>(&self, overlap: impl FnOnce() -> T) -> Result<(Live, T)> {
         let root = self.fs.root_path().to_path_buf();
         let own_network = self.options.network != NetworkMode::On;
         let mut flags =
@@ -735,7 +753,7 @@ impl LinuxSandbox {
             NetworkMode::Allow => Sockets::Inet,
             NetworkMode::On => Sockets::Any,
         };
-        let filters = Arc::new(super::seccomp::filters(sockets)?);
+        let filter = Arc::new(super::seccomp::filter(sockets)?);
         // Each command's pid namespace gets its own pid_max where the kernel
         // has it; otherwise a pids cgroup bounds the sandbox (as root, where
         // RLIMIT_NPROC does not apply), at the price of a slow join.
@@ -757,7 +775,7 @@ impl LinuxSandbox {
                 None => None,
             },
             rlimits: rlimits(&self.options.limits),
-            filters,
+            filter,
         };
 
         let plan = Arc::new(HolderPlan {
@@ -778,43 +796,60 @@ impl LinuxSandbox {
             .stdout(Stdio::null())
             .stderr(Stdio::null());
         linux_sys::run_as_holder(&mut cmd, plan);
+        // Returns as soon as the holder has forked (it closes std's pipe
+        // first); its readiness comes on the report pipe.
         let spawned = cmd.spawn();
         drop(cmd);
         drop(holder_sock);
         drop(report_w);
+        let landlock = self.landlock_base(&root);
+        // The dispatcher can read replies from now on, except where the
+        // holder first sends the egress proxy's listener (read below).
+        let pending = Arc::new(Pending::default());
+        let early = self.egress.is_none();
+        if early {
+            start_dispatcher(&sock, &pending)?;
+        }
+        let out = overlap();
         let mut report = [0u8; 5];
         let n = rustix::io::read(&report_r, &mut report).unwrap_or(0);
-        let holder = match spawned {
-            Ok(child) if n == 0 => child,
-            Ok(mut child) => {
-                let _ = child.wait();
-                return Err(holder_error(&report, n));
+        let ready = (|| {
+            let holder = match spawned {
+                Ok(child) if n == 0 => child,
+                Ok(mut child) => {
+                    let _ = child.wait();
+                    return Err(holder_error(&report, n));
+                }
+                Err(e) if n > 0 => {
+                    let _ = e;
+                    return Err(holder_error(&report, n));
+                }
+                Err(e) => return Err(start_error(e)),
+            };
+            let (proxy, extra_env) = match &self.egress {
+                Some(egress) => {
+                    let listener = recv_listener(&sock)?;
+                    let proxy = EgressProxy::start(listener, egress.clone())?;
+                    let env = egress.command_env(proxy.port());
+                    (Some(proxy), env)
+                }
+                None => (None, Vec::new()),
+            };
+            let holder_root = PathBuf::from(format!("/proc/{}/root", holder.id()));
+            let landlock = self.landlock_finish(landlock?, &holder_root, private_tmp)?;
+            if !early {
+                start_dispatcher(&sock, &pending)?;
             }
-            Err(e) if n > 0 => {
-                let _ = e;
-                return Err(holder_error(&report, n));
+            Ok((holder, proxy, extra_env, landlock))
+        })();
+        let (holder, proxy, extra_env, landlock) = match ready {
+            Ok(ready) => ready,
+            Err(e) => {
+                // Ends the holder and the dispatcher (both read this socket).
+                let _ = rustix::net::shutdown(&sock, rustix::net::Shutdown::Both);
+                return Err(e);
             }
-            Err(e) => return Err(start_error(e)),
         };
-        let (proxy, extra_env) = match &self.egress {
-            Some(egress) => {
-                let listener = recv_listener(&sock)?;
-                let proxy = EgressProxy::start(listener, egress.clone())?;
-                let env = egress.command_env(proxy.port());
-                (Some(proxy), env)
-            }
-            None => (None, Vec::new()),
-        };
-        let pid = holder.id();
-        let holder_root = PathBuf::from(format!("/proc/{pid}/root"));
-        let landlock = self.landlock_ruleset(&root, &holder_root, private_tmp)?;
-        let pending = Arc::new(Pending::default());
-        let reader = sock.try_clone().map_err(start_error)?;
-        let dispatcher = pending.clone();
-        std::thread::Builder::new()
-            .name("cubby-sandbox".into())
-            .spawn(move || dispatch(reader, dispatcher))
-            .map_err(start_error)?;
         let live = Live {
             holder: Mutex::new(holder),
             sock,
@@ -833,23 +868,17 @@ impl LinuxSandbox {
             len: 0,
         };
         send_request(&live, setup, &[landlock.as_fd()])?;
-        Ok(live)
+        Ok((live, out))
     }
 
-    /// The Landlock ruleset (as an fd each command restricts itself with).
-    fn landlock_ruleset(
-        &self,
-        root: &Path,
-        holder_root: &Path,
-        private_tmp: bool,
-    ) -> Result<OwnedFd> {
+    /// The Landlock rules that do not depend on the holder: the whole file
+    /// system readable, the root and writable roots writable, a few devices.
+    fn landlock_base(&self, root: &Path) -> Result<landlock::RulesetCreated> {
         use landlock::{
-            ABI, Access, AccessFs, PathBeneath, PathFd, Ruleset, RulesetAttr, RulesetCreatedAttr,
-            Scope,
+            Access, AccessFs, PathBeneath, Ruleset, RulesetAttr, RulesetCreatedAttr, Scope,
         };
-        let abi = ABI::V6;
+        let abi = LANDLOCK_ABI;
         let ll = |e: &dyn std::fmt::Display| start_error(format!("Landlock: {e}"));
-        let path_fd = |p: &Path| PathFd::new(p).map_err(|e| ll(&format!("{}: {e}", p.display())));
         let mut ruleset = Ruleset::default()
             .handle_access(AccessFs::from_all(abi))
             .map_err(|e| ll(&e))?
@@ -858,31 +887,58 @@ impl LinuxSandbox {
             .create()
             .map_err(|e| ll(&e))?
             .add_rule(PathBeneath::new(
-                path_fd(Path::new("/"))?,
+                landlock_path(Path::new("/"))?,
                 AccessFs::from_read(abi),
             ))
             .map_err(|e| ll(&e))?;
-        let mut writable: Vec<PathBuf> = Vec::new();
         if self.options.mode != Mode::ReadOnly {
-            writable.push(root.to_path_buf());
-            writable.extend(self.writable_roots.iter().cloned());
+            for dir in std::iter::once(root).chain(self.writable_roots.iter().map(PathBuf::as_path))
+            {
+                ruleset = ruleset
+                    .add_rule(PathBeneath::new(
+                        landlock_path(dir)?,
+                        AccessFs::from_all(abi),
+                    ))
+                    .map_err(|e| ll(&e))?;
+            }
         }
+        for dev in WRITABLE_DEVICES {
+            let dev = Path::new(dev);
+            if dev.exists() {
+                ruleset = ruleset
+                    .add_rule(PathBeneath::new(
+                        landlock_path(dev)?,
+                        AccessFs::from_file(abi),
+                    ))
+                    .map_err(|e| ll(&e))?;
+            }
+        }
+        Ok(ruleset)
+    }
+
+    /// The whole ruleset (as an fd each command restricts itself with):
+    /// the base and the holder's private `/tmp` and `/dev/shm`, reached
+    /// through `/proc/<holder>/root` once the holder is ready.
+    fn landlock_finish(
+        &self,
+        mut ruleset: landlock::RulesetCreated,
+        holder_root: &Path,
+        private_tmp: bool,
+    ) -> Result<OwnedFd> {
+        use landlock::{Access, AccessFs, PathBeneath, RulesetCreatedAttr};
+        let ll = |e: &dyn std::fmt::Display| start_error(format!("Landlock: {e}"));
+        let mut writable: Vec<PathBuf> = Vec::new();
         if private_tmp {
             writable.push(holder_root.join("tmp"));
         }
         writable.push(holder_root.join("dev/shm"));
         for dir in &writable {
             ruleset = ruleset
-                .add_rule(PathBeneath::new(path_fd(dir)?, AccessFs::from_all(abi)))
+                .add_rule(PathBeneath::new(
+                    landlock_path(dir)?,
+                    AccessFs::from_all(LANDLOCK_ABI),
+                ))
                 .map_err(|e| ll(&e))?;
-        }
-        for dev in WRITABLE_DEVICES {
-            let dev = Path::new(dev);
-            if dev.exists() {
-                ruleset = ruleset
-                    .add_rule(PathBeneath::new(path_fd(dev)?, AccessFs::from_file(abi)))
-                    .map_err(|e| ll(&e))?;
-            }
         }
         let fd: Option<OwnedFd> = ruleset.into();
         fd.ok_or_else(|| start_error("Landlock is not enabled in this kernel"))
@@ -920,8 +976,8 @@ impl LinuxSandbox {
         };
         // Confined check of the working directory, for a clear error.
         drop(self.fs.open_dir(&spec.cwd)?);
-        let live = self.live()?;
-        let (protect, mut lease) = self.protect_plan()?;
+        let (live, plan) = self.live_with(|| self.protect_plan())?;
+        let (protect, mut lease) = plan?;
         let payload = self.payload(spec, &protect, &live)?;
         let memfd = rustix::fs::memfd_create("cubby-command", rustix::fs::MemfdFlags::CLOEXEC)
             .map_err(|e| Error::internal(format!("memfd_create: {e}")))?;
@@ -1207,6 +1263,17 @@ impl Drop for Lease {
             }
         }
     }
+}
+
+/// Starts the thread that reads the holder's replies into `pending`.
+fn start_dispatcher(sock: &OwnedFd, pending: &Arc<Pending>) -> Result<()> {
+    let reader = sock.try_clone().map_err(start_error)?;
+    let pending = pending.clone();
+    std::thread::Builder::new()
+        .name("cubby-sandbox".into())
+        .spawn(move || dispatch(reader, pending))
+        .map_err(start_error)?;
+    Ok(())
 }
 
 /// Sends one message with fds to the holder.

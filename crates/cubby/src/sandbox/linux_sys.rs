@@ -20,7 +20,7 @@
 //!   mount namespace, binds the protected paths read-only, changes into the
 //!   working directory beneath the root, mounts its `/proc`, and forks the
 //!   command (pid 2), which sets its stdio, rlimits, Landlock, drops every
-//!   capability, installs the seccomp filters and execs. The init reports
+//!   capability, installs the seccomp filter and execs. The init reports
 //!   `started` (or the exec's errno), forwards a `SIGTERM` to its process
 //!   group, and when the command ends reports its wait status and exits:
 //!   the kernel then kills everything left in the namespace.
@@ -135,7 +135,7 @@ pub(crate) struct CommandSetup {
     /// holder joins it; everything it forks inherits it).
     pub cgroup_procs: Option<CString>,
     pub rlimits: Vec<(libc::__rlimit_resource_t, libc::rlim_t)>,
-    pub filters: Arc<Vec<Vec<libc::sock_filter>>>,
+    pub filter: Arc<Vec<libc::sock_filter>>,
     /// Written to each command's `/proc/sys/kernel/pid_max` (per pid
     /// namespace since Linux 6.14): the command's process budget.
     pub pid_max: Option<CString>,
@@ -247,8 +247,38 @@ pub(crate) fn run_as_holder(cmd: &mut std::process::Command, plan: Arc<HolderPla
     // SAFETY: the closure runs in the child between fork and exec; it only
     // makes syscalls on data prepared before the fork and never allocates.
     unsafe {
-        cmd.pre_exec(move || holder_main(&plan));
+        cmd.pre_exec(move || {
+            // Ready or failed (reported on the report pipe), the holder
+            // never returns to std: it closed std's error pipe at once.
+            let _ = holder_main(&plan);
+            libc::_exit(HOLDER_FAILED)
+        });
     }
+}
+
+/// Exit status of a holder that could not set the sandbox up.
+const HOLDER_FAILED: libc::c_int = 127;
+
+/// Closes every fd from 3 up except `keep` (async-signal-safe).
+///
+/// # Safety
+///
+/// Forked child only: fds of other owners are closed under them.
+unsafe fn close_all_but(keep: &mut [RawFd]) {
+    keep.sort_unstable();
+    let mut from: libc::c_uint = 3;
+    for &fd in keep.iter() {
+        let Ok(fd) = libc::c_uint::try_from(fd) else {
+            continue;
+        };
+        if fd > from {
+            // SAFETY: closing fds this process does not use.
+            unsafe { libc::close_range(from, fd - 1, 0) };
+        }
+        from = from.max(fd + 1);
+    }
+    // SAFETY: as above.
+    unsafe { libc::close_range(from, libc::c_uint::MAX, 0) };
 }
 
 /// The holder: sets the namespaces up, then waits. Returns only on error.
@@ -257,6 +287,10 @@ fn holder_main(plan: &HolderPlan) -> io::Result<()> {
     // SAFETY: plain syscalls on NUL-terminated paths and stack buffers in a
     // single-threaded forked child.
     unsafe {
+        // Closing std's exec-error pipe lets `spawn` return now: the server
+        // prepares the rest while the holder sets up, and learns the
+        // outcome from the report pipe (closed when ready).
+        close_all_but(&mut [plan.sock_fd, report]);
         // Joining a cgroup is slow (the kernel waits for an RCU grace
         // period): the holder joins once and every command inherits it.
         if let Some(procs) = &plan.commands.cgroup_procs
@@ -369,7 +403,7 @@ fn holder_main(plan: &HolderPlan) -> io::Result<()> {
             send_msg(plan.sock_fd, msg, listener);
             // Closed with the rest below: only the server holds it now.
         }
-        // Ready. Holding no other fd is what lets spawn() return.
+        // Ready: closing the report pipe with the rest tells the server.
         let keep = plan.sock_fd as libc::c_uint;
         if keep > 0 {
             libc::close_range(0, keep - 1, 0);
@@ -863,21 +897,19 @@ unsafe fn command_exec(
         if drop_capabilities().is_err() {
             return errno();
         }
-        for filter in setup.filters.iter() {
-            let prog = libc::sock_fprog {
-                len: filter.len() as libc::c_ushort,
-                filter: filter.as_ptr() as *mut libc::sock_filter,
-            };
-            if libc::prctl(
-                libc::PR_SET_SECCOMP,
-                libc::SECCOMP_MODE_FILTER as libc::c_ulong,
-                &prog as *const libc::sock_fprog,
-                0,
-                0,
-            ) != 0
-            {
-                return errno();
-            }
+        let prog = libc::sock_fprog {
+            len: setup.filter.len() as libc::c_ushort,
+            filter: setup.filter.as_ptr() as *mut libc::sock_filter,
+        };
+        if libc::prctl(
+            libc::PR_SET_SECCOMP,
+            libc::SECCOMP_MODE_FILTER as libc::c_ulong,
+            &prog as *const libc::sock_fprog,
+            0,
+            0,
+        ) != 0
+        {
+            return errno();
         }
         let program = *argv;
         if libc::strchr(program, b'/' as libc::c_int).is_null() && !path_var.is_null() {
@@ -1105,8 +1137,13 @@ unsafe fn drop_capabilities() -> io::Result<()> {
     // SAFETY: prctl/capset on stack structs of the kernel's layout.
     unsafe {
         for cap in 0..CAP_SCAN_LIMIT {
-            // EINVAL past the last capability the kernel knows: ignored.
-            libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0);
+            // Capabilities are numbered without gaps: EINVAL means past the
+            // last one the kernel knows.
+            if libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0) != 0
+                && *libc::__errno_location() == libc::EINVAL
+            {
+                break;
+            }
         }
         libc::prctl(
             libc::PR_CAP_AMBIENT,

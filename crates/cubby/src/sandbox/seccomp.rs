@@ -1,21 +1,25 @@
-//! The seccomp filters of the `linux` provider, compiled with
-//! `seccompiler` once per sandbox and installed by each command.
+//! The seccomp filter of the `linux` provider: one classic-BPF program,
+//! built once per sandbox and installed by each command.
 //!
-//! Two filters, because one filter has one action for its matches:
+//! What it does, in order:
 //!
-//! 1. `clone3` returns `ENOSYS`, so that libc falls back to `clone`, whose
+//! 1. A system call of another ABI (i386 through `int 0x80`, x32) kills
+//!    the process: every rule below is written for the native numbers.
+//! 2. `clone3` returns `ENOSYS`, so that libc falls back to `clone`, whose
 //!    flags (unlike `clone3`'s, which sit in memory) a filter can read.
-//! 2. Everything in [`DENIED`], `clone`/`unshare` asking for a new user
+//! 3. Everything in [`DENIED`], `clone`/`unshare` asking for a new user
 //!    namespace, and `socket` for a family the network mode does not allow
 //!    (off: all but `AF_UNIX`; `allow`: all but `AF_UNIX`, `AF_INET`,
-//!    `AF_INET6`), return `EPERM`.
-
-use std::collections::BTreeMap;
-
-use seccompiler::{
-    BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
-    SeccompRule, TargetArch,
-};
+//!    `AF_INET6`) return `EPERM`; everything else is allowed.
+//!
+//! The program is assembled here rather than with `seccompiler`: that
+//! crate emits one action per filter (two filters were needed) and tests
+//! the syscall number against each rule in turn. The kernel runs a new
+//! filter once for every syscall number when it is installed (to cache the
+//! always-allowed ones), so a linear chain of ~45 tests cost every command
+//! ~0.2 ms; a binary search over the sorted numbers costs a tenth of that.
+//! The tests below run the program through a small BPF interpreter for
+//! every number and argument case; `tests/escape.rs` attacks it for real.
 
 use crate::error::{Error, ErrorKind, Result};
 
@@ -69,48 +73,28 @@ const DENIED: &[libc::c_long] = &[
     libc::SYS_ioperm,
 ];
 
-fn seccomp_error(e: impl std::fmt::Display) -> Error {
-    Error::new(
-        ErrorKind::Unsupported,
-        format!("the linux sandbox cannot build its seccomp filter: {e}"),
-    )
-}
+/// `AUDIT_ARCH_*` of this build's architecture (`linux/audit.h`).
+#[cfg(target_arch = "x86_64")]
+const AUDIT_ARCH: u32 = 0xC000_003E;
+#[cfg(target_arch = "aarch64")]
+const AUDIT_ARCH: u32 = 0xC000_00B7;
 
-fn arch() -> Result<TargetArch> {
-    TargetArch::try_from(std::env::consts::ARCH).map_err(seccomp_error)
-}
+/// On x86_64, an x32 system call is a native number with this bit set.
+#[cfg(target_arch = "x86_64")]
+const X32_SYSCALL_BIT: u32 = 0x4000_0000;
 
-fn compile(rules: BTreeMap<i64, Vec<SeccompRule>>, errno: i32) -> Result<Vec<libc::sock_filter>> {
-    let filter = SeccompFilter::new(
-        rules,
-        SeccompAction::Allow,
-        SeccompAction::Errno(errno as u32),
-        arch()?,
-    )
-    .map_err(seccomp_error)?;
-    let program: BpfProgram = filter.try_into().map_err(seccomp_error)?;
-    Ok(program
-        .iter()
-        .map(|i| libc::sock_filter {
-            code: i.code,
-            jt: i.jt,
-            jf: i.jf,
-            k: i.k,
-        })
-        .collect())
-}
+/// Offset of the syscall number in `struct seccomp_data`.
+const OFFSET_NR: u32 = 0;
+/// Offset of the `AUDIT_ARCH_*` value.
+const OFFSET_ARCH: u32 = 4;
+/// Offset of the low 32 bits of the first argument (little-endian).
+const OFFSET_ARG0_LOW: u32 = 16;
 
-/// A rule matching when argument `index` has every bit of `mask` set.
-fn has_flags(index: u8, mask: u64) -> Result<SeccompRule> {
-    let cond = SeccompCondition::new(
-        index,
-        SeccompCmpArgLen::Qword,
-        SeccompCmpOp::MaskedEq(mask),
-        mask,
-    )
-    .map_err(seccomp_error)?;
-    SeccompRule::new(vec![cond]).map_err(seccomp_error)
-}
+/// Longest jump a conditional classic-BPF instruction can make.
+const MAX_JUMP: usize = u8::MAX as usize;
+
+/// Ranges of fewer numbers than this are tested in turn, not split.
+const LINEAR_BELOW: usize = 4;
 
 /// Which socket families commands may create.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -124,58 +108,359 @@ pub(crate) enum Sockets {
     UnixOnly,
 }
 
-/// The filters, in installation order.
+impl Sockets {
+    fn allowed(self) -> &'static [libc::c_int] {
+        match self {
+            Sockets::Any => &[],
+            Sockets::Inet => &[libc::AF_UNIX, libc::AF_INET, libc::AF_INET6],
+            Sockets::UnixOnly => &[libc::AF_UNIX],
+        }
+    }
+}
+
+/// What a filtered syscall number leads to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Rule {
+    /// `EPERM`.
+    Deny,
+    /// `EPERM` when the first argument asks for `CLONE_NEWUSER`.
+    NoNewUser,
+    /// `EPERM` unless the first argument is an allowed socket family.
+    Families,
+}
+
+/// Where a jump goes.
+#[derive(Clone, Copy)]
+enum Target {
+    Next,
+    Label(usize),
+}
+
+struct Insn {
+    code: u32,
+    k: u32,
+    jt: Target,
+    jf: Target,
+}
+
+/// A classic-BPF assembler with forward labels.
+#[derive(Default)]
+struct Asm {
+    insns: Vec<Insn>,
+    labels: Vec<Option<usize>>,
+}
+
+impl Asm {
+    fn label(&mut self) -> usize {
+        self.labels.push(None);
+        self.labels.len() - 1
+    }
+
+    fn bind(&mut self, label: usize) {
+        self.labels[label] = Some(self.insns.len());
+    }
+
+    fn load(&mut self, offset: u32) {
+        self.insns.push(Insn {
+            code: libc::BPF_LD | libc::BPF_W | libc::BPF_ABS,
+            k: offset,
+            jt: Target::Next,
+            jf: Target::Next,
+        });
+    }
+
+    fn ret(&mut self, value: u32) {
+        self.insns.push(Insn {
+            code: libc::BPF_RET | libc::BPF_K,
+            k: value,
+            jt: Target::Next,
+            jf: Target::Next,
+        });
+    }
+
+    fn jump(&mut self, op: u32, k: u32, jt: Target, jf: Target) {
+        self.insns.push(Insn {
+            code: libc::BPF_JMP | op | libc::BPF_K,
+            k,
+            jt,
+            jf,
+        });
+    }
+
+    fn finish(self) -> Result<Vec<libc::sock_filter>> {
+        let offset = |at: usize, target: Target| -> Result<u8> {
+            let Target::Label(label) = target else {
+                return Ok(0);
+            };
+            let to = self.labels[label].ok_or_else(|| seccomp_error("unbound label"))?;
+            match to.checked_sub(at + 1) {
+                Some(d) if d <= MAX_JUMP => Ok(d as u8),
+                _ => Err(seccomp_error("jump out of range")),
+            }
+        };
+        self.insns
+            .iter()
+            .enumerate()
+            .map(|(at, insn)| {
+                Ok(libc::sock_filter {
+                    code: insn.code as u16,
+                    jt: offset(at, insn.jt)?,
+                    jf: offset(at, insn.jf)?,
+                    k: insn.k,
+                })
+            })
+            .collect()
+    }
+}
+
+fn seccomp_error(e: impl std::fmt::Display) -> Error {
+    Error::new(
+        ErrorKind::Unsupported,
+        format!("the linux sandbox cannot build its seccomp filter: {e}"),
+    )
+}
+
+/// Emits a search of `rules` (sorted by number) for the accumulator;
+/// a number not among them goes to `allow`.
+fn search(asm: &mut Asm, rules: &[(u32, usize)], allow: usize) {
+    if rules.len() < LINEAR_BELOW {
+        for (i, &(nr, label)) in rules.iter().enumerate() {
+            let miss = if i + 1 == rules.len() {
+                Target::Label(allow)
+            } else {
+                Target::Next
+            };
+            asm.jump(libc::BPF_JEQ, nr, Target::Label(label), miss);
+        }
+        return;
+    }
+    let mid = rules.len() / 2;
+    let upper = asm.label();
+    asm.jump(
+        libc::BPF_JGE,
+        rules[mid].0,
+        Target::Label(upper),
+        Target::Next,
+    );
+    search(asm, &rules[..mid], allow);
+    asm.bind(upper);
+    search(asm, &rules[mid..], allow);
+}
+
+/// The filter for a network mode.
 ///
 /// # Errors
 ///
-/// `unsupported` on an architecture `seccompiler` does not know.
-pub(crate) fn filters(sockets: Sockets) -> Result<Vec<Vec<libc::sock_filter>>> {
-    let mut clone3 = BTreeMap::new();
-    clone3.insert(libc::SYS_clone3, Vec::new());
-    let first = compile(clone3, libc::ENOSYS)?;
+/// `unsupported` if the program cannot be assembled (it always can for
+/// the lists above; checked rather than assumed).
+pub(crate) fn filter(sockets: Sockets) -> Result<Vec<libc::sock_filter>> {
+    let mut rules: Vec<(libc::c_long, Rule)> = DENIED.iter().map(|&nr| (nr, Rule::Deny)).collect();
+    rules.push((libc::SYS_clone, Rule::NoNewUser));
+    rules.push((libc::SYS_unshare, Rule::NoNewUser));
+    if sockets != Sockets::Any {
+        rules.push((libc::SYS_socket, Rule::Families));
+    }
+    rules.sort_unstable_by_key(|&(nr, _)| nr);
+    rules.dedup_by_key(|&mut (nr, _)| nr);
 
-    let mut rules: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
-    for &nr in DENIED {
-        rules.insert(nr, Vec::new());
+    let mut asm = Asm::default();
+    let [allow, eperm, enosys, kill, new_user, families] = std::array::from_fn(|_| asm.label());
+    asm.load(OFFSET_ARCH);
+    asm.jump(libc::BPF_JEQ, AUDIT_ARCH, Target::Next, Target::Label(kill));
+    asm.load(OFFSET_NR);
+    #[cfg(target_arch = "x86_64")]
+    asm.jump(
+        libc::BPF_JGE,
+        X32_SYSCALL_BIT,
+        Target::Label(kill),
+        Target::Next,
+    );
+    asm.jump(
+        libc::BPF_JEQ,
+        libc::SYS_clone3 as u32,
+        Target::Label(enosys),
+        Target::Next,
+    );
+    let targets: Vec<(u32, usize)> = rules
+        .iter()
+        .map(|&(nr, rule)| {
+            let label = match rule {
+                Rule::Deny => eperm,
+                Rule::NoNewUser => new_user,
+                Rule::Families => families,
+            };
+            (nr as u32, label)
+        })
+        .collect();
+    search(&mut asm, &targets, allow);
+
+    // x86_64 and aarch64 both take clone's flags as its first argument;
+    // CLONE_NEWUSER lies in the low word.
+    asm.bind(new_user);
+    asm.load(OFFSET_ARG0_LOW);
+    asm.jump(
+        libc::BPF_JSET,
+        libc::CLONE_NEWUSER as u32,
+        Target::Label(eperm),
+        Target::Label(allow),
+    );
+    asm.bind(families);
+    if sockets != Sockets::Any {
+        asm.load(OFFSET_ARG0_LOW);
+        for &family in sockets.allowed() {
+            asm.jump(
+                libc::BPF_JEQ,
+                family as u32,
+                Target::Label(allow),
+                Target::Next,
+            );
+        }
+        asm.ret(libc::SECCOMP_RET_ERRNO | libc::EPERM as u32);
     }
-    let new_user = libc::CLONE_NEWUSER as u64;
-    // x86_64 and aarch64 both take the flags as clone's first argument.
-    rules.insert(libc::SYS_clone, vec![has_flags(0, new_user)?]);
-    rules.insert(libc::SYS_unshare, vec![has_flags(0, new_user)?]);
-    let allowed: &[libc::c_int] = match sockets {
-        Sockets::Any => &[],
-        Sockets::Inet => &[libc::AF_UNIX, libc::AF_INET, libc::AF_INET6],
-        Sockets::UnixOnly => &[libc::AF_UNIX],
-    };
-    if !allowed.is_empty() {
-        // One rule: the family is none of the allowed ones.
-        let conditions = allowed
-            .iter()
-            .map(|&family| {
-                SeccompCondition::new(0, SeccompCmpArgLen::Dword, SeccompCmpOp::Ne, family as u64)
-                    .map_err(seccomp_error)
-            })
-            .collect::<Result<Vec<_>>>()?;
-        rules.insert(
-            libc::SYS_socket,
-            vec![SeccompRule::new(conditions).map_err(seccomp_error)?],
-        );
-    }
-    let second = compile(rules, libc::EPERM)?;
-    Ok(vec![first, second])
+    asm.bind(allow);
+    asm.ret(libc::SECCOMP_RET_ALLOW);
+    asm.bind(eperm);
+    asm.ret(libc::SECCOMP_RET_ERRNO | libc::EPERM as u32);
+    asm.bind(enosys);
+    asm.ret(libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32);
+    asm.bind(kill);
+    asm.ret(libc::SECCOMP_RET_KILL_PROCESS);
+    asm.finish()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    /// Runs `prog` as the kernel would for one call.
+    fn run(prog: &[libc::sock_filter], arch: u32, nr: u32, arg0: u64) -> u32 {
+        let mut data = [0u8; 64];
+        data[0..4].copy_from_slice(&nr.to_le_bytes());
+        data[4..8].copy_from_slice(&arch.to_le_bytes());
+        data[16..24].copy_from_slice(&arg0.to_le_bytes());
+        let mut acc = 0u32;
+        let mut pc = 0usize;
+        loop {
+            let insn = prog[pc];
+            let code = insn.code as u32;
+            pc += 1;
+            match code {
+                c if c == libc::BPF_LD | libc::BPF_W | libc::BPF_ABS => {
+                    let at = insn.k as usize;
+                    acc = u32::from_le_bytes(data[at..at + 4].try_into().unwrap());
+                }
+                c if c == libc::BPF_RET | libc::BPF_K => return insn.k,
+                c if c & 0x07 == libc::BPF_JMP => {
+                    let taken = match c & 0xf0 {
+                        op if op == libc::BPF_JEQ => acc == insn.k,
+                        op if op == libc::BPF_JGE => acc >= insn.k,
+                        op if op == libc::BPF_JSET => acc & insn.k != 0,
+                        op => panic!("unexpected jump {op:#x}"),
+                    };
+                    pc += if taken { insn.jt } else { insn.jf } as usize;
+                }
+                other => panic!("unexpected instruction {other:#x}"),
+            }
+        }
+    }
+
+    const EPERM: u32 = libc::SECCOMP_RET_ERRNO | libc::EPERM as u32;
+
     #[test]
-    fn filters_compile_for_this_machine() {
-        let unix = filters(Sockets::UnixOnly).unwrap();
-        let inet = filters(Sockets::Inet).unwrap();
-        let any = filters(Sockets::Any).unwrap();
-        assert_eq!(unix.len(), 2);
-        assert!(unix[1].len() > any[1].len());
-        assert!(inet[1].len() > unix[1].len());
+    fn every_number_gets_what_the_policy_says() {
+        for sockets in [Sockets::Any, Sockets::Inet, Sockets::UnixOnly] {
+            let prog = filter(sockets).unwrap();
+            assert!(prog.len() < 200, "{} instructions", prog.len());
+            for nr in 0..1024u32 {
+                let got = run(&prog, AUDIT_ARCH, nr, 0);
+                let nr_long = nr as libc::c_long;
+                let want = if nr_long == libc::SYS_clone3 {
+                    libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32
+                } else if DENIED.contains(&nr_long) {
+                    EPERM
+                } else if nr_long == libc::SYS_socket && sockets != Sockets::Any {
+                    // Family 0 (AF_UNSPEC) is never allowed.
+                    EPERM
+                } else {
+                    libc::SECCOMP_RET_ALLOW
+                };
+                assert_eq!(got, want, "syscall {nr} with {sockets:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn new_user_namespaces_are_refused_whatever_else_is_asked() {
+        let prog = filter(Sockets::UnixOnly).unwrap();
+        let new_user = libc::CLONE_NEWUSER as u64;
+        for nr in [libc::SYS_clone, libc::SYS_unshare] {
+            let nr = nr as u32;
+            assert_eq!(run(&prog, AUDIT_ARCH, nr, new_user), EPERM);
+            assert_eq!(
+                run(
+                    &prog,
+                    AUDIT_ARCH,
+                    nr,
+                    new_user | libc::CLONE_NEWNS as u64 | 1 << 40
+                ),
+                EPERM
+            );
+            let fork_flags = (libc::CLONE_NEWNS | libc::SIGCHLD) as u64;
+            assert_eq!(
+                run(&prog, AUDIT_ARCH, nr, fork_flags),
+                libc::SECCOMP_RET_ALLOW
+            );
+        }
+    }
+
+    #[test]
+    fn socket_families_follow_the_network_mode() {
+        let socket = libc::SYS_socket as u32;
+        let families = [
+            libc::AF_UNIX,
+            libc::AF_INET,
+            libc::AF_INET6,
+            libc::AF_NETLINK,
+            libc::AF_PACKET,
+        ];
+        for (sockets, allowed) in [
+            (Sockets::UnixOnly, 1),
+            (Sockets::Inet, 3),
+            (Sockets::Any, families.len()),
+        ] {
+            let prog = filter(sockets).unwrap();
+            for (i, family) in families.iter().enumerate() {
+                let want = if i < allowed {
+                    libc::SECCOMP_RET_ALLOW
+                } else {
+                    EPERM
+                };
+                assert_eq!(
+                    run(&prog, AUDIT_ARCH, socket, *family as u64),
+                    want,
+                    "{sockets:?} {family}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn other_abis_are_killed() {
+        let prog = filter(Sockets::Any).unwrap();
+        const AUDIT_ARCH_I386: u32 = 0x4000_0003;
+        assert_eq!(
+            run(&prog, AUDIT_ARCH_I386, 1, 0),
+            libc::SECCOMP_RET_KILL_PROCESS
+        );
+        #[cfg(target_arch = "x86_64")]
+        assert_eq!(
+            run(
+                &prog,
+                AUDIT_ARCH,
+                X32_SYSCALL_BIT | libc::SYS_mount as u32,
+                0
+            ),
+            libc::SECCOMP_RET_KILL_PROCESS
+        );
     }
 }
