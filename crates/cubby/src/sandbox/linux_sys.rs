@@ -806,17 +806,42 @@ unsafe fn namespace_init(
         if libc::pipe2(exec_pipe.as_mut_ptr(), libc::O_CLOEXEC) != 0 {
             fail(errno());
         }
-        let command = libc::fork();
+        // The command's last steps run in the init's memory (CLONE_VM) on a
+        // stack of their own while the init waits (CLONE_VFORK) until they
+        // exec or fail: no page tables copied, no copy-on-write faults after.
+        let stack = libc::mmap(
+            std::ptr::null_mut(),
+            COMMAND_STACK_BYTES + GUARD_BYTES,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK,
+            -1,
+            0,
+        );
+        if stack == libc::MAP_FAILED || libc::mprotect(stack, GUARD_BYTES, libc::PROT_NONE) != 0 {
+            fail(errno());
+        }
+        let mut last_steps = LastSteps {
+            setup,
+            landlock_fd,
+            fds,
+            argv: ptrs,
+            envp,
+            path_var,
+            err_fd: exec_pipe[1],
+        };
+        let command = libc::clone(
+            command_main,
+            stack
+                .cast::<u8>()
+                .add(COMMAND_STACK_BYTES + GUARD_BYTES)
+                .cast(),
+            libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
+            (&mut last_steps as *mut LastSteps<'_>).cast(),
+        );
         if command < 0 {
             fail(errno());
         }
-        if command == 0 {
-            libc::close(exec_pipe[0]);
-            let err = command_exec(setup, landlock_fd, fds, ptrs, envp, path_var);
-            let raw = err.to_ne_bytes();
-            libc::write(exec_pipe[1], raw.as_ptr().cast(), raw.len());
-            libc::_exit(127);
-        }
+        libc::munmap(stack, COMMAND_STACK_BYTES + GUARD_BYTES);
         libc::close(exec_pipe[1]);
         for fd in fds {
             libc::close(*fd);
@@ -850,12 +875,50 @@ unsafe fn namespace_init(
     }
 }
 
+/// Stack of the command's last steps (they use a few KiB).
+const COMMAND_STACK_BYTES: usize = 256 * 1024;
+/// An inaccessible page below that stack: an overflow faults instead of
+/// writing into the init's memory.
+const GUARD_BYTES: usize = 4096;
+
+/// What the command's last steps need, on the init's stack.
+struct LastSteps<'a> {
+    setup: &'a CommandSetup,
+    landlock_fd: RawFd,
+    fds: &'a [RawFd; MSG_MAX_FDS],
+    argv: *const *const libc::c_char,
+    envp: *const *const libc::c_char,
+    path_var: *const libc::c_char,
+    /// Write end of the exec pipe: the errno goes there if exec fails.
+    err_fd: RawFd,
+}
+
+/// Entry of the command's child (`clone` with `CLONE_VM | CLONE_VFORK`).
+extern "C" fn command_main(arg: *mut libc::c_void) -> libc::c_int {
+    // SAFETY: `arg` is the init's `LastSteps`, alive while the init waits
+    // for this child to exec or exit; the child only makes syscalls on it.
+    unsafe {
+        let steps = &*(arg as *const LastSteps<'_>);
+        let err = command_exec(
+            steps.setup,
+            steps.landlock_fd,
+            steps.fds,
+            steps.argv,
+            steps.envp,
+            steps.path_var,
+        );
+        let raw = err.to_ne_bytes();
+        libc::write(steps.err_fd, raw.as_ptr().cast(), raw.len());
+        libc::_exit(127)
+    }
+}
+
 /// The command's last steps before `execve`; returns the errno of the
 /// failure (never returns on success).
 ///
 /// # Safety
 ///
-/// Forked child of the init only.
+/// The init's `CLONE_VM` child only (see [`command_main`]).
 unsafe fn command_exec(
     setup: &CommandSetup,
     landlock_fd: RawFd,
