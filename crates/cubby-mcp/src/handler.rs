@@ -3,7 +3,8 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use cubby::process::{CancelToken, OutputEvent, Subscriber};
 use cubby::{CallOptions, ToolOutput, Toolset};
@@ -35,6 +36,39 @@ pub(crate) struct Shared {
     /// lock contention but buys no speed. Command tools stay on the blocking
     /// pool: one may wait on another.
     files: FilePool,
+    /// On stdio: `tools/call` requests the framing guard has forwarded and
+    /// whose call has not finished. A cheap file-tool call that is alone
+    /// runs inline (see [`runs_inline`]).
+    calls_in_flight: OnceLock<Arc<AtomicUsize>>,
+}
+
+/// Whether a file-tool call runs on the event loop's thread instead of the
+/// pool: only when nothing else is queued or running (a client waiting for
+/// each answer: the two thread hand-offs would be most of its latency) and
+/// only for calls whose cost is bounded by construction — one `read_file`
+/// (at most its byte limit), one `list_files` of a single directory. Under
+/// pipelining the pool keeps the parsing and the work on separate cores.
+fn runs_inline(name: &str, arguments: &Value, alone: bool) -> bool {
+    alone
+        && match name {
+            "read_file" => true,
+            "list_files" => arguments
+                .get("depth")
+                .and_then(Value::as_u64)
+                .is_some_and(|d| d <= 1),
+            _ => false,
+        }
+}
+
+/// Counts a call out of the in-flight count when it ends, however it ends.
+struct CallDone(Option<Arc<AtomicUsize>>);
+
+impl Drop for CallDone {
+    fn drop(&mut self) {
+        if let Some(n) = &self.0 {
+            let _ = n.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| v.checked_sub(1));
+        }
+    }
 }
 
 /// File-tool calls that run at once, per core: enough to keep every core
@@ -46,6 +80,11 @@ fn file_call_slots() -> usize {
 }
 
 impl Shared {
+    /// The in-flight `tools/call` count, for the stdio guard to increment.
+    pub(crate) fn count_calls(&self) -> Arc<AtomicUsize> {
+        Arc::clone(self.calls_in_flight.get_or_init(Arc::default))
+    }
+
     /// Ends the server-wide run (its processes die with it).
     pub(crate) fn take_stateless(&self) -> Option<Toolset> {
         self.stateless.lock().map(|mut s| s.take()).unwrap_or(None)
@@ -126,6 +165,7 @@ impl CubbyHandler {
             instructions,
             stateless: Mutex::new(Some(template)),
             files: FilePool::new(file_call_slots()),
+            calls_in_flight: OnceLock::new(),
         }))
     }
 
@@ -226,6 +266,11 @@ impl ServerHandler for CubbyHandler {
         request: CallToolRequestParams,
         ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
+        let in_flight = self.shared.calls_in_flight.get().cloned();
+        let alone = in_flight
+            .as_ref()
+            .is_some_and(|n| n.load(Ordering::Relaxed) <= 1);
+        let _done = CallDone(in_flight);
         // An unknown tool is a protocol error (JSON-RPC -32602), not a tool
         // result: MCP's tools/call error handling. A cubby tool the policy
         // does not offer is known, and answers `ERROR denied` (SPEC §4).
@@ -258,6 +303,9 @@ impl ServerHandler for CubbyHandler {
             on_output,
         };
         let name = request.name.to_string();
+        if file_tool && runs_inline(&name, &arguments, alone) {
+            return Ok(to_result(toolset.call_with(&name, arguments, &options)).into());
+        }
         let call = move || toolset.call_with(&name, arguments, &options);
         let mut job: Pin<Box<dyn Future<Output = Result<ToolOutput, String>> + Send>> = if file_tool
         {

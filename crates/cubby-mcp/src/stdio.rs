@@ -17,6 +17,7 @@
 //! whole line at a time.
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use rmcp::ServiceExt;
 use serde_json::{Value, json};
@@ -41,6 +42,8 @@ fn error_line(code: i64, message: &str, id: Value) -> String {
 #[derive(Debug, PartialEq)]
 enum Verdict {
     Forward,
+    /// Forward a `tools/call` request of a started session.
+    ForwardCall,
     /// Forward, and this request may start the session: its id.
     ForwardOpening(String),
     Drop,
@@ -177,6 +180,9 @@ fn judge(line: &[u8], started: bool) -> Verdict {
             return Verdict::ForwardOpening(id.to_string());
         }
     }
+    if is_request && method == Some("tools/call") {
+        return Verdict::ForwardCall;
+    }
     Verdict::Forward
 }
 
@@ -242,6 +248,7 @@ where
     let (rmcp_out, from_rmcp) = tokio::io::duplex(PIPE_BYTES);
     let (answers_tx, mut answers_rx) = mpsc::unbounded_channel::<String>();
     let lifecycle = Arc::new(Lifecycle::default());
+    let calls_in_flight = shared.count_calls();
     let seen = Arc::clone(&lifecycle);
 
     // The guard: stdin → rmcp, or an answer.
@@ -264,9 +271,15 @@ where
                 Ok(Some(Ok(()))) => {
                     lifecycle.settle().await;
                     match judge(&buf, lifecycle.started()) {
-                        verdict @ (Verdict::Forward | Verdict::ForwardOpening(_)) => {
-                            if let Verdict::ForwardOpening(id) = verdict {
-                                lifecycle.expect(id);
+                        verdict @ (Verdict::Forward
+                        | Verdict::ForwardCall
+                        | Verdict::ForwardOpening(_)) => {
+                            match verdict {
+                                Verdict::ForwardOpening(id) => lifecycle.expect(id),
+                                Verdict::ForwardCall => {
+                                    calls_in_flight.fetch_add(1, Ordering::Relaxed);
+                                }
+                                _ => {}
                             }
                             if !buf.ends_with(b"\n") {
                                 buf.push(b'\n');
@@ -373,6 +386,8 @@ mod tests {
             Verdict::ForwardOpening("1".into())
         );
         assert_eq!(judge(note, true), Verdict::Forward);
+        let call = br#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"x"}}"#;
+        assert_eq!(judge(call, true), Verdict::ForwardCall);
         assert!(matches!(
             judge(br#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":[1]}"#, true),
             Verdict::Answer(a) if a.contains("-32602")

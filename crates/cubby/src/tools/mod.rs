@@ -40,11 +40,13 @@ pub(crate) type Sha = [u8; 32];
 
 /// Lower-case hex of a digest.
 pub(crate) fn hex(sha: &Sha) -> String {
-    use std::fmt::Write;
-    sha.iter().fold(String::with_capacity(64), |mut s, b| {
-        let _ = write!(s, "{b:02x}");
-        s
-    })
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut s = String::with_capacity(sha.len() * 2);
+    for b in sha {
+        s.push(DIGITS[usize::from(b >> 4)] as char);
+        s.push(DIGITS[usize::from(b & 0xf)] as char);
+    }
+    s
 }
 
 /// sha256 of bytes.

@@ -123,8 +123,10 @@ struct Scan {
     sha: super::Sha,
     size: u64,
     binary: Option<String>,
-    /// (line number, text) of the kept lines.
-    lines: Vec<(u64, String)>,
+    /// The kept lines, one after another (no separators).
+    text: String,
+    /// (line number, its range in `text`) of each kept line.
+    lines: Vec<(u64, std::ops::Range<usize>)>,
     total_lines: u64,
     any_line_cut: bool,
     /// The first line not shown because the byte budget ran out.
@@ -153,6 +155,37 @@ pub(crate) fn looks_binary(head: &[u8]) -> bool {
 fn memchr_nul(bytes: &[u8]) -> bool {
     bytes.contains(&0)
 }
+
+/// Width line numbers are right-aligned to (as `cat -n` does).
+const LINE_NUMBER_WIDTH: usize = 6;
+
+/// Appends `n`, right-aligned to [`LINE_NUMBER_WIDTH`], and a tab
+/// (`format!("{n:>6}\t")` without the formatting machinery: this runs for
+/// every line shown).
+fn push_line_number(text: &mut String, mut n: u64) {
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    let len = digits.len() - at;
+    for _ in len..LINE_NUMBER_WIDTH {
+        text.push(' ');
+    }
+    for &d in &digits[at..] {
+        text.push(d as char);
+    }
+    text.push('\t');
+}
+
+/// Appended to a line that was cut while it was read (longer than what is
+/// kept of a line in memory).
+const LINE_CUT_MARK: &str = "… [line cut]";
 
 fn scan(mut reader: Box<dyn Read + Send>, window: &Window) -> std::io::Result<Scan> {
     let mut hasher = Sha256::new();
@@ -187,6 +220,7 @@ fn scan(mut reader: Box<dyn Read + Send>, window: &Window) -> std::io::Result<Sc
             sha: hasher.finalize().into(),
             size,
             binary: Some(media_type(&head)),
+            text: String::new(),
             lines: Vec::new(),
             total_lines: 0,
             any_line_cut: false,
@@ -211,6 +245,7 @@ fn scan(mut reader: Box<dyn Read + Send>, window: &Window) -> std::io::Result<Sc
         sha: hasher.finalize().into(),
         size,
         binary: None,
+        text: lines.text,
         lines: lines.kept,
         total_lines: lines.line_no - 1,
         any_line_cut: lines.any_cut,
@@ -228,7 +263,10 @@ struct LineCollector<'w> {
     /// Whether the current line has any bytes (for a last line without `\n`).
     current_started: bool,
     current_cut: bool,
-    kept: Vec<(u64, String)>,
+    /// The kept lines' text, and (line number, range) of each: one buffer
+    /// for the whole window rather than a string per line.
+    text: String,
+    kept: Vec<(u64, std::ops::Range<usize>)>,
     kept_bytes: usize,
     any_cut: bool,
     stopped_at: Option<u64>,
@@ -242,6 +280,7 @@ impl<'w> LineCollector<'w> {
             current: Vec::new(),
             current_started: false,
             current_cut: false,
+            text: String::new(),
             kept: Vec::new(),
             kept_bytes: 0,
             any_cut: false,
@@ -286,24 +325,28 @@ impl<'w> LineCollector<'w> {
 
     fn end_line(&mut self) {
         if self.in_window() {
-            let raw = std::mem::take(&mut self.current);
-            let mut text = String::from_utf8_lossy(&raw).into_owned();
-            if text.ends_with('\r') {
-                text.pop();
+            let mut raw = self.current.as_slice();
+            if let [rest @ .., b'\r'] = raw {
+                raw = rest;
             }
-            let shown = cut_line(&text, self.window.max_line_chars);
-            let cut = self.current_cut || shown.len() != text.len();
-            let shown = if self.current_cut && shown.len() == text.len() {
-                format!("{text}… [line cut]")
+            let line = String::from_utf8_lossy(raw);
+            let shown = cut_line(&line, self.window.max_line_chars);
+            let cut = self.current_cut || shown.len() != line.len();
+            let mark = if self.current_cut && shown.len() == line.len() {
+                LINE_CUT_MARK
             } else {
-                shown.into_owned()
+                ""
             };
-            if self.kept_bytes + shown.len() + 1 > self.window.max_bytes && !self.kept.is_empty() {
+            let len = shown.len() + mark.len();
+            if self.kept_bytes + len + 1 > self.window.max_bytes && !self.kept.is_empty() {
                 self.stopped_at = Some(self.line_no);
             } else {
-                self.kept_bytes += shown.len() + 1;
+                self.kept_bytes += len + 1;
                 self.any_cut |= cut;
-                self.kept.push((self.line_no, shown));
+                let start = self.text.len();
+                self.text.push_str(&shown);
+                self.text.push_str(mark);
+                self.kept.push((self.line_no, start..self.text.len()));
             }
         }
         self.current.clear();
@@ -355,10 +398,13 @@ fn render(path: &WorkspacePath, scan: Scan, window: &Window) -> Result<(String, 
     let more = end_line < scan.total_lines;
     let next_offset = more.then_some(end_line + 1);
     let truncated = more || scan.any_line_cut;
-    let mut text = String::new();
-    let mut content = String::new();
-    for (n, line) in &scan.lines {
-        text.push_str(&format!("{n:>6}\t{line}\n"));
+    let mut text = String::with_capacity(scan.text.len() + scan.lines.len() * 8 + 128);
+    let mut content = String::with_capacity(scan.text.len() + scan.lines.len());
+    for (n, range) in &scan.lines {
+        let line = &scan.text[range.clone()];
+        push_line_number(&mut text, *n);
+        text.push_str(line);
+        text.push('\n');
         content.push_str(line);
         content.push('\n');
     }
@@ -408,6 +454,13 @@ mod tests {
         }
     }
 
+    fn kept(s: &Scan) -> Vec<(u64, &str)> {
+        s.lines
+            .iter()
+            .map(|(n, r)| (*n, &s.text[r.clone()]))
+            .collect()
+    }
+
     fn lines_of(bytes: &[u8], w: &Window) -> Scan {
         // Feed in awkward chunk sizes to exercise the splitter.
         struct Trickle<'a>(&'a [u8]);
@@ -434,7 +487,7 @@ mod tests {
     #[test]
     fn keeps_the_window_and_strips_cr() {
         let s = lines_of(b"one\r\ntwo\r\nthree\r\nfour", &window(2, 2));
-        assert_eq!(s.lines, vec![(2, "two".into()), (3, "three".into())]);
+        assert_eq!(kept(&s), vec![(2, "two"), (3, "three")]);
         assert_eq!(s.total_lines, 4);
     }
 
@@ -443,11 +496,20 @@ mod tests {
         let long = "x".repeat(5000);
         let s = lines_of(format!("{long}\nshort\n").as_bytes(), &window(1, 10));
         assert!(s.any_line_cut);
-        assert!(s.lines[0].1.ends_with("[line cut at 2000 chars]"));
+        assert!(kept(&s)[0].1.ends_with("[line cut at 2000 chars]"));
         let many = "y".repeat(1000) + "\n";
         let s = lines_of(many.repeat(100).as_bytes(), &window(1, 2000));
         assert_eq!(s.stopped_at, Some(52));
         assert_eq!(s.lines.len(), 51);
+    }
+
+    #[test]
+    fn line_numbers_are_right_aligned_like_format() {
+        for n in [0, 1, 9, 10, 99_999, 999_999, 1_000_000, u64::MAX] {
+            let mut s = String::new();
+            push_line_number(&mut s, n);
+            assert_eq!(s, format!("{n:>6}\t"));
+        }
     }
 
     #[test]
