@@ -13,13 +13,16 @@
 //! 4. Everything else goes to rmcp unchanged, which answers unknown methods
 //!    with `-32601` and keeps serving.
 //!
-//! One writer task puts rmcp's lines and the guard's answers on stdout, a
-//! whole line at a time.
+//! The guard hands rmcp parsed messages (a sink/stream transport, no
+//! second parse of the line), and one writer task puts rmcp's messages and
+//! the guard's answers on stdout, a whole line at a time.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use rmcp::ServiceExt;
+use rmcp::model::{CallToolRequest, ClientRequest, JsonRpcMessage, JsonRpcRequest};
+use rmcp::service::{RoleServer, RxJsonRpcMessage, TxJsonRpcMessage};
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::sync::mpsc;
@@ -31,8 +34,10 @@ use crate::{ServeError, ToolsetFactory};
 pub const MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
 /// Longest wait for rmcp to answer a request that opens the session.
 const OPENING_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
-/// Capacity of the in-process pipes between the guard and rmcp.
-const PIPE_BYTES: usize = 1024 * 1024;
+/// Messages queued between the guard, rmcp and the writer (each way): the
+/// guard stops reading input when rmcp falls this far behind, and rmcp
+/// stops when output does.
+const MESSAGE_QUEUE: usize = 256;
 
 fn error_line(code: i64, message: &str, id: Value) -> String {
     json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}}).to_string()
@@ -227,6 +232,47 @@ async fn read_line<R: AsyncBufReadExt + Unpin>(
     }
 }
 
+/// An incoming message for rmcp, parsed from one forwarded line.
+///
+/// A `tools/call` request is read straight into rmcp's `CallToolRequest`:
+/// rmcp's own `Deserialize` for its message enum tries each of its ~20
+/// untagged request variants in turn (a seventh of the server's time per
+/// call); one whose params do not fit gets `-32602` saying why (rmcp
+/// would take it for an unknown method). Everything else takes rmcp's
+/// general path; a request rmcp cannot read at all gets `-32600` with its
+/// id (rmcp's transport would answer with a null id), and a message that is
+/// not a request is dropped.
+fn parse_for_rmcp(line: &[u8], call: bool) -> Result<RxJsonRpcMessage<RoleServer>, Option<String>> {
+    if call {
+        return match serde_json::from_slice::<JsonRpcRequest<CallToolRequest>>(line) {
+            Ok(request) => Ok(JsonRpcMessage::Request(JsonRpcRequest {
+                jsonrpc: request.jsonrpc,
+                id: request.id,
+                request: ClientRequest::from(request.request),
+            })),
+            Err(e) => {
+                let value: Value = serde_json::from_slice(line).unwrap_or(Value::Null);
+                let id = value.get("id").cloned().unwrap_or(Value::Null);
+                Err(Some(error_line(
+                    -32602,
+                    &format!(
+                        "invalid params for tools/call: {e}; send {{\"name\": <tool>, \"arguments\": {{...}}}}"
+                    ),
+                    id,
+                )))
+            }
+        };
+    }
+    serde_json::from_slice::<RxJsonRpcMessage<RoleServer>>(line).map_err(|e| {
+        let value: Value = serde_json::from_slice(line).unwrap_or(Value::Null);
+        let is_request = value.get("method").is_some() && value.get("id").is_some();
+        is_request.then(|| {
+            let id = value.get("id").cloned().unwrap_or(Value::Null);
+            error_line(-32600, &format!("invalid request: {e}"), id)
+        })
+    })
+}
+
 /// Serves MCP on the given streams until input ends (`stdin`/`stdout` for
 /// `cubby mcp`).
 ///
@@ -244,108 +290,108 @@ where
 {
     let shared = CubbyHandler::shared(factory).map_err(|e| ServeError(e.to_string()))?;
     let handler = CubbyHandler::new(Arc::clone(&shared), true);
-    let (to_rmcp, rmcp_in) = tokio::io::duplex(PIPE_BYTES);
-    let (rmcp_out, from_rmcp) = tokio::io::duplex(PIPE_BYTES);
-    let (answers_tx, mut answers_rx) = mpsc::unbounded_channel::<String>();
+    // Parsed messages go to rmcp; every outgoing line (rmcp's and the
+    // guard's answers) goes to the writer through one channel, in order.
+    let (to_rmcp, from_guard) = mpsc::channel::<RxJsonRpcMessage<RoleServer>>(MESSAGE_QUEUE);
+    let (lines_tx, mut lines_rx) = mpsc::channel::<Vec<u8>>(MESSAGE_QUEUE);
     let lifecycle = Arc::new(Lifecycle::default());
     let calls_in_flight = shared.count_calls();
-    let seen = Arc::clone(&lifecycle);
 
     // The guard: stdin → rmcp, or an answer.
+    let answers = lines_tx.clone();
+    let seen = Arc::clone(&lifecycle);
     let guard = tokio::spawn(async move {
-        let mut to_rmcp = to_rmcp;
         let mut input = BufReader::with_capacity(64 * 1024, input);
         let mut buf = Vec::new();
+        let answer = |line: String| {
+            let answers = answers.clone();
+            async move {
+                let mut bytes = line.into_bytes();
+                bytes.push(b'\n');
+                answers.send(bytes).await.is_ok()
+            }
+        };
         loop {
-            match read_line(&mut input, MAX_MESSAGE_BYTES, &mut buf).await {
-                Ok(None) | Err(_) => break,
-                Ok(Some(Err(len))) => {
-                    let _ = answers_tx.send(error_line(
+            let open =
+                match read_line(&mut input, MAX_MESSAGE_BYTES, &mut buf).await {
+                    Ok(None) | Err(_) => break,
+                    Ok(Some(Err(len))) => answer(error_line(
                         -32600,
                         &format!(
                             "message of {len} bytes is larger than the limit of {MAX_MESSAGE_BYTES}"
                         ),
                         Value::Null,
-                    ));
-                }
-                Ok(Some(Ok(()))) => {
-                    lifecycle.settle().await;
-                    match judge(&buf, lifecycle.started()) {
-                        verdict @ (Verdict::Forward
-                        | Verdict::ForwardCall
-                        | Verdict::ForwardOpening(_)) => {
-                            match verdict {
-                                Verdict::ForwardOpening(id) => lifecycle.expect(id),
-                                Verdict::ForwardCall => {
-                                    calls_in_flight.fetch_add(1, Ordering::Relaxed);
+                    ))
+                    .await,
+                    Ok(Some(Ok(()))) => {
+                        seen.settle().await;
+                        let line = buf.trim_ascii();
+                        match judge(line, seen.started()) {
+                            verdict @ (Verdict::Forward
+                            | Verdict::ForwardCall
+                            | Verdict::ForwardOpening(_)) => {
+                                let call = verdict == Verdict::ForwardCall;
+                                match parse_for_rmcp(line, call) {
+                                    Ok(message) => {
+                                        match verdict {
+                                            Verdict::ForwardOpening(id) => seen.expect(id),
+                                            Verdict::ForwardCall => {
+                                                calls_in_flight.fetch_add(1, Ordering::Relaxed);
+                                            }
+                                            _ => {}
+                                        }
+                                        to_rmcp.send(message).await.is_ok()
+                                    }
+                                    Err(Some(line)) => answer(line).await,
+                                    Err(None) => true,
                                 }
-                                _ => {}
                             }
-                            if !buf.ends_with(b"\n") {
-                                buf.push(b'\n');
-                            }
-                            if to_rmcp.write_all(&buf).await.is_err() {
-                                break;
-                            }
-                        }
-                        Verdict::Drop => {}
-                        Verdict::Answer(line) => {
-                            let _ = answers_tx.send(line);
+                            Verdict::Drop => true,
+                            Verdict::Answer(line) => answer(line).await,
                         }
                     }
-                }
-            }
-        }
-        // End of input: rmcp sees EOF and ends the session.
-        let _ = to_rmcp.shutdown().await;
-    });
-
-    // The writer: whole lines from rmcp and from the guard. Lines go through
-    // a buffer that is flushed whenever no further line is ready, so a burst
-    // of answers costs one write to stdout instead of one per line.
-    let writer = tokio::spawn(async move {
-        let mut output = tokio::io::BufWriter::with_capacity(64 * 1024, output);
-        let mut from_rmcp = BufReader::with_capacity(64 * 1024, from_rmcp);
-        let mut line = Vec::new();
-        let mut rmcp_open = true;
-        loop {
-            let line_ready = from_rmcp.buffer().contains(&b'\n');
-            if !line_ready && answers_rx.is_empty() && output.flush().await.is_err() {
+                };
+            if !open {
                 break;
             }
-            tokio::select! {
-                read = from_rmcp.read_until(b'\n', &mut line), if rmcp_open => {
-                    match read {
-                        Ok(0) | Err(_) => rmcp_open = false,
-                        Ok(_) => {
-                            seen.observe(&line);
-                            if output.write_all(&line).await.is_err() { break; }
-                            line.clear();
-                        }
-                    }
-                }
-                answer = answers_rx.recv() => {
-                    match answer {
-                        Some(a) => {
-                            if output.write_all(a.as_bytes()).await.is_err() || output.write_all(b"\n").await.is_err() { break; }
-                        }
-                        None if !rmcp_open => break,
-                        None => {
-                            // The guard is done; drain rmcp to its end.
-                            while let Ok(n) = from_rmcp.read_until(b'\n', &mut line).await {
-                                if n == 0 || output.write_all(&line).await.is_err() { break; }
-                                line.clear();
-                            }
-                            break;
-                        }
-                    }
-                }
+        }
+        // End of input: rmcp's stream ends, and with it the session.
+    });
+
+    // rmcp's side of the channels.
+    let incoming = Box::pin(futures::stream::unfold(from_guard, |mut rx| async move {
+        rx.recv().await.map(|message| (message, rx))
+    }));
+    let outgoing = Box::pin(futures::sink::unfold(
+        (lines_tx, Arc::clone(&lifecycle)),
+        |(lines, seen), message: TxJsonRpcMessage<RoleServer>| async move {
+            let mut line = serde_json::to_vec(&message).map_err(std::io::Error::other)?;
+            seen.observe(&line);
+            line.push(b'\n');
+            lines
+                .send(line)
+                .await
+                .map_err(|_| std::io::Error::from(std::io::ErrorKind::BrokenPipe))?;
+            Ok::<_, std::io::Error>((lines, seen))
+        },
+    ));
+
+    // The writer: whole lines, through a buffer that is flushed whenever no
+    // further line is ready, so a burst of answers costs one write.
+    let writer = tokio::spawn(async move {
+        let mut output = tokio::io::BufWriter::with_capacity(64 * 1024, output);
+        while let Some(line) = lines_rx.recv().await {
+            if output.write_all(&line).await.is_err() {
+                break;
+            }
+            if lines_rx.is_empty() && output.flush().await.is_err() {
+                break;
             }
         }
         let _ = output.flush().await;
     });
 
-    let running = match handler.serve((rmcp_in, rmcp_out)).await {
+    let running = match handler.serve((outgoing, incoming)).await {
         Ok(running) => Some(running),
         // Input ended before a handshake (a client that only discovered, or
         // none at all): a clean end, not a failure.
@@ -392,6 +438,43 @@ mod tests {
             judge(br#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":[1]}"#, true),
             Verdict::Answer(a) if a.contains("-32602")
         ));
+    }
+
+    #[test]
+    fn a_call_read_directly_is_what_rmcp_would_read() {
+        let lines: [&[u8]; 4] = [
+            br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"read_file","arguments":{"path":"a"}}}"#,
+            br#"{"jsonrpc":"2.0","id":"x","method":"tools/call","params":{"name":"run","arguments":{"command":"ls"},"_meta":{"progressToken":"p"}}}"#,
+            br#"{"params":{"name":"glob"},"method":"tools/call","id":3,"jsonrpc":"2.0"}"#,
+            br#"{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"list_files","arguments":{},"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}"#,
+        ];
+        for line in lines {
+            let direct = parse_for_rmcp(line, true).unwrap();
+            let general: RxJsonRpcMessage<RoleServer> = serde_json::from_slice(line).unwrap();
+            assert!(
+                matches!(&direct, JsonRpcMessage::Request(r) if matches!(r.request, ClientRequest::CallToolRequest(_)))
+            );
+            assert_eq!(
+                serde_json::to_value(&direct).unwrap(),
+                serde_json::to_value(&general).unwrap(),
+                "{}",
+                String::from_utf8_lossy(line)
+            );
+        }
+    }
+
+    #[test]
+    fn a_call_with_bad_params_is_told_why_and_others_take_the_general_path() {
+        let bad = br#"{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":7}}"#;
+        let answer: Value =
+            serde_json::from_str(&parse_for_rmcp(bad, true).unwrap_err().unwrap()).unwrap();
+        assert_eq!(answer["id"], 9);
+        assert_eq!(answer["error"]["code"], -32602);
+        let ping = br#"{"jsonrpc":"2.0","id":2,"method":"ping"}"#;
+        assert!(parse_for_rmcp(ping, false).is_ok());
+        // Not a request, and unreadable: dropped without an answer.
+        let note = br#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":7}"#;
+        assert!(matches!(parse_for_rmcp(note, false), Err(None)));
     }
 
     #[test]
