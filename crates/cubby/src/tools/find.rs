@@ -119,19 +119,21 @@ impl Tool for Glob {
         let mut entries = Vec::new();
         let mut total = 0u64;
         let prefix_len = start.as_path().components().count();
-        Walk::new(ctx.fs, ctx.policy).run(&start, &mut |v| {
-            if v.kind == EntryKind::File {
-                let rel: std::path::PathBuf =
-                    v.path.as_path().components().skip(prefix_len).collect();
-                if matcher.is_match(&rel) {
-                    total += 1;
-                    if entries.len() < cap {
-                        entries.push(v.path.display());
+        Walk::new(ctx.fs, ctx.policy)
+            .run(&start, &mut |v| {
+                if v.kind == EntryKind::File {
+                    let rel: std::path::PathBuf =
+                        v.path.as_path().components().skip(prefix_len).collect();
+                    if matcher.is_match(&rel) {
+                        total += 1;
+                        if entries.len() < cap {
+                            entries.push(v.path.display());
+                        }
                     }
                 }
-            }
-            Flow::Continue
-        })?;
+                Flow::Continue
+            })
+            .map_err(|e| start_dir(ctx, params.path.as_deref()).err().unwrap_or(e))?;
         let truncated = total > entries.len() as u64;
         let mut text = if entries.is_empty() {
             format!("No files match `{}`.", params.pattern)
@@ -185,7 +187,10 @@ impl Tool for ListFiles {
 
     fn call(ctx: &Ctx<'_>, params: ListParams) -> Result<(String, ListOutput)> {
         let filter = params.glob.as_deref().map(NameFilter::new).transpose()?;
-        let start = start_dir(ctx, params.path.as_deref())?;
+        // The walk opens the start directory itself; `start_dir`'s checks
+        // (and its clearer errors) run only when that fails.
+        let start = parse_dir_arg(params.path.as_deref())?;
+        ctx.policy.check_read(&start)?;
         let cap = ctx.limits.list_files.max_matches;
         let mut entries = Vec::new();
         let mut total = 0u64;
@@ -213,7 +218,8 @@ impl Tool for ListFiles {
                 }
             }
             Flow::Continue
-        })?;
+        })
+        .map_err(|e| start_dir(ctx, params.path.as_deref()).err().unwrap_or(e))?;
         let truncated = total > entries.len() as u64;
         let mut text = if entries.is_empty() {
             format!("`{start}` has no entries to show.")

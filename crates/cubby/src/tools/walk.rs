@@ -117,6 +117,9 @@ impl<'a> Walk<'a> {
     }
 
     fn ignored(&self, ignores: &[Gitignore], path: &WorkspacePath, is_dir: bool) -> bool {
+        if ignores.is_empty() {
+            return false;
+        }
         let anchored = anchor(path.as_path());
         for g in ignores.iter().rev() {
             match g.matched(&anchored, is_dir) {
