@@ -10,13 +10,13 @@ use cubby::process::{CancelToken, OutputEvent, Subscriber};
 use cubby::{CallOptions, ToolOutput, Toolset};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
-    JsonObject, ListToolsResult, PaginatedRequestParams, ProgressNotificationParam,
-    ServerCapabilities, ServerConfig, Tool, ToolAnnotations,
+    JsonObject, JsonRpcMessage, ListToolsResult, PaginatedRequestParams, ProgressNotificationParam,
+    RequestId, ServerCapabilities, ServerConfig, ServerResult, Tool, ToolAnnotations,
 };
 // Logging is deprecated by SEP-2577 (2026-07-28) but part of 2025-11-25.
 #[allow(deprecated)]
 use rmcp::model::SetLevelRequestParams;
-use rmcp::service::RequestContext;
+use rmcp::service::{RequestContext, TxJsonRpcMessage};
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
 use serde_json::Value;
 
@@ -60,6 +60,12 @@ fn runs_inline(name: &str, arguments: &Value, alone: bool) -> bool {
         }
 }
 
+/// Tools the stdio front answers without rmcp's request dispatch when a
+/// call carries no `_meta` (no progress token, no per-request protocol
+/// data): file tools that stream nothing and that a cancellation does not
+/// stop (see `stdio::serve_stdio`).
+pub(crate) const DIRECT_TOOLS: [&str; 2] = ["read_file", "list_files"];
+
 /// Counts a call out of the in-flight count when it ends, however it ends.
 struct CallDone(Option<Arc<AtomicUsize>>);
 
@@ -80,6 +86,18 @@ fn file_call_slots() -> usize {
 }
 
 impl Shared {
+    /// Runs `job` on the file-tool pool.
+    pub(crate) fn run_file_job(&self, job: impl FnOnce() + Send + 'static) {
+        drop(self.files.run(job));
+    }
+
+    /// Whether nothing but the caller is in flight (see [`runs_inline`]).
+    pub(crate) fn alone(&self) -> bool {
+        self.calls_in_flight
+            .get()
+            .is_some_and(|n| n.load(Ordering::Relaxed) <= 1)
+    }
+
     /// The in-flight `tools/call` count, for the stdio guard to increment.
     pub(crate) fn count_calls(&self) -> Arc<AtomicUsize> {
         Arc::clone(self.calls_in_flight.get_or_init(Arc::default))
@@ -185,6 +203,41 @@ impl CubbyHandler {
                 .extensions
                 .get::<axum::http::request::Parts>()
                 .is_some_and(|p| p.headers.contains_key("mcp-session-id"));
+        self.toolset_of(in_session)
+    }
+
+    /// Whether a direct call (see [`DIRECT_TOOLS`]) of `name` runs inline.
+    pub(crate) fn direct_inline(&self, name: &str, arguments: &Value) -> bool {
+        runs_inline(name, arguments, self.shared.alone())
+    }
+
+    /// The answer to a direct call of one of [`DIRECT_TOOLS`] (counted in
+    /// flight by the caller) in a session opened with `initialize` on a
+    /// revision before 2026-07-28: what `call_tool` answers for it, shaped
+    /// as rmcp sends it to such a peer.
+    pub(crate) fn direct_answer(
+        &self,
+        id: RequestId,
+        name: &str,
+        arguments: Value,
+    ) -> TxJsonRpcMessage<RoleServer> {
+        let _done = CallDone(self.shared.calls_in_flight.get().cloned());
+        match self.toolset_of(true) {
+            Ok(toolset) => {
+                let out = toolset.call_with(name, arguments, &CallOptions::default());
+                let mut result = ServerResult::from(CallToolResponse::from(to_result(out)));
+                // As rmcp answers a peer on a revision before 2026-07-28,
+                // the only sessions direct calls come from.
+                result.strip_result_type_for_legacy_peer();
+                result.strip_non_object_output_for_legacy_peer();
+                JsonRpcMessage::response(result, id)
+            }
+            Err(e) => JsonRpcMessage::error(e, Some(id)),
+        }
+    }
+
+    /// The session's run (`in_session`) or the server-wide one.
+    fn toolset_of(&self, in_session: bool) -> Result<Toolset, McpError> {
         let slot = if in_session {
             &self.run.0
         } else {

@@ -21,13 +21,13 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use rmcp::ServiceExt;
-use rmcp::model::{CallToolRequest, ClientRequest, JsonRpcMessage, JsonRpcRequest};
+use rmcp::model::{CallToolRequest, ClientRequest, JsonRpcMessage, JsonRpcRequest, RequestId};
 use rmcp::service::{RoleServer, RxJsonRpcMessage, TxJsonRpcMessage};
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::sync::mpsc;
 
-use crate::handler::CubbyHandler;
+use crate::handler::{CubbyHandler, DIRECT_TOOLS};
 use crate::{ServeError, ToolsetFactory};
 
 /// Largest message accepted on stdio, in bytes.
@@ -38,6 +38,9 @@ const OPENING_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 /// guard stops reading input when rmcp falls this far behind, and rmcp
 /// stops when output does.
 const MESSAGE_QUEUE: usize = 256;
+/// The first protocol revision without a handshake (lifecycle in each
+/// request's `_meta`, `resultType` in results).
+const FIRST_INLINE_REVISION: &str = "2026-07-28";
 
 fn error_line(code: i64, message: &str, id: Value) -> String {
     json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}}).to_string()
@@ -61,11 +64,19 @@ enum Verdict {
 #[derive(Default)]
 struct Lifecycle {
     started: std::sync::atomic::AtomicBool,
+    /// The session was opened with `initialize` and a protocol revision
+    /// before 2026-07-28: results go without `resultType` (rmcp strips it
+    /// for such peers), and the guard may answer direct calls.
+    legacy: std::sync::atomic::AtomicBool,
     opening: std::sync::Mutex<std::collections::HashSet<String>>,
     answered: tokio::sync::Notify,
 }
 
 impl Lifecycle {
+    fn legacy(&self) -> bool {
+        self.legacy.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
     fn started(&self) -> bool {
         self.started.load(std::sync::atomic::Ordering::SeqCst)
     }
@@ -108,7 +119,13 @@ impl Lifecycle {
         let id = map.get("id").map(Value::to_string).unwrap_or_default();
         let was_opening = self.opening.lock().is_ok_and(|mut ids| ids.remove(&id));
         if was_opening {
-            if map.contains_key("result") {
+            if let Some(result) = map.get("result") {
+                let legacy = result
+                    .get("protocolVersion")
+                    .and_then(Value::as_str)
+                    .is_some_and(|v| v < FIRST_INLINE_REVISION);
+                self.legacy
+                    .store(legacy, std::sync::atomic::Ordering::SeqCst);
                 self.started
                     .store(true, std::sync::atomic::Ordering::SeqCst);
             }
@@ -273,6 +290,35 @@ fn parse_for_rmcp(line: &[u8], call: bool) -> Result<RxJsonRpcMessage<RoleServer
     })
 }
 
+/// A `tools/call` the guard answers itself, bypassing rmcp's dispatch (a
+/// task, a context and a cancellation token per request): one of
+/// [`DIRECT_TOOLS`], and no `_meta` anywhere in the line (progress tokens
+/// and the 2026-07-28 per-request fields stay with rmcp). Its id, tool name
+/// and arguments.
+fn direct_call(line: &[u8]) -> Option<(RequestId, String, Value)> {
+    const META: &[u8] = b"\"_meta\"";
+    if line.windows(META.len()).any(|w| w == META) {
+        return None;
+    }
+    let request = serde_json::from_slice::<JsonRpcRequest<CallToolRequest>>(line).ok()?;
+    let params = request.request.params;
+    if !DIRECT_TOOLS.contains(&params.name.as_ref())
+        || params.input_responses.is_some()
+        || params.request_state.is_some()
+    {
+        return None;
+    }
+    let arguments = params.arguments.map(Value::Object).unwrap_or(Value::Null);
+    Some((request.id, params.name.into_owned(), arguments))
+}
+
+/// One outgoing message as a line.
+fn encode(message: &TxJsonRpcMessage<RoleServer>) -> Option<Vec<u8>> {
+    let mut line = serde_json::to_vec(message).ok()?;
+    line.push(b'\n');
+    Some(line)
+}
+
 /// Serves MCP on the given streams until input ends (`stdin`/`stdout` for
 /// `cubby mcp`).
 ///
@@ -290,6 +336,8 @@ where
 {
     let shared = CubbyHandler::shared(factory).map_err(|e| ServeError(e.to_string()))?;
     let handler = CubbyHandler::new(Arc::clone(&shared), true);
+    let direct = handler.clone();
+    let pool = Arc::clone(&shared);
     // Parsed messages go to rmcp; every outgoing line (rmcp's and the
     // guard's answers) goes to the writer through one channel, in order.
     let (to_rmcp, from_guard) = mpsc::channel::<RxJsonRpcMessage<RoleServer>>(MESSAGE_QUEUE);
@@ -327,6 +375,30 @@ where
                         seen.settle().await;
                         let line = buf.trim_ascii();
                         match judge(line, seen.started()) {
+                            Verdict::ForwardCall
+                                if seen.legacy()
+                                    && let Some(call) = direct_call(line) =>
+                            {
+                                calls_in_flight.fetch_add(1, Ordering::Relaxed);
+                                let (id, name, arguments) = call;
+                                if direct.direct_inline(&name, &arguments) {
+                                    let answer = direct.direct_answer(id, &name, arguments);
+                                    match encode(&answer) {
+                                        Some(line) => answers.send(line).await.is_ok(),
+                                        None => true,
+                                    }
+                                } else {
+                                    let direct = direct.clone();
+                                    let lines = answers.clone();
+                                    pool.run_file_job(move || {
+                                        let answer = direct.direct_answer(id, &name, arguments);
+                                        if let Some(line) = encode(&answer) {
+                                            let _ = lines.blocking_send(line);
+                                        }
+                                    });
+                                    true
+                                }
+                            }
                             verdict @ (Verdict::Forward
                             | Verdict::ForwardCall
                             | Verdict::ForwardOpening(_)) => {
@@ -475,6 +547,85 @@ mod tests {
         // Not a request, and unreadable: dropped without an answer.
         let note = br#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":7}"#;
         assert!(matches!(parse_for_rmcp(note, false), Err(None)));
+    }
+
+    /// Runs a stdio session over in-memory pipes: sends `lines`, returns
+    /// every answer by id.
+    async fn session(lines: &[String]) -> std::collections::HashMap<String, Value> {
+        use tokio::io::AsyncReadExt;
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("a.txt"), "one\ntwo\n").unwrap();
+        std::fs::create_dir(dir.path().join("sub")).unwrap();
+        std::fs::write(dir.path().join("sub/b.md"), "b").unwrap();
+        let root = dir.path().to_path_buf();
+        let factory: ToolsetFactory =
+            Arc::new(move || cubby::Toolset::builder(cubby::local_sandbox(&root)?).build());
+        let (client_in, server_in) = tokio::io::duplex(1 << 20);
+        let (server_out, mut client_out) = tokio::io::duplex(1 << 20);
+        let server = tokio::spawn(serve_stdio(factory, server_in, server_out));
+        let mut client_in = client_in;
+        for line in lines {
+            client_in.write_all(line.as_bytes()).await.unwrap();
+            client_in.write_all(b"\n").await.unwrap();
+        }
+        drop(client_in);
+        let mut out = String::new();
+        client_out.read_to_string(&mut out).await.unwrap();
+        server.await.unwrap().unwrap();
+        out.lines()
+            .map(|l| serde_json::from_str::<Value>(l).unwrap())
+            .map(|v| (v["id"].to_string(), v))
+            .collect()
+    }
+
+    fn open(version: &str) -> String {
+        json!({"jsonrpc": "2.0", "id": "init", "method": "initialize", "params": {
+            "protocolVersion": version, "capabilities": {},
+            "clientInfo": {"name": "t", "version": "1"}}})
+        .to_string()
+    }
+
+    /// The same calls answered directly (no `_meta`) and through rmcp
+    /// (with an empty `_meta`), for each revision's session.
+    #[tokio::test]
+    async fn direct_answers_are_rmcps_answers() {
+        let calls = [
+            json!({"name": "read_file", "arguments": {"path": "a.txt"}}),
+            json!({"name": "read_file", "arguments": {"path": "missing.txt"}}),
+            json!({"name": "read_file", "arguments": {"path": "../x"}}),
+            json!({"name": "read_file", "arguments": {"path": "a.txt", "bogus": 1}}),
+            json!({"name": "read_file"}),
+            json!({"name": "list_files", "arguments": {"depth": 1}}),
+            json!({"name": "list_files", "arguments": {"path": "sub", "depth": 1}}),
+            json!({"name": "list_files", "arguments": {"path": "a.txt", "depth": 1}}),
+        ];
+        for version in ["2025-06-18", "2025-11-25", "2026-07-28"] {
+            let mut lines = vec![
+                open(version),
+                json!({"jsonrpc": "2.0", "method": "notifications/initialized"}).to_string(),
+            ];
+            for (i, params) in calls.iter().enumerate() {
+                let mut with_meta = params.clone();
+                with_meta["_meta"] = json!({});
+                for (id, p) in [
+                    (format!("d{i}"), params.clone()),
+                    (format!("r{i}"), with_meta),
+                ] {
+                    lines.push(
+                        json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": p})
+                            .to_string(),
+                    );
+                }
+            }
+            let answers = session(&lines).await;
+            for i in 0..calls.len() {
+                let direct = &answers[&format!("\"d{i}\"")];
+                let general = &answers[&format!("\"r{i}\"")];
+                assert_eq!(direct["result"], general["result"], "{version} call {i}");
+                assert_eq!(direct["error"], general["error"], "{version} call {i}");
+                assert!(direct.get("result").is_some() || direct.get("error").is_some());
+            }
+        }
     }
 
     #[test]
