@@ -38,6 +38,8 @@ const OPENING_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 /// guard stops reading input when rmcp falls this far behind, and rmcp
 /// stops when output does.
 const MESSAGE_QUEUE: usize = 256;
+/// Initial capacity of an encoded answer (most file-tool answers fit).
+const ANSWER_CAPACITY: usize = 2048;
 /// The first protocol revision without a handshake (lifecycle in each
 /// request's `_meta`, `resultType` in results).
 const FIRST_INLINE_REVISION: &str = "2026-07-28";
@@ -314,7 +316,8 @@ fn direct_call(line: &[u8]) -> Option<(RequestId, String, Value)> {
 
 /// One outgoing message as a line.
 fn encode(message: &TxJsonRpcMessage<RoleServer>) -> Option<Vec<u8>> {
-    let mut line = serde_json::to_vec(message).ok()?;
+    let mut line = Vec::with_capacity(ANSWER_CAPACITY);
+    serde_json::to_writer(&mut line, message).ok()?;
     line.push(b'\n');
     Some(line)
 }
@@ -437,7 +440,8 @@ where
     let outgoing = Box::pin(futures::sink::unfold(
         (lines_tx, Arc::clone(&lifecycle)),
         |(lines, seen), message: TxJsonRpcMessage<RoleServer>| async move {
-            let mut line = serde_json::to_vec(&message).map_err(std::io::Error::other)?;
+            let mut line = Vec::with_capacity(ANSWER_CAPACITY);
+            serde_json::to_writer(&mut line, &message).map_err(std::io::Error::other)?;
             seen.observe(&line);
             line.push(b'\n');
             lines

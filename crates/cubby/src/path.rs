@@ -107,9 +107,11 @@ impl WorkspacePath {
     ///
     /// `name` must be a single component, as read from a directory.
     pub fn join_name(&self, name: &OsStr) -> WorkspacePath {
-        WorkspacePath {
-            rel: self.rel.join(name),
-        }
+        // One allocation of the final size (`Path::join` grows it twice).
+        let mut rel = PathBuf::with_capacity(self.rel.as_os_str().len() + 1 + name.len());
+        rel.push(&self.rel);
+        rel.push(name);
+        WorkspacePath { rel }
     }
 
     /// The relative path, empty for the root.

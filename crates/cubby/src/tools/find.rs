@@ -200,7 +200,11 @@ impl Tool for ListFiles {
         }
         walk.run(&start, &mut |v| {
             let shown = match (v.kind, &filter) {
-                (EntryKind::Dir, None) => Some(format!("{}/", v.path.display())),
+                (EntryKind::Dir, None) => {
+                    let mut shown = v.path.display();
+                    shown.push('/');
+                    Some(shown)
+                }
                 (EntryKind::Dir, Some(_)) => None,
                 (EntryKind::File, f) => f
                     .as_ref()
