@@ -376,6 +376,9 @@ where
                     .await,
                     Ok(Some(Ok(()))) => {
                         seen.settle().await;
+                        // More input already read: the client pipelines, so
+                        // the work goes to the pool while this task parses on.
+                        let pipelining = !input.buffer().is_empty();
                         let line = buf.trim_ascii();
                         match judge(line, seen.started()) {
                             Verdict::ForwardCall
@@ -384,7 +387,7 @@ where
                             {
                                 calls_in_flight.fetch_add(1, Ordering::Relaxed);
                                 let (id, name, arguments) = call;
-                                if direct.direct_inline(&name, &arguments) {
+                                if !pipelining && direct.direct_inline(&name, &arguments) {
                                     let answer = direct.direct_answer(id, &name, arguments);
                                     match encode(&answer) {
                                         Some(line) => answers.send(line).await.is_ok(),
