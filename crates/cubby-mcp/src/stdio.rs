@@ -251,37 +251,38 @@ async fn read_line<R: AsyncBufReadExt + Unpin>(
     }
 }
 
-/// An incoming message for rmcp, parsed from one forwarded line.
-///
-/// A `tools/call` request is read straight into rmcp's `CallToolRequest`:
+/// A `tools/call` request read straight into rmcp's `CallToolRequest`:
 /// rmcp's own `Deserialize` for its message enum tries each of its ~20
 /// untagged request variants in turn (a seventh of the server's time per
-/// call); one whose params do not fit gets `-32602` saying why (rmcp
-/// would take it for an unknown method). Everything else takes rmcp's
-/// general path; a request rmcp cannot read at all gets `-32600` with its
-/// id (rmcp's transport would answer with a null id), and a message that is
-/// not a request is dropped.
-fn parse_for_rmcp(line: &[u8], call: bool) -> Result<RxJsonRpcMessage<RoleServer>, Option<String>> {
-    if call {
-        return match serde_json::from_slice::<JsonRpcRequest<CallToolRequest>>(line) {
-            Ok(request) => Ok(JsonRpcMessage::Request(JsonRpcRequest {
-                jsonrpc: request.jsonrpc,
-                id: request.id,
-                request: ClientRequest::from(request.request),
-            })),
-            Err(e) => {
-                let value: Value = serde_json::from_slice(line).unwrap_or(Value::Null);
-                let id = value.get("id").cloned().unwrap_or(Value::Null);
-                Err(Some(error_line(
-                    -32602,
-                    &format!(
-                        "invalid params for tools/call: {e}; send {{\"name\": <tool>, \"arguments\": {{...}}}}"
-                    ),
-                    id,
-                )))
-            }
-        };
-    }
+/// call). One whose params do not fit gets `-32602` saying why (rmcp would
+/// take it for an unknown method): the `Err` is that answer.
+fn read_call(line: &[u8]) -> Result<JsonRpcRequest<CallToolRequest>, String> {
+    serde_json::from_slice(line).map_err(|e| {
+        let value: Value = serde_json::from_slice(line).unwrap_or(Value::Null);
+        let id = value.get("id").cloned().unwrap_or(Value::Null);
+        error_line(
+            -32602,
+            &format!(
+                "invalid params for tools/call: {e}; send {{\"name\": <tool>, \"arguments\": {{...}}}}"
+            ),
+            id,
+        )
+    })
+}
+
+/// A call as rmcp receives it.
+fn call_message(request: JsonRpcRequest<CallToolRequest>) -> RxJsonRpcMessage<RoleServer> {
+    JsonRpcMessage::Request(JsonRpcRequest {
+        jsonrpc: request.jsonrpc,
+        id: request.id,
+        request: ClientRequest::from(request.request),
+    })
+}
+
+/// Any other forwarded line, for rmcp. A request rmcp cannot read gets
+/// `-32600` with its id (rmcp's transport would answer with a null id): the
+/// `Err` is that answer; a message that is not a request is dropped.
+fn parse_for_rmcp(line: &[u8]) -> Result<RxJsonRpcMessage<RoleServer>, Option<String>> {
     serde_json::from_slice::<RxJsonRpcMessage<RoleServer>>(line).map_err(|e| {
         let value: Value = serde_json::from_slice(line).unwrap_or(Value::Null);
         let is_request = value.get("method").is_some() && value.get("id").is_some();
@@ -292,26 +293,32 @@ fn parse_for_rmcp(line: &[u8], call: bool) -> Result<RxJsonRpcMessage<RoleServer
     })
 }
 
-/// A `tools/call` the guard answers itself, bypassing rmcp's dispatch (a
-/// task, a context and a cancellation token per request): one of
-/// [`DIRECT_TOOLS`], and no `_meta` anywhere in the line (progress tokens
-/// and the 2026-07-28 per-request fields stay with rmcp). Its id, tool name
-/// and arguments.
-fn direct_call(line: &[u8]) -> Option<(RequestId, String, Value)> {
+/// Who answers a `tools/call`.
+enum Route {
+    /// The guard itself, bypassing rmcp's dispatch (a task, a context and a
+    /// cancellation token per request): the id, tool name and arguments.
+    Direct(RequestId, String, Value),
+    /// rmcp.
+    Rmcp(JsonRpcRequest<CallToolRequest>),
+}
+
+/// Direct only in a `legacy` session (see [`Lifecycle`]), for one of
+/// [`DIRECT_TOOLS`], with no `_meta` anywhere in the line (progress tokens
+/// and the 2026-07-28 per-request fields stay with rmcp).
+fn route(request: JsonRpcRequest<CallToolRequest>, line: &[u8], legacy: bool) -> Route {
     const META: &[u8] = b"\"_meta\"";
-    if line.windows(META.len()).any(|w| w == META) {
-        return None;
-    }
-    let request = serde_json::from_slice::<JsonRpcRequest<CallToolRequest>>(line).ok()?;
-    let params = request.request.params;
-    if !DIRECT_TOOLS.contains(&params.name.as_ref())
+    let params = &request.request.params;
+    if !legacy
+        || !DIRECT_TOOLS.contains(&params.name.as_ref())
         || params.input_responses.is_some()
         || params.request_state.is_some()
+        || line.windows(META.len()).any(|w| w == META)
     {
-        return None;
+        return Route::Rmcp(request);
     }
+    let params = request.request.params;
     let arguments = params.arguments.map(Value::Object).unwrap_or(Value::Null);
-    Some((request.id, params.name.into_owned(), arguments))
+    Route::Direct(request.id, params.name.into_owned(), arguments)
 }
 
 /// One outgoing message as a line.
@@ -363,72 +370,73 @@ where
             }
         };
         loop {
-            let open =
-                match read_line(&mut input, MAX_MESSAGE_BYTES, &mut buf).await {
-                    Ok(None) | Err(_) => break,
-                    Ok(Some(Err(len))) => answer(error_line(
+            let open = match read_line(&mut input, MAX_MESSAGE_BYTES, &mut buf).await {
+                Ok(None) | Err(_) => break,
+                Ok(Some(Err(len))) => {
+                    answer(error_line(
                         -32600,
                         &format!(
                             "message of {len} bytes is larger than the limit of {MAX_MESSAGE_BYTES}"
                         ),
                         Value::Null,
                     ))
-                    .await,
-                    Ok(Some(Ok(()))) => {
-                        seen.settle().await;
-                        // More input already read: the client pipelines, so
-                        // the work goes to the pool while this task parses on.
-                        let pipelining = !input.buffer().is_empty();
-                        let line = buf.trim_ascii();
-                        match judge(line, seen.started()) {
-                            Verdict::ForwardCall
-                                if seen.legacy()
-                                    && let Some(call) = direct_call(line) =>
-                            {
+                    .await
+                }
+                Ok(Some(Ok(()))) => {
+                    seen.settle().await;
+                    // More input already read: the client pipelines, so
+                    // the work goes to the pool while this task parses on.
+                    let pipelining = !input.buffer().is_empty();
+                    let line = buf.trim_ascii();
+                    match judge(line, seen.started()) {
+                        Verdict::ForwardCall => match read_call(line) {
+                            Err(line) => answer(line).await,
+                            Ok(request) => {
                                 calls_in_flight.fetch_add(1, Ordering::Relaxed);
-                                let (id, name, arguments) = call;
-                                if !pipelining && direct.direct_inline(&name, &arguments) {
-                                    let answer = direct.direct_answer(id, &name, arguments);
-                                    match encode(&answer) {
-                                        Some(line) => answers.send(line).await.is_ok(),
-                                        None => true,
-                                    }
-                                } else {
-                                    let direct = direct.clone();
-                                    let lines = answers.clone();
-                                    pool.run_file_job(move || {
-                                        let answer = direct.direct_answer(id, &name, arguments);
-                                        if let Some(line) = encode(&answer) {
-                                            let _ = lines.blocking_send(line);
-                                        }
-                                    });
-                                    true
-                                }
-                            }
-                            verdict @ (Verdict::Forward
-                            | Verdict::ForwardCall
-                            | Verdict::ForwardOpening(_)) => {
-                                let call = verdict == Verdict::ForwardCall;
-                                match parse_for_rmcp(line, call) {
-                                    Ok(message) => {
-                                        match verdict {
-                                            Verdict::ForwardOpening(id) => seen.expect(id),
-                                            Verdict::ForwardCall => {
-                                                calls_in_flight.fetch_add(1, Ordering::Relaxed);
+                                match route(request, line, seen.legacy()) {
+                                    Route::Direct(id, name, arguments) => {
+                                        if !pipelining && direct.direct_inline(&name, &arguments) {
+                                            let answer = direct.direct_answer(id, &name, arguments);
+                                            match encode(&answer) {
+                                                Some(line) => answers.send(line).await.is_ok(),
+                                                None => true,
                                             }
-                                            _ => {}
+                                        } else {
+                                            let direct = direct.clone();
+                                            let lines = answers.clone();
+                                            pool.run_file_job(move || {
+                                                let answer =
+                                                    direct.direct_answer(id, &name, arguments);
+                                                if let Some(line) = encode(&answer) {
+                                                    let _ = lines.blocking_send(line);
+                                                }
+                                            });
+                                            true
                                         }
-                                        to_rmcp.send(message).await.is_ok()
                                     }
-                                    Err(Some(line)) => answer(line).await,
-                                    Err(None) => true,
+                                    Route::Rmcp(request) => {
+                                        to_rmcp.send(call_message(request)).await.is_ok()
+                                    }
                                 }
                             }
-                            Verdict::Drop => true,
-                            Verdict::Answer(line) => answer(line).await,
+                        },
+                        verdict @ (Verdict::Forward | Verdict::ForwardOpening(_)) => {
+                            match parse_for_rmcp(line) {
+                                Ok(message) => {
+                                    if let Verdict::ForwardOpening(id) = verdict {
+                                        seen.expect(id);
+                                    }
+                                    to_rmcp.send(message).await.is_ok()
+                                }
+                                Err(Some(line)) => answer(line).await,
+                                Err(None) => true,
+                            }
                         }
+                        Verdict::Drop => true,
+                        Verdict::Answer(line) => answer(line).await,
                     }
-                };
+                }
+            };
             if !open {
                 break;
             }
@@ -528,7 +536,7 @@ mod tests {
             br#"{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"list_files","arguments":{},"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}"#,
         ];
         for line in lines {
-            let direct = parse_for_rmcp(line, true).unwrap();
+            let direct = call_message(read_call(line).unwrap());
             let general: RxJsonRpcMessage<RoleServer> = serde_json::from_slice(line).unwrap();
             assert!(
                 matches!(&direct, JsonRpcMessage::Request(r) if matches!(r.request, ClientRequest::CallToolRequest(_)))
@@ -545,15 +553,14 @@ mod tests {
     #[test]
     fn a_call_with_bad_params_is_told_why_and_others_take_the_general_path() {
         let bad = br#"{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":7}}"#;
-        let answer: Value =
-            serde_json::from_str(&parse_for_rmcp(bad, true).unwrap_err().unwrap()).unwrap();
+        let answer: Value = serde_json::from_str(&read_call(bad).unwrap_err()).unwrap();
         assert_eq!(answer["id"], 9);
         assert_eq!(answer["error"]["code"], -32602);
         let ping = br#"{"jsonrpc":"2.0","id":2,"method":"ping"}"#;
-        assert!(parse_for_rmcp(ping, false).is_ok());
+        assert!(parse_for_rmcp(ping).is_ok());
         // Not a request, and unreadable: dropped without an answer.
         let note = br#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":7}"#;
-        assert!(matches!(parse_for_rmcp(note, false), Err(None)));
+        assert!(matches!(parse_for_rmcp(note), Err(None)));
     }
 
     /// Runs a stdio session over in-memory pipes: sends `lines`, returns
