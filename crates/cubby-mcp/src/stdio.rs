@@ -258,8 +258,7 @@ async fn read_line<R: AsyncBufReadExt + Unpin>(
 /// take it for an unknown method): the `Err` is that answer.
 fn read_call(line: &[u8]) -> Result<JsonRpcRequest<CallToolRequest>, String> {
     serde_json::from_slice(line).map_err(|e| {
-        let value: Value = serde_json::from_slice(line).unwrap_or(Value::Null);
-        let id = value.get("id").cloned().unwrap_or(Value::Null);
+        let (_, id) = request_id(line);
         error_line(
             -32602,
             &format!(
@@ -268,6 +267,14 @@ fn read_call(line: &[u8]) -> Result<JsonRpcRequest<CallToolRequest>, String> {
             id,
         )
     })
+}
+
+/// For an answer to a line rmcp cannot read: whether it is a request (a
+/// `method` and an `id`), and its id (`null` when it has none).
+fn request_id(line: &[u8]) -> (bool, Value) {
+    let value: Value = serde_json::from_slice(line).unwrap_or(Value::Null);
+    let is_request = value.get("method").is_some() && value.get("id").is_some();
+    (is_request, value.get("id").cloned().unwrap_or(Value::Null))
 }
 
 /// A call as rmcp receives it.
@@ -284,12 +291,8 @@ fn call_message(request: JsonRpcRequest<CallToolRequest>) -> RxJsonRpcMessage<Ro
 /// `Err` is that answer; a message that is not a request is dropped.
 fn parse_for_rmcp(line: &[u8]) -> Result<RxJsonRpcMessage<RoleServer>, Option<String>> {
     serde_json::from_slice::<RxJsonRpcMessage<RoleServer>>(line).map_err(|e| {
-        let value: Value = serde_json::from_slice(line).unwrap_or(Value::Null);
-        let is_request = value.get("method").is_some() && value.get("id").is_some();
-        is_request.then(|| {
-            let id = value.get("id").cloned().unwrap_or(Value::Null);
-            error_line(-32600, &format!("invalid request: {e}"), id)
-        })
+        let (is_request, id) = request_id(line);
+        is_request.then(|| error_line(-32600, &format!("invalid request: {e}"), id))
     })
 }
 
