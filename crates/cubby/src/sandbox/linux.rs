@@ -46,6 +46,7 @@ use std::time::{Duration, Instant};
 use rustix::pipe::{PipeFlags, pipe_with};
 
 use super::linux_sys::{self, HolderPlan, Mask, Rebind};
+use super::reserve::{Reservations, is_placeholder_mode};
 use super::seccomp::Sockets;
 use super::{EntryKind, ExecSpec, FileSystem, LocalFs, LocalSandbox, ProviderKind, Sandbox};
 use crate::config::{NetworkMode, SandboxLimits};
@@ -250,7 +251,8 @@ pub struct LinuxSandbox {
     options: LinuxOptions,
     writable_roots: Vec<PathBuf>,
     live: Mutex<Option<Arc<Live>>>,
-    placeholders: Arc<Mutex<HashMap<WorkspacePath, Placeholder>>>,
+    /// Missing protected paths reserved for running commands.
+    reservations: Arc<Reservations>,
     /// The egress proxy's rules (network `allow`).
     egress: Option<Arc<Egress>>,
 }
@@ -262,13 +264,6 @@ impl std::fmt::Debug for LinuxSandbox {
             .field("options", &self.options)
             .finish_non_exhaustive()
     }
-}
-
-/// A reserved missing protected path and how many commands use it.
-#[derive(Debug)]
-struct Placeholder {
-    ino: u64,
-    users: usize,
 }
 
 /// A started sandbox: the holder, its socket, and what answers arrive.
@@ -567,11 +562,11 @@ impl LinuxSandbox {
         }
         let sandbox = LinuxSandbox {
             host: LocalSandbox::open(fs.root_path())?,
+            reservations: Reservations::new(fs.clone()),
             fs,
             options,
             writable_roots,
             live: Mutex::new(None),
-            placeholders: Arc::new(Mutex::new(HashMap::new())),
             egress,
         };
         sandbox.sweep_placeholders();
@@ -657,7 +652,7 @@ impl LinuxSandbox {
                 prefix = prefix.join_name(name);
                 if let Ok(meta) = self.fs.metadata(&prefix)
                     && meta.kind == EntryKind::Dir
-                    && meta.mode & 0o7777 == 0
+                    && is_placeholder_mode(meta.mode)
                     && self.fs.read_dir(&prefix).is_ok_and(|e| e.is_empty())
                 {
                     self.fs.remove_placeholder(&prefix, meta.ino);
@@ -1118,18 +1113,16 @@ impl LinuxSandbox {
     /// The protected paths to bind read-only, reserving missing ones.
     fn protect_plan(&self) -> Result<(Vec<(String, bool)>, Lease)> {
         let mut protect: Vec<(String, bool)> = Vec::new();
-        let mut reserved: Vec<WorkspacePath> = Vec::new();
-        let mut map = lock(&self.placeholders);
-        let add = |path: &WorkspacePath,
-                   writable: bool,
-                   protect: &mut Vec<(String, bool)>|
-         -> Result<()> {
+        let mut lease = Lease {
+            reservations: self.reservations.clone(),
+            reserved: Vec::new(),
+            live: None,
+        };
+        let add = |path: &WorkspacePath, writable: bool, protect: &mut Vec<(String, bool)>| {
             let shown = path.as_path().to_string_lossy().into_owned();
-            if protect.iter().any(|(p, _)| *p == shown) {
-                return Ok(());
+            if !protect.iter().any(|(p, _)| *p == shown) {
+                protect.push((shown, writable));
             }
-            protect.push((shown, writable));
-            Ok(())
         };
         // A `.git` directory is bound onto itself (writable) so that it
         // cannot be renamed away from under its protected children.
@@ -1139,21 +1132,28 @@ impl LinuxSandbox {
             .protected
             .iter()
             .any(|p| p.starts_with(&git) && *p != git)
+            && !self.reservations.holds(&git)
         {
             match self.fs.metadata(&git) {
-                Ok(m) if m.kind == EntryKind::Dir => add(&git, true, &mut protect)?,
+                Ok(m) if m.kind == EntryKind::Dir => add(&git, true, &mut protect),
                 // A gitfile points git elsewhere: it must not change.
-                Ok(m) if m.kind == EntryKind::File => add(&git, false, &mut protect)?,
+                Ok(m) if m.kind == EntryKind::File => add(&git, false, &mut protect),
                 _ => {}
             }
         }
-        for path in &self.options.protected {
-            if reserved.iter().any(|r| path.starts_with(r)) {
+        'paths: for path in &self.options.protected {
+            if lease.reserved.iter().any(|(r, _)| path.starts_with(r)) {
                 continue;
             }
             let mut prefix = WorkspacePath::root();
             for name in path.components() {
                 prefix = prefix.join_name(name);
+                // Reserved already (by a running command, or lingering).
+                if let Some(ino) = self.reservations.claim(&prefix) {
+                    lease.reserved.push((prefix.clone(), ino));
+                    add(&prefix, false, &mut protect);
+                    continue 'paths;
+                }
                 match self.fs.metadata(&prefix) {
                     Ok(m) if m.kind == EntryKind::Symlink => {
                         return Err(Error::new(
@@ -1165,42 +1165,24 @@ impl LinuxSandbox {
                             ),
                         ));
                     }
-                    Ok(m) if prefix == *path => {
-                        let _ = m;
-                        add(&prefix, false, &mut protect)?;
+                    Ok(_) if prefix == *path => {
+                        add(&prefix, false, &mut protect);
                         break;
                     }
                     Ok(m) if m.kind == EntryKind::Dir => continue,
                     // A file on the way: nothing can be created beneath it.
                     Ok(_) => break,
                     Err(e) if e.kind() == ErrorKind::NotFound => {
-                        let entry = map.entry(prefix.clone());
-                        let slot = match entry {
-                            std::collections::hash_map::Entry::Occupied(o) => o.into_mut(),
-                            std::collections::hash_map::Entry::Vacant(v) => {
-                                let ino = self.fs.mkdir_placeholder(&prefix)?;
-                                v.insert(Placeholder { ino, users: 0 })
-                            }
-                        };
-                        slot.users += 1;
-                        reserved.push(prefix.clone());
-                        add(&prefix, false, &mut protect)?;
+                        let ino = self.reservations.reserve(&prefix)?;
+                        lease.reserved.push((prefix.clone(), ino));
+                        add(&prefix, false, &mut protect);
                         break;
                     }
                     Err(e) => return Err(e),
                 }
             }
         }
-        drop(map);
-        Ok((
-            protect,
-            Lease {
-                fs: self.fs.clone(),
-                map: self.placeholders.clone(),
-                reserved,
-                live: None,
-            },
-        ))
+        Ok((protect, lease))
     }
 }
 
@@ -1242,26 +1224,17 @@ impl InheritedChild {
     }
 }
 
-/// Holds a command's placeholders (and the live sandbox) until it ends.
+/// Holds a command's reservations (and the live sandbox) until it ends.
 struct Lease {
-    fs: Arc<LocalFs>,
-    map: Arc<Mutex<HashMap<WorkspacePath, Placeholder>>>,
-    reserved: Vec<WorkspacePath>,
+    reservations: Arc<Reservations>,
+    /// Each reserved path and its placeholder's inode.
+    reserved: Vec<(WorkspacePath, u64)>,
     live: Option<Arc<Live>>,
 }
 
 impl Drop for Lease {
     fn drop(&mut self) {
-        let mut map = lock(&self.map);
-        for path in self.reserved.drain(..) {
-            if let Some(slot) = map.get_mut(&path) {
-                slot.users -= 1;
-                if slot.users == 0 {
-                    self.fs.remove_placeholder(&path, slot.ino);
-                    map.remove(&path);
-                }
-            }
-        }
+        self.reservations.release(&self.reserved);
     }
 }
 

@@ -504,8 +504,10 @@ unsafe fn send_msg(sock: RawFd, msg: Msg, fd: RawFd) {
     }
 }
 
-/// The holder's loop: forks each requested command into a fresh pid
-/// namespace, reaps what ends, and exits when the server's end closes.
+/// The holder's loop: keeps one init forked ahead (into a fresh pid
+/// namespace, its mount namespace and `/proc` already made) that takes the
+/// next request itself; forks one on demand when requests come faster;
+/// reaps what ends; exits when the server's end closes.
 ///
 /// # Safety
 ///
@@ -517,11 +519,22 @@ unsafe fn serve(plan: &HolderPlan) -> ! {
         let chld = sys::signal_set(&[libc::SIGCHLD]);
         libc::sigprocmask(libc::SIG_BLOCK, &chld, std::ptr::null_mut());
         let sigfd = libc::signalfd(-1, &chld, libc::SFD_CLOEXEC | libc::SFD_NONBLOCK);
+        // The init forked ahead writes the id of the request it took here.
+        let mut taken = [-1 as RawFd; 2];
+        if libc::pipe2(taken.as_mut_ptr(), libc::O_CLOEXEC) != 0 {
+            libc::_exit(HOLDER_FAILED);
+        }
+        let holder = Holder { plan, sigfd, taken };
         let mut landlock_fd: RawFd = -1;
+        // The init forked ahead, waiting for a request (0: none).
+        let mut ready: libc::pid_t = 0;
         loop {
+            if ready == 0 && landlock_fd >= 0 {
+                ready = holder.fork_init(landlock_fd, None).unwrap_or(0);
+            }
             let mut polls = [
                 libc::pollfd {
-                    fd: sock,
+                    fd: taken[0],
                     events: libc::POLLIN,
                     revents: 0,
                 },
@@ -530,17 +543,44 @@ unsafe fn serve(plan: &HolderPlan) -> ! {
                     events: libc::POLLIN,
                     revents: 0,
                 },
+                // While an init waits on it, the holder only watches for
+                // the server's end closing.
+                libc::pollfd {
+                    fd: sock,
+                    events: if ready == 0 { libc::POLLIN } else { 0 },
+                    revents: 0,
+                },
             ];
-            if libc::poll(polls.as_mut_ptr(), 2, -1) < 0 {
+            if libc::poll(polls.as_mut_ptr(), 3, -1) < 0 {
                 continue;
+            }
+            // Before reaping: an init that took a request and then died has
+            // written its request's id first.
+            if polls[0].revents != 0 {
+                let mut id = [0u8; 8];
+                if libc::read(taken[0], id.as_mut_ptr().cast(), id.len()) == 8 && ready > 0 {
+                    send_forked(sock, u64::from_ne_bytes(id), ready);
+                    ready = 0;
+                }
             }
             if polls[1].revents != 0 {
                 let mut info = [0u8; 128];
                 while libc::read(sigfd, info.as_mut_ptr().cast(), info.len()) > 0 {}
                 let mut status = 0;
-                while libc::waitpid(-1, &mut status, libc::WNOHANG) > 0 {}
+                loop {
+                    let pid = libc::waitpid(-1, &mut status, libc::WNOHANG);
+                    if pid <= 0 {
+                        break;
+                    }
+                    if pid == ready {
+                        ready = 0;
+                    }
+                }
             }
-            if polls[0].revents == 0 {
+            if polls[2].revents & (libc::POLLHUP | libc::POLLERR) != 0 && ready != 0 {
+                libc::_exit(0);
+            }
+            if polls[2].revents == 0 || ready != 0 {
                 continue;
             }
             let mut msg = Msg::default();
@@ -558,37 +598,16 @@ unsafe fn serve(plan: &HolderPlan) -> ! {
                     libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0);
                 }
                 MSG_RUN if count == MSG_MAX_FDS => {
-                    let pid = libc::syscall(
-                        libc::SYS_clone,
-                        (libc::CLONE_NEWPID | libc::SIGCHLD) as libc::c_ulong,
-                        0usize,
-                        0usize,
-                        0usize,
-                        0usize,
-                    ) as libc::pid_t;
-                    if pid == 0 {
-                        libc::close(sigfd);
-                        namespace_init(&plan.commands, landlock_fd, sock, msg, &fds);
-                    }
-                    if pid < 0 {
-                        let failed = Msg {
-                            kind: MSG_FORK_FAILED,
-                            arg: *libc::__errno_location(),
-                            id: msg.id,
-                            len: 0,
-                        };
-                        send_msg(sock, failed, -1);
-                    } else {
-                        let pidfd = libc::syscall(libc::SYS_pidfd_open, pid, 0) as RawFd;
-                        let forked = Msg {
-                            kind: MSG_FORKED,
-                            arg: 0,
-                            id: msg.id,
-                            len: pid as u64,
-                        };
-                        send_msg(sock, forked, pidfd);
-                        if pidfd >= 0 {
-                            libc::close(pidfd);
+                    match holder.fork_init(landlock_fd, Some((msg, &fds))) {
+                        Ok(pid) => send_forked(sock, msg.id, pid),
+                        Err(errno) => {
+                            let failed = Msg {
+                                kind: MSG_FORK_FAILED,
+                                arg: errno,
+                                id: msg.id,
+                                len: 0,
+                            };
+                            send_msg(sock, failed, -1);
                         }
                     }
                     for fd in &fds[..count] {
@@ -599,6 +618,99 @@ unsafe fn serve(plan: &HolderPlan) -> ! {
                     for fd in &fds[..count] {
                         libc::close(*fd);
                     }
+                }
+            }
+        }
+    }
+}
+
+/// Tells the server which init runs request `id` (its pid and a pidfd).
+///
+/// # Safety
+///
+/// Holder only.
+unsafe fn send_forked(sock: RawFd, id: u64, pid: libc::pid_t) {
+    // SAFETY: plain syscalls.
+    unsafe {
+        let pidfd = libc::syscall(libc::SYS_pidfd_open, pid, 0) as RawFd;
+        let forked = Msg {
+            kind: MSG_FORKED,
+            arg: 0,
+            id,
+            len: pid as u64,
+        };
+        send_msg(sock, forked, pidfd);
+        if pidfd >= 0 {
+            libc::close(pidfd);
+        }
+    }
+}
+
+/// The holder's fds that its inits close.
+struct Holder<'a> {
+    plan: &'a HolderPlan,
+    sigfd: RawFd,
+    /// Read and write ends of the pipe of taken requests.
+    taken: [RawFd; 2],
+}
+
+impl Holder<'_> {
+    /// Forks an init into a fresh pid namespace: for `request`, or (none
+    /// given) ahead, to take the next request from the socket itself.
+    /// Returns its pid, or the errno of the failed fork.
+    ///
+    /// # Safety
+    ///
+    /// Holder only.
+    unsafe fn fork_init(
+        &self,
+        landlock_fd: RawFd,
+        request: Option<(Msg, &[RawFd; MSG_MAX_FDS])>,
+    ) -> Result<libc::pid_t, i32> {
+        // SAFETY: plain syscalls; the child runs only async-signal-safe code.
+        unsafe {
+            let pid = libc::syscall(
+                libc::SYS_clone,
+                (libc::CLONE_NEWPID | libc::SIGCHLD) as libc::c_ulong,
+                0usize,
+                0usize,
+                0usize,
+                0usize,
+            ) as libc::pid_t;
+            if pid < 0 {
+                return Err(*libc::__errno_location());
+            }
+            if pid > 0 {
+                return Ok(pid);
+            }
+            libc::close(self.sigfd);
+            libc::close(self.taken[0]);
+            let sock = self.plan.sock_fd;
+            let setup = &self.plan.commands;
+            let prepared = init_prepare(setup);
+            match request {
+                Some((msg, fds)) => {
+                    libc::close(self.taken[1]);
+                    namespace_init(setup, landlock_fd, sock, msg, fds, &prepared)
+                }
+                None => {
+                    let mut msg = Msg::default();
+                    let mut fds = [-1 as RawFd; MSG_MAX_FDS];
+                    loop {
+                        let Some(count) = recv_msg(sock, &mut msg, &mut fds) else {
+                            libc::_exit(0);
+                        };
+                        if msg.kind == MSG_RUN && count == MSG_MAX_FDS {
+                            break;
+                        }
+                        for fd in &fds[..count] {
+                            libc::close(*fd);
+                        }
+                    }
+                    let id = msg.id.to_ne_bytes();
+                    libc::write(self.taken[1], id.as_ptr().cast(), id.len());
+                    libc::close(self.taken[1]);
+                    namespace_init(setup, landlock_fd, sock, msg, &fds, &prepared)
                 }
             }
         }
@@ -639,20 +751,99 @@ impl Payload {
     }
 }
 
-/// The init of one command's pid namespace (pid 1): sets up the command's
-/// mount namespace, forks the command, forwards a stop to its group, and
-/// when the command ends reports its status and exits — whereupon the
-/// kernel kills everything left in the namespace.
+/// What an init sets up before its request comes.
+struct Prepared {
+    /// 0, or the errno of the step that failed (reported with the request).
+    errno: i32,
+    /// The command's exec-error pipe (read end, write end).
+    exec_pipe: [libc::c_int; 2],
+    /// The stack of the command's last steps (guard page first).
+    stack: *mut libc::c_void,
+}
+
+/// The first steps of the init of one command's pid namespace (pid 1),
+/// which need no request: its process group, death signal and `SIGTERM`
+/// handler, its own mount namespace with a fresh `/proc` (and `pid_max`),
+/// the exec-error pipe and the stack of the command's last steps.
 ///
 /// # Safety
 ///
 /// Forked child of the holder only.
+unsafe fn init_prepare(setup: &CommandSetup) -> Prepared {
+    // SAFETY: plain syscalls on stack data.
+    unsafe {
+        let mut prepared = Prepared {
+            errno: 0,
+            exec_pipe: [-1; 2],
+            stack: libc::MAP_FAILED,
+        };
+        libc::setpgid(0, 0);
+        libc::prctl(
+            libc::PR_SET_PDEATHSIG,
+            libc::SIGKILL as libc::c_ulong,
+            0,
+            0,
+            0,
+        );
+        let empty = sys::signal_set(&[]);
+        libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
+        let mut action: libc::sigaction = std::mem::zeroed();
+        action.sa_sigaction = on_init_term as *const () as libc::sighandler_t;
+        libc::sigemptyset(&mut action.sa_mask);
+        libc::sigaction(libc::SIGTERM, &action, std::ptr::null_mut());
+        let ok = libc::unshare(libc::CLONE_NEWNS) == 0
+            && libc::chdir(setup.root.as_ptr()) == 0
+            && libc::mount(
+                c"proc".as_ptr(),
+                c"/proc".as_ptr(),
+                c"proc".as_ptr(),
+                libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+                std::ptr::null(),
+            ) == 0
+            && setup
+                .pid_max
+                .as_ref()
+                .is_none_or(|max| write_file(c"/proc/sys/kernel/pid_max", max.as_bytes()))
+            && libc::pipe2(prepared.exec_pipe.as_mut_ptr(), libc::O_CLOEXEC) == 0;
+        if !ok {
+            prepared.errno = *libc::__errno_location();
+            return prepared;
+        }
+        // The command's last steps run in the init's memory (CLONE_VM) on a
+        // stack of their own while the init waits (CLONE_VFORK) until they
+        // exec or fail: no page tables copied, no copy-on-write faults after.
+        prepared.stack = libc::mmap(
+            std::ptr::null_mut(),
+            COMMAND_STACK_BYTES + GUARD_BYTES,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK,
+            -1,
+            0,
+        );
+        if prepared.stack == libc::MAP_FAILED
+            || libc::mprotect(prepared.stack, GUARD_BYTES, libc::PROT_NONE) != 0
+        {
+            prepared.errno = *libc::__errno_location();
+        }
+        prepared
+    }
+}
+
+/// The rest of the init of one command's pid namespace, once its request
+/// has come: binds the protected paths, forks the command, forwards a stop
+/// to its group, and when the command ends reports its status and exits —
+/// whereupon the kernel kills everything left in the namespace.
+///
+/// # Safety
+///
+/// Forked child of the holder only, after [`init_prepare`].
 unsafe fn namespace_init(
     setup: &CommandSetup,
     landlock_fd: RawFd,
     sock: RawFd,
     request: Msg,
     fds: &[RawFd; MSG_MAX_FDS],
+    prepared: &Prepared,
 ) -> ! {
     // SAFETY: plain syscalls on stack data and on the payload mapping.
     unsafe {
@@ -673,20 +864,9 @@ unsafe fn namespace_init(
             libc::_exit(127)
         };
         let errno = || *libc::__errno_location();
-        libc::setpgid(0, 0);
-        libc::prctl(
-            libc::PR_SET_PDEATHSIG,
-            libc::SIGKILL as libc::c_ulong,
-            0,
-            0,
-            0,
-        );
-        let empty = sys::signal_set(&[]);
-        libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
-        let mut action: libc::sigaction = std::mem::zeroed();
-        action.sa_sigaction = on_init_term as *const () as libc::sighandler_t;
-        libc::sigemptyset(&mut action.sa_mask);
-        libc::sigaction(libc::SIGTERM, &action, std::ptr::null_mut());
+        if prepared.errno != 0 {
+            fail(prepared.errno);
+        }
         let len = request.len as usize;
         let map = libc::mmap(
             std::ptr::null_mut(),
@@ -711,9 +891,6 @@ unsafe fn namespace_init(
             end: base.add(len),
         };
         let cwd = payload.next();
-        if libc::unshare(libc::CLONE_NEWNS) != 0 || libc::chdir(setup.root.as_ptr()) != 0 {
-            fail(errno());
-        }
         for _ in 0..nprotect {
             let entry = payload.next();
             let writable = *entry == b'w' as libc::c_char;
@@ -760,21 +937,6 @@ unsafe fn namespace_init(
             }
             libc::close(fd);
         }
-        if libc::mount(
-            c"proc".as_ptr(),
-            c"/proc".as_ptr(),
-            c"proc".as_ptr(),
-            libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
-            std::ptr::null(),
-        ) != 0
-        {
-            fail(errno());
-        }
-        if let Some(max) = &setup.pid_max
-            && !write_file(c"/proc/sys/kernel/pid_max", max.as_bytes())
-        {
-            fail(errno());
-        }
         // argv and envp arrays in an anonymous mapping.
         let slots = argc + envc + 2;
         let ptrs = libc::mmap(
@@ -802,24 +964,8 @@ unsafe fn namespace_init(
             *envp.add(i) = e;
         }
         *envp.add(envc) = std::ptr::null();
-        let mut exec_pipe = [-1 as libc::c_int; 2];
-        if libc::pipe2(exec_pipe.as_mut_ptr(), libc::O_CLOEXEC) != 0 {
-            fail(errno());
-        }
-        // The command's last steps run in the init's memory (CLONE_VM) on a
-        // stack of their own while the init waits (CLONE_VFORK) until they
-        // exec or fail: no page tables copied, no copy-on-write faults after.
-        let stack = libc::mmap(
-            std::ptr::null_mut(),
-            COMMAND_STACK_BYTES + GUARD_BYTES,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK,
-            -1,
-            0,
-        );
-        if stack == libc::MAP_FAILED || libc::mprotect(stack, GUARD_BYTES, libc::PROT_NONE) != 0 {
-            fail(errno());
-        }
+        let exec_pipe = prepared.exec_pipe;
+        let stack = prepared.stack;
         let mut last_steps = LastSteps {
             setup,
             landlock_fd,

@@ -16,8 +16,8 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use rustix::fs::{
-    AtFlags, Dir, FileType, Mode, OFlags, ResolveFlags, Stat, fchmod, fstat, fsync, mkdirat,
-    openat2, renameat, statat, unlinkat,
+    AtFlags, Dir, FileType, Mode, OFlags, RenameFlags, ResolveFlags, Stat, fchmod, fstat, fsync,
+    mkdirat, openat2, renameat, renameat_with, statat, unlinkat,
 };
 use rustix::io::Errno;
 
@@ -55,6 +55,12 @@ fn kind_of(stat: &Stat) -> EntryKind {
         _ => EntryKind::Special,
     }
 }
+
+/// Mode of a placeholder (see `reserve.rs`): write for its owner only.
+/// Nobody but root can list it or create anything in it (that takes
+/// search permission), and cubby can still move it to another directory
+/// (which rewrites its `..`, and takes write permission on it).
+pub(crate) const PLACEHOLDER_MODE: u32 = 0o200;
 
 fn metadata_of(stat: &Stat) -> Metadata {
     Metadata {
@@ -124,13 +130,14 @@ impl LocalFs {
         &self.root_path
     }
 
-    /// Creates `path` as an empty directory with mode `000` (a mount point
-    /// that reserves a missing protected name). Its parent must exist.
-    /// Returns the new directory's inode number.
+    /// Creates `path` as an empty directory with mode
+    /// [`PLACEHOLDER_MODE`] (a mount point that reserves a missing
+    /// protected name). Its parent must exist. Returns the new directory's
+    /// inode number.
     pub(crate) fn mkdir_placeholder(&self, path: &WorkspacePath) -> Result<u64> {
         let (parent, name) = self.parent_of(path)?;
-        mkdirat(&parent, name, Mode::empty()).map_err(|e| io_err(e, path))?;
-        // mkdir applies the umask; make sure nothing at all is granted.
+        mkdirat(&parent, name, Mode::from_raw_mode(PLACEHOLDER_MODE))
+            .map_err(|e| io_err(e, path))?;
         let dir = self
             .resolve_in(
                 &parent,
@@ -143,18 +150,72 @@ impl LocalFs {
         Ok(stat.st_ino)
     }
 
+    /// Whether `path` is still the empty placeholder directory with inode
+    /// `ino`, and its parent's fd and its name.
+    fn placeholder_at<'p>(
+        &self,
+        path: &'p WorkspacePath,
+        ino: u64,
+    ) -> Option<(OwnedFd, &'p OsStr)> {
+        let (parent, name) = self.parent_of(path).ok()?;
+        statat(&parent, name, AtFlags::SYMLINK_NOFOLLOW)
+            .is_ok_and(|s| {
+                s.st_ino == ino
+                    && kind_of(&s) == EntryKind::Dir
+                    && s.st_mode & 0o7777 & !PLACEHOLDER_MODE == 0
+            })
+            .then_some((parent, name))
+    }
+
     /// Removes the placeholder `path` if it is still the empty directory
     /// with inode `ino` that [`LocalFs::mkdir_placeholder`] made.
     pub(crate) fn remove_placeholder(&self, path: &WorkspacePath, ino: u64) {
-        let Ok((parent, name)) = self.parent_of(path) else {
-            return;
-        };
-        if statat(&parent, name, AtFlags::SYMLINK_NOFOLLOW)
-            .is_ok_and(|s| s.st_ino == ino && kind_of(&s) == EntryKind::Dir)
-        {
+        if let Some((parent, name)) = self.placeholder_at(path, ino) {
             // Fails (ENOTEMPTY) if anything was put inside: then it stays.
             let _ = unlinkat(&parent, name, AtFlags::REMOVEDIR);
         }
+    }
+
+    /// Moves the placeholder `path` (inode `ino`) out of the workspace
+    /// into `stash` as `as_name`, for [`LocalFs::unstash_placeholder`] to
+    /// bring back: a rename costs a fraction of a `mkdir` and an `rmdir`.
+    /// False when it is no longer the placeholder or cannot be moved.
+    pub(crate) fn stash_placeholder(
+        &self,
+        path: &WorkspacePath,
+        ino: u64,
+        stash: impl AsFd,
+        as_name: &OsStr,
+    ) -> bool {
+        let Some((parent, name)) = self.placeholder_at(path, ino) else {
+            return false;
+        };
+        if renameat_with(&parent, name, &stash, as_name, RenameFlags::NOREPLACE).is_err() {
+            return false;
+        }
+        // Replaced between the check and the move: put it back.
+        if !statat(&stash, as_name, AtFlags::SYMLINK_NOFOLLOW).is_ok_and(|s| s.st_ino == ino) {
+            let _ = renameat_with(&stash, as_name, &parent, name, RenameFlags::NOREPLACE);
+            return false;
+        }
+        true
+    }
+
+    /// Moves a stashed placeholder back to `path` (which must be missing).
+    pub(crate) fn unstash_placeholder(
+        &self,
+        path: &WorkspacePath,
+        stash: impl AsFd,
+        name: &OsStr,
+    ) -> Result<()> {
+        let (parent, leaf) = self.parent_of(path)?;
+        renameat_with(&stash, name, &parent, leaf, RenameFlags::NOREPLACE)
+            .map_err(|e| io_err(e, path))
+    }
+
+    /// The device the root is on.
+    pub(crate) fn root_dev(&self) -> Option<u64> {
+        fstat(&self.root).ok().map(|s| s.st_dev)
     }
 
     /// The directory fd of `path`'s parent and `path`'s last component.

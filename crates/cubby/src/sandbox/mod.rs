@@ -23,6 +23,7 @@ mod linux;
 mod linux_sys;
 mod local;
 mod memory;
+mod reserve;
 mod seccomp;
 pub(crate) mod sys;
 

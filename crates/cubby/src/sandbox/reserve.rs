@@ -1,0 +1,344 @@
+//! Reservations of missing protected paths for the `linux` provider.
+//!
+//! A protected path that does not exist yet (`.codex/`, `.mcp.json`, …)
+//! must not be creatable by a command, and Landlock cannot refuse the
+//! creation of one name in a writable directory. So while a command runs,
+//! the missing path is *reserved*: an empty directory (mode
+//! [`PLACEHOLDER_MODE`]) that the command's mount namespace binds
+//! read-only onto itself — a mount point cannot be removed or renamed, and
+//! nothing can be created in it. The host's git does not list empty
+//! directories. Commands running at once share a reservation; it leaves the
+//! workspace when the last of them ends.
+//!
+//! Making and removing a directory costs an inode allocation each time
+//! (and on ext4 without a journal, a scan past recently freed inodes that
+//! grows with the churn). So a released placeholder is not removed but
+//! *moved* into a stash outside the workspace — a directory of cubby's in
+//! the system temp dir, when that is on the workspace's file system — and
+//! the next reservation moves it back: two renames instead of `mkdir` and
+//! `rmdir`, and nothing left in the workspace between commands. Where no
+//! stash can be had (another file system, a umask that strips the owner's
+//! write bit), placeholders are made and removed each time.
+//!
+//! Stashed placeholders are removed when their sandbox is dropped; those of
+//! a process that was killed are removed by the next one that opens a
+//! stash, and placeholders it left in the workspace by the next sandbox on
+//! that workspace (`LinuxSandbox::open`).
+
+use std::collections::HashMap;
+use std::ffi::OsString;
+use std::os::fd::OwnedFd;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use rustix::fs::{AtFlags, Mode, OFlags};
+
+use super::local::PLACEHOLDER_MODE;
+use super::{EntryKind, FileSystem, LocalFs};
+use crate::error::Result;
+use crate::path::WorkspacePath;
+use crate::process::lock;
+
+/// Stashes made by this process (part of each stash's name).
+static STASHES: AtomicU64 = AtomicU64::new(0);
+
+/// One reserved path: the placeholder's inode and its users.
+#[derive(Debug)]
+struct Placeholder {
+    ino: u64,
+    users: usize,
+}
+
+/// Released placeholders, kept outside the workspace for reuse.
+#[derive(Debug)]
+struct Stash {
+    /// The stash directory (`O_PATH`).
+    dir: OwnedFd,
+    /// Names in it start with this (`<pid>-<n>-`).
+    prefix: String,
+    /// Placeholders in the stash: name and inode.
+    free: Vec<(OsString, u64)>,
+    /// Names handed out so far.
+    named: u64,
+}
+
+#[derive(Debug)]
+struct Inner {
+    map: HashMap<WorkspacePath, Placeholder>,
+    stash: Option<Stash>,
+}
+
+/// The reservations of one sandbox's workspace.
+#[derive(Debug)]
+pub(crate) struct Reservations {
+    fs: Arc<LocalFs>,
+    inner: Mutex<Inner>,
+}
+
+impl Reservations {
+    pub(crate) fn new(fs: Arc<LocalFs>) -> Arc<Reservations> {
+        let stash = open_stash(&fs);
+        Arc::new(Reservations {
+            fs,
+            inner: Mutex::new(Inner {
+                map: HashMap::new(),
+                stash,
+            }),
+        })
+    }
+
+    /// Whether `path` is reserved now.
+    pub(crate) fn holds(&self, path: &WorkspacePath) -> bool {
+        lock(&self.inner).map.contains_key(path)
+    }
+
+    /// Takes a use of the reservation at `path` when there is one and its
+    /// placeholder is still the directory cubby made (it may have been
+    /// removed or replaced on the host meanwhile); returns its inode.
+    /// `None`: not reserved, the caller looks at what is there.
+    pub(crate) fn claim(&self, path: &WorkspacePath) -> Option<u64> {
+        let mut inner = lock(&self.inner);
+        let slot = inner.map.get_mut(path)?;
+        let still_ours = self.fs.metadata(path).is_ok_and(|m| {
+            m.kind == EntryKind::Dir && m.ino == slot.ino && is_placeholder_mode(m.mode)
+        });
+        if still_ours {
+            slot.users += 1;
+            return Some(slot.ino);
+        }
+        None
+    }
+
+    /// Reserves the missing `path`; returns the placeholder's inode.
+    ///
+    /// # Errors
+    ///
+    /// As `mkdir` (something may have appeared there meanwhile).
+    pub(crate) fn reserve(&self, path: &WorkspacePath) -> Result<u64> {
+        let mut inner = lock(&self.inner);
+        let mut ino = None;
+        if let Some(stash) = inner.stash.as_mut()
+            && let Some((name, stashed)) = stash.free.pop()
+        {
+            if self.fs.unstash_placeholder(path, &stash.dir, &name).is_ok() {
+                ino = Some(stashed);
+            } else {
+                // Something is there now (then `mkdir` says so below), or
+                // the move failed: make one.
+                stash.free.push((name, stashed));
+            }
+        }
+        let ino = match ino {
+            Some(ino) => ino,
+            None => self.fs.mkdir_placeholder(path)?,
+        };
+        // A stale entry (its placeholder removed on the host while a command
+        // still used it) gives way; that command's lease releases nothing.
+        inner
+            .map
+            .insert(path.clone(), Placeholder { ino, users: 1 });
+        Ok(ino)
+    }
+
+    /// Lets go of one use of each `(path, inode)`; a placeholder nobody
+    /// uses any more leaves the workspace (into the stash, or removed).
+    pub(crate) fn release(&self, paths: &[(WorkspacePath, u64)]) {
+        let mut inner = lock(&self.inner);
+        let Inner { map, stash } = &mut *inner;
+        for (path, ino) in paths {
+            let Some(slot) = map.get_mut(path) else {
+                continue;
+            };
+            if slot.ino != *ino {
+                continue;
+            }
+            slot.users = slot.users.saturating_sub(1);
+            if slot.users > 0 {
+                continue;
+            }
+            map.remove(path);
+            if let Some(stash) = stash.as_mut() {
+                let name = OsString::from(format!("{}{}", stash.prefix, stash.named));
+                if self.fs.stash_placeholder(path, *ino, &stash.dir, &name) {
+                    stash.named += 1;
+                    stash.free.push((name, *ino));
+                    continue;
+                }
+            }
+            self.fs.remove_placeholder(path, *ino);
+        }
+    }
+}
+
+/// Whether `mode` is one a placeholder can have (the umask may have
+/// stripped its one bit). An inode number can be reused at once; a host
+/// directory made in its place has other bits.
+pub(crate) fn is_placeholder_mode(mode: u32) -> bool {
+    mode & 0o7777 & !PLACEHOLDER_MODE == 0
+}
+
+impl Drop for Reservations {
+    fn drop(&mut self) {
+        // No lease is left (each holds an `Arc`): nothing is in use.
+        let inner = self.inner.get_mut().unwrap_or_else(|p| p.into_inner());
+        for (path, slot) in inner.map.drain() {
+            self.fs.remove_placeholder(&path, slot.ino);
+        }
+        if let Some(stash) = inner.stash.take() {
+            for (name, _) in stash.free {
+                let _ = rustix::fs::unlinkat(&stash.dir, &name, AtFlags::REMOVEDIR);
+            }
+        }
+    }
+}
+
+/// Opens this process's stash for the workspace of `fs`: the directory
+/// `cubby-reserve-<uid>` in the system temp dir, made private to the user,
+/// when it is on the workspace's file system. Removes what killed
+/// processes left there.
+fn open_stash(fs: &LocalFs) -> Option<Stash> {
+    let uid = rustix::process::getuid().as_raw();
+    let base = std::env::temp_dir().join(format!("cubby-reserve-{uid}"));
+    let _ = std::fs::DirBuilder::new().mode(0o700).create(&base);
+    let dir = rustix::fs::open(
+        &base,
+        OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .ok()?;
+    let stat = rustix::fs::fstat(&dir).ok()?;
+    // Someone else's, or shared: not a place to move workspace entries to.
+    if stat.st_uid != uid || stat.st_mode & 0o077 != 0 || Some(stat.st_dev) != fs.root_dev() {
+        return None;
+    }
+    if let Ok(entries) = std::fs::read_dir(&base) {
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            let pid = name
+                .to_str()
+                .and_then(|n| n.split('-').next())
+                .and_then(|p| p.parse::<u32>().ok());
+            let ours = entry
+                .metadata()
+                .is_ok_and(|m| m.mode() & 0o7777 == PLACEHOLDER_MODE);
+            if let Some(pid) = pid
+                && ours
+                && !std::path::Path::new(&format!("/proc/{pid}")).exists()
+            {
+                let _ = std::fs::remove_dir(entry.path());
+            }
+        }
+    }
+    let n = STASHES.fetch_add(1, Ordering::Relaxed);
+    Some(Stash {
+        dir,
+        prefix: format!("{}-{n}-", std::process::id()),
+        free: Vec::new(),
+        named: 0,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::MetadataExt;
+
+    fn workspace() -> (tempfile::TempDir, Arc<LocalFs>) {
+        let dir = tempfile::tempdir().unwrap();
+        let fs = Arc::new(LocalFs::open(dir.path()).unwrap());
+        (dir, fs)
+    }
+
+    fn ino_at(path: &std::path::Path) -> Option<u64> {
+        std::fs::symlink_metadata(path).ok().map(|m| m.ino())
+    }
+
+    #[test]
+    fn a_released_placeholder_leaves_the_workspace_and_comes_back_from_the_stash() {
+        let (dir, fs) = workspace();
+        let r = Reservations::new(fs);
+        assert!(
+            lock(&r.inner).stash.is_some(),
+            "the temp dir is on this file system"
+        );
+        let codex = WorkspacePath::parse(".codex").unwrap();
+        let ino = r.reserve(&codex).unwrap();
+        let meta = std::fs::symlink_metadata(dir.path().join(".codex")).unwrap();
+        assert!(meta.is_dir());
+        assert_eq!(meta.mode() & 0o7777, PLACEHOLDER_MODE);
+        r.release(&[(codex.clone(), ino)]);
+        assert_eq!(ino_at(&dir.path().join(".codex")), None, "nothing stays");
+        // The next reservation is the same directory, moved back.
+        assert_eq!(r.reserve(&codex).unwrap(), ino);
+        assert_eq!(ino_at(&dir.path().join(".codex")), Some(ino));
+        r.release(&[(codex, ino)]);
+        let stash_dir = std::env::temp_dir().join(format!(
+            "cubby-reserve-{}",
+            rustix::process::getuid().as_raw()
+        ));
+        let prefix = lock(&r.inner).stash.as_ref().unwrap().prefix.clone();
+        let stashed = || {
+            std::fs::read_dir(&stash_dir)
+                .unwrap()
+                .flatten()
+                .filter(|e| e.file_name().to_string_lossy().starts_with(&prefix))
+                .count()
+        };
+        assert_eq!(stashed(), 1);
+        drop(r);
+        assert_eq!(stashed(), 0, "dropping the sandbox empties its stash");
+        assert_eq!(ino_at(&dir.path().join(".codex")), None);
+    }
+
+    #[test]
+    fn commands_share_a_reservation_until_the_last_ends() {
+        let (dir, fs) = workspace();
+        let r = Reservations::new(fs);
+        let mcp = WorkspacePath::parse(".mcp.json").unwrap();
+        let ino = r.reserve(&mcp).unwrap();
+        assert_eq!(r.claim(&mcp), Some(ino));
+        r.release(&[(mcp.clone(), ino)]);
+        assert_eq!(
+            ino_at(&dir.path().join(".mcp.json")),
+            Some(ino),
+            "still used"
+        );
+        r.release(&[(mcp.clone(), ino)]);
+        assert_eq!(ino_at(&dir.path().join(".mcp.json")), None);
+        assert_eq!(r.claim(&mcp), None);
+    }
+
+    #[test]
+    fn what_the_host_put_in_its_place_is_left_alone() {
+        let (dir, fs) = workspace();
+        let r = Reservations::new(fs);
+        let claude = WorkspacePath::parse(".claude").unwrap();
+        let ino = r.reserve(&claude).unwrap();
+        // The host replaces the placeholder with a directory of its own.
+        std::fs::remove_dir(dir.path().join(".claude")).unwrap();
+        std::fs::create_dir(dir.path().join(".claude")).unwrap();
+        std::fs::write(dir.path().join(".claude/settings.json"), "{}").unwrap();
+        assert_eq!(r.claim(&claude), None, "not ours any more");
+        r.release(&[(claude, ino)]);
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join(".claude/settings.json")).unwrap(),
+            "{}"
+        );
+    }
+
+    #[test]
+    fn without_a_stash_placeholders_are_made_and_removed() {
+        let (dir, fs) = workspace();
+        let r = Reservations::new(fs);
+        lock(&r.inner).stash = None;
+        let toml = WorkspacePath::parse("cubby.toml").unwrap();
+        let ino = r.reserve(&toml).unwrap();
+        assert!(dir.path().join("cubby.toml").is_dir());
+        r.release(&[(toml.clone(), ino)]);
+        assert_eq!(ino_at(&dir.path().join("cubby.toml")), None);
+        // Something that appeared meanwhile is not taken over.
+        std::fs::write(dir.path().join("cubby.toml"), "x").unwrap();
+        assert!(r.reserve(&toml).is_err());
+    }
+}
