@@ -748,7 +748,8 @@ impl LinuxSandbox {
             NetworkMode::Allow => Sockets::Inet,
             NetworkMode::On => Sockets::Any,
         };
-        let filter = Arc::new(super::seccomp::filter(sockets)?);
+        let holder_filter = super::seccomp::filter(sockets)?;
+        let filter = Arc::new(super::seccomp::command_filter()?);
         // Each command's pid namespace gets its own pid_max where the kernel
         // has it; otherwise a pids cgroup bounds the sandbox (as root, where
         // RLIMIT_NPROC does not apply), at the price of a slow join.
@@ -784,6 +785,7 @@ impl LinuxSandbox {
             proxy_listener: self.egress.is_some(),
             sock_fd: holder_sock.as_raw_fd(),
             report_fd: report_w.as_raw_fd(),
+            filter: holder_filter,
             commands,
         });
         let mut cmd = Command::new("/");

@@ -58,6 +58,8 @@ pub(crate) enum HolderStep {
     Loopback,
     Cgroup,
     Listener,
+    Bounding,
+    Seccomp,
 }
 
 impl HolderStep {
@@ -76,6 +78,8 @@ impl HolderStep {
             10 => "bringing up the loopback interface",
             11 => "joining the sandbox's pids cgroup",
             12 => "opening the egress proxy's listening socket",
+            13 => "dropping the capability bounding set",
+            14 => "installing the seccomp filter",
             _ => "setting up the sandbox",
         }
     }
@@ -120,6 +124,9 @@ pub(crate) struct HolderPlan {
     /// The holder's end of its socket: requests come in, replies go out,
     /// and the holder ends when the other end closes.
     pub sock_fd: RawFd,
+    /// The sandbox's seccomp filter, which the holder installs once and
+    /// every command inherits.
+    pub filter: Vec<libc::sock_filter>,
     /// What every command gets.
     pub commands: CommandSetup,
     /// Write end of the report pipe (step + errno on failure).
@@ -135,6 +142,7 @@ pub(crate) struct CommandSetup {
     /// holder joins it; everything it forks inherits it).
     pub cgroup_procs: Option<CString>,
     pub rlimits: Vec<(libc::__rlimit_resource_t, libc::rlim_t)>,
+    /// Each command's own seccomp filter (on top of the holder's).
     pub filter: Arc<Vec<libc::sock_filter>>,
     /// Written to each command's `/proc/sys/kernel/pid_max` (per pid
     /// namespace since Linux 6.14): the command's process budget.
@@ -403,6 +411,16 @@ fn holder_main(plan: &HolderPlan) -> io::Result<()> {
             send_msg(plan.sock_fd, msg, listener);
             // Closed with the rest below: only the server holds it now.
         }
+        // Once for every command: nothing they exec can gain a capability.
+        // The holder and its inits keep their effective sets for mounts.
+        if drop_bounding_set().is_err() {
+            return Err(holder_fail(report, HolderStep::Bounding));
+        }
+        // Installed once (the kernel compiles and caches it), inherited by
+        // every init and command; it lets `mount` through for the inits.
+        if install_filter(&plan.filter) != 0 {
+            return Err(holder_fail(report, HolderStep::Seccomp));
+        }
         // Ready: closing the report pipe with the rest tells the server.
         let keep = plan.sock_fd as libc::c_uint;
         if keep > 0 {
@@ -519,6 +537,16 @@ unsafe fn serve(plan: &HolderPlan) -> ! {
         let chld = sys::signal_set(&[libc::SIGCHLD]);
         libc::sigprocmask(libc::SIG_BLOCK, &chld, std::ptr::null_mut());
         let sigfd = libc::signalfd(-1, &chld, libc::SFD_CLOEXEC | libc::SFD_NONBLOCK);
+        let mut ignored = 0u64;
+        for sig in 1..libc::SIGRTMAX().min(64) + 1 {
+            let mut old: libc::sigaction = std::mem::zeroed();
+            if libc::sigaction(sig, std::ptr::null(), &mut old) == 0
+                && old.sa_sigaction == libc::SIG_IGN
+            {
+                ignored |= 1 << (sig - 1);
+            }
+        }
+        IGNORED_SIGNALS.store(ignored, std::sync::atomic::Ordering::Relaxed);
         // The init forked ahead writes the id of the request it took here.
         let mut taken = [-1 as RawFd; 2];
         if libc::pipe2(taken.as_mut_ptr(), libc::O_CLOEXEC) != 0 {
@@ -716,6 +744,11 @@ impl Holder<'_> {
         }
     }
 }
+
+/// The signals the holder ignores (bit `n - 1` for signal `n`), read once:
+/// an ignored disposition survives `execve` (a handler does not), so the
+/// command resets these alone.
+static IGNORED_SIGNALS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 /// Set by the init's `SIGTERM` handler.
 static INIT_TERM: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
@@ -1081,8 +1114,11 @@ unsafe fn command_exec(
                 return errno();
             }
         }
-        for sig in 1..libc::SIGRTMAX() {
-            libc::signal(sig, libc::SIG_DFL);
+        let ignored = IGNORED_SIGNALS.load(std::sync::atomic::Ordering::Relaxed);
+        for sig in 1..65 {
+            if ignored & (1 << (sig - 1)) != 0 {
+                libc::signal(sig, libc::SIG_DFL);
+            }
         }
         for &(resource, value) in &setup.rlimits {
             let limit = libc::rlimit {
@@ -1106,18 +1142,7 @@ unsafe fn command_exec(
         if drop_capabilities().is_err() {
             return errno();
         }
-        let prog = libc::sock_fprog {
-            len: setup.filter.len() as libc::c_ushort,
-            filter: setup.filter.as_ptr() as *mut libc::sock_filter,
-        };
-        if libc::prctl(
-            libc::PR_SET_SECCOMP,
-            libc::SECCOMP_MODE_FILTER as libc::c_ulong,
-            &prog as *const libc::sock_fprog,
-            0,
-            0,
-        ) != 0
-        {
+        if install_filter(&setup.filter) != 0 {
             return errno();
         }
         let program = *argv;
@@ -1320,8 +1345,55 @@ unsafe fn locked_flags(path: &CStr) -> libc::c_ulong {
     }
 }
 
-/// Empties the bounding, ambient, effective, permitted and inheritable
-/// capability sets, so nothing the command execs can regain any.
+/// Installs a seccomp filter on the calling thread; `prctl`'s result.
+///
+/// # Safety
+///
+/// Async-signal-safe.
+unsafe fn install_filter(filter: &[libc::sock_filter]) -> libc::c_int {
+    let prog = libc::sock_fprog {
+        len: filter.len() as libc::c_ushort,
+        filter: filter.as_ptr() as *mut libc::sock_filter,
+    };
+    // SAFETY: the kernel copies the program from `prog` during the call.
+    unsafe {
+        libc::prctl(
+            libc::PR_SET_SECCOMP,
+            libc::SECCOMP_MODE_FILTER as libc::c_ulong,
+            &prog as *const libc::sock_fprog,
+            0,
+            0,
+        )
+    }
+}
+
+/// Empties the capability bounding set (the holder does, once).
+///
+/// # Safety
+///
+/// Async-signal-safe.
+unsafe fn drop_bounding_set() -> io::Result<()> {
+    /// Higher than any capability number the kernel knows.
+    const CAP_SCAN_LIMIT: libc::c_ulong = 64;
+    // SAFETY: prctl with integer arguments.
+    unsafe {
+        for cap in 0..CAP_SCAN_LIMIT {
+            if libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 {
+                // Capabilities are numbered without gaps: EINVAL means past
+                // the last one the kernel knows.
+                if *libc::__errno_location() == libc::EINVAL && cap > 0 {
+                    break;
+                }
+                return Err(io::Error::last_os_error());
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Empties the ambient, effective, permitted and inheritable capability
+/// sets; with the bounding set empty (the holder's), nothing the command
+/// execs can regain any.
 ///
 /// # Safety
 ///
@@ -1329,8 +1401,6 @@ unsafe fn locked_flags(path: &CStr) -> libc::c_ulong {
 unsafe fn drop_capabilities() -> io::Result<()> {
     /// `_LINUX_CAPABILITY_VERSION_3`.
     const CAPABILITY_VERSION_3: u32 = 0x2008_0522;
-    /// Higher than any capability number the kernel knows.
-    const CAP_SCAN_LIMIT: libc::c_ulong = 64;
     #[repr(C)]
     struct Header {
         version: u32,
@@ -1345,15 +1415,6 @@ unsafe fn drop_capabilities() -> io::Result<()> {
     }
     // SAFETY: prctl/capset on stack structs of the kernel's layout.
     unsafe {
-        for cap in 0..CAP_SCAN_LIMIT {
-            // Capabilities are numbered without gaps: EINVAL means past the
-            // last one the kernel knows.
-            if libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0) != 0
-                && *libc::__errno_location() == libc::EINVAL
-            {
-                break;
-            }
-        }
         libc::prctl(
             libc::PR_CAP_AMBIENT,
             libc::PR_CAP_AMBIENT_CLEAR_ALL as libc::c_ulong,

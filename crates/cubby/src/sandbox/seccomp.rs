@@ -1,7 +1,17 @@
-//! The seccomp filter of the `linux` provider: one classic-BPF program,
-//! built once per sandbox and installed by each command.
+//! The seccomp filters of the `linux` provider: classic-BPF programs built
+//! once per sandbox.
 //!
-//! What it does, in order:
+//! Installing a filter costs the kernel a translation, a JIT compilation
+//! and a run for every syscall number (to cache the always-allowed ones),
+//! so the sandbox's filter ([`filter`]) is installed once, by the holder,
+//! and every command inherits it; it lets `mount` through, because each
+//! command's init binds the protected paths in the command's own mount
+//! namespace. The command then installs [`command_filter`], four
+//! instructions that refuse `mount`, before it execs. Together they refuse
+//! what is listed below; the tests run both through a BPF interpreter and
+//! combine their answers as the kernel does.
+//!
+//! What the sandbox's filter does, in order:
 //!
 //! 1. A system call of another ABI (i386 through `int 0x80`, x32) kills
 //!    the process: every rule below is written for the native numbers.
@@ -92,6 +102,10 @@ const OFFSET_ARG0_LOW: u32 = 16;
 
 /// Longest jump a conditional classic-BPF instruction can make.
 const MAX_JUMP: usize = u8::MAX as usize;
+
+/// Of [`DENIED`], what the holder's filter lets through for the inits, and
+/// each command's own filter refuses.
+const COMMAND_ONLY: &[libc::c_long] = &[libc::SYS_mount];
 
 /// Ranges of fewer numbers than this are tested in turn, not split.
 const LINEAR_BELOW: usize = 4;
@@ -247,14 +261,18 @@ fn search(asm: &mut Asm, rules: &[(u32, usize)], allow: usize) {
     search(asm, &rules[mid..], allow);
 }
 
-/// The filter for a network mode.
+/// The sandbox's filter for a network mode (installed by the holder).
 ///
 /// # Errors
 ///
 /// `unsupported` if the program cannot be assembled (it always can for
 /// the lists above; checked rather than assumed).
 pub(crate) fn filter(sockets: Sockets) -> Result<Vec<libc::sock_filter>> {
-    let mut rules: Vec<(libc::c_long, Rule)> = DENIED.iter().map(|&nr| (nr, Rule::Deny)).collect();
+    let mut rules: Vec<(libc::c_long, Rule)> = DENIED
+        .iter()
+        .filter(|nr| !COMMAND_ONLY.contains(nr))
+        .map(|&nr| (nr, Rule::Deny))
+        .collect();
     rules.push((libc::SYS_clone, Rule::NoNewUser));
     rules.push((libc::SYS_unshare, Rule::NoNewUser));
     if sockets != Sockets::Any {
@@ -328,6 +346,34 @@ pub(crate) fn filter(sockets: Sockets) -> Result<Vec<libc::sock_filter>> {
     asm.finish()
 }
 
+/// What each command adds before it execs: [`COMMAND_ONLY`] refused.
+///
+/// # Errors
+///
+/// As [`filter`].
+pub(crate) fn command_filter() -> Result<Vec<libc::sock_filter>> {
+    let mut asm = Asm::default();
+    let [allow, eperm, kill] = std::array::from_fn(|_| asm.label());
+    asm.load(OFFSET_ARCH);
+    asm.jump(libc::BPF_JEQ, AUDIT_ARCH, Target::Next, Target::Label(kill));
+    asm.load(OFFSET_NR);
+    for (i, &nr) in COMMAND_ONLY.iter().enumerate() {
+        let miss = if i + 1 == COMMAND_ONLY.len() {
+            Target::Label(allow)
+        } else {
+            Target::Next
+        };
+        asm.jump(libc::BPF_JEQ, nr as u32, Target::Label(eperm), miss);
+    }
+    asm.bind(allow);
+    asm.ret(libc::SECCOMP_RET_ALLOW);
+    asm.bind(eperm);
+    asm.ret(libc::SECCOMP_RET_ERRNO | libc::EPERM as u32);
+    asm.bind(kill);
+    asm.ret(libc::SECCOMP_RET_KILL_PROCESS);
+    asm.finish()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -366,13 +412,35 @@ mod tests {
 
     const EPERM: u32 = libc::SECCOMP_RET_ERRNO | libc::EPERM as u32;
 
+    /// What a command gets: the sandbox's filter and its own, combined as
+    /// the kernel does (the action of highest precedence wins; actions
+    /// compare as signed numbers, lowest first).
+    fn command_gets(sockets: Sockets, arch: u32, nr: u32, arg0: u64) -> u32 {
+        let holder = filter(sockets).unwrap();
+        let own = command_filter().unwrap();
+        let answers = [run(&own, arch, nr, arg0), run(&holder, arch, nr, arg0)];
+        let action = |ret: u32| (ret & libc::SECCOMP_RET_ACTION_FULL) as i32;
+        *answers.iter().min_by_key(|r| action(**r)).unwrap()
+    }
+
+    #[test]
+    fn the_holders_filter_lets_its_inits_mount() {
+        for sockets in [Sockets::Any, Sockets::Inet, Sockets::UnixOnly] {
+            let prog = filter(sockets).unwrap();
+            let mount = libc::SYS_mount as u32;
+            assert_eq!(run(&prog, AUDIT_ARCH, mount, 0), libc::SECCOMP_RET_ALLOW);
+            assert_eq!(command_gets(sockets, AUDIT_ARCH, mount, 0), EPERM);
+        }
+        assert!(command_filter().unwrap().len() <= 8);
+    }
+
     #[test]
     fn every_number_gets_what_the_policy_says() {
         for sockets in [Sockets::Any, Sockets::Inet, Sockets::UnixOnly] {
             let prog = filter(sockets).unwrap();
             assert!(prog.len() < 200, "{} instructions", prog.len());
             for nr in 0..1024u32 {
-                let got = run(&prog, AUDIT_ARCH, nr, 0);
+                let got = command_gets(sockets, AUDIT_ARCH, nr, 0);
                 let nr_long = nr as libc::c_long;
                 let want = if nr_long == libc::SYS_clone3 {
                     libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32
@@ -391,14 +459,13 @@ mod tests {
 
     #[test]
     fn new_user_namespaces_are_refused_whatever_else_is_asked() {
-        let prog = filter(Sockets::UnixOnly).unwrap();
+        let prog = |arch, nr, arg0| command_gets(Sockets::UnixOnly, arch, nr, arg0);
         let new_user = libc::CLONE_NEWUSER as u64;
         for nr in [libc::SYS_clone, libc::SYS_unshare] {
             let nr = nr as u32;
-            assert_eq!(run(&prog, AUDIT_ARCH, nr, new_user), EPERM);
+            assert_eq!(prog(AUDIT_ARCH, nr, new_user), EPERM);
             assert_eq!(
-                run(
-                    &prog,
+                prog(
                     AUDIT_ARCH,
                     nr,
                     new_user | libc::CLONE_NEWNS as u64 | 1 << 40
@@ -406,10 +473,7 @@ mod tests {
                 EPERM
             );
             let fork_flags = (libc::CLONE_NEWNS | libc::SIGCHLD) as u64;
-            assert_eq!(
-                run(&prog, AUDIT_ARCH, nr, fork_flags),
-                libc::SECCOMP_RET_ALLOW
-            );
+            assert_eq!(prog(AUDIT_ARCH, nr, fork_flags), libc::SECCOMP_RET_ALLOW);
         }
     }
 
@@ -428,7 +492,6 @@ mod tests {
             (Sockets::Inet, 3),
             (Sockets::Any, families.len()),
         ] {
-            let prog = filter(sockets).unwrap();
             for (i, family) in families.iter().enumerate() {
                 let want = if i < allowed {
                     libc::SECCOMP_RET_ALLOW
@@ -436,7 +499,7 @@ mod tests {
                     EPERM
                 };
                 assert_eq!(
-                    run(&prog, AUDIT_ARCH, socket, *family as u64),
+                    command_gets(sockets, AUDIT_ARCH, socket, *family as u64),
                     want,
                     "{sockets:?} {family}"
                 );
@@ -446,12 +509,14 @@ mod tests {
 
     #[test]
     fn other_abis_are_killed() {
-        let prog = filter(Sockets::Any).unwrap();
         const AUDIT_ARCH_I386: u32 = 0x4000_0003;
-        assert_eq!(
-            run(&prog, AUDIT_ARCH_I386, 1, 0),
-            libc::SECCOMP_RET_KILL_PROCESS
-        );
+        for prog in [filter(Sockets::Any).unwrap(), command_filter().unwrap()] {
+            assert_eq!(
+                run(&prog, AUDIT_ARCH_I386, 1, 0),
+                libc::SECCOMP_RET_KILL_PROCESS
+            );
+        }
+        let prog = filter(Sockets::Any).unwrap();
         #[cfg(target_arch = "x86_64")]
         assert_eq!(
             run(
