@@ -33,15 +33,14 @@
 //!
 //! `full-access` runs commands unconfined (as the `local` provider does).
 
-use std::collections::HashMap;
 use std::ffi::CString;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use rustix::pipe::{PipeFlags, pipe_with};
 
@@ -274,7 +273,6 @@ struct Live {
     /// One request at a time on the socket.
     send: Mutex<()>,
     next_id: AtomicU64,
-    pending: Arc<Pending>,
     cgroup: Option<PathBuf>,
     private_tmp: bool,
     /// The egress proxy (network `allow`); dropped after the holder ends.
@@ -286,7 +284,8 @@ struct Live {
 
 impl Drop for Live {
     fn drop(&mut self) {
-        // The holder (and the dispatcher) see the end of the stream.
+        // The holder (and an init waiting for a request) see the end of
+        // the stream.
         let _ = rustix::net::shutdown(&self.sock, rustix::net::Shutdown::Both);
         let _ = lock(&self.holder).wait();
         if let Some(dir) = &self.cgroup {
@@ -295,40 +294,8 @@ impl Drop for Live {
     }
 }
 
-/// What the holder and the inits have said about each request.
-#[derive(Default)]
-struct Pending {
-    slots: Mutex<HashMap<u64, Arc<Slot>>>,
-}
-
-/// One command's answers.
-#[derive(Default)]
-struct Slot {
-    state: Mutex<SlotState>,
-    changed: Condvar,
-}
-
-#[derive(Default)]
-struct SlotState {
-    /// The init's pid (host view) and pidfd.
-    forked: Option<(u32, Option<OwnedFd>)>,
-    /// `Ok` once the command exec'd, the errno when it could not start.
-    started: Option<std::result::Result<(), i32>>,
-    /// The command's wait status.
-    exited: Option<i32>,
-    /// The holder is gone: no answer will come.
-    dead: bool,
-}
-
-impl Slot {
-    fn update(&self, f: impl FnOnce(&mut SlotState)) {
-        f(&mut lock(&self.state));
-        self.changed.notify_all();
-    }
-}
-
-/// One message from the holder and the fds beside it; `None` once the
-/// socket has closed (or failed).
+/// One message from the holder or an init and the fds beside it; `None`
+/// once the socket has closed (or failed).
 fn recv_from_holder(sock: &OwnedFd) -> Option<(Option<linux_sys::Msg>, Vec<OwnedFd>)> {
     use rustix::net::{RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags};
     loop {
@@ -373,53 +340,25 @@ fn recv_listener(sock: &OwnedFd) -> Result<OwnedFd> {
     }
 }
 
-/// Reads the holder's socket until it closes, filing each answer.
-fn dispatch(sock: OwnedFd, pending: Arc<Pending>) {
-    loop {
-        let Some((msg, fds)) = recv_from_holder(&sock) else {
-            for slot in lock(&pending.slots).values() {
-                slot.update(|s| s.dead = true);
-            }
-            return;
-        };
-        let Some(msg) = msg else {
-            continue;
-        };
-        let Some(slot) = lock(&pending.slots).get(&msg.id).cloned() else {
-            continue;
-        };
-        match msg.kind {
-            linux_sys::MSG_FORKED => {
-                let pidfd = fds.into_iter().next();
-                slot.update(|s| s.forked = Some((msg.len as u32, pidfd)));
-            }
-            linux_sys::MSG_FORK_FAILED | linux_sys::MSG_EXEC_FAILED => {
-                slot.update(|s| s.started = Some(Err(msg.arg)))
-            }
-            linux_sys::MSG_STARTED => slot.update(|s| s.started = Some(Ok(()))),
-            linux_sys::MSG_EXITED => slot.update(|s| s.exited = Some(msg.arg)),
-            _ => {}
-        }
-    }
-}
-
 /// Longest wait for the holder to start a command.
 const START_WAIT: Duration = Duration::from_secs(30);
-/// How long a status report may trail the init's exit.
-const STATUS_GRACE: Duration = Duration::from_millis(500);
-/// Poll interval of a waiter.
-const WAIT_TICK: Duration = Duration::from_millis(20);
 /// `SIGKILL` as a raw wait status.
 const KILLED_STATUS: i32 = libc::SIGKILL;
 
-/// A command in the sandbox: its init's pidfd and the answers about it.
+/// A command in the sandbox: its init's pidfd, and the init's end of the
+/// command's own socket, on which its exit status comes.
 struct SandboxChild {
     pid: u32,
     /// Dropped once the command has been waited for.
     pidfd: Mutex<Option<OwnedFd>>,
-    slot: Arc<Slot>,
-    id: u64,
-    live: Arc<Live>,
+    /// The server's end of the command's socket (the init holds the other);
+    /// closed once the status is known (a finished command's handle may be
+    /// kept a while, for listings).
+    chan: Mutex<Option<OwnedFd>>,
+    /// The status, once known.
+    status: Mutex<Option<i32>>,
+    /// The sandbox outlives its commands.
+    _live: Arc<Live>,
 }
 
 impl SandboxChild {
@@ -427,34 +366,6 @@ impl SandboxChild {
         if let Some(fd) = lock(&self.pidfd).as_ref() {
             let _ = rustix::process::pidfd_send_signal(fd, sig);
         }
-    }
-
-    /// Forgets the process once its status is known.
-    fn done(&self, status: i32) -> std::io::Result<std::process::ExitStatus> {
-        use std::os::unix::process::ExitStatusExt;
-        lock(&self.pidfd).take();
-        lock(&self.live.pending.slots).remove(&self.id);
-        Ok(std::process::ExitStatus::from_raw(status))
-    }
-
-    /// True once the init has exited (its pidfd is readable).
-    fn init_gone(&self) -> bool {
-        let guard = lock(&self.pidfd);
-        let Some(fd) = guard.as_ref() else {
-            return true;
-        };
-        let mut polls = [rustix::event::PollFd::new(fd, rustix::event::PollFlags::IN)];
-        let zero = rustix::event::Timespec {
-            tv_sec: 0,
-            tv_nsec: 0,
-        };
-        rustix::event::poll(&mut polls, Some(&zero)).is_ok_and(|n| n > 0)
-    }
-}
-
-impl Drop for SandboxChild {
-    fn drop(&mut self) {
-        lock(&self.live.pending.slots).remove(&self.id);
     }
 }
 
@@ -471,34 +382,30 @@ impl crate::process::ProcessHandle for SandboxChild {
         self.signal(rustix::process::Signal::KILL);
     }
     fn wait(&self) -> std::io::Result<std::process::ExitStatus> {
-        let mut gone_at: Option<Instant> = None;
-        let mut state = lock(&self.slot.state);
-        loop {
-            if let Some(status) = state.exited {
-                drop(state);
-                return self.done(status);
-            }
-            if state.dead {
-                drop(state);
-                return self.done(KILLED_STATUS);
-            }
-            if gone_at.is_none() && self.init_gone() {
-                gone_at = Some(Instant::now());
-            }
-            // The init reports before it exits; killed, it reports nothing.
-            if gone_at.is_some_and(|t| t.elapsed() > STATUS_GRACE) {
-                drop(state);
-                return self.done(KILLED_STATUS);
-            }
-            state = match self.slot.changed.wait_timeout(state, WAIT_TICK) {
-                Ok((s, _)) => s,
-                Err(p) => p.into_inner().0,
+        use std::os::unix::process::ExitStatusExt;
+        let mut status = lock(&self.status);
+        if status.is_none() {
+            // The init reports before it exits; killed, it reports nothing
+            // and its end closes.
+            let chan = lock(&self.chan).take();
+            let reported = loop {
+                match chan.as_ref().and_then(recv_from_holder) {
+                    Some((Some(msg), _)) if msg.kind == linux_sys::MSG_EXITED => {
+                        break msg.arg;
+                    }
+                    Some(_) => continue,
+                    None => break KILLED_STATUS,
+                }
             };
+            *status = Some(reported);
+            lock(&self.pidfd).take();
         }
+        Ok(std::process::ExitStatus::from_raw(
+            status.unwrap_or(KILLED_STATUS),
+        ))
     }
 }
 
-/// The Landlock ABI whose rights cubby handles.
 const LANDLOCK_ABI: landlock::ABI = landlock::ABI::V6;
 
 /// An `O_PATH` fd for a Landlock rule.
@@ -800,13 +707,6 @@ impl LinuxSandbox {
         drop(holder_sock);
         drop(report_w);
         let landlock = self.landlock_base(&root);
-        // The dispatcher can read replies from now on, except where the
-        // holder first sends the egress proxy's listener (read below).
-        let pending = Arc::new(Pending::default());
-        let early = self.egress.is_none();
-        if early {
-            start_dispatcher(&sock, &pending)?;
-        }
         let out = overlap();
         let mut report = [0u8; 5];
         let n = rustix::io::read(&report_r, &mut report).unwrap_or(0);
@@ -834,15 +734,12 @@ impl LinuxSandbox {
             };
             let holder_root = PathBuf::from(format!("/proc/{}/root", holder.id()));
             let landlock = self.landlock_finish(landlock?, &holder_root, private_tmp)?;
-            if !early {
-                start_dispatcher(&sock, &pending)?;
-            }
             Ok((holder, proxy, extra_env, landlock))
         })();
         let (holder, proxy, extra_env, landlock) = match ready {
             Ok(ready) => ready,
             Err(e) => {
-                // Ends the holder and the dispatcher (both read this socket).
+                // Ends the holder.
                 let _ = rustix::net::shutdown(&sock, rustix::net::Shutdown::Both);
                 return Err(e);
             }
@@ -852,7 +749,6 @@ impl LinuxSandbox {
             sock,
             send: Mutex::new(()),
             next_id: AtomicU64::new(1),
-            pending,
             cgroup,
             private_tmp,
             _proxy: proxy,
@@ -987,12 +883,14 @@ impl LinuxSandbox {
             }
         }
         let id = live.next_id.fetch_add(1, Ordering::Relaxed);
-        let slot = Arc::new(Slot::default());
-        lock(&live.pending.slots).insert(id, slot.clone());
-        let forget = |e: Error| {
-            lock(&live.pending.slots).remove(&id);
-            e
-        };
+        // The command's own socket: its init answers on it.
+        let (chan, theirs) = rustix::net::socketpair(
+            rustix::net::AddressFamily::UNIX,
+            rustix::net::SocketType::SEQPACKET,
+            rustix::net::SocketFlags::CLOEXEC,
+            None,
+        )
+        .map_err(|e| Error::internal(format!("socketpair: {e}")))?;
         let request = linux_sys::Msg {
             kind: linux_sys::MSG_RUN,
             arg: 0,
@@ -1004,54 +902,50 @@ impl LinuxSandbox {
             stdio[0].as_fd(),
             stdio[1].as_fd(),
             stdio[2].as_fd(),
+            theirs.as_fd(),
         ];
-        send_request(&live, request, &fds).map_err(forget)?;
+        send_request(&live, request, &fds)?;
         drop(stdio);
-        let deadline = Instant::now() + START_WAIT;
-        let mut state = lock(&slot.state);
+        drop(theirs);
+        // Until the init answers, or its end closes (the holder or the init
+        // died; a request still queued is dropped with the holder's socket).
+        let mut polls = [rustix::event::PollFd::new(
+            &chan,
+            rustix::event::PollFlags::IN,
+        )];
+        let wait = rustix::event::Timespec {
+            tv_sec: START_WAIT.as_secs() as i64,
+            tv_nsec: 0,
+        };
         loop {
-            let done = state.dead
-                || matches!(state.started, Some(Err(_)))
-                || (state.forked.is_some() && state.started.is_some());
-            if done {
-                break;
+            match rustix::event::poll(&mut polls, Some(&wait)) {
+                Ok(0) => return Err(start_error("no answer from the sandbox in time")),
+                Ok(_) => break,
+                Err(rustix::io::Errno::INTR) => {}
+                Err(e) => return Err(start_error(e)),
             }
-            let now = Instant::now();
-            if now >= deadline {
-                drop(state);
-                return Err(forget(Error::internal(
-                    "the sandbox did not start the command in time",
-                )));
-            }
-            state = match slot.changed.wait_timeout(state, deadline - now) {
-                Ok((s, _)) => s,
-                Err(p) => p.into_inner().0,
-            };
         }
-        let started = state.started;
-        let forked = state.forked.take();
-        let dead = state.dead;
-        drop(state);
-        match (started, forked) {
-            (Some(Ok(())), Some((pid, pidfd))) => {
+        match recv_from_holder(&chan) {
+            Some((Some(msg), fds)) if msg.kind == linux_sys::MSG_STARTED => {
                 lease.live = Some(live.clone());
                 Ok((
                     SandboxChild {
-                        pid,
-                        pidfd: Mutex::new(pidfd),
-                        slot,
-                        id,
-                        live,
+                        pid: msg.len as u32,
+                        pidfd: Mutex::new(fds.into_iter().next()),
+                        chan: Mutex::new(Some(chan)),
+                        status: Mutex::new(None),
+                        _live: live,
                     },
                     lease,
                 ))
             }
-            (Some(Err(errno)), _) => Err(forget(exec_error(program, errno))),
-            _ => Err(forget(start_error(if dead {
-                "the sandbox's holder has gone"
-            } else {
-                "no answer from the sandbox"
-            }))),
+            Some((Some(msg), _))
+                if msg.kind == linux_sys::MSG_EXEC_FAILED
+                    || msg.kind == linux_sys::MSG_FORK_FAILED =>
+            {
+                Err(exec_error(program, msg.arg))
+            }
+            _ => Err(start_error("the sandbox's holder has gone")),
         }
     }
 
@@ -1240,17 +1134,6 @@ impl Drop for Lease {
     }
 }
 
-/// Starts the thread that reads the holder's replies into `pending`.
-fn start_dispatcher(sock: &OwnedFd, pending: &Arc<Pending>) -> Result<()> {
-    let reader = sock.try_clone().map_err(start_error)?;
-    let pending = pending.clone();
-    std::thread::Builder::new()
-        .name("cubby-sandbox".into())
-        .spawn(move || dispatch(reader, pending))
-        .map_err(start_error)?;
-    Ok(())
-}
-
 /// Sends one message with fds to the holder.
 fn send_request(
     live: &Live,
@@ -1259,7 +1142,8 @@ fn send_request(
 ) -> Result<()> {
     use rustix::net::{SendAncillaryBuffer, SendAncillaryMessage, SendFlags};
     let bytes = msg.to_bytes();
-    let mut space = [std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(4))];
+    let mut space =
+        [std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(linux_sys::MSG_MAX_FDS))];
     let mut control = SendAncillaryBuffer::new(&mut space);
     if !control.push(SendAncillaryMessage::ScmRights(fds)) {
         return Err(Error::internal("too many fds for one request"));

@@ -152,7 +152,6 @@ pub(crate) struct CommandSetup {
 /// Message kinds on the holder's socket.
 pub(crate) const MSG_LANDLOCK: u32 = 1;
 pub(crate) const MSG_RUN: u32 = 2;
-pub(crate) const MSG_FORKED: u32 = 3;
 pub(crate) const MSG_FORK_FAILED: u32 = 4;
 pub(crate) const MSG_STARTED: u32 = 5;
 pub(crate) const MSG_EXEC_FAILED: u32 = 6;
@@ -160,11 +159,14 @@ pub(crate) const MSG_EXITED: u32 = 7;
 /// Sent once, first, when the plan asks for it: the proxy's listener.
 pub(crate) const MSG_LISTENER: u32 = 8;
 /// Most fds one message carries.
-pub(crate) const MSG_MAX_FDS: usize = 4;
+pub(crate) const MSG_MAX_FDS: usize = 5;
 
 /// One message on the holder's socket (fds travel beside it).
 ///
-/// `MSG_RUN` carries `[payload memfd, stdin, stdout, stderr]`; the payload
+/// `MSG_RUN` carries `[payload memfd, stdin, stdout, stderr, the command's
+/// socket]`; the command's init answers on that socket (`MSG_STARTED` with
+/// its pid and a pidfd, or `MSG_EXEC_FAILED`, then `MSG_EXITED`), and the
+/// holder there when it cannot fork one (`MSG_FORK_FAILED`). The payload
 /// is three little-endian `u32` counts (protected paths, argv, env) and then
 /// NUL-terminated strings: the working directory (empty for the root), each
 /// protected path prefixed by `r` or `w`, argv, env.
@@ -175,7 +177,7 @@ pub(crate) struct Msg {
     /// errno or wait status.
     pub arg: i32,
     pub id: u64,
-    /// Payload length (`MSG_RUN`) or pid (`MSG_FORKED`).
+    /// Payload length (`MSG_RUN`) or the init's pid (`MSG_STARTED`).
     pub len: u64,
 }
 
@@ -583,11 +585,10 @@ unsafe fn serve(plan: &HolderPlan) -> ! {
                 continue;
             }
             // Before reaping: an init that took a request and then died has
-            // written its request's id first.
+            // said so first.
             if polls[0].revents != 0 {
-                let mut id = [0u8; 8];
-                if libc::read(taken[0], id.as_mut_ptr().cast(), id.len()) == 8 && ready > 0 {
-                    send_forked(sock, u64::from_ne_bytes(id), ready);
+                let mut byte = [0u8; 1];
+                if libc::read(taken[0], byte.as_mut_ptr().cast(), 1) == 1 {
                     ready = 0;
                 }
             }
@@ -626,17 +627,14 @@ unsafe fn serve(plan: &HolderPlan) -> ! {
                     libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0);
                 }
                 MSG_RUN if count == MSG_MAX_FDS => {
-                    match holder.fork_init(landlock_fd, Some((msg, &fds))) {
-                        Ok(pid) => send_forked(sock, msg.id, pid),
-                        Err(errno) => {
-                            let failed = Msg {
-                                kind: MSG_FORK_FAILED,
-                                arg: errno,
-                                id: msg.id,
-                                len: 0,
-                            };
-                            send_msg(sock, failed, -1);
-                        }
+                    if let Err(errno) = holder.fork_init(landlock_fd, Some((msg, &fds))) {
+                        let failed = Msg {
+                            kind: MSG_FORK_FAILED,
+                            arg: errno,
+                            id: msg.id,
+                            len: 0,
+                        };
+                        send_msg(fds[MSG_MAX_FDS - 1], failed, -1);
                     }
                     for fd in &fds[..count] {
                         libc::close(*fd);
@@ -652,33 +650,12 @@ unsafe fn serve(plan: &HolderPlan) -> ! {
     }
 }
 
-/// Tells the server which init runs request `id` (its pid and a pidfd).
-///
-/// # Safety
-///
-/// Holder only.
-unsafe fn send_forked(sock: RawFd, id: u64, pid: libc::pid_t) {
-    // SAFETY: plain syscalls.
-    unsafe {
-        let pidfd = libc::syscall(libc::SYS_pidfd_open, pid, 0) as RawFd;
-        let forked = Msg {
-            kind: MSG_FORKED,
-            arg: 0,
-            id,
-            len: pid as u64,
-        };
-        send_msg(sock, forked, pidfd);
-        if pidfd >= 0 {
-            libc::close(pidfd);
-        }
-    }
-}
-
 /// The holder's fds that its inits close.
 struct Holder<'a> {
     plan: &'a HolderPlan,
     sigfd: RawFd,
-    /// Read and write ends of the pipe of taken requests.
+    /// Read and write ends of the pipe on which the init forked ahead says
+    /// that it took a request.
     taken: [RawFd; 2],
 }
 
@@ -697,6 +674,12 @@ impl Holder<'_> {
     ) -> Result<libc::pid_t, i32> {
         // SAFETY: plain syscalls; the child runs only async-signal-safe code.
         unsafe {
+            // The init's pid as the server sees it, which only the holder
+            // learns (the init is pid 1 in its namespace).
+            let mut pid_pipe = [-1 as RawFd; 2];
+            if libc::pipe2(pid_pipe.as_mut_ptr(), libc::O_CLOEXEC) != 0 {
+                return Err(*libc::__errno_location());
+            }
             let pid = libc::syscall(
                 libc::SYS_clone,
                 (libc::CLONE_NEWPID | libc::SIGCHLD) as libc::c_ulong,
@@ -705,21 +688,34 @@ impl Holder<'_> {
                 0usize,
                 0usize,
             ) as libc::pid_t;
-            if pid < 0 {
-                return Err(*libc::__errno_location());
-            }
-            if pid > 0 {
-                return Ok(pid);
+            if pid != 0 {
+                let errno = *libc::__errno_location();
+                if pid > 0 {
+                    let raw = pid.to_ne_bytes();
+                    libc::write(pid_pipe[1], raw.as_ptr().cast(), raw.len());
+                }
+                libc::close(pid_pipe[0]);
+                libc::close(pid_pipe[1]);
+                return if pid > 0 { Ok(pid) } else { Err(errno) };
             }
             libc::close(self.sigfd);
             libc::close(self.taken[0]);
+            libc::close(pid_pipe[1]);
+            let mut raw = [0u8; 4];
+            let host_pid = if libc::read(pid_pipe[0], raw.as_mut_ptr().cast(), raw.len()) == 4 {
+                libc::pid_t::from_ne_bytes(raw)
+            } else {
+                0
+            };
+            libc::close(pid_pipe[0]);
             let sock = self.plan.sock_fd;
             let setup = &self.plan.commands;
             let prepared = init_prepare(setup);
             match request {
                 Some((msg, fds)) => {
                     libc::close(self.taken[1]);
-                    namespace_init(setup, landlock_fd, sock, msg, fds, &prepared)
+                    libc::close(sock);
+                    namespace_init(setup, landlock_fd, msg, fds, &prepared, host_pid, -1)
                 }
                 None => {
                     let mut msg = Msg::default();
@@ -735,10 +731,16 @@ impl Holder<'_> {
                             libc::close(*fd);
                         }
                     }
-                    let id = msg.id.to_ne_bytes();
-                    libc::write(self.taken[1], id.as_ptr().cast(), id.len());
-                    libc::close(self.taken[1]);
-                    namespace_init(setup, landlock_fd, sock, msg, &fds, &prepared)
+                    libc::close(sock);
+                    namespace_init(
+                        setup,
+                        landlock_fd,
+                        msg,
+                        &fds,
+                        &prepared,
+                        host_pid,
+                        self.taken[1],
+                    )
                 }
             }
         }
@@ -873,16 +875,18 @@ unsafe fn init_prepare(setup: &CommandSetup) -> Prepared {
 unsafe fn namespace_init(
     setup: &CommandSetup,
     landlock_fd: RawFd,
-    sock: RawFd,
     request: Msg,
     fds: &[RawFd; MSG_MAX_FDS],
     prepared: &Prepared,
+    host_pid: libc::pid_t,
+    taken_fd: RawFd,
 ) -> ! {
     // SAFETY: plain syscalls on stack data and on the payload mapping.
     unsafe {
+        let chan = fds[MSG_MAX_FDS - 1];
         let report = |kind: u32, arg: i32| {
             send_msg(
-                sock,
+                chan,
                 Msg {
                     kind,
                     arg,
@@ -891,6 +895,14 @@ unsafe fn namespace_init(
                 },
                 -1,
             )
+        };
+        // The init forked ahead tells the holder it took a request (so
+        // that the holder reads the socket again, and forks the next one).
+        let tell_taken = || {
+            if taken_fd >= 0 {
+                libc::write(taken_fd, [1u8].as_ptr().cast(), 1);
+                libc::close(taken_fd);
+            }
         };
         let fail = |step_errno: i32| -> ! {
             report(MSG_EXEC_FAILED, step_errno);
@@ -1022,7 +1034,8 @@ unsafe fn namespace_init(
         }
         libc::munmap(stack, COMMAND_STACK_BYTES + GUARD_BYTES);
         libc::close(exec_pipe[1]);
-        for fd in fds {
+        // All but the command's socket.
+        for fd in &fds[..MSG_MAX_FDS - 1] {
             libc::close(*fd);
         }
         let mut raw = [0u8; 4];
@@ -1031,8 +1044,20 @@ unsafe fn namespace_init(
         if n == 4 {
             report(MSG_EXEC_FAILED, i32::from_ne_bytes(raw));
         } else {
-            report(MSG_STARTED, 0);
+            // pid 1 of its own namespace is the init itself.
+            let pidfd = libc::syscall(libc::SYS_pidfd_open, 1, 0) as RawFd;
+            let started = Msg {
+                kind: MSG_STARTED,
+                arg: 0,
+                id: request.id,
+                len: host_pid as u64,
+            };
+            send_msg(chan, started, pidfd);
+            if pidfd >= 0 {
+                libc::close(pidfd);
+            }
         }
+        tell_taken();
         loop {
             if INIT_TERM.swap(false, std::sync::atomic::Ordering::SeqCst) {
                 // The group is the init's own; it ignores what it forwards.
