@@ -250,6 +250,9 @@ pub struct LinuxSandbox {
     options: LinuxOptions,
     writable_roots: Vec<PathBuf>,
     live: Mutex<Option<Arc<Live>>>,
+    /// Whether the holder keeps an init forked ahead (see
+    /// [`LinuxSandbox::spawn_inherited`]).
+    fork_ahead: std::sync::atomic::AtomicBool,
     /// Missing protected paths reserved for running commands.
     reservations: Arc<Reservations>,
     /// The egress proxy's rules (network `allow`).
@@ -474,6 +477,7 @@ impl LinuxSandbox {
             options,
             writable_roots,
             live: Mutex::new(None),
+            fork_ahead: std::sync::atomic::AtomicBool::new(true),
             egress,
         };
         sandbox.sweep_placeholders();
@@ -534,6 +538,9 @@ impl LinuxSandbox {
                 _lease: None,
             });
         }
+        // The one command of `cubby exec`: an init forked ahead for a next
+        // one would only compete with it for the CPU.
+        self.fork_ahead.store(false, Ordering::Relaxed);
         let dup = |fd: std::os::fd::BorrowedFd<'_>| {
             rustix::io::fcntl_dupfd_cloexec(fd, 0)
                 .map_err(|e| Error::internal(format!("cannot pass stdio: {e}")))
@@ -543,7 +550,10 @@ impl LinuxSandbox {
             dup(std::io::stdout().as_fd())?,
             dup(std::io::stderr().as_fd())?,
         ];
-        let (child, lease) = self.start_command(spec, stdio)?;
+        let (child, mut lease) = self.start_command(spec, stdio)?;
+        // `cubby exec` runs one command and exits without dropping the
+        // sandbox: its placeholders are removed, not stashed.
+        lease.keep = false;
         Ok(InheritedChild {
             child: InheritedInner::Sandboxed(Box::new(child)),
             _lease: Some(lease),
@@ -689,6 +699,7 @@ impl LinuxSandbox {
             rebinds,
             masks,
             loopback: own_network,
+            fork_ahead: self.fork_ahead.load(Ordering::Relaxed),
             proxy_listener: self.egress.is_some(),
             sock_fd: holder_sock.as_raw_fd(),
             report_fd: report_w.as_raw_fd(),
@@ -1012,6 +1023,7 @@ impl LinuxSandbox {
         let mut lease = Lease {
             reservations: self.reservations.clone(),
             reserved: Vec::new(),
+            keep: true,
             live: None,
         };
         let add = |path: &WorkspacePath, writable: bool, protect: &mut Vec<(String, bool)>| {
@@ -1125,12 +1137,15 @@ struct Lease {
     reservations: Arc<Reservations>,
     /// Each reserved path and its placeholder's inode.
     reserved: Vec<(WorkspacePath, u64)>,
+    /// Whether released placeholders are kept (stashed) for the next
+    /// command.
+    keep: bool,
     live: Option<Arc<Live>>,
 }
 
 impl Drop for Lease {
     fn drop(&mut self) {
-        self.reservations.release(&self.reserved);
+        self.reservations.release(&self.reserved, self.keep);
     }
 }
 

@@ -118,6 +118,9 @@ pub(crate) struct HolderPlan {
     pub rebinds: Vec<Rebind>,
     pub masks: Vec<Mask>,
     pub loopback: bool,
+    /// Keep an init forked ahead for the next command (not for a sandbox
+    /// that runs one command: `cubby exec`).
+    pub fork_ahead: bool,
     /// Open a TCP listener on `127.0.0.1` inside the network namespace and
     /// send it to the server (`MSG_LISTENER`): the egress proxy's socket.
     pub proxy_listener: bool,
@@ -559,7 +562,7 @@ unsafe fn serve(plan: &HolderPlan) -> ! {
         // The init forked ahead, waiting for a request (0: none).
         let mut ready: libc::pid_t = 0;
         loop {
-            if ready == 0 && landlock_fd >= 0 {
+            if ready == 0 && landlock_fd >= 0 && plan.fork_ahead {
                 ready = holder.fork_init(landlock_fd, None).unwrap_or(0);
             }
             let mut polls = [

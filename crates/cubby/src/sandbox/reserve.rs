@@ -66,7 +66,8 @@ struct Stash {
 #[derive(Debug)]
 struct Inner {
     map: HashMap<WorkspacePath, Placeholder>,
-    stash: Option<Stash>,
+    /// Opened when first needed (`None` inside: none can be had).
+    stash: Option<Option<Stash>>,
 }
 
 /// The reservations of one sandbox's workspace.
@@ -78,12 +79,11 @@ pub(crate) struct Reservations {
 
 impl Reservations {
     pub(crate) fn new(fs: Arc<LocalFs>) -> Arc<Reservations> {
-        let stash = open_stash(&fs);
         Arc::new(Reservations {
             fs,
             inner: Mutex::new(Inner {
                 map: HashMap::new(),
-                stash,
+                stash: None,
             }),
         })
     }
@@ -118,7 +118,7 @@ impl Reservations {
     pub(crate) fn reserve(&self, path: &WorkspacePath) -> Result<u64> {
         let mut inner = lock(&self.inner);
         let mut ino = None;
-        if let Some(stash) = inner.stash.as_mut()
+        if let Some(Some(stash)) = inner.stash.as_mut()
             && let Some((name, stashed)) = stash.free.pop()
         {
             if self.fs.unstash_placeholder(path, &stash.dir, &name).is_ok() {
@@ -142,10 +142,19 @@ impl Reservations {
     }
 
     /// Lets go of one use of each `(path, inode)`; a placeholder nobody
-    /// uses any more leaves the workspace (into the stash, or removed).
-    pub(crate) fn release(&self, paths: &[(WorkspacePath, u64)]) {
+    /// uses any more leaves the workspace: into the stash with `keep`
+    /// (opened the first time), otherwise removed.
+    pub(crate) fn release(&self, paths: &[(WorkspacePath, u64)], keep: bool) {
         let mut inner = lock(&self.inner);
         let Inner { map, stash } = &mut *inner;
+        let mut stash = match stash {
+            Some(opened) => opened.as_mut(),
+            None if keep => stash.insert(open_stash(&self.fs)).as_mut(),
+            None => None,
+        };
+        if !keep {
+            stash = None;
+        }
         for (path, ino) in paths {
             let Some(slot) = map.get_mut(path) else {
                 continue;
@@ -185,7 +194,7 @@ impl Drop for Reservations {
         for (path, slot) in inner.map.drain() {
             self.fs.remove_placeholder(&path, slot.ino);
         }
-        if let Some(stash) = inner.stash.take() {
+        if let Some(Some(stash)) = inner.stash.take() {
             for (name, _) in stash.free {
                 let _ = rustix::fs::unlinkat(&stash.dir, &name, AtFlags::REMOVEDIR);
             }
@@ -258,26 +267,29 @@ mod tests {
     fn a_released_placeholder_leaves_the_workspace_and_comes_back_from_the_stash() {
         let (dir, fs) = workspace();
         let r = Reservations::new(fs);
-        assert!(
-            lock(&r.inner).stash.is_some(),
-            "the temp dir is on this file system"
-        );
         let codex = WorkspacePath::parse(".codex").unwrap();
         let ino = r.reserve(&codex).unwrap();
         let meta = std::fs::symlink_metadata(dir.path().join(".codex")).unwrap();
         assert!(meta.is_dir());
         assert_eq!(meta.mode() & 0o7777, PLACEHOLDER_MODE);
-        r.release(&[(codex.clone(), ino)]);
+        r.release(&[(codex.clone(), ino)], true);
+        assert!(
+            matches!(lock(&r.inner).stash, Some(Some(_))),
+            "the temp dir is on this file system"
+        );
         assert_eq!(ino_at(&dir.path().join(".codex")), None, "nothing stays");
         // The next reservation is the same directory, moved back.
         assert_eq!(r.reserve(&codex).unwrap(), ino);
         assert_eq!(ino_at(&dir.path().join(".codex")), Some(ino));
-        r.release(&[(codex, ino)]);
+        r.release(&[(codex, ino)], true);
         let stash_dir = std::env::temp_dir().join(format!(
             "cubby-reserve-{}",
             rustix::process::getuid().as_raw()
         ));
-        let prefix = lock(&r.inner).stash.as_ref().unwrap().prefix.clone();
+        let prefix = match &lock(&r.inner).stash {
+            Some(Some(stash)) => stash.prefix.clone(),
+            _ => unreachable!(),
+        };
         let stashed = || {
             std::fs::read_dir(&stash_dir)
                 .unwrap()
@@ -298,13 +310,13 @@ mod tests {
         let mcp = WorkspacePath::parse(".mcp.json").unwrap();
         let ino = r.reserve(&mcp).unwrap();
         assert_eq!(r.claim(&mcp), Some(ino));
-        r.release(&[(mcp.clone(), ino)]);
+        r.release(&[(mcp.clone(), ino)], true);
         assert_eq!(
             ino_at(&dir.path().join(".mcp.json")),
             Some(ino),
             "still used"
         );
-        r.release(&[(mcp.clone(), ino)]);
+        r.release(&[(mcp.clone(), ino)], true);
         assert_eq!(ino_at(&dir.path().join(".mcp.json")), None);
         assert_eq!(r.claim(&mcp), None);
     }
@@ -320,7 +332,7 @@ mod tests {
         std::fs::create_dir(dir.path().join(".claude")).unwrap();
         std::fs::write(dir.path().join(".claude/settings.json"), "{}").unwrap();
         assert_eq!(r.claim(&claude), None, "not ours any more");
-        r.release(&[(claude, ino)]);
+        r.release(&[(claude, ino)], true);
         assert_eq!(
             std::fs::read_to_string(dir.path().join(".claude/settings.json")).unwrap(),
             "{}"
@@ -328,14 +340,14 @@ mod tests {
     }
 
     #[test]
-    fn without_a_stash_placeholders_are_made_and_removed() {
+    fn without_the_stash_placeholders_are_made_and_removed() {
         let (dir, fs) = workspace();
         let r = Reservations::new(fs);
-        lock(&r.inner).stash = None;
         let toml = WorkspacePath::parse("cubby.toml").unwrap();
         let ino = r.reserve(&toml).unwrap();
         assert!(dir.path().join("cubby.toml").is_dir());
-        r.release(&[(toml.clone(), ino)]);
+        r.release(&[(toml.clone(), ino)], false);
+        assert!(lock(&r.inner).stash.is_none(), "not opened");
         assert_eq!(ino_at(&dir.path().join("cubby.toml")), None);
         // Something that appeared meanwhile is not taken over.
         std::fs::write(dir.path().join("cubby.toml"), "x").unwrap();
