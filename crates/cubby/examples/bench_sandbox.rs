@@ -132,9 +132,12 @@ fn main() {
         s.start().unwrap();
         alive.push(s);
     }
+    // Let each holder fork its init ahead.
+    std::thread::sleep(std::time::Duration::from_millis(500));
     let after = kib_field("/proc/self/status", "VmRSS:");
-    let mut holders_pss = 0.0;
-    let me = std::process::id();
+    // The holders are this process's children; each keeps an init forked
+    // ahead (a grandchild): count every descendant.
+    let mut parent_of = std::collections::HashMap::new();
     for entry in std::fs::read_dir("/proc").unwrap().flatten() {
         let name = entry.file_name();
         let Some(pid) = name.to_str().and_then(|s| s.parse::<u32>().ok()) else {
@@ -146,13 +149,31 @@ fn main() {
             .next()
             .and_then(|rest| rest.split_whitespace().nth(1))
             .and_then(|p| p.parse::<u32>().ok());
-        if ppid == Some(me) {
+        if let Some(ppid) = ppid {
+            parent_of.insert(pid, ppid);
+        }
+    }
+    let me = std::process::id();
+    let descends = |mut pid: u32| {
+        while let Some(&ppid) = parent_of.get(&pid) {
+            if ppid == me {
+                return true;
+            }
+            pid = ppid;
+        }
+        false
+    };
+    let mut holders_pss = 0.0;
+    let mut processes = 0;
+    for &pid in parent_of.keys() {
+        if descends(pid) {
+            processes += 1;
             holders_pss += kib_field(&format!("/proc/{pid}/smaps_rollup"), "Pss:");
         }
     }
     println!("{idle} idle sandboxes");
     println!(
-        "  holders' PSS {:.1} MiB + server growth {:.1} MiB = {:.1} KiB per sandbox",
+        "  PSS of their {processes} processes {:.1} MiB + server growth {:.1} MiB = {:.1} KiB per sandbox",
         holders_pss / 1024.0,
         (after - before) / 1024.0,
         (holders_pss + after - before) / idle as f64

@@ -299,6 +299,25 @@ fn protected_missing_created(l: &Lab) -> Verdict {
     Ok(())
 }
 
+fn protected_missing_after_a_sharing_command_ends(l: &Lab) -> Verdict {
+    // A command started while another holds the reservations of the missing
+    // protected paths shares them: when the first ends, the second still
+    // cannot create them.
+    let first = l.tools.call(
+        "start_process",
+        json!({"name": "holds", "command": "sleep 0.5"}),
+    );
+    if first.is_error {
+        return Err(first.text);
+    }
+    let out = l.sh("sleep 1.5; mkdir -p .codex/x; echo pwned > .mcp.json; \
+         mkdir -p .claude && echo pwned > .claude/settings.json; echo pwned > cubby.toml");
+    for p in [".codex", ".mcp.json", ".claude", "cubby.toml"] {
+        absent(&l.ws.join(p)).map_err(|e| format!("{e}: {}", out.text))?;
+    }
+    Ok(())
+}
+
 fn protected_path_made_a_symlink(l: &Lab) -> Verdict {
     // A symlink at a protected name cannot be bound read-only: commands
     // must not start at all rather than write through it.
@@ -636,6 +655,10 @@ const ATTACKS: &[(&str, Attack)] = &[
     (
         "create missing protected paths (git init)",
         protected_missing_created,
+    ),
+    (
+        "create missing protected paths after a command sharing them ends",
+        protected_missing_after_a_sharing_command_ends,
     ),
     (
         "write through a protected path that is a symlink",

@@ -213,6 +213,19 @@ impl LocalFs {
             .map_err(|e| io_err(e, path))
     }
 
+    /// Moves what is at `path` back into `stash` as `name` (undoes an
+    /// [`LocalFs::unstash_placeholder`] that brought back something else).
+    pub(crate) fn stash_back(
+        &self,
+        path: &WorkspacePath,
+        stash: impl AsFd,
+        name: &OsStr,
+    ) -> Result<()> {
+        let (parent, leaf) = self.parent_of(path)?;
+        renameat_with(&parent, leaf, &stash, name, RenameFlags::NOREPLACE)
+            .map_err(|e| io_err(e, path))
+    }
+
     /// The device the root is on.
     pub(crate) fn root_dev(&self) -> Option<u64> {
         fstat(&self.root).ok().map(|s| s.st_dev)

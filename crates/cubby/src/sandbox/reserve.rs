@@ -110,6 +110,13 @@ impl Reservations {
         None
     }
 
+    /// Whether `path` is a placeholder directory with inode `ino`.
+    fn is_ours(&self, path: &WorkspacePath, ino: u64) -> bool {
+        self.fs
+            .metadata(path)
+            .is_ok_and(|m| m.kind == EntryKind::Dir && m.ino == ino && is_placeholder_mode(m.mode))
+    }
+
     /// Reserves the missing `path`; returns the placeholder's inode.
     ///
     /// # Errors
@@ -122,7 +129,13 @@ impl Reservations {
             && let Some((name, stashed)) = stash.free.pop()
         {
             if self.fs.unstash_placeholder(path, &stash.dir, &name).is_ok() {
-                ino = Some(stashed);
+                if self.is_ours(path, stashed) {
+                    ino = Some(stashed);
+                } else {
+                    // Not what was stashed: back where it came from, and
+                    // that name is not used again.
+                    let _ = self.fs.stash_back(path, &stash.dir, &name);
+                }
             } else {
                 // Something is there now (then `mkdir` says so below), or
                 // the move failed: make one.
@@ -221,6 +234,10 @@ fn open_stash(fs: &LocalFs) -> Option<Stash> {
     if stat.st_uid != uid || stat.st_mode & 0o077 != 0 || Some(stat.st_dev) != fs.root_dev() {
         return None;
     }
+    // Nor one that commands can reach (`TMPDIR` inside the workspace).
+    if std::fs::canonicalize(&base).map_or(true, |b| b.starts_with(fs.root_path())) {
+        return None;
+    }
     if let Ok(entries) = std::fs::read_dir(&base) {
         for entry in entries.flatten() {
             let name = entry.file_name();
@@ -301,6 +318,35 @@ mod tests {
         drop(r);
         assert_eq!(stashed(), 0, "dropping the sandbox empties its stash");
         assert_eq!(ino_at(&dir.path().join(".codex")), None);
+    }
+
+    #[test]
+    fn something_else_in_the_stash_is_not_brought_into_the_workspace() {
+        let (dir, fs) = workspace();
+        let r = Reservations::new(fs);
+        let codex = WorkspacePath::parse(".codex").unwrap();
+        let ino = r.reserve(&codex).unwrap();
+        r.release(&[(codex.clone(), ino)], true);
+        let (stash_fd, name) = match &lock(&r.inner).stash {
+            Some(Some(stash)) => (
+                rustix::io::fcntl_dupfd_cloexec(&stash.dir, 0).unwrap(),
+                stash.free[0].0.clone(),
+            ),
+            _ => unreachable!(),
+        };
+        let stashed = std::path::PathBuf::from(format!("/proc/self/fd/{}", {
+            use std::os::fd::AsRawFd;
+            stash_fd.as_raw_fd()
+        }))
+        .join(&name);
+        std::fs::remove_dir(&stashed).unwrap();
+        std::os::unix::fs::symlink("/etc", &stashed).unwrap();
+        let again = r.reserve(&codex).unwrap();
+        let meta = std::fs::symlink_metadata(dir.path().join(".codex")).unwrap();
+        assert!(meta.is_dir(), "a placeholder, not the symlink");
+        assert_eq!(meta.ino(), again);
+        assert!(std::fs::symlink_metadata(&stashed).unwrap().is_symlink());
+        std::fs::remove_file(&stashed).unwrap();
     }
 
     #[test]
