@@ -7,7 +7,8 @@
 //! 1. A command (`/bin/true`, and `bash -c true` as `run` invokes it)
 //!    spawned bare with `std::process::Command` against the same command
 //!    started through a live sandbox (`Sandbox::exec`, waited for), and the
-//!    `run` tool of `true` on the `linux` provider against the `local` one.
+//!    `run` tool of `true` on the `linux` provider against the `local` one;
+//!    in rounds, each case a block of runs in turn.
 //! 2. Time to create a sandbox ready for its first command (open + start).
 //! 3. Memory per idle sandbox: IDLE_SANDBOXES started at once; the
 //!    proportional set size (PSS) of their holders plus this process's own
@@ -22,11 +23,14 @@ mod support;
 
 use std::process::Command;
 use std::sync::Arc;
-use support::{kib_field, time};
+use support::{kib_field, time, time_rounds};
 
 use cubby::sandbox::{ExecSpec, Sandbox};
 use cubby::{LinuxOptions, LinuxSandbox, Policy, WorkspacePath};
 use serde_json::json;
+
+/// Rounds of the one-command measurements (each runs every case in turn).
+const ROUNDS: usize = 5;
 
 fn exec_wait(sandbox: &dyn Sandbox, argv: &[&str]) {
     let spec = ExecSpec {
@@ -63,15 +67,6 @@ fn main() {
         exec_wait(&sandbox, &["/bin/true"]);
         Command::new("/bin/true").status().unwrap();
     }
-    let bare_true = time(n, || {
-        Command::new("/bin/true").status().unwrap();
-    });
-    let sandboxed_true = time(n, || exec_wait(&sandbox, &["/bin/true"]));
-    let bare_bash = time(n, || {
-        Command::new("bash").args(["-c", "true"]).status().unwrap();
-    });
-    let sandboxed_bash = time(n, || exec_wait(&sandbox, &["bash", "-c", "true"]));
-
     let linux_tools = cubby::Toolset::builder(Arc::new(open(&dir)))
         .track_changes(false)
         .build()
@@ -84,16 +79,41 @@ fn main() {
         linux_tools.call("run", json!({"command": "true"}));
         local_tools.call("run", json!({"command": "true"}));
     }
-    let run_linux = time(n, || {
-        let out = linux_tools.call("run", json!({"command": "true"}));
-        assert!(out.text.starts_with("OK exit=0"), "{}", out.text);
-    });
-    let run_local = time(n, || {
-        let out = local_tools.call("run", json!({"command": "true"}));
-        assert!(out.text.starts_with("OK exit=0"), "{}", out.text);
-    });
+    let medians = time_rounds(
+        ROUNDS,
+        n,
+        &mut [
+            &mut || {
+                Command::new("/bin/true").status().unwrap();
+            },
+            &mut || exec_wait(&sandbox, &["/bin/true"]),
+            &mut || {
+                Command::new("bash").args(["-c", "true"]).status().unwrap();
+            },
+            &mut || exec_wait(&sandbox, &["bash", "-c", "true"]),
+            &mut || {
+                let out = linux_tools.call("run", json!({"command": "true"}));
+                assert!(out.text.starts_with("OK exit=0"), "{}", out.text);
+            },
+            &mut || {
+                let out = local_tools.call("run", json!({"command": "true"}));
+                assert!(out.text.starts_with("OK exit=0"), "{}", out.text);
+            },
+        ],
+    );
+    let [
+        bare_true,
+        sandboxed_true,
+        bare_bash,
+        sandboxed_bash,
+        run_linux,
+        run_local,
+    ] = medians[..]
+    else {
+        unreachable!()
+    };
 
-    println!("one command ({n} iterations, median ms)");
+    println!("one command ({n} iterations in {ROUNDS} rounds, median ms)");
     println!("  bare spawn /bin/true            {bare_true:8.3}");
     println!(
         "  live sandbox /bin/true          {sandboxed_true:8.3}   {:.2}x bare",

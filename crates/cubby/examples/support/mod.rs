@@ -21,6 +21,25 @@ pub fn time<F: FnMut()>(n: usize, mut f: F) -> f64 {
     median(samples)
 }
 
+/// Runs each of `fs` `n` times in all, in `rounds` rounds (each round
+/// runs every one in turn, `n / rounds` times), so that a slow spell of
+/// the machine does not fall on one of them only; the medians in
+/// milliseconds, in the order of `fs`.
+pub fn time_rounds(rounds: usize, n: usize, fs: &mut [&mut dyn FnMut()]) -> Vec<f64> {
+    let per = (n / rounds.max(1)).max(1);
+    let mut samples: Vec<Vec<Duration>> = fs.iter().map(|_| Vec::with_capacity(n)).collect();
+    for _ in 0..rounds.max(1) {
+        for (f, out) in fs.iter_mut().zip(samples.iter_mut()) {
+            for _ in 0..per {
+                let t = Instant::now();
+                f();
+                out.push(t.elapsed());
+            }
+        }
+    }
+    samples.into_iter().map(median).collect()
+}
+
 /// A `kB` field (`VmRSS:`, `Pss:` …) of a `/proc` status-like file, in KiB
 /// (0 when absent).
 pub fn kib_field(path: &str, field: &str) -> f64 {

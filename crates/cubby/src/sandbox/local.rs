@@ -10,7 +10,7 @@
 
 use std::ffi::{OsStr, OsString};
 use std::fs::File;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -53,6 +53,21 @@ fn kind_of(stat: &Stat) -> EntryKind {
         FileType::Directory => EntryKind::Dir,
         FileType::Symlink => EntryKind::Symlink,
         _ => EntryKind::Special,
+    }
+}
+
+/// A parent directory: the root's fd, or one opened beneath it.
+enum ParentFd<'a> {
+    Root(BorrowedFd<'a>),
+    Opened(OwnedFd),
+}
+
+impl AsFd for ParentFd<'_> {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        match self {
+            ParentFd::Root(fd) => *fd,
+            ParentFd::Opened(fd) => fd.as_fd(),
+        }
     }
 }
 
@@ -150,13 +165,18 @@ impl LocalFs {
         Ok(stat.st_ino)
     }
 
-    /// Whether `path` is still the empty placeholder directory with inode
-    /// `ino`, and its parent's fd and its name.
+    /// Whether `path` is still the placeholder directory with inode `ino`.
+    pub(crate) fn is_placeholder(&self, path: &WorkspacePath, ino: u64) -> bool {
+        self.placeholder_at(path, ino).is_some()
+    }
+
+    /// Whether `path` is still the placeholder directory with inode `ino`,
+    /// and its parent's fd and its name.
     fn placeholder_at<'p>(
         &self,
         path: &'p WorkspacePath,
         ino: u64,
-    ) -> Option<(OwnedFd, &'p OsStr)> {
+    ) -> Option<(ParentFd<'_>, &'p OsStr)> {
         let (parent, name) = self.parent_of(path).ok()?;
         statat(&parent, name, AtFlags::SYMLINK_NOFOLLOW)
             .is_ok_and(|s| {
@@ -231,13 +251,18 @@ impl LocalFs {
         fstat(&self.root).ok().map(|s| s.st_dev)
     }
 
-    /// The directory fd of `path`'s parent and `path`'s last component.
-    fn parent_of<'p>(&self, path: &'p WorkspacePath) -> Result<(OwnedFd, &'p OsStr)> {
+    /// The directory fd of `path`'s parent (the root's own for a name at
+    /// the top) and `path`'s last component.
+    fn parent_of<'p>(&self, path: &'p WorkspacePath) -> Result<(ParentFd<'_>, &'p OsStr)> {
         let Some(name) = path.file_name() else {
             return Err(Error::invalid_input("the workspace root has no parent"));
         };
-        let parent = self.resolve(&path.parent(), OFlags::PATH | OFlags::DIRECTORY)?;
-        Ok((parent, name))
+        let parent = path.parent();
+        if parent.is_root() {
+            return Ok((ParentFd::Root(self.root.as_fd()), name));
+        }
+        let parent = self.resolve(&parent, OFlags::PATH | OFlags::DIRECTORY)?;
+        Ok((ParentFd::Opened(parent), name))
     }
 
     /// `openat2` beneath `dir`, retrying the kernel's `EAGAIN` (a rename

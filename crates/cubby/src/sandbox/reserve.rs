@@ -34,8 +34,8 @@ use std::sync::{Arc, Mutex};
 
 use rustix::fs::{AtFlags, Mode, OFlags};
 
+use super::LocalFs;
 use super::local::PLACEHOLDER_MODE;
-use super::{EntryKind, FileSystem, LocalFs};
 use crate::error::Result;
 use crate::path::WorkspacePath;
 use crate::process::lock;
@@ -100,10 +100,7 @@ impl Reservations {
     pub(crate) fn claim(&self, path: &WorkspacePath) -> Option<u64> {
         let mut inner = lock(&self.inner);
         let slot = inner.map.get_mut(path)?;
-        let still_ours = self.fs.metadata(path).is_ok_and(|m| {
-            m.kind == EntryKind::Dir && m.ino == slot.ino && is_placeholder_mode(m.mode)
-        });
-        if still_ours {
+        if self.fs.is_placeholder(path, slot.ino) {
             slot.users += 1;
             return Some(slot.ino);
         }
@@ -112,9 +109,7 @@ impl Reservations {
 
     /// Whether `path` is a placeholder directory with inode `ino`.
     fn is_ours(&self, path: &WorkspacePath, ino: u64) -> bool {
-        self.fs
-            .metadata(path)
-            .is_ok_and(|m| m.kind == EntryKind::Dir && m.ino == ino && is_placeholder_mode(m.mode))
+        self.fs.is_placeholder(path, ino)
     }
 
     /// Reserves the missing `path`; returns the placeholder's inode.
