@@ -3,10 +3,12 @@
 //!
 //! A sandbox starts lazily, with the first command: a *holder* process
 //! (forked once; see `linux_sys.rs`) creates the user, mount, IPC, UTS and
-//! network namespaces and keeps them alive. Each command then joins them,
-//! takes its own mount and pid namespaces, and execs under a Landlock
-//! ruleset and seccomp filter compiled here once per sandbox. Killing the
-//! command's pid-namespace init kills every descendant.
+//! network namespaces and keeps them alive, with the sandbox's seccomp
+//! filter installed and the capability bounding set empty. Each command
+//! then runs in them, in its own mount and pid namespaces (an init forked
+//! ahead), and execs under a Landlock ruleset compiled here once per
+//! sandbox. Killing the command's pid-namespace init kills every
+//! descendant.
 //!
 //! What is compiled to the kernel, per [`LinuxOptions`]:
 //!
@@ -17,7 +19,8 @@
 //!   sockets are scoped to the command.
 //! - **Mounts**: protected paths bound read-only over themselves in each
 //!   command's mount namespace (a missing one is reserved by an empty
-//!   mode-000 directory that exists only while a command runs); `deny_read`
+//!   directory that is in the workspace only while a command runs; see
+//!   `reserve.rs`); `deny_read`
 //!   paths hidden behind empty unreadable objects; a private `/tmp`.
 //! - **seccomp**: `ptrace`, `process_vm_*`, `mount` and the new mount API,
 //!   `bpf`, `io_uring_*`, `kexec_*`, module loading, `perf_event_open`, key
@@ -560,7 +563,7 @@ impl LinuxSandbox {
         })
     }
 
-    /// Removes mode-000 empty directories at protected paths: reservations
+    /// Removes empty placeholder directories (mode 0200 or 000) at protected paths: reservations
     /// left by a cubby that was killed while a command ran.
     fn sweep_placeholders(&self) {
         for path in &self.options.protected {
