@@ -553,10 +553,9 @@ impl LinuxSandbox {
             dup(std::io::stdout().as_fd())?,
             dup(std::io::stderr().as_fd())?,
         ];
-        let (child, mut lease) = self.start_command(spec, stdio)?;
-        // `cubby exec` runs one command and exits without dropping the
-        // sandbox: its placeholders are removed, not stashed.
-        lease.keep = false;
+        // `cubby exec` exits without dropping the sandbox: its placeholders
+        // stay in the stash, for the next process to take over.
+        let (child, lease) = self.start_command(spec, stdio)?;
         Ok(InheritedChild {
             child: InheritedInner::Sandboxed(Box::new(child)),
             _lease: Some(lease),
@@ -1026,7 +1025,6 @@ impl LinuxSandbox {
         let mut lease = Lease {
             reservations: self.reservations.clone(),
             reserved: Vec::new(),
-            keep: true,
             live: None,
         };
         let add = |path: &WorkspacePath, writable: bool, protect: &mut Vec<(String, bool)>| {
@@ -1140,15 +1138,12 @@ struct Lease {
     reservations: Arc<Reservations>,
     /// Each reserved path and its placeholder's inode.
     reserved: Vec<(WorkspacePath, u64)>,
-    /// Whether released placeholders are kept (stashed) for the next
-    /// command.
-    keep: bool,
     live: Option<Arc<Live>>,
 }
 
 impl Drop for Lease {
     fn drop(&mut self) {
-        self.reservations.release(&self.reserved, self.keep);
+        self.reservations.release(&self.reserved);
     }
 }
 

@@ -28,7 +28,8 @@
 use std::collections::HashMap;
 use std::ffi::OsString;
 use std::os::fd::OwnedFd;
-use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::DirBuilderExt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -119,6 +120,9 @@ impl Reservations {
     /// As `mkdir` (something may have appeared there meanwhile).
     pub(crate) fn reserve(&self, path: &WorkspacePath) -> Result<u64> {
         let mut inner = lock(&self.inner);
+        if inner.stash.is_none() {
+            inner.stash = Some(open_stash(&self.fs));
+        }
         let mut ino = None;
         if let Some(Some(stash)) = inner.stash.as_mut()
             && let Some((name, stashed)) = stash.free.pop()
@@ -150,19 +154,12 @@ impl Reservations {
     }
 
     /// Lets go of one use of each `(path, inode)`; a placeholder nobody
-    /// uses any more leaves the workspace: into the stash with `keep`
-    /// (opened the first time), otherwise removed.
-    pub(crate) fn release(&self, paths: &[(WorkspacePath, u64)], keep: bool) {
+    /// uses any more leaves the workspace: into the stash, or removed where
+    /// there is none.
+    pub(crate) fn release(&self, paths: &[(WorkspacePath, u64)]) {
         let mut inner = lock(&self.inner);
         let Inner { map, stash } = &mut *inner;
-        let mut stash = match stash {
-            Some(opened) => opened.as_mut(),
-            None if keep => stash.insert(open_stash(&self.fs)).as_mut(),
-            None => None,
-        };
-        if !keep {
-            stash = None;
-        }
+        let mut stash = stash.get_or_insert_with(|| open_stash(&self.fs)).as_mut();
         for (path, ino) in paths {
             let Some(slot) = map.get_mut(path) else {
                 continue;
@@ -210,10 +207,16 @@ impl Drop for Reservations {
     }
 }
 
+/// At most this many placeholders left by ended processes are taken over
+/// when a stash opens (the rest are removed).
+const ADOPT_AT_MOST: usize = 8;
+
 /// Opens this process's stash for the workspace of `fs`: the directory
 /// `cubby-reserve-<uid>` in the system temp dir, made private to the user,
-/// when it is on the workspace's file system. Removes what killed
-/// processes left there.
+/// when it is on the workspace's file system and not beneath the workspace.
+/// Placeholders that processes which have ended left there (`cubby exec`
+/// leaves its own; a killed cubby, its free ones) are taken over, up to
+/// [`ADOPT_AT_MOST`], or removed.
 fn open_stash(fs: &LocalFs) -> Option<Stash> {
     let uid = rustix::process::getuid().as_raw();
     let base = std::env::temp_dir().join(format!("cubby-reserve-{uid}"));
@@ -233,37 +236,110 @@ fn open_stash(fs: &LocalFs) -> Option<Stash> {
     if std::fs::canonicalize(&base).map_or(true, |b| b.starts_with(fs.root_path())) {
         return None;
     }
-    if let Ok(entries) = std::fs::read_dir(&base) {
-        for entry in entries.flatten() {
-            let name = entry.file_name();
-            let pid = name
-                .to_str()
-                .and_then(|n| n.split('-').next())
-                .and_then(|p| p.parse::<u32>().ok());
-            let ours = entry
-                .metadata()
-                .is_ok_and(|m| m.mode() & 0o7777 == PLACEHOLDER_MODE);
-            if let Some(pid) = pid
-                && ours
-                && !std::path::Path::new(&format!("/proc/{pid}")).exists()
-            {
-                let _ = std::fs::remove_dir(entry.path());
-            }
-        }
-    }
     let n = STASHES.fetch_add(1, Ordering::Relaxed);
-    Some(Stash {
+    let mut stash = Stash {
         dir,
         prefix: format!("{}-{n}-", std::process::id()),
         free: Vec::new(),
         named: 0,
-    })
+    };
+    // `stash.dir` is `O_PATH`: listing takes a descriptor opened for reading.
+    let listing = rustix::fs::openat(
+        &stash.dir,
+        c".",
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .and_then(rustix::fs::Dir::new);
+    let Ok(entries) = listing else {
+        return Some(stash);
+    };
+    for entry in entries.flatten() {
+        let name = OsString::from(std::ffi::OsStr::from_bytes(entry.file_name().to_bytes()));
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.split('-').next())
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let Ok(meta) = rustix::fs::statat(&stash.dir, &name, AtFlags::SYMLINK_NOFOLLOW) else {
+            continue;
+        };
+        let placeholder = rustix::fs::FileType::from_raw_mode(meta.st_mode)
+            == rustix::fs::FileType::Directory
+            && meta.st_mode & 0o7777 == PLACEHOLDER_MODE;
+        if !placeholder || std::path::Path::new(&format!("/proc/{pid}")).exists() {
+            continue;
+        }
+        if stash.free.len() < ADOPT_AT_MOST {
+            let mine = OsString::from(format!("{}{}", stash.prefix, stash.named));
+            // Another process may take it first: then it is gone here.
+            if rustix::fs::renameat_with(
+                &stash.dir,
+                &name,
+                &stash.dir,
+                &mine,
+                rustix::fs::RenameFlags::NOREPLACE,
+            )
+            .is_ok()
+            {
+                stash.named += 1;
+                stash.free.push((mine, meta.st_ino));
+            }
+        } else {
+            let _ = rustix::fs::unlinkat(&stash.dir, &name, AtFlags::REMOVEDIR);
+        }
+    }
+    Some(stash)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::os::unix::fs::MetadataExt;
+
+    /// The tests share the stash directory (and take over each other's
+    /// leftovers): one at a time.
+    static SERIAL: Mutex<()> = Mutex::new(());
+
+    fn serial() -> std::sync::MutexGuard<'static, ()> {
+        SERIAL.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn stash_dir() -> std::path::PathBuf {
+        std::env::temp_dir().join(format!(
+            "cubby-reserve-{}",
+            rustix::process::getuid().as_raw()
+        ))
+    }
+
+    #[test]
+    fn what_an_ended_process_left_in_the_stash_is_taken_over() {
+        let _one = serial();
+        let (dir, fs) = workspace();
+        // Clear what earlier processes left (taken over, then removed).
+        {
+            let clear = Reservations::new(fs.clone());
+            lock(&clear.inner).stash = Some(open_stash(&fs));
+        }
+        let r = Reservations::new(fs);
+        // `cubby exec` leaves its placeholder in the stash; a pid that is
+        // not running stands for it.
+        let _ = std::fs::DirBuilder::new().mode(0o700).create(stash_dir());
+        let left = stash_dir().join("999999999-0-0");
+        std::fs::DirBuilder::new()
+            .mode(PLACEHOLDER_MODE)
+            .create(&left)
+            .unwrap();
+        let left_ino = std::fs::symlink_metadata(&left).unwrap().ino();
+        let claude = WorkspacePath::parse(".claude").unwrap();
+        assert_eq!(r.reserve(&claude).unwrap(), left_ino, "moved in, not made");
+        assert_eq!(ino_at(&dir.path().join(".claude")), Some(left_ino));
+        assert_eq!(ino_at(&left), None);
+        drop(r);
+        assert_eq!(ino_at(&dir.path().join(".claude")), None);
+    }
 
     fn workspace() -> (tempfile::TempDir, Arc<LocalFs>) {
         let dir = tempfile::tempdir().unwrap();
@@ -277,6 +353,7 @@ mod tests {
 
     #[test]
     fn a_released_placeholder_leaves_the_workspace_and_comes_back_from_the_stash() {
+        let _one = serial();
         let (dir, fs) = workspace();
         let r = Reservations::new(fs);
         let codex = WorkspacePath::parse(".codex").unwrap();
@@ -284,7 +361,7 @@ mod tests {
         let meta = std::fs::symlink_metadata(dir.path().join(".codex")).unwrap();
         assert!(meta.is_dir());
         assert_eq!(meta.mode() & 0o7777, PLACEHOLDER_MODE);
-        r.release(&[(codex.clone(), ino)], true);
+        r.release(&[(codex.clone(), ino)]);
         assert!(
             matches!(lock(&r.inner).stash, Some(Some(_))),
             "the temp dir is on this file system"
@@ -293,11 +370,8 @@ mod tests {
         // The next reservation is the same directory, moved back.
         assert_eq!(r.reserve(&codex).unwrap(), ino);
         assert_eq!(ino_at(&dir.path().join(".codex")), Some(ino));
-        r.release(&[(codex, ino)], true);
-        let stash_dir = std::env::temp_dir().join(format!(
-            "cubby-reserve-{}",
-            rustix::process::getuid().as_raw()
-        ));
+        r.release(&[(codex, ino)]);
+        let stash_dir = stash_dir();
         let prefix = match &lock(&r.inner).stash {
             Some(Some(stash)) => stash.prefix.clone(),
             _ => unreachable!(),
@@ -307,25 +381,31 @@ mod tests {
                 .unwrap()
                 .flatten()
                 .filter(|e| e.file_name().to_string_lossy().starts_with(&prefix))
-                .count()
+                .map(|e| e.metadata().unwrap().ino())
+                .collect::<Vec<_>>()
         };
-        assert_eq!(stashed(), 1);
+        assert!(stashed().contains(&ino), "in the stash");
         drop(r);
-        assert_eq!(stashed(), 0, "dropping the sandbox empties its stash");
+        assert_eq!(
+            stashed(),
+            Vec::<u64>::new(),
+            "dropping the sandbox empties its stash"
+        );
         assert_eq!(ino_at(&dir.path().join(".codex")), None);
     }
 
     #[test]
     fn something_else_in_the_stash_is_not_brought_into_the_workspace() {
+        let _one = serial();
         let (dir, fs) = workspace();
         let r = Reservations::new(fs);
         let codex = WorkspacePath::parse(".codex").unwrap();
         let ino = r.reserve(&codex).unwrap();
-        r.release(&[(codex.clone(), ino)], true);
+        r.release(&[(codex.clone(), ino)]);
         let (stash_fd, name) = match &lock(&r.inner).stash {
             Some(Some(stash)) => (
                 rustix::io::fcntl_dupfd_cloexec(&stash.dir, 0).unwrap(),
-                stash.free[0].0.clone(),
+                stash.free.last().unwrap().0.clone(),
             ),
             _ => unreachable!(),
         };
@@ -346,24 +426,26 @@ mod tests {
 
     #[test]
     fn commands_share_a_reservation_until_the_last_ends() {
+        let _one = serial();
         let (dir, fs) = workspace();
         let r = Reservations::new(fs);
         let mcp = WorkspacePath::parse(".mcp.json").unwrap();
         let ino = r.reserve(&mcp).unwrap();
         assert_eq!(r.claim(&mcp), Some(ino));
-        r.release(&[(mcp.clone(), ino)], true);
+        r.release(&[(mcp.clone(), ino)]);
         assert_eq!(
             ino_at(&dir.path().join(".mcp.json")),
             Some(ino),
             "still used"
         );
-        r.release(&[(mcp.clone(), ino)], true);
+        r.release(&[(mcp.clone(), ino)]);
         assert_eq!(ino_at(&dir.path().join(".mcp.json")), None);
         assert_eq!(r.claim(&mcp), None);
     }
 
     #[test]
     fn what_the_host_put_in_its_place_is_left_alone() {
+        let _one = serial();
         let (dir, fs) = workspace();
         let r = Reservations::new(fs);
         let claude = WorkspacePath::parse(".claude").unwrap();
@@ -373,7 +455,7 @@ mod tests {
         std::fs::create_dir(dir.path().join(".claude")).unwrap();
         std::fs::write(dir.path().join(".claude/settings.json"), "{}").unwrap();
         assert_eq!(r.claim(&claude), None, "not ours any more");
-        r.release(&[(claude, ino)], true);
+        r.release(&[(claude, ino)]);
         assert_eq!(
             std::fs::read_to_string(dir.path().join(".claude/settings.json")).unwrap(),
             "{}"
@@ -382,13 +464,15 @@ mod tests {
 
     #[test]
     fn without_the_stash_placeholders_are_made_and_removed() {
+        let _one = serial();
         let (dir, fs) = workspace();
         let r = Reservations::new(fs);
+        // As where the temp dir is on another file system.
+        lock(&r.inner).stash = Some(None);
         let toml = WorkspacePath::parse("cubby.toml").unwrap();
         let ino = r.reserve(&toml).unwrap();
         assert!(dir.path().join("cubby.toml").is_dir());
-        r.release(&[(toml.clone(), ino)], false);
-        assert!(lock(&r.inner).stash.is_none(), "not opened");
+        r.release(&[(toml.clone(), ino)]);
         assert_eq!(ino_at(&dir.path().join("cubby.toml")), None);
         // Something that appeared meanwhile is not taken over.
         std::fs::write(dir.path().join("cubby.toml"), "x").unwrap();
