@@ -48,7 +48,8 @@ use std::time::Duration;
 use rustix::pipe::{PipeFlags, pipe_with};
 
 use super::linux_sys::{self, HolderPlan, Mask, Rebind};
-use super::reserve::{Reservations, is_placeholder_mode};
+use super::local::is_placeholder_mode;
+use super::reserve::Reservations;
 use super::seccomp::Sockets;
 use super::{EntryKind, ExecSpec, FileSystem, LocalFs, LocalSandbox, ProviderKind, Sandbox};
 use crate::config::{NetworkMode, SandboxLimits};

@@ -77,6 +77,29 @@ impl AsFd for ParentFd<'_> {
 /// (which rewrites its `..`, and takes write permission on it).
 pub(crate) const PLACEHOLDER_MODE: u32 = 0o200;
 
+/// Whether `mode` is one a placeholder can have: no bit but the owner's
+/// write one (the umask may have cleared that too). Inode numbers are
+/// reused at once; a directory made in a placeholder's place has other
+/// bits.
+pub(crate) fn is_placeholder_mode(mode: u32) -> bool {
+    mode & 0o7777 & !PLACEHOLDER_MODE == 0
+}
+
+/// Whether `stat` is of the placeholder directory with inode `ino`.
+fn is_placeholder(stat: &Stat, ino: u64) -> bool {
+    stat.st_ino == ino && kind_of(stat) == EntryKind::Dir && is_placeholder_mode(stat.st_mode)
+}
+
+/// What [`LocalFs::unstash_placeholder`] did.
+pub(crate) enum Unstash {
+    /// The placeholder is at the path.
+    Moved,
+    /// The name in the stash held something else; it stays there.
+    Refused,
+    /// Nothing moved (something is at the path, or the stash entry is gone).
+    Failed,
+}
+
 fn metadata_of(stat: &Stat) -> Metadata {
     Metadata {
         kind: kind_of(stat),
@@ -179,11 +202,7 @@ impl LocalFs {
     ) -> Option<(ParentFd<'_>, &'p OsStr)> {
         let (parent, name) = self.parent_of(path).ok()?;
         statat(&parent, name, AtFlags::SYMLINK_NOFOLLOW)
-            .is_ok_and(|s| {
-                s.st_ino == ino
-                    && kind_of(&s) == EntryKind::Dir
-                    && s.st_mode & 0o7777 & !PLACEHOLDER_MODE == 0
-            })
+            .is_ok_and(|s| is_placeholder(&s, ino))
             .then_some((parent, name))
     }
 
@@ -221,29 +240,27 @@ impl LocalFs {
         true
     }
 
-    /// Moves a stashed placeholder back to `path` (which must be missing).
+    /// Moves the stashed `name` back to `path` (which must be missing) if it
+    /// is the placeholder with inode `ino`.
     pub(crate) fn unstash_placeholder(
         &self,
         path: &WorkspacePath,
+        ino: u64,
         stash: impl AsFd,
         name: &OsStr,
-    ) -> Result<()> {
-        let (parent, leaf) = self.parent_of(path)?;
-        renameat_with(&stash, name, &parent, leaf, RenameFlags::NOREPLACE)
-            .map_err(|e| io_err(e, path))
-    }
-
-    /// Moves what is at `path` back into `stash` as `name` (undoes an
-    /// [`LocalFs::unstash_placeholder`] that brought back something else).
-    pub(crate) fn stash_back(
-        &self,
-        path: &WorkspacePath,
-        stash: impl AsFd,
-        name: &OsStr,
-    ) -> Result<()> {
-        let (parent, leaf) = self.parent_of(path)?;
-        renameat_with(&parent, leaf, &stash, name, RenameFlags::NOREPLACE)
-            .map_err(|e| io_err(e, path))
+    ) -> Unstash {
+        let Ok((parent, leaf)) = self.parent_of(path) else {
+            return Unstash::Failed;
+        };
+        if renameat_with(&stash, name, &parent, leaf, RenameFlags::NOREPLACE).is_err() {
+            return Unstash::Failed;
+        }
+        if statat(&parent, leaf, AtFlags::SYMLINK_NOFOLLOW).is_ok_and(|s| is_placeholder(&s, ino)) {
+            return Unstash::Moved;
+        }
+        // Something else was in the stash under that name: back it goes.
+        let _ = renameat_with(&parent, leaf, &stash, name, RenameFlags::NOREPLACE);
+        Unstash::Refused
     }
 
     /// The device the root is on.

@@ -37,6 +37,7 @@ use rustix::fs::{AtFlags, Mode, OFlags};
 
 use super::LocalFs;
 use super::local::PLACEHOLDER_MODE;
+use super::local::Unstash;
 use crate::error::Result;
 use crate::path::WorkspacePath;
 use crate::process::lock;
@@ -109,10 +110,6 @@ impl Reservations {
     }
 
     /// Whether `path` is a placeholder directory with inode `ino`.
-    fn is_ours(&self, path: &WorkspacePath, ino: u64) -> bool {
-        self.fs.is_placeholder(path, ino)
-    }
-
     /// Reserves the missing `path`; returns the placeholder's inode.
     ///
     /// # Errors
@@ -127,18 +124,16 @@ impl Reservations {
         if let Some(Some(stash)) = inner.stash.as_mut()
             && let Some((name, stashed)) = stash.free.pop()
         {
-            if self.fs.unstash_placeholder(path, &stash.dir, &name).is_ok() {
-                if self.is_ours(path, stashed) {
-                    ino = Some(stashed);
-                } else {
-                    // Not what was stashed: back where it came from, and
-                    // that name is not used again.
-                    let _ = self.fs.stash_back(path, &stash.dir, &name);
-                }
-            } else {
+            match self
+                .fs
+                .unstash_placeholder(path, stashed, &stash.dir, &name)
+            {
+                Unstash::Moved => ino = Some(stashed),
+                // Not what was stashed: that name is not used again.
+                Unstash::Refused => {}
                 // Something is there now (then `mkdir` says so below), or
                 // the move failed: make one.
-                stash.free.push((name, stashed));
+                Unstash::Failed => stash.free.push((name, stashed)),
             }
         }
         let ino = match ino {
@@ -183,13 +178,6 @@ impl Reservations {
             self.fs.remove_placeholder(path, *ino);
         }
     }
-}
-
-/// Whether `mode` is one a placeholder can have (the umask may have
-/// stripped its one bit). An inode number can be reused at once; a host
-/// directory made in its place has other bits.
-pub(crate) fn is_placeholder_mode(mode: u32) -> bool {
-    mode & 0o7777 & !PLACEHOLDER_MODE == 0
 }
 
 impl Drop for Reservations {
