@@ -71,15 +71,15 @@ fn node_dir() -> (PathBuf, PathBuf) {
         let _ = std::fs::remove_file(&ready);
         // Scripts on: the `node` package installs its binary by a
         // preinstall script.
-        let status = Command::new("npm")
-            .args(["install", "--no-audit", "--no-fund", "--save-exact"])
-            .args(["--ignore-scripts=false", "--loglevel=error", "--prefix"])
-            .arg(&dir)
-            .args(packages)
-            .current_dir(&dir)
-            .status()
-            .expect("npm is needed for the agent framework tests");
-        assert!(status.success(), "npm install {want} failed");
+        common::install_with_retries(&format!("npm install {want}"), || {
+            let mut npm = Command::new("npm");
+            npm.args(["install", "--no-audit", "--no-fund", "--save-exact"])
+                .args(["--ignore-scripts=false", "--loglevel=error", "--prefix"])
+                .arg(&dir)
+                .args(packages)
+                .current_dir(&dir);
+            npm
+        });
         std::fs::write(&ready, &want).unwrap();
     }
     let version = Command::new(&node).arg("--version").output().unwrap();

@@ -18,13 +18,13 @@ fn sdk_dir() -> PathBuf {
     let ready = dir.join(".ready");
     if std::fs::read_to_string(&ready).ok().as_deref() != Some(SDK) {
         std::fs::create_dir_all(&dir).unwrap();
-        let status = Command::new("npm")
-            .args(["install", "--silent", "--no-audit", "--no-fund", "--prefix"])
-            .arg(&dir)
-            .arg(SDK)
-            .status()
-            .expect("npm is needed for the Node MCP client test");
-        assert!(status.success(), "npm install {SDK} failed");
+        common::install_with_retries(&format!("npm install {SDK}"), || {
+            let mut npm = Command::new("npm");
+            npm.args(["install", "--silent", "--no-audit", "--no-fund", "--prefix"])
+                .arg(&dir)
+                .arg(SDK);
+            npm
+        });
         std::fs::write(&ready, SDK).unwrap();
     }
     dir

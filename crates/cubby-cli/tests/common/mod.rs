@@ -110,6 +110,40 @@ pub fn request(
     (status, head.to_string(), body.to_string())
 }
 
+/// Pauses before each retry of a package install: the registries (npm's
+/// above all, whose `node` package fetches its binary in a second, nested
+/// install) fail now and then for a minute at a time.
+const INSTALL_BACKOFF: [Duration; 3] = [
+    Duration::from_secs(10),
+    Duration::from_secs(30),
+    Duration::from_secs(60),
+];
+
+/// Runs the package install `make()` builds, again after each pause of
+/// [`INSTALL_BACKOFF`] while it fails; panics naming `what` if the last try
+/// fails too.
+pub fn install_with_retries(what: &str, mut make: impl FnMut() -> Command) {
+    let mut pauses = INSTALL_BACKOFF.iter();
+    loop {
+        let status = make()
+            .status()
+            .unwrap_or_else(|e| panic!("{what}: cannot start the installer: {e}"));
+        if status.success() {
+            return;
+        }
+        match pauses.next() {
+            Some(pause) => {
+                eprintln!("{what} failed ({status}); trying again in {pause:?}");
+                std::thread::sleep(*pause);
+            }
+            None => panic!(
+                "{what} failed ({status}) after {} tries",
+                INSTALL_BACKOFF.len() + 1
+            ),
+        }
+    }
+}
+
 /// A venv under `target/<name>` with `packages` pip-installed, made the
 /// first time (and again when the package list changes); its python.
 /// Tests of one binary that share a venv are serialized by a lock.
@@ -128,18 +162,18 @@ pub fn python_venv(name: &str, packages: &[&str]) -> PathBuf {
             .status()
             .expect("python3 with venv is needed for the MCP client tests");
         assert!(status.success(), "python3 -m venv failed");
-        let status = Command::new(&python)
-            .args([
+        install_with_retries(&format!("pip install {want}"), || {
+            let mut pip = Command::new(&python);
+            pip.args([
                 "-m",
                 "pip",
                 "install",
                 "--quiet",
                 "--disable-pip-version-check",
             ])
-            .args(packages)
-            .status()
-            .unwrap();
-        assert!(status.success(), "pip install {want} failed");
+            .args(packages);
+            pip
+        });
         std::fs::write(&ready, &want).unwrap();
     }
     python
