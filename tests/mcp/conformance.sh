@@ -46,8 +46,16 @@ install_suite() {
   rm -f "$STAMP"
   # The `node` package installs the binary by a preinstall script (its
   # node-<os>-<arch> dependency, also from npm); scripts must be on.
-  (cd "$DIR" && npm install --prefix "$DIR" --no-audit --no-fund --save-exact --ignore-scripts=false \
-      --loglevel=error $WANT) || die "npm install failed"
+  # The registry fails now and then for a minute: try again after 10, 30 and
+  # 60 seconds before giving up.
+  local pause
+  for pause in 10 30 60 give-up; do
+    (cd "$DIR" && npm install --prefix "$DIR" --no-audit --no-fund --save-exact --ignore-scripts=false \
+        --loglevel=error $WANT) && break
+    [ "$pause" = give-up ] && die "npm install failed (4 tries)"
+    say "npm install failed; trying again in ${pause}s"
+    sleep "$pause"
+  done
   [ -x "$NODE" ] || die "node@$NODE_VERSION installed no binary at $NODE"
   [ -f "$SUITE_JS" ] || die "the suite is not at $SUITE_JS"
   printf '%s' "$WANT" >"$STAMP"
