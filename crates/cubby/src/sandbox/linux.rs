@@ -563,7 +563,8 @@ impl LinuxSandbox {
         })
     }
 
-    /// Removes empty placeholder directories (mode 0200 or 000) at protected paths: reservations
+    /// Removes empty placeholder directories (no mode bit but the owner's read and write ones)
+    /// at protected paths: reservations
     /// left by a cubby that was killed while a command ran.
     fn sweep_placeholders(&self) {
         for path in &self.options.protected {

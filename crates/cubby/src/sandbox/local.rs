@@ -71,16 +71,20 @@ impl AsFd for ParentFd<'_> {
     }
 }
 
-/// Mode of a placeholder (see `reserve.rs`): write for its owner only.
-/// Nobody but root can list it or create anything in it (that takes
-/// search permission), and cubby can still move it to another directory
-/// (which rewrites its `..`, and takes write permission on it).
-pub(crate) const PLACEHOLDER_MODE: u32 = 0o200;
+/// Mode of a placeholder (see `reserve.rs`): read and write for its owner,
+/// no search. Nobody but root can create anything in it (that takes search
+/// permission); cubby can still move it to another directory (which
+/// rewrites its `..`, and takes write permission on it); and its owner can
+/// list it, so that `find`, `grep -r`, `rg` or `git status` run in the
+/// workspace while it is there walk it as the empty directory it is instead
+/// of reporting it unreadable (and `find` and `grep` exiting non-zero).
+pub(crate) const PLACEHOLDER_MODE: u32 = 0o600;
 
 /// Whether `mode` is one a placeholder can have: no bit but the owner's
-/// write one (the umask may have cleared that too). Inode numbers are
+/// read and write ones (the umask may have cleared some; placeholders made
+/// before they were readable have the write bit only). Inode numbers are
 /// reused at once; a directory made in a placeholder's place has other
-/// bits.
+/// bits (a directory without search permission is of no use to anyone).
 pub(crate) fn is_placeholder_mode(mode: u32) -> bool {
     mode & 0o7777 & !PLACEHOLDER_MODE == 0
 }

@@ -36,8 +36,8 @@ use std::sync::{Arc, Mutex};
 use rustix::fs::{AtFlags, Mode, OFlags};
 
 use super::LocalFs;
-use super::local::PLACEHOLDER_MODE;
 use super::local::Unstash;
+use super::local::{PLACEHOLDER_MODE, is_placeholder_mode};
 use crate::error::Result;
 use crate::path::WorkspacePath;
 use crate::process::lock;
@@ -256,11 +256,13 @@ fn open_stash(fs: &LocalFs) -> Option<Stash> {
         };
         let placeholder = rustix::fs::FileType::from_raw_mode(meta.st_mode)
             == rustix::fs::FileType::Directory
-            && meta.st_mode & 0o7777 == PLACEHOLDER_MODE;
+            && is_placeholder_mode(meta.st_mode);
         if !placeholder || std::path::Path::new(&format!("/proc/{pid}")).exists() {
             continue;
         }
-        if stash.free.len() < ADOPT_AT_MOST {
+        // Placeholders of another mode (made under a umask that cleared a
+        // bit, or by a cubby that made them write-only) are removed.
+        if meta.st_mode & 0o7777 == PLACEHOLDER_MODE && stash.free.len() < ADOPT_AT_MOST {
             let mine = OsString::from(format!("{}{}", stash.prefix, stash.named));
             // Another process may take it first: then it is gone here.
             if rustix::fs::renameat_with(

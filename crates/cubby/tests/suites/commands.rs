@@ -560,3 +560,30 @@ fn a_call_subscriber_gets_only_its_own_output() {
     noise.join().unwrap();
     assert_eq!(got.lock().unwrap().as_str(), "mine\nalso-mine\n");
 }
+
+#[test]
+fn walking_the_workspace_finds_nothing_unreadable() {
+    // On `linux`, missing protected paths are reserved by empty directories
+    // while a command runs: the usual walks must see them as the empty
+    // directories they are, without errors or a failing exit status.
+    let dir = workspace();
+    std::fs::write(dir.path().join("notes.txt"), "hello\n").unwrap();
+    let git = std::process::Command::new("git")
+        .args(["init", "-q"])
+        .current_dir(dir.path())
+        .status()
+        .expect("git is needed for this test");
+    assert!(git.success());
+    let t = tools(dir.path());
+    for (command, want) in [
+        ("find . -name '*.txt' 2>&1", "./notes.txt"),
+        ("grep -r hello . 2>&1", "./notes.txt:hello"),
+        ("git status --porcelain --untracked-files=all 2>&1", "?? notes.txt"),
+        ("ls -A . >/dev/null 2>&1 && echo listed", "listed"),
+    ] {
+        let out = run(&t, json!({ "command": command }));
+        assert!(out.text.starts_with("OK exit=0 "), "{command}: {}", out.text);
+        let lines: Vec<&str> = out.text.lines().skip(2).collect();
+        assert_eq!(lines, [want], "{command}: {}", out.text);
+    }
+}
