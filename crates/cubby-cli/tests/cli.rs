@@ -458,3 +458,72 @@ fn mcp_stdio_ends_cleanly_when_input_ends_early() {
         }
     }
 }
+
+/// `cubby exec` passes the caller's terminal through: a command must not
+/// push input into it (`TIOCSTI`), which the caller's shell would read and
+/// run once `cubby` exits. The same push without cubby is the control.
+#[test]
+fn exec_cannot_push_input_into_the_callers_terminal() {
+    use rustix::fs::{OFlags, fcntl_setfl};
+    use rustix::pty::{OpenptFlags, grantpt, openpt, ptsname, unlockpt};
+    use std::io::Read;
+    use std::process::Stdio;
+
+    const PUSH: &str = "import fcntl, termios\n\
+        try:\n  [fcntl.ioctl(0, termios.TIOCSTI, bytes([c])) for c in b\"pushed-by-the-command\\n\"]\n  print(\"PUSHED\")\n\
+        except OSError as e:\n  print(\"refused\", e.errno)";
+    let ws = tempfile::tempdir().unwrap();
+    // Runs the push with a fresh terminal as its controlling one; what it
+    // printed, and what reached that terminal's input.
+    let attempt = |through_cubby: bool| -> (String, String) {
+        let master = openpt(OpenptFlags::RDWR | OpenptFlags::NOCTTY).unwrap();
+        grantpt(&master).unwrap();
+        unlockpt(&master).unwrap();
+        let name = ptsname(&master, Vec::new()).unwrap();
+        let terminal = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(name.to_str().unwrap())
+            .unwrap();
+        let mut cmd = Command::new("setsid");
+        cmd.args(["--wait", "--ctty"]);
+        if through_cubby {
+            cmd.arg(env!("CARGO_BIN_EXE_cubby"))
+                .args(["exec", "--root"])
+                .arg(ws.path())
+                .arg("--");
+        }
+        let out = cmd
+            .args(["/usr/bin/python3", "-c", PUSH])
+            .stdin(terminal.try_clone().unwrap())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .output()
+            .expect("setsid (util-linux) runs the attempt");
+        fcntl_setfl(&terminal, OFlags::NONBLOCK).unwrap();
+        let mut pushed = Vec::new();
+        let _ = (&terminal).read_to_end(&mut pushed);
+        drop(master);
+        (
+            format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            ),
+            String::from_utf8_lossy(&pushed).into_owned(),
+        )
+    };
+    let legacy =
+        std::fs::read_to_string("/proc/sys/dev/tty/legacy_tiocsti").is_ok_and(|v| v.trim() == "1");
+    let (printed, pushed) = attempt(false);
+    if legacy {
+        assert!(printed.contains("PUSHED"), "control: {printed}");
+        assert_eq!(pushed, "pushed-by-the-command\n", "control: {printed}");
+    } else {
+        // This kernel refuses the push to everyone without CAP_SYS_ADMIN.
+        assert!(printed.contains("refused"), "control: {printed}");
+    }
+    let (printed, pushed) = attempt(true);
+    assert!(printed.contains("refused 1"), "cubby exec: {printed}");
+    assert_eq!(pushed, "", "cubby exec: {printed}");
+}

@@ -36,6 +36,12 @@ const TEST_FILE_SIZE_MB: u64 = 8;
 const TEST_ADDRESS_SPACE_MB: u64 = 1024;
 /// The minimum number of attacks the suite must hold.
 const MIN_ATTACKS: usize = 30;
+/// Where labs are made: a directory commands can see (unlike `/tmp`, which
+/// is private inside the sandbox), so that attacks on the outside directory
+/// meet only the sandbox's own defences.
+const LAB_BASE: &str = "/var/tmp";
+/// A `deny_read` path below the root's top level.
+const NESTED_SECRET_DIR: &str = "nested/deep/secrets";
 
 /// A workspace and a sibling directory outside it, under one parent.
 struct Lab {
@@ -48,14 +54,18 @@ struct Lab {
 fn lab_with(configure: impl FnOnce(&mut LinuxOptions, &Path)) -> Lab {
     let base = tempfile::Builder::new()
         .prefix("cubby-escape-")
-        .tempdir()
+        .tempdir_in(LAB_BASE)
         .unwrap();
     let ws = base.path().join("ws");
     let outside = base.path().join("ws-outside");
     std::fs::create_dir(&ws).unwrap();
     std::fs::create_dir(&outside).unwrap();
     std::fs::write(outside.join("target.txt"), "original\n").unwrap();
-    let policy = Policy::builder().deny_read(["secrets/"]).build().unwrap();
+    let nested = format!("{NESTED_SECRET_DIR}/");
+    let policy = Policy::builder()
+        .deny_read(["secrets/", nested.as_str()])
+        .build()
+        .unwrap();
     let mut options = LinuxOptions::from_policy(&policy);
     options.limits.processes = TEST_PROCESSES;
     options.limits.file_size_mb = TEST_FILE_SIZE_MB;
@@ -217,6 +227,73 @@ fn chmod_outside_file(l: &Lab) -> Verdict {
     }
 }
 
+fn metadata_outside(l: &Lab) -> Verdict {
+    // Landlock does not cover modes, owners, times or extended attributes.
+    let target = l.out("target.txt");
+    let t = target.display();
+    let before = std::fs::metadata(&target).unwrap();
+    let dir_before = std::fs::metadata(&l.outside).unwrap();
+    let out = l.sh(&format!(
+        "touch -d 2001-01-01 {t}; chmod 0777 {d}; chown $(id -u):$(id -g) {t}; {}",
+        py(&format!(
+            "import os\nfor f in (os.utime, lambda p: os.setxattr(p, \"user.pwned\", b\"1\")):\n  try: f(\"{t}\"); print(\"CHANGED\")\n  except OSError as e: print(e)"
+        )),
+        d = l.outside.display(),
+    ));
+    let after = std::fs::metadata(&target).unwrap();
+    let dir_after = std::fs::metadata(&l.outside).unwrap();
+    use std::os::unix::fs::MetadataExt;
+    if after.mtime() != before.mtime() || after.ctime() != before.ctime() {
+        return Err(format!("times changed: {}", out.text));
+    }
+    if dir_after.mode() != dir_before.mode() {
+        return Err(format!("directory mode changed: {}", out.text));
+    }
+    not_in(&out, "CHANGED")
+}
+
+fn setid_program_left_in_the_workspace(l: &Lab) -> Verdict {
+    // Files a command makes belong to the user running cubby (root in CI):
+    // a set-user-ID copy would raise whoever ran it on the host.
+    l.sh(&format!(
+        "cp /usr/bin/id suid1; chmod 4755 suid1; chmod u+s,g+s suid1; \
+         install -m 4755 /usr/bin/id suid2; mkdir d; chmod 2755 d; {}",
+        py(
+            "import os\nfor p, m in ((\"suid3\", 0o4755), (\"suid4\", 0o2711)):\n  try: os.close(os.open(p, os.O_CREAT | os.O_WRONLY, m))\n  except OSError as e: print(e)\ntry: os.mknod(\"suid5\", 0o100000 | 0o4755)\nexcept OSError as e: print(e)"
+        )
+    ));
+    use std::os::unix::fs::MetadataExt;
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(&l.ws).unwrap() {
+        let entry = entry.unwrap();
+        let mode = entry.metadata().unwrap().mode();
+        if mode & 0o6000 != 0 {
+            found.push(format!("{:?} {mode:o}", entry.file_name()));
+        }
+    }
+    if found.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("set-ID files made: {found:?}"))
+    }
+}
+
+fn fake_exit_report(l: &Lab) -> Verdict {
+    // Any descriptor beyond stdio gets a forged "exited" report (the shape
+    // of the init's): were the server to believe it, the reservations of
+    // missing protected paths would end while the command goes on.
+    let out = l.sh(&py(
+        "import os, socket, struct, time\nextra = []\nfor fd in range(3, 1024):\n  try: os.fstat(fd)\n  except OSError: continue\n  extra.append(fd)\n  try: socket.socket(fileno=fd).send(struct.pack(\"=Iiqq\", 7, 0, 0, 0))\n  except OSError: pass\nprint(\"EXTRA-FDS\", extra)\nend = time.time() + 2\nwhile time.time() < end:\n  for p in (\".mcp.json\", \".codex\", \".claude\"):\n    try: os.mkdir(p); print(\"MADE\", p)\n    except OSError: pass\n  time.sleep(0.05)",
+    ));
+    if !out.text.contains("EXTRA-FDS []") {
+        return Err(format!("descriptors beyond stdio: {}", out.text));
+    }
+    for p in [".mcp.json", ".codex", ".claude"] {
+        absent(&l.ws.join(p)).map_err(|e| format!("{e}: {}", out.text))?;
+    }
+    not_in(&out, "MADE")
+}
+
 fn write_system_directory(l: &Lab) -> Verdict {
     let m = marker("etc");
     l.sh(&format!("echo pwned > /etc/{m}; echo pwned > /usr/{m}"));
@@ -341,6 +418,28 @@ fn deny_read_file(l: &Lab) -> Verdict {
         l.sh("cat secrets/key.txt; ls -la secrets; grep -r . secrets; cp -r secrets s2; cat s2/*");
     not_in(&out, &m)?;
     unchanged(&l.ws.join("secrets/key.txt"), &m)
+}
+
+fn deny_read_parent_renamed(l: &Lab) -> Verdict {
+    // A directory above a nested deny_read path is carried off to a name
+    // nothing hides, then read there (in the same command, and in a later
+    // one after the sandbox is made again).
+    let secrets = l.ws.join(NESTED_SECRET_DIR);
+    std::fs::create_dir_all(&secrets).unwrap();
+    let m = marker("denyparent");
+    std::fs::write(secrets.join("key.txt"), &m).unwrap();
+    let out = l.sh(
+        "mv nested moved; mv nested/deep nested/d2; cat moved/deep/secrets/key.txt \
+         nested/d2/secrets/key.txt; cp -r nested copy; cat copy/deep/secrets/key.txt",
+    );
+    not_in(&out, &m)?;
+    unchanged(&secrets.join("key.txt"), &m)?;
+    let again = lab_with(|_, _| {});
+    let moved = again.ws.join("nested");
+    std::fs::create_dir_all(moved.join("deep/secrets")).unwrap();
+    std::fs::write(moved.join("deep/secrets/key.txt"), &m).unwrap();
+    let out = again.sh("mv nested/deep/secrets nested/s2; mv nested n2; cat n2/deep/secrets/key.txt nested/s2/key.txt");
+    not_in(&out, &m)
 }
 
 // --------------------------------------------------------------- network
@@ -488,7 +587,7 @@ fn setuid_binary(l: &Lab) -> Verdict {
     // A set-user-ID copy of `id` owned by the test's user (root in CI).
     let dir = tempfile::Builder::new()
         .prefix("cubby-suid-")
-        .tempdir()
+        .tempdir_in(LAB_BASE)
         .unwrap();
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     let copy = dir.path().join("suid-id");
@@ -610,7 +709,17 @@ fn writable_root_boundary(l: &Lab) -> Verdict {
 fn read_only_mode(l: &Lab) -> Verdict {
     let _ = l;
     let ro = lab_with(|o, _| o.mode = cubby::Mode::ReadOnly);
-    ro.sh("echo pwned > inside.txt; mkdir d");
+    let file = ro.ws.join("kept.txt");
+    std::fs::write(&file, "kept\n").unwrap();
+    use std::os::unix::fs::MetadataExt;
+    let before = std::fs::metadata(&file).unwrap();
+    ro.sh("echo pwned > inside.txt; mkdir d; chmod 000 kept.txt; touch -d 2001-01-01 kept.txt");
+    let after = std::fs::metadata(&file).unwrap();
+    if (after.mode(), after.mtime(), after.ctime())
+        != (before.mode(), before.mtime(), before.ctime())
+    {
+        return Err("kept.txt's mode or times changed".into());
+    }
     absent(&ro.ws.join("inside.txt")).and(absent(&ro.ws.join("d")))
 }
 
@@ -640,6 +749,18 @@ const ATTACKS: &[(&str, Attack)] = &[
         rename_outside_file_in,
     ),
     ("chmod an outside file", chmod_outside_file),
+    (
+        "change times, owner, mode and xattrs outside the root",
+        metadata_outside,
+    ),
+    (
+        "leave a set-user-ID program in the workspace",
+        setid_program_left_in_the_workspace,
+    ),
+    (
+        "report its own exit through an inherited descriptor",
+        fake_exit_report,
+    ),
     ("write /etc and /usr", write_system_directory),
     ("write the host's /tmp and /dev/shm", write_host_tmp),
     ("read the host's /tmp", read_host_tmp),
@@ -665,6 +786,10 @@ const ATTACKS: &[(&str, Attack)] = &[
         protected_path_made_a_symlink,
     ),
     ("read a deny_read file", deny_read_file),
+    (
+        "read a nested deny_read file after renaming a directory above it",
+        deny_read_parent_renamed,
+    ),
     ("write in read-only mode", read_only_mode),
     ("TCP to a host loopback server", tcp_to_host_loopback),
     ("UDP to a host loopback socket", udp_to_host_loopback),

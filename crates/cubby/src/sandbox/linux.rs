@@ -615,26 +615,40 @@ impl LinuxSandbox {
         let private_tmp = root != tmp;
         let mut rebinds = Vec::new();
         for dir in std::iter::once(&root).chain(self.writable_roots.iter()) {
+            let mut mkdirs = Vec::new();
             if let Ok(rest) = dir.strip_prefix(tmp)
-                && !rest.as_os_str().is_empty()
+                && private_tmp
             {
-                let mut mkdirs = Vec::new();
                 let mut at = tmp.to_path_buf();
                 for part in rest.components() {
                     at.push(part);
                     mkdirs.push(cstring(&at)?);
                 }
-                rebinds.push(Rebind {
-                    path: cstring(dir)?,
-                    mkdirs,
-                    readonly: self.options.mode == Mode::ReadOnly,
-                });
             }
+            // A directory on a read-only mount stays read-only (the kernel
+            // would refuse to make its bind writable).
+            let on_readonly_mount = rustix::fs::statvfs(dir.as_path())
+                .is_ok_and(|st| st.f_flag.contains(rustix::fs::StatVfsMountFlags::RDONLY));
+            rebinds.push(Rebind {
+                path: cstring(dir)?,
+                mkdirs,
+                readonly: self.options.mode == Mode::ReadOnly || on_readonly_mount,
+            });
         }
         let mut masks = Vec::new();
+        let mut pins: Vec<CString> = Vec::new();
         for path in &self.options.deny_read {
             match self.fs.metadata(path) {
                 Ok(meta) if matches!(meta.kind, EntryKind::Dir | EntryKind::File) => {
+                    let mut above = WorkspacePath::root();
+                    let names: Vec<_> = path.components().collect();
+                    for name in &names[..names.len().saturating_sub(1)] {
+                        above = above.join_name(name);
+                        let pin = cstring(&root.join(above.as_path()))?;
+                        if !pins.contains(&pin) {
+                            pins.push(pin);
+                        }
+                    }
                     masks.push(Mask {
                         path: cstring(&root.join(path.as_path()))?,
                         dir: meta.kind == EntryKind::Dir,
@@ -650,7 +664,7 @@ impl LinuxSandbox {
                 Err(_) => {}
             }
         }
-        if rebinds.len() + masks.len() > linux_sys::MAX_HOLDER_MOUNTS {
+        if rebinds.len() + pins.len() + masks.len() > linux_sys::MAX_HOLDER_MOUNTS {
             return Err(start_error(format!(
                 "too many writable roots and deny_read paths (at most {})",
                 linux_sys::MAX_HOLDER_MOUNTS
@@ -701,6 +715,7 @@ impl LinuxSandbox {
             gid_map: format!("{gid} {gid} 1\n").into_bytes(),
             private_tmp,
             rebinds,
+            pins,
             masks,
             loopback: own_network,
             fork_ahead: self.fork_ahead.load(Ordering::Relaxed),

@@ -37,6 +37,18 @@ use super::sys;
 /// Rebinds and masks the holder can take (they live in stack arrays).
 pub(crate) const MAX_HOLDER_MOUNTS: usize = 32;
 
+/// `MOUNT_ATTR_RDONLY` of `linux/mount.h`.
+const MOUNT_ATTR_RDONLY: u64 = 0x1;
+
+/// `struct mount_attr` of `mount_setattr(2)`.
+#[repr(C)]
+struct MountAttr {
+    attr_set: u64,
+    attr_clr: u64,
+    propagation: u64,
+    userns_fd: u64,
+}
+
 /// Where the holder keeps the objects it masks `deny_read` paths with.
 const MASK_STORE: &CStr = c"/dev/shm/.cubby-mask";
 const MASK_FILE: &CStr = c"/dev/shm/.cubby-mask/f";
@@ -60,6 +72,8 @@ pub(crate) enum HolderStep {
     Listener,
     Bounding,
     Seccomp,
+    ReadOnly,
+    Pin,
 }
 
 impl HolderStep {
@@ -72,7 +86,7 @@ impl HolderStep {
             4 => "making the mount tree private",
             5 => "opening the workspace or a writable root",
             6 => "mounting the private /tmp",
-            7 => "binding the workspace back beneath the private /tmp",
+            7 => "binding the workspace or a writable root back, writable",
             8 => "mounting the private /dev/shm",
             9 => "masking a deny_read path",
             10 => "bringing up the loopback interface",
@@ -80,22 +94,25 @@ impl HolderStep {
             12 => "opening the egress proxy's listening socket",
             13 => "dropping the capability bounding set",
             14 => "installing the seccomp filter",
+            15 => "making every mount read-only (mount_setattr)",
+            16 => "pinning the directories above a deny_read path",
             _ => "setting up the sandbox",
         }
     }
 }
 
-/// A directory that lives under `/tmp` on the host and must stay visible
-/// (and the same inode) once the private `/tmp` is mounted.
+/// The workspace root or a writable root: bound again, writable (unless
+/// `readonly`), once every mount is read-only; one that lives under `/tmp`
+/// on the host also stays visible (the same inode) beneath the private
+/// `/tmp`.
 #[derive(Debug)]
 pub(crate) struct Rebind {
     /// Its absolute path.
     pub path: CString,
     /// Directories to create in the private `/tmp`, outermost first (the
-    /// last is `path` itself).
+    /// last is `path` itself); none for a path outside `/tmp`.
     pub mkdirs: Vec<CString>,
-    /// Bound read-only (`read-only` mode: Landlock would otherwise grant it
-    /// the private `/tmp`'s rights, since it sits beneath that mount).
+    /// Bound read-only (`read-only` mode, or a path on a read-only mount).
     pub readonly: bool,
 }
 
@@ -116,6 +133,11 @@ pub(crate) struct HolderPlan {
     pub gid_map: Vec<u8>,
     pub private_tmp: bool,
     pub rebinds: Vec<Rebind>,
+    /// Directories between the root and a `deny_read` path, outermost
+    /// first: each is bound onto itself, so that no command can rename
+    /// it (a mount point cannot be) and carry the hidden path off to a
+    /// name nothing hides.
+    pub pins: Vec<CString>,
     pub masks: Vec<Mask>,
     pub loopback: bool,
     /// Keep an init forked ahead for the next command (not for a sandbox
@@ -163,6 +185,10 @@ pub(crate) const MSG_EXITED: u32 = 7;
 pub(crate) const MSG_LISTENER: u32 = 8;
 /// Most fds one message carries.
 pub(crate) const MSG_MAX_FDS: usize = 5;
+/// Where a `MSG_RUN`'s fds for the command's stdin, stdout and stderr sit
+/// (after the payload memfd, before the command's socket). Only these
+/// reach the command.
+const RUN_STDIO: std::ops::Range<usize> = 1..4;
 
 /// One message on the holder's socket (fds travel beside it).
 ///
@@ -334,58 +360,90 @@ fn holder_main(plan: &HolderPlan) -> io::Result<()> {
         {
             return Err(holder_fail(report, HolderStep::MountPrivate));
         }
-        if plan.private_tmp {
-            let mut fds = [-1 as RawFd; MAX_HOLDER_MOUNTS];
-            for (slot, rebind) in fds.iter_mut().zip(&plan.rebinds) {
-                *slot = libc::open(
-                    rebind.path.as_ptr(),
-                    libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
-                );
-                if *slot < 0 {
-                    return Err(holder_fail(report, HolderStep::OpenRebind));
-                }
+        // Opened before anything covers them (the private /tmp).
+        let mut fds = [-1 as RawFd; MAX_HOLDER_MOUNTS];
+        for (slot, rebind) in fds.iter_mut().zip(&plan.rebinds) {
+            *slot = libc::open(
+                rebind.path.as_ptr(),
+                libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
+            );
+            if *slot < 0 {
+                return Err(holder_fail(report, HolderStep::OpenRebind));
             }
-            if libc::mount(
+        }
+        // Every mount read-only: Landlock leaves a file's mode, owner,
+        // times and extended attributes to the mount (a read-only one
+        // refuses them); the workspace and the writable roots are bound
+        // again below, writable.
+        let attr = MountAttr {
+            attr_set: MOUNT_ATTR_RDONLY,
+            attr_clr: 0,
+            propagation: 0,
+            userns_fd: 0,
+        };
+        if libc::syscall(
+            libc::SYS_mount_setattr,
+            libc::AT_FDCWD,
+            c"/".as_ptr(),
+            libc::AT_RECURSIVE,
+            &attr as *const MountAttr,
+            std::mem::size_of::<MountAttr>(),
+        ) != 0
+        {
+            return Err(holder_fail(report, HolderStep::ReadOnly));
+        }
+        if plan.private_tmp
+            && libc::mount(
                 c"tmpfs".as_ptr(),
                 c"/tmp".as_ptr(),
                 c"tmpfs".as_ptr(),
                 libc::MS_NOSUID | libc::MS_NODEV,
                 c"mode=1777".as_ptr().cast(),
             ) != 0
-            {
-                return Err(holder_fail(report, HolderStep::MountTmp));
+        {
+            return Err(holder_fail(report, HolderStep::MountTmp));
+        }
+        for (fd, rebind) in fds.iter().zip(&plan.rebinds) {
+            for dir in &rebind.mkdirs {
+                libc::mkdir(dir.as_ptr(), 0o755);
             }
-            for (fd, rebind) in fds.iter().zip(&plan.rebinds) {
-                for dir in &rebind.mkdirs {
-                    libc::mkdir(dir.as_ptr(), 0o755);
-                }
-                let mut source = [0u8; 32];
-                proc_fd_path(*fd, &mut source);
-                if libc::mount(
-                    source.as_ptr().cast(),
-                    rebind.path.as_ptr(),
-                    std::ptr::null(),
-                    libc::MS_BIND | libc::MS_REC,
-                    std::ptr::null(),
-                ) != 0
-                {
-                    return Err(holder_fail(report, HolderStep::Rebind));
-                }
-                if rebind.readonly
-                    && libc::mount(
-                        std::ptr::null(),
-                        rebind.path.as_ptr(),
-                        std::ptr::null(),
-                        libc::MS_REMOUNT
-                            | libc::MS_BIND
-                            | libc::MS_RDONLY
-                            | locked_flags(&rebind.path),
-                        std::ptr::null(),
-                    ) != 0
-                {
-                    return Err(holder_fail(report, HolderStep::Rebind));
-                }
-                libc::close(*fd);
+            let mut source = [0u8; 32];
+            proc_fd_path(*fd, &mut source);
+            if libc::mount(
+                source.as_ptr().cast(),
+                rebind.path.as_ptr(),
+                std::ptr::null(),
+                libc::MS_BIND | libc::MS_REC,
+                std::ptr::null(),
+            ) != 0
+            {
+                return Err(holder_fail(report, HolderStep::Rebind));
+            }
+            // A bind takes its source's flags: read-only, until remounted
+            // with the flags the kernel keeps locked and without it.
+            let readonly = if rebind.readonly { libc::MS_RDONLY } else { 0 };
+            if libc::mount(
+                std::ptr::null(),
+                rebind.path.as_ptr(),
+                std::ptr::null(),
+                libc::MS_REMOUNT | libc::MS_BIND | readonly | locked_flags(&rebind.path),
+                std::ptr::null(),
+            ) != 0
+            {
+                return Err(holder_fail(report, HolderStep::Rebind));
+            }
+            libc::close(*fd);
+        }
+        for pin in &plan.pins {
+            if libc::mount(
+                pin.as_ptr(),
+                pin.as_ptr(),
+                std::ptr::null(),
+                libc::MS_BIND | libc::MS_REC,
+                std::ptr::null(),
+            ) != 0
+            {
+                return Err(holder_fail(report, HolderStep::Pin));
             }
         }
         if libc::mount(
@@ -1137,7 +1195,9 @@ unsafe fn command_exec(
     // SAFETY: plain syscalls on prepared data in a single-threaded child.
     unsafe {
         let errno = || *libc::__errno_location();
-        for (target, fd) in fds[1..].iter().enumerate() {
+        // Its stdio only: never the payload or the socket its init reports
+        // its end on (a command holding that could report its own exit).
+        for (target, fd) in fds[RUN_STDIO].iter().enumerate() {
             if libc::dup2(*fd, target as libc::c_int) < 0 {
                 return errno();
             }

@@ -18,9 +18,15 @@
 //! 2. `clone3` returns `ENOSYS`, so that libc falls back to `clone`, whose
 //!    flags (unlike `clone3`'s, which sit in memory) a filter can read.
 //! 3. Everything in [`DENIED`], `clone`/`unshare` asking for a new user
-//!    namespace, and `socket` for a family the network mode does not allow
+//!    namespace, `socket` for a family the network mode does not allow
 //!    (off: all but `AF_UNIX`; `allow`: all but `AF_UNIX`, `AF_INET`,
-//!    `AF_INET6`) return `EPERM`; everything else is allowed.
+//!    `AF_INET6`), `ioctl` pushing input into a terminal ([`TTY_INJECTION`]:
+//!    a command run by `cubby exec` shares the caller's terminal, and what
+//!    it pushed would run in the caller's shell after it), and the calls in
+//!    [`MODE_ARGS`] with a set-user-ID or set-group-ID bit in their mode (a
+//!    command of a cubby run as root could otherwise leave a set-user-ID
+//!    root program in the workspace) return `EPERM`; everything else is
+//!    allowed.
 //!
 //! The program is assembled here rather than with `seccompiler`: that
 //! crate emits one action per filter (two filters were needed) and tests
@@ -83,6 +89,34 @@ const DENIED: &[libc::c_long] = &[
     libc::SYS_ioperm,
 ];
 
+/// `ioctl` requests that push input into a terminal (`TIOCSTI`) or act on
+/// the console (`TIOCLINUX`, which can also paste into it).
+const TTY_INJECTION: &[u32] = &[libc::TIOCSTI as u32, libc::TIOCLINUX as u32];
+
+/// `fchmodat2` (Linux 6.6), numbered alike on x86_64 and aarch64.
+const SYS_FCHMODAT2: libc::c_long = 452;
+
+/// Calls that take a file mode, and the index of that argument: none may
+/// ask for a set-user-ID or set-group-ID bit ([`SETID_BITS`]).
+const MODE_ARGS: &[(libc::c_long, u32)] = &[
+    (libc::SYS_fchmod, 1),
+    #[cfg(target_arch = "x86_64")]
+    (libc::SYS_chmod, 1),
+    #[cfg(target_arch = "x86_64")]
+    (libc::SYS_creat, 1),
+    #[cfg(target_arch = "x86_64")]
+    (libc::SYS_open, 2),
+    #[cfg(target_arch = "x86_64")]
+    (libc::SYS_mknod, 1),
+    (libc::SYS_fchmodat, 2),
+    (SYS_FCHMODAT2, 2),
+    (libc::SYS_openat, 3),
+    (libc::SYS_mknodat, 2),
+];
+
+/// `S_ISUID | S_ISGID`.
+const SETID_BITS: u32 = libc::S_ISUID | libc::S_ISGID;
+
 /// `AUDIT_ARCH_*` of this build's architecture (`linux/audit.h`).
 #[cfg(target_arch = "x86_64")]
 const AUDIT_ARCH: u32 = 0xC000_003E;
@@ -99,6 +133,8 @@ const OFFSET_NR: u32 = 0;
 const OFFSET_ARCH: u32 = 4;
 /// Offset of the low 32 bits of the first argument (little-endian).
 const OFFSET_ARG0_LOW: u32 = 16;
+/// Size of one argument in `struct seccomp_data`.
+const ARG_BYTES: u32 = 8;
 
 /// Longest jump a conditional classic-BPF instruction can make.
 const MAX_JUMP: usize = u8::MAX as usize;
@@ -106,6 +142,12 @@ const MAX_JUMP: usize = u8::MAX as usize;
 /// Of [`DENIED`], what the holder's filter lets through for the inits, and
 /// each command's own filter refuses.
 const COMMAND_ONLY: &[libc::c_long] = &[libc::SYS_mount];
+
+/// What each command's own filter answers `ENOSYS` (libc and runtimes fall
+/// back as on kernels without it): `openat2`, whose mode sits in memory
+/// where no filter can read it ([`MODE_ARGS`] covers the other ways to
+/// create a file). The inits use it, so the sandbox's filter cannot.
+const COMMAND_ENOSYS: &[libc::c_long] = &[libc::SYS_openat2];
 
 /// Ranges of fewer numbers than this are tested in turn, not split.
 const LINEAR_BELOW: usize = 4;
@@ -141,6 +183,10 @@ enum Rule {
     NoNewUser,
     /// `EPERM` unless the first argument is an allowed socket family.
     Families,
+    /// `EPERM` for a request in [`TTY_INJECTION`] (the second argument).
+    Ioctl,
+    /// `EPERM` when the argument of this index has a bit of [`SETID_BITS`].
+    SetId(u32),
 }
 
 /// Where a jump goes.
@@ -278,11 +324,19 @@ pub(crate) fn filter(sockets: Sockets) -> Result<Vec<libc::sock_filter>> {
     if sockets != Sockets::Any {
         rules.push((libc::SYS_socket, Rule::Families));
     }
+    rules.push((libc::SYS_ioctl, Rule::Ioctl));
+    rules.extend(MODE_ARGS.iter().map(|&(nr, arg)| (nr, Rule::SetId(arg))));
     rules.sort_unstable_by_key(|&(nr, _)| nr);
     rules.dedup_by_key(|&mut (nr, _)| nr);
 
     let mut asm = Asm::default();
-    let [allow, eperm, enosys, kill, new_user, families] = std::array::from_fn(|_| asm.label());
+    let [allow, eperm, enosys, kill, new_user, families, ioctl] =
+        std::array::from_fn(|_| asm.label());
+    // One check of the mode per argument index that has one.
+    let mut mode_args: Vec<u32> = MODE_ARGS.iter().map(|&(_, arg)| arg).collect();
+    mode_args.sort_unstable();
+    mode_args.dedup();
+    let set_id: Vec<(u32, usize)> = mode_args.iter().map(|&arg| (arg, asm.label())).collect();
     asm.load(OFFSET_ARCH);
     asm.jump(libc::BPF_JEQ, AUDIT_ARCH, Target::Next, Target::Label(kill));
     asm.load(OFFSET_NR);
@@ -306,6 +360,11 @@ pub(crate) fn filter(sockets: Sockets) -> Result<Vec<libc::sock_filter>> {
                 Rule::Deny => eperm,
                 Rule::NoNewUser => new_user,
                 Rule::Families => families,
+                Rule::Ioctl => ioctl,
+                Rule::SetId(arg) => set_id
+                    .iter()
+                    .find(|&&(a, _)| a == arg)
+                    .map_or(eperm, |&(_, label)| label),
             };
             (nr as u32, label)
         })
@@ -335,6 +394,28 @@ pub(crate) fn filter(sockets: Sockets) -> Result<Vec<libc::sock_filter>> {
         }
         asm.ret(libc::SECCOMP_RET_ERRNO | libc::EPERM as u32);
     }
+    // ioctl's request is an unsigned int: the low word is all of it.
+    asm.bind(ioctl);
+    asm.load(OFFSET_ARG0_LOW + ARG_BYTES);
+    for (i, &request) in TTY_INJECTION.iter().enumerate() {
+        let miss = if i + 1 == TTY_INJECTION.len() {
+            Target::Label(allow)
+        } else {
+            Target::Next
+        };
+        asm.jump(libc::BPF_JEQ, request, Target::Label(eperm), miss);
+    }
+    // Modes are unsigned ints too.
+    for &(arg, label) in &set_id {
+        asm.bind(label);
+        asm.load(OFFSET_ARG0_LOW + arg * ARG_BYTES);
+        asm.jump(
+            libc::BPF_JSET,
+            SETID_BITS,
+            Target::Label(eperm),
+            Target::Label(allow),
+        );
+    }
     asm.bind(allow);
     asm.ret(libc::SECCOMP_RET_ALLOW);
     asm.bind(eperm);
@@ -346,29 +427,37 @@ pub(crate) fn filter(sockets: Sockets) -> Result<Vec<libc::sock_filter>> {
     asm.finish()
 }
 
-/// What each command adds before it execs: [`COMMAND_ONLY`] refused.
+/// What each command adds before it execs: [`COMMAND_ONLY`] refused, and
+/// [`COMMAND_ENOSYS`] answered `ENOSYS`.
 ///
 /// # Errors
 ///
 /// As [`filter`].
 pub(crate) fn command_filter() -> Result<Vec<libc::sock_filter>> {
     let mut asm = Asm::default();
-    let [allow, eperm, kill] = std::array::from_fn(|_| asm.label());
+    let [allow, eperm, enosys, kill] = std::array::from_fn(|_| asm.label());
     asm.load(OFFSET_ARCH);
     asm.jump(libc::BPF_JEQ, AUDIT_ARCH, Target::Next, Target::Label(kill));
     asm.load(OFFSET_NR);
-    for (i, &nr) in COMMAND_ONLY.iter().enumerate() {
-        let miss = if i + 1 == COMMAND_ONLY.len() {
+    let rules: Vec<(libc::c_long, usize)> = COMMAND_ONLY
+        .iter()
+        .map(|&nr| (nr, eperm))
+        .chain(COMMAND_ENOSYS.iter().map(|&nr| (nr, enosys)))
+        .collect();
+    for (i, &(nr, label)) in rules.iter().enumerate() {
+        let miss = if i + 1 == rules.len() {
             Target::Label(allow)
         } else {
             Target::Next
         };
-        asm.jump(libc::BPF_JEQ, nr as u32, Target::Label(eperm), miss);
+        asm.jump(libc::BPF_JEQ, nr as u32, Target::Label(label), miss);
     }
     asm.bind(allow);
     asm.ret(libc::SECCOMP_RET_ALLOW);
     asm.bind(eperm);
     asm.ret(libc::SECCOMP_RET_ERRNO | libc::EPERM as u32);
+    asm.bind(enosys);
+    asm.ret(libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32);
     asm.bind(kill);
     asm.ret(libc::SECCOMP_RET_KILL_PROCESS);
     asm.finish()
@@ -380,10 +469,17 @@ mod tests {
 
     /// Runs `prog` as the kernel would for one call.
     fn run(prog: &[libc::sock_filter], arch: u32, nr: u32, arg0: u64) -> u32 {
+        run_args(prog, arch, nr, &[arg0])
+    }
+
+    /// [`run`] with the first `args.len()` arguments given.
+    fn run_args(prog: &[libc::sock_filter], arch: u32, nr: u32, args: &[u64]) -> u32 {
         let mut data = [0u8; 64];
         data[0..4].copy_from_slice(&nr.to_le_bytes());
         data[4..8].copy_from_slice(&arch.to_le_bytes());
-        data[16..24].copy_from_slice(&arg0.to_le_bytes());
+        for (i, arg) in args.iter().enumerate() {
+            data[16 + 8 * i..24 + 8 * i].copy_from_slice(&arg.to_le_bytes());
+        }
         let mut acc = 0u32;
         let mut pc = 0usize;
         loop {
@@ -416,9 +512,17 @@ mod tests {
     /// the kernel does (the action of highest precedence wins; actions
     /// compare as signed numbers, lowest first).
     fn command_gets(sockets: Sockets, arch: u32, nr: u32, arg0: u64) -> u32 {
+        command_gets_args(sockets, arch, nr, &[arg0])
+    }
+
+    /// [`command_gets`] with the first `args.len()` arguments given.
+    fn command_gets_args(sockets: Sockets, arch: u32, nr: u32, args: &[u64]) -> u32 {
         let holder = filter(sockets).unwrap();
         let own = command_filter().unwrap();
-        let answers = [run(&own, arch, nr, arg0), run(&holder, arch, nr, arg0)];
+        let answers = [
+            run_args(&own, arch, nr, args),
+            run_args(&holder, arch, nr, args),
+        ];
         let action = |ret: u32| (ret & libc::SECCOMP_RET_ACTION_FULL) as i32;
         *answers.iter().min_by_key(|r| action(**r)).unwrap()
     }
@@ -431,7 +535,7 @@ mod tests {
             assert_eq!(run(&prog, AUDIT_ARCH, mount, 0), libc::SECCOMP_RET_ALLOW);
             assert_eq!(command_gets(sockets, AUDIT_ARCH, mount, 0), EPERM);
         }
-        assert!(command_filter().unwrap().len() <= 8);
+        assert!(command_filter().unwrap().len() <= 12);
     }
 
     #[test]
@@ -442,7 +546,7 @@ mod tests {
             for nr in 0..1024u32 {
                 let got = command_gets(sockets, AUDIT_ARCH, nr, 0);
                 let nr_long = nr as libc::c_long;
-                let want = if nr_long == libc::SYS_clone3 {
+                let want = if nr_long == libc::SYS_clone3 || COMMAND_ENOSYS.contains(&nr_long) {
                     libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32
                 } else if DENIED.contains(&nr_long) {
                     EPERM
@@ -455,6 +559,67 @@ mod tests {
                 assert_eq!(got, want, "syscall {nr} with {sockets:?}");
             }
         }
+    }
+
+    #[test]
+    // `libc::Ioctl` is a `c_ulong` here and a `c_int` on musl.
+    #[allow(clippy::unnecessary_cast)]
+    fn terminal_input_injection_is_refused() {
+        let ioctl = libc::SYS_ioctl as u32;
+        for sockets in [Sockets::Any, Sockets::Inet, Sockets::UnixOnly] {
+            let gets = |request: u64| command_gets_args(sockets, AUDIT_ARCH, ioctl, &[0, request]);
+            for request in [libc::TIOCSTI, libc::TIOCLINUX] {
+                assert_eq!(gets(request as u64), EPERM);
+                // The kernel reads an unsigned int: high bits change nothing.
+                assert_eq!(gets(request as u64 | 1 << 32), EPERM);
+            }
+            for request in [
+                libc::TIOCGWINSZ,
+                libc::TCGETS,
+                libc::FIONREAD,
+                libc::TIOCSWINSZ,
+            ] {
+                assert_eq!(gets(request as u64), libc::SECCOMP_RET_ALLOW);
+            }
+        }
+    }
+
+    #[test]
+    fn set_id_modes_are_refused_in_every_call_that_takes_a_mode() {
+        for sockets in [Sockets::Any, Sockets::UnixOnly] {
+            for &(nr, arg) in MODE_ARGS {
+                let gets = |mode: u32| {
+                    let mut args = [0u64; 6];
+                    // Other arguments hold anything; only the mode counts.
+                    args.iter_mut().for_each(|a| *a = 0o7777_0000);
+                    args[arg as usize] = mode as u64;
+                    command_gets_args(sockets, AUDIT_ARCH, nr as u32, &args)
+                };
+                for mode in [0o4755, 0o2755, 0o6755, 0o4000, 0o104755] {
+                    assert_eq!(gets(mode), EPERM, "syscall {nr} mode {mode:o}");
+                }
+                for mode in [0o755, 0o644, 0o1777, 0o100644, 0] {
+                    assert_eq!(
+                        gets(mode),
+                        libc::SECCOMP_RET_ALLOW,
+                        "syscall {nr} mode {mode:o}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn openat2_falls_back_for_commands_only() {
+        let nr = libc::SYS_openat2 as u32;
+        assert_eq!(
+            run(&filter(Sockets::UnixOnly).unwrap(), AUDIT_ARCH, nr, 0),
+            libc::SECCOMP_RET_ALLOW
+        );
+        assert_eq!(
+            command_gets(Sockets::UnixOnly, AUDIT_ARCH, nr, 0),
+            libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32
+        );
     }
 
     #[test]
