@@ -527,3 +527,53 @@ fn exec_cannot_push_input_into_the_callers_terminal() {
     assert!(printed.contains("refused 1"), "cubby exec: {printed}");
     assert_eq!(pushed, "", "cubby exec: {printed}");
 }
+
+/// Under `cubby exec` on a terminal the command is the terminal's
+/// foreground job: it may set terminal modes (a background job would be
+/// stopped by `SIGTTOU`, and `cubby exec` would wait for ever).
+#[test]
+fn exec_makes_the_command_the_terminals_foreground_job() {
+    use rustix::pty::{OpenptFlags, grantpt, openpt, ptsname, unlockpt};
+    use std::process::Stdio;
+    use std::time::{Duration, Instant};
+
+    let ws = tempfile::tempdir().unwrap();
+    let master = openpt(OpenptFlags::RDWR | OpenptFlags::NOCTTY).unwrap();
+    grantpt(&master).unwrap();
+    unlockpt(&master).unwrap();
+    let name = ptsname(&master, Vec::new()).unwrap();
+    let terminal = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(name.to_str().unwrap())
+        .unwrap();
+    let out = tempfile::NamedTempFile::new().unwrap();
+    let mut child = Command::new("setsid")
+        .args(["--wait", "--ctty"])
+        .arg(env!("CARGO_BIN_EXE_cubby"))
+        .args(["exec", "--root"])
+        .arg(ws.path())
+        .args(["--", "sh", "-c", "stty sane && echo foreground-ok; exit 3"])
+        .stdin(terminal)
+        .stdout(out.reopen().unwrap())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break Some(status);
+        }
+        if started.elapsed() > Duration::from_secs(20) {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    drop(master);
+    let printed = std::fs::read_to_string(out.path()).unwrap();
+    let status = status.unwrap_or_else(|| panic!("cubby exec hung: {printed}"));
+    assert_eq!(status.code(), Some(3), "{printed}");
+    assert!(printed.contains("foreground-ok"), "{printed}");
+}

@@ -294,6 +294,25 @@ fn fake_exit_report(l: &Lab) -> Verdict {
     not_in(&out, "MADE")
 }
 
+fn metadata_of_its_stdio(l: &Lab) -> Verdict {
+    // Descriptors are opened host-side, where mounts are writable: a `run`
+    // without input must not get the host's /dev/null (root's), whose mode
+    // a command of a cubby run as root could change. The probe sets the
+    // mode /dev/null has; the kernel still stamps its change time.
+    use std::os::unix::fs::MetadataExt;
+    let before = std::fs::metadata("/dev/null").unwrap();
+    let out = l.sh(&py(
+        "import os\nfor fd in (0, 1, 2):\n  try: os.fchmod(fd, 0o666); print(\"FCHMOD-OK\", fd, os.readlink(f\"/proc/self/fd/{fd}\"))\n  except OSError as e: print(fd, e)",
+    ));
+    let after = std::fs::metadata("/dev/null").unwrap();
+    if (after.mode(), after.ctime(), after.ctime_nsec())
+        != (before.mode(), before.ctime(), before.ctime_nsec())
+    {
+        return Err(format!("the host's /dev/null changed: {}", out.text));
+    }
+    not_in(&out, "/dev/null")
+}
+
 fn write_system_directory(l: &Lab) -> Verdict {
     let m = marker("etc");
     l.sh(&format!("echo pwned > /etc/{m}; echo pwned > /usr/{m}"));
@@ -439,6 +458,22 @@ fn deny_read_parent_renamed(l: &Lab) -> Verdict {
     std::fs::create_dir_all(moved.join("deep/secrets")).unwrap();
     std::fs::write(moved.join("deep/secrets/key.txt"), &m).unwrap();
     let out = again.sh("mv nested/deep/secrets nested/s2; mv nested n2; cat n2/deep/secrets/key.txt nested/s2/key.txt");
+    not_in(&out, &m)
+}
+
+fn deny_read_through_a_symlinked_parent(l: &Lab) -> Verdict {
+    // `nested` is a symbolic link to the real directory: nothing can be
+    // mounted on the name, so the sandbox must refuse to run rather than
+    // leave the file readable.
+    let real = l.ws.join("real/deep/secrets");
+    std::fs::create_dir_all(&real).unwrap();
+    let m = marker("denysymlink");
+    std::fs::write(real.join("key.txt"), &m).unwrap();
+    std::os::unix::fs::symlink("real", l.ws.join("nested")).unwrap();
+    let out = l.tools.call(
+        "run",
+        json!({"command": "cat nested/deep/secrets/key.txt real/deep/secrets/key.txt"}),
+    );
     not_in(&out, &m)
 }
 
@@ -761,6 +796,10 @@ const ATTACKS: &[(&str, Attack)] = &[
         "report its own exit through an inherited descriptor",
         fake_exit_report,
     ),
+    (
+        "change the mode of what its stdin and stdout lead to",
+        metadata_of_its_stdio,
+    ),
     ("write /etc and /usr", write_system_directory),
     ("write the host's /tmp and /dev/shm", write_host_tmp),
     ("read the host's /tmp", read_host_tmp),
@@ -789,6 +828,10 @@ const ATTACKS: &[(&str, Attack)] = &[
     (
         "read a nested deny_read file after renaming a directory above it",
         deny_read_parent_renamed,
+    ),
+    (
+        "read a deny_read file through a symlinked parent",
+        deny_read_through_a_symlinked_parent,
     ),
     ("write in read-only mode", read_only_mode),
     ("TCP to a host loopback server", tcp_to_host_loopback),

@@ -661,7 +661,14 @@ impl LinuxSandbox {
                     )));
                 }
                 // Missing now: nothing to hide (a command may create it).
-                Err(_) => {}
+                Err(e) if e.kind() == crate::error::ErrorKind::NotFound => {}
+                // Through a symbolic link, or otherwise unreachable: never
+                // left readable for want of a name to mount on.
+                Err(e) => {
+                    return Err(start_error(format!(
+                        "deny_read path `{path}` cannot be hidden: {e}"
+                    )));
+                }
             }
         }
         if rebinds.len() + pins.len() + masks.len() > linux_sys::MAX_HOLDER_MOUNTS {
@@ -707,6 +714,8 @@ impl LinuxSandbox {
             },
             rlimits: rlimits(&self.options.limits),
             filter,
+            // Only `cubby exec` (`spawn_inherited`) turns forking ahead off.
+            foreground: !self.fork_ahead.load(Ordering::Relaxed),
         };
 
         let plan = Arc::new(HolderPlan {
@@ -1285,13 +1294,12 @@ impl Sandbox for LinuxSandbox {
             let (r, w) = pipe_with(PipeFlags::CLOEXEC).map_err(io)?;
             (r, Some(w))
         } else {
-            let null = rustix::fs::open(
-                "/dev/null",
-                rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::CLOEXEC,
-                rustix::fs::Mode::empty(),
-            )
-            .map_err(|e| Error::internal(format!("cannot open /dev/null: {e}")))?;
-            (null, None)
+            // An empty pipe (end of input at once), not the host's
+            // /dev/null: a command may change the mode, owner and times of
+            // what its descriptors lead to, and /dev/null is root's.
+            let (r, w) = pipe_with(PipeFlags::CLOEXEC).map_err(io)?;
+            drop(w);
+            (r, None)
         };
         let (child, lease) = self.start_command(spec, [stdin_r, out_w, err_w])?;
         Ok(Spawned {

@@ -172,6 +172,12 @@ pub(crate) struct CommandSetup {
     /// Written to each command's `/proc/sys/kernel/pid_max` (per pid
     /// namespace since Linux 6.14): the command's process budget.
     pub pid_max: Option<CString>,
+    /// The command's stdin is the caller's own (`cubby exec`): when that is
+    /// the caller's terminal, the init makes its process group the
+    /// terminal's foreground one, so that the command can set terminal
+    /// modes and read it (as a shell's job would) instead of being stopped
+    /// by `SIGTTOU`/`SIGTTIN`.
+    pub foreground: bool,
 }
 
 /// Message kinds on the holder's socket.
@@ -820,6 +826,12 @@ extern "C" fn on_init_term(_: libc::c_int) {
     INIT_TERM.store(true, std::sync::atomic::Ordering::SeqCst);
 }
 
+/// The init's handler of the terminal's `SIGINT` and `SIGQUIT`: nothing.
+/// They reach the command too (the same process group), and the init
+/// reports how it ended. A handler, unlike `SIG_IGN`, is not inherited
+/// past the command's `execve`.
+extern "C" fn on_init_interrupt(_: libc::c_int) {}
+
 /// A cursor over the request payload (NUL-terminated strings).
 struct Payload {
     at: *const u8,
@@ -887,6 +899,9 @@ unsafe fn init_prepare(setup: &CommandSetup) -> Prepared {
         action.sa_sigaction = on_init_term as *const () as libc::sighandler_t;
         libc::sigemptyset(&mut action.sa_mask);
         libc::sigaction(libc::SIGTERM, &action, std::ptr::null_mut());
+        action.sa_sigaction = on_init_interrupt as *const () as libc::sighandler_t;
+        libc::sigaction(libc::SIGINT, &action, std::ptr::null_mut());
+        libc::sigaction(libc::SIGQUIT, &action, std::ptr::null_mut());
         let ok = libc::unshare(libc::CLONE_NEWNS) == 0
             && libc::chdir(setup.root.as_ptr()) == 0
             && libc::mount(
@@ -1070,6 +1085,9 @@ unsafe fn namespace_init(
             *envp.add(i) = e;
         }
         *envp.add(envc) = std::ptr::null();
+        if setup.foreground {
+            take_terminal(fds[RUN_STDIO.start]);
+        }
         let exec_pipe = prepared.exec_pipe;
         let stack = prepared.stack;
         let mut last_steps = LastSteps {
@@ -1137,6 +1155,30 @@ unsafe fn namespace_init(
                 libc::_exit(0);
             }
         }
+    }
+}
+
+/// Makes the init's process group the foreground one of `tty` when `tty`
+/// is the controlling terminal of the init's session; does nothing
+/// otherwise (not a terminal, or another session's).
+///
+/// # Safety
+///
+/// Async-signal-safe; an init only.
+unsafe fn take_terminal(tty: RawFd) {
+    // SAFETY: plain syscalls on stack data.
+    unsafe {
+        if libc::isatty(tty) != 1 {
+            return;
+        }
+        // A background group's tcsetpgrp is stopped by SIGTTOU unless the
+        // caller ignores it.
+        let mut ignore: libc::sigaction = std::mem::zeroed();
+        ignore.sa_sigaction = libc::SIG_IGN;
+        let mut old: libc::sigaction = std::mem::zeroed();
+        libc::sigaction(libc::SIGTTOU, &ignore, &mut old);
+        libc::tcsetpgrp(tty, libc::getpgrp());
+        libc::sigaction(libc::SIGTTOU, &old, std::ptr::null_mut());
     }
 }
 
