@@ -459,13 +459,28 @@ fn mcp_stdio_ends_cleanly_when_input_ends_early() {
     }
 }
 
+/// A new pseudo-terminal: its master, and its terminal side (for a child
+/// to take as its controlling terminal, with `setsid --ctty`).
+fn new_terminal() -> (std::os::fd::OwnedFd, std::fs::File) {
+    use rustix::pty::{OpenptFlags, grantpt, openpt, ptsname, unlockpt};
+    let master = openpt(OpenptFlags::RDWR | OpenptFlags::NOCTTY).unwrap();
+    grantpt(&master).unwrap();
+    unlockpt(&master).unwrap();
+    let name = ptsname(&master, Vec::new()).unwrap();
+    let terminal = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(name.to_str().unwrap())
+        .unwrap();
+    (master, terminal)
+}
+
 /// `cubby exec` passes the caller's terminal through: a command must not
 /// push input into it (`TIOCSTI`), which the caller's shell would read and
 /// run once `cubby` exits. The same push without cubby is the control.
 #[test]
 fn exec_cannot_push_input_into_the_callers_terminal() {
     use rustix::fs::{OFlags, fcntl_setfl};
-    use rustix::pty::{OpenptFlags, grantpt, openpt, ptsname, unlockpt};
     use std::io::Read;
     use std::process::Stdio;
 
@@ -476,15 +491,7 @@ fn exec_cannot_push_input_into_the_callers_terminal() {
     // Runs the push with a fresh terminal as its controlling one; what it
     // printed, and what reached that terminal's input.
     let attempt = |through_cubby: bool| -> (String, String) {
-        let master = openpt(OpenptFlags::RDWR | OpenptFlags::NOCTTY).unwrap();
-        grantpt(&master).unwrap();
-        unlockpt(&master).unwrap();
-        let name = ptsname(&master, Vec::new()).unwrap();
-        let terminal = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(name.to_str().unwrap())
-            .unwrap();
+        let (master, terminal) = new_terminal();
         let mut cmd = Command::new("setsid");
         cmd.args(["--wait", "--ctty"]);
         if through_cubby {
@@ -533,20 +540,11 @@ fn exec_cannot_push_input_into_the_callers_terminal() {
 /// stopped by `SIGTTOU`, and `cubby exec` would wait for ever).
 #[test]
 fn exec_makes_the_command_the_terminals_foreground_job() {
-    use rustix::pty::{OpenptFlags, grantpt, openpt, ptsname, unlockpt};
     use std::process::Stdio;
     use std::time::{Duration, Instant};
 
     let ws = tempfile::tempdir().unwrap();
-    let master = openpt(OpenptFlags::RDWR | OpenptFlags::NOCTTY).unwrap();
-    grantpt(&master).unwrap();
-    unlockpt(&master).unwrap();
-    let name = ptsname(&master, Vec::new()).unwrap();
-    let terminal = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(name.to_str().unwrap())
-        .unwrap();
+    let (master, terminal) = new_terminal();
     let out = tempfile::NamedTempFile::new().unwrap();
     let mut child = Command::new("setsid")
         .args(["--wait", "--ctty"])

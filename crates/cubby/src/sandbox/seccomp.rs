@@ -203,6 +203,26 @@ struct Insn {
     jf: Target,
 }
 
+/// The labels of the four ways a program ends.
+#[derive(Clone, Copy)]
+struct Verdicts {
+    allow: usize,
+    eperm: usize,
+    enosys: usize,
+    kill: usize,
+}
+
+impl Verdicts {
+    fn new(asm: &mut Asm) -> Verdicts {
+        Verdicts {
+            allow: asm.label(),
+            eperm: asm.label(),
+            enosys: asm.label(),
+            kill: asm.label(),
+        }
+    }
+}
+
 /// A classic-BPF assembler with forward labels.
 #[derive(Default)]
 struct Asm {
@@ -247,6 +267,31 @@ impl Asm {
         });
     }
 
+    /// Jumps to the label of the first case equal to the accumulator, or
+    /// to `otherwise` when none is.
+    fn match_any(&mut self, cases: &[(u32, usize)], otherwise: usize) {
+        for (i, &(k, label)) in cases.iter().enumerate() {
+            let miss = if i + 1 == cases.len() {
+                Target::Label(otherwise)
+            } else {
+                Target::Next
+            };
+            self.jump(libc::BPF_JEQ, k, Target::Label(label), miss);
+        }
+    }
+
+    /// Binds each verdict's label to its return.
+    fn verdicts(&mut self, v: Verdicts) {
+        self.bind(v.allow);
+        self.ret(libc::SECCOMP_RET_ALLOW);
+        self.bind(v.eperm);
+        self.ret(libc::SECCOMP_RET_ERRNO | libc::EPERM as u32);
+        self.bind(v.enosys);
+        self.ret(libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32);
+        self.bind(v.kill);
+        self.ret(libc::SECCOMP_RET_KILL_PROCESS);
+    }
+
     fn finish(self) -> Result<Vec<libc::sock_filter>> {
         let offset = |at: usize, target: Target| -> Result<u8> {
             let Target::Label(label) = target else {
@@ -284,14 +329,7 @@ fn seccomp_error(e: impl std::fmt::Display) -> Error {
 /// a number not among them goes to `allow`.
 fn search(asm: &mut Asm, rules: &[(u32, usize)], allow: usize) {
     if rules.len() < LINEAR_BELOW {
-        for (i, &(nr, label)) in rules.iter().enumerate() {
-            let miss = if i + 1 == rules.len() {
-                Target::Label(allow)
-            } else {
-                Target::Next
-            };
-            asm.jump(libc::BPF_JEQ, nr, Target::Label(label), miss);
-        }
+        asm.match_any(rules, allow);
         return;
     }
     let mid = rules.len() / 2;
@@ -330,8 +368,14 @@ pub(crate) fn filter(sockets: Sockets) -> Result<Vec<libc::sock_filter>> {
     rules.dedup_by_key(|&mut (nr, _)| nr);
 
     let mut asm = Asm::default();
-    let [allow, eperm, enosys, kill, new_user, families, ioctl] =
-        std::array::from_fn(|_| asm.label());
+    let verdicts = Verdicts::new(&mut asm);
+    let Verdicts {
+        allow,
+        eperm,
+        enosys,
+        kill,
+    } = verdicts;
+    let [new_user, families, ioctl] = std::array::from_fn(|_| asm.label());
     // One check of the mode per argument index that has one.
     let mut mode_args: Vec<u32> = MODE_ARGS.iter().map(|&(_, arg)| arg).collect();
     mode_args.sort_unstable();
@@ -384,27 +428,18 @@ pub(crate) fn filter(sockets: Sockets) -> Result<Vec<libc::sock_filter>> {
     asm.bind(families);
     if sockets != Sockets::Any {
         asm.load(OFFSET_ARG0_LOW);
-        for &family in sockets.allowed() {
-            asm.jump(
-                libc::BPF_JEQ,
-                family as u32,
-                Target::Label(allow),
-                Target::Next,
-            );
-        }
-        asm.ret(libc::SECCOMP_RET_ERRNO | libc::EPERM as u32);
+        let allowed: Vec<(u32, usize)> = sockets
+            .allowed()
+            .iter()
+            .map(|&family| (family as u32, allow))
+            .collect();
+        asm.match_any(&allowed, eperm);
     }
     // ioctl's request is an unsigned int: the low word is all of it.
     asm.bind(ioctl);
     asm.load(OFFSET_ARG0_LOW + ARG_BYTES);
-    for (i, &request) in TTY_INJECTION.iter().enumerate() {
-        let miss = if i + 1 == TTY_INJECTION.len() {
-            Target::Label(allow)
-        } else {
-            Target::Next
-        };
-        asm.jump(libc::BPF_JEQ, request, Target::Label(eperm), miss);
-    }
+    let injecting: Vec<(u32, usize)> = TTY_INJECTION.iter().map(|&r| (r, eperm)).collect();
+    asm.match_any(&injecting, allow);
     // Modes are unsigned ints too.
     for &(arg, label) in &set_id {
         asm.bind(label);
@@ -416,14 +451,7 @@ pub(crate) fn filter(sockets: Sockets) -> Result<Vec<libc::sock_filter>> {
             Target::Label(allow),
         );
     }
-    asm.bind(allow);
-    asm.ret(libc::SECCOMP_RET_ALLOW);
-    asm.bind(eperm);
-    asm.ret(libc::SECCOMP_RET_ERRNO | libc::EPERM as u32);
-    asm.bind(enosys);
-    asm.ret(libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32);
-    asm.bind(kill);
-    asm.ret(libc::SECCOMP_RET_KILL_PROCESS);
+    asm.verdicts(verdicts);
     asm.finish()
 }
 
@@ -435,31 +463,26 @@ pub(crate) fn filter(sockets: Sockets) -> Result<Vec<libc::sock_filter>> {
 /// As [`filter`].
 pub(crate) fn command_filter() -> Result<Vec<libc::sock_filter>> {
     let mut asm = Asm::default();
-    let [allow, eperm, enosys, kill] = std::array::from_fn(|_| asm.label());
+    let verdicts = Verdicts::new(&mut asm);
     asm.load(OFFSET_ARCH);
-    asm.jump(libc::BPF_JEQ, AUDIT_ARCH, Target::Next, Target::Label(kill));
+    asm.jump(
+        libc::BPF_JEQ,
+        AUDIT_ARCH,
+        Target::Next,
+        Target::Label(verdicts.kill),
+    );
     asm.load(OFFSET_NR);
-    let rules: Vec<(libc::c_long, usize)> = COMMAND_ONLY
+    let rules: Vec<(u32, usize)> = COMMAND_ONLY
         .iter()
-        .map(|&nr| (nr, eperm))
-        .chain(COMMAND_ENOSYS.iter().map(|&nr| (nr, enosys)))
+        .map(|&nr| (nr as u32, verdicts.eperm))
+        .chain(
+            COMMAND_ENOSYS
+                .iter()
+                .map(|&nr| (nr as u32, verdicts.enosys)),
+        )
         .collect();
-    for (i, &(nr, label)) in rules.iter().enumerate() {
-        let miss = if i + 1 == rules.len() {
-            Target::Label(allow)
-        } else {
-            Target::Next
-        };
-        asm.jump(libc::BPF_JEQ, nr as u32, Target::Label(label), miss);
-    }
-    asm.bind(allow);
-    asm.ret(libc::SECCOMP_RET_ALLOW);
-    asm.bind(eperm);
-    asm.ret(libc::SECCOMP_RET_ERRNO | libc::EPERM as u32);
-    asm.bind(enosys);
-    asm.ret(libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32);
-    asm.bind(kill);
-    asm.ret(libc::SECCOMP_RET_KILL_PROCESS);
+    asm.match_any(&rules, verdicts.allow);
+    asm.verdicts(verdicts);
     asm.finish()
 }
 
