@@ -45,7 +45,7 @@ const NESTED_SECRET_DIR: &str = "nested/deep/secrets";
 
 /// A workspace and a sibling directory outside it, under one parent.
 struct Lab {
-    _base: tempfile::TempDir,
+    base: tempfile::TempDir,
     ws: PathBuf,
     outside: PathBuf,
     tools: Toolset,
@@ -78,7 +78,7 @@ fn lab_with(configure: impl FnOnce(&mut LinuxOptions, &Path)) -> Lab {
         .build()
         .unwrap();
     Lab {
-        _base: base,
+        base,
         ws,
         outside,
         tools,
@@ -87,6 +87,23 @@ fn lab_with(configure: impl FnOnce(&mut LinuxOptions, &Path)) -> Lab {
 
 fn lab() -> Lab {
     lab_with(|_, _| {})
+}
+
+impl Drop for Lab {
+    /// Lets the lab's directory be removed: copies of the masks of
+    /// `deny_read` paths (`cp -r secrets s2`) are mode 000, which only root
+    /// can list.
+    fn drop(&mut self) {
+        fn open_up(dir: &Path) {
+            let _ = std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700));
+            for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+                if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                    open_up(&entry.path());
+                }
+            }
+        }
+        open_up(self.base.path());
+    }
 }
 
 impl Lab {
