@@ -17,16 +17,19 @@
 //!   the configured writable roots (none of them in `read-only` mode), and
 //!   a few devices (`/dev/null`, `/dev/zero`, …). Signals and abstract unix
 //!   sockets are scoped to the command.
-//! - **Mounts**: protected paths bound read-only over themselves in each
-//!   command's mount namespace (a missing one is reserved by an empty
-//!   directory that is in the workspace only while a command runs; see
-//!   `reserve.rs`); `deny_read`
-//!   paths hidden behind empty unreadable objects; a private `/tmp`.
+//! - **Mounts**: every mount read-only, the root and the writable roots
+//!   bound back writable (Landlock does not cover modes, owners, times or
+//!   extended attributes); protected paths bound read-only over themselves
+//!   in each command's mount namespace (a missing one is reserved by an
+//!   empty directory that is in the workspace only while a command runs;
+//!   see `reserve.rs`); `deny_read` paths hidden behind empty unreadable
+//!   objects, the directories above them pinned; a private `/tmp`.
 //! - **seccomp**: `ptrace`, `process_vm_*`, `mount` and the new mount API,
 //!   `bpf`, `io_uring_*`, `kexec_*`, module loading, `perf_event_open`, key
 //!   management, `setns`, new user namespaces and more return `EPERM`;
 //!   with network off, so does every socket that is not `AF_UNIX` (with
-//!   `allow`, every socket but `AF_UNIX`, `AF_INET`, `AF_INET6`).
+//!   `allow`, every socket but `AF_UNIX`, `AF_INET`, `AF_INET6`); so do
+//!   terminal-injecting `ioctl`s and set-ID bits in a file mode.
 //! - **Network** `allow`: the namespace has loopback only; the holder opens
 //!   a listener there for the host-side egress proxy (`web/proxy.rs`), and
 //!   commands get `HTTP_PROXY`/`HTTPS_PROXY` and placeholders for injected
@@ -563,9 +566,9 @@ impl LinuxSandbox {
         })
     }
 
-    /// Removes empty placeholder directories (no mode bit but the owner's read and write ones)
-    /// at protected paths: reservations
-    /// left by a cubby that was killed while a command ran.
+    /// Removes empty placeholder directories (no mode bit but the owner's
+    /// read and write ones) at protected paths: reservations left by a
+    /// cubby that was killed while a command ran.
     fn sweep_placeholders(&self) {
         for path in &self.options.protected {
             let mut prefix = WorkspacePath::root();
