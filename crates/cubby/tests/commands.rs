@@ -142,4 +142,50 @@ mod linux {
     }
 
     include!("suites/commands.rs");
+
+    #[test]
+    fn file_tools_do_not_see_the_reservations_of_a_running_command() {
+        let dir = workspace();
+        std::fs::write(dir.path().join("notes.txt"), "hello\n").unwrap();
+        let t = tools(dir.path());
+        let marker = unique("reserved");
+        let script = sleeper(dir.path(), &marker);
+        let out = t.call("start_process", json!({"name": "svc", "command": script}));
+        assert!(!out.is_error, "{}", out.text);
+        // On the host, missing protected paths are placeholders now.
+        let reserved = [".mcp.json", ".codex", ".claude", "cubby.toml", ".git"];
+        for name in reserved {
+            assert!(dir.path().join(name).is_dir(), "{name} is reserved");
+        }
+        let listing = t.call("list_files", json!({"path": "", "depth": 3}));
+        let found = t.call("glob", json!({"pattern": "**/*"}));
+        let hidden = t.call("glob", json!({"pattern": ".*"}));
+        for out in [&listing, &found, &hidden] {
+            assert!(!out.is_error, "{}", out.text);
+            for name in reserved {
+                assert!(!out.text.contains(name), "{name}: {}", out.text);
+            }
+        }
+        assert!(listing.text.contains("notes.txt"), "{}", listing.text);
+        assert!(found.text.contains("notes.txt"), "{}", found.text);
+        for (tool, args) in [
+            ("read_file", json!({"path": ".mcp.json"})),
+            ("read_file", json!({"path": "cubby.toml"})),
+            ("list_files", json!({"path": ".claude"})),
+            ("view_file", json!({"path": ".codex"})),
+        ] {
+            let out = t.call(tool, args.clone());
+            assert!(
+                out.text.starts_with("ERROR not_found"),
+                "{tool} {args}: {}",
+                out.text
+            );
+        }
+        let out = t.call("search", json!({"query": "hello"}));
+        assert!(out.text.contains("notes.txt"), "{}", out.text);
+        assert!(!t.call("stop_process", json!({"name": "svc"})).is_error);
+        for name in reserved {
+            assert!(!dir.path().join(name).exists(), "{name} is released");
+        }
+    }
 }

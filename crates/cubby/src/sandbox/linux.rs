@@ -52,7 +52,7 @@ use rustix::pipe::{PipeFlags, pipe_with};
 
 use super::linux_sys::{self, HolderPlan, Mask, Rebind};
 use super::local::is_placeholder_mode;
-use super::reserve::Reservations;
+use super::reserve::{Reservations, WithoutReservations};
 use super::seccomp::Sockets;
 use super::{EntryKind, ExecSpec, FileSystem, LocalFs, LocalSandbox, ProviderKind, Sandbox};
 use crate::config::{NetworkMode, SandboxLimits};
@@ -262,6 +262,8 @@ pub struct LinuxSandbox {
     fork_ahead: std::sync::atomic::AtomicBool,
     /// Missing protected paths reserved for running commands.
     reservations: Arc<Reservations>,
+    /// What the file tools see: the workspace without those reservations.
+    view: WithoutReservations,
     /// The egress proxy's rules (network `allow`).
     egress: Option<Arc<Egress>>,
 }
@@ -477,9 +479,11 @@ impl LinuxSandbox {
             })?;
             writable_roots.push(canonical);
         }
+        let reservations = Reservations::new(fs.clone());
         let sandbox = LinuxSandbox {
             host: LocalSandbox::open(fs.root_path())?,
-            reservations: Reservations::new(fs.clone()),
+            view: WithoutReservations(reservations.clone()),
+            reservations,
             fs,
             options,
             writable_roots,
@@ -1278,7 +1282,7 @@ impl Sandbox for LinuxSandbox {
     }
 
     fn fs(&self) -> &dyn FileSystem {
-        &*self.fs
+        &self.view
     }
 
     fn supports_commands(&self) -> bool {

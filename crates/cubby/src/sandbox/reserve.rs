@@ -35,9 +35,9 @@ use std::sync::{Arc, Mutex};
 
 use rustix::fs::{AtFlags, Mode, OFlags};
 
-use super::LocalFs;
 use super::local::Unstash;
 use super::local::{PLACEHOLDER_MODE, is_placeholder_mode};
+use super::{DirEntry, FileSystem, LocalFs, Metadata, OpenFile};
 use crate::error::Result;
 use crate::path::WorkspacePath;
 use crate::process::lock;
@@ -93,6 +93,29 @@ impl Reservations {
     /// Whether `path` is reserved now.
     pub(crate) fn holds(&self, path: &WorkspacePath) -> bool {
         lock(&self.inner).map.contains_key(path)
+    }
+
+    /// Whether `path` is reserved now and still cubby's placeholder.
+    fn hides(&self, path: &WorkspacePath) -> bool {
+        let inner = lock(&self.inner);
+        inner
+            .map
+            .get(path)
+            .is_some_and(|slot| self.fs.is_placeholder(path, slot.ino))
+    }
+
+    /// Takes out of `entries`, the listing of directory `dir`, the
+    /// placeholders of reserved paths.
+    fn hide_in(&self, dir: &WorkspacePath, entries: &mut Vec<DirEntry>) {
+        let inner = lock(&self.inner);
+        for (path, slot) in &inner.map {
+            if let Some(name) = path.file_name()
+                && path.parent() == *dir
+                && self.fs.is_placeholder(path, slot.ino)
+            {
+                entries.retain(|entry| entry.name != name);
+            }
+        }
     }
 
     /// Takes a use of the reservation at `path` when there is one and its
@@ -192,6 +215,52 @@ impl Drop for Reservations {
                 let _ = rustix::fs::unlinkat(&stash.dir, &name, AtFlags::REMOVEDIR);
             }
         }
+    }
+}
+
+/// The file tools' view of a `linux` sandbox's workspace: the host's files
+/// without the placeholders that reserve missing protected paths while
+/// commands run. A reserved path is missing to the tools, as it is on the
+/// host between commands; what the host put at a protected path (not
+/// cubby's placeholder) is shown as it is.
+#[derive(Debug)]
+pub(crate) struct WithoutReservations(pub(crate) Arc<Reservations>);
+
+impl WithoutReservations {
+    /// `not_found` for a reserved path, as for any missing one.
+    fn refuse_reserved(&self, path: &WorkspacePath) -> Result<()> {
+        if self.0.hides(path) {
+            return Err(crate::Error::from_io(
+                &std::io::Error::from(rustix::io::Errno::NOENT),
+                &path.display(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl FileSystem for WithoutReservations {
+    fn metadata(&self, path: &WorkspacePath) -> Result<Metadata> {
+        self.refuse_reserved(path)?;
+        self.0.fs.metadata(path)
+    }
+
+    fn open(&self, path: &WorkspacePath) -> Result<OpenFile> {
+        self.refuse_reserved(path)?;
+        self.0.fs.open(path)
+    }
+
+    fn read_dir(&self, path: &WorkspacePath) -> Result<Vec<DirEntry>> {
+        self.refuse_reserved(path)?;
+        let mut entries = self.0.fs.read_dir(path)?;
+        self.0.hide_in(path, &mut entries);
+        Ok(entries)
+    }
+
+    fn write_atomic(&self, path: &WorkspacePath, content: &[u8]) -> Result<()> {
+        // Protected paths are refused before a write reaches a provider; a
+        // write that still met a placeholder fails on the directory.
+        self.0.fs.write_atomic(path, content)
     }
 }
 
