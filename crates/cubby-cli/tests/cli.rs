@@ -575,3 +575,35 @@ fn exec_makes_the_command_the_terminals_foreground_job() {
     assert_eq!(status.code(), Some(3), "{printed}");
     assert!(printed.contains("foreground-ok"), "{printed}");
 }
+
+/// A tool's command does not get the terminal of the process that serves
+/// it (an agent started in a terminal passes that terminal on to cubby):
+/// it runs in a session of its own, so `/dev/tty` leads nowhere. The same
+/// command outside cubby, in that session, is the control.
+#[test]
+fn tool_commands_do_not_get_the_servers_terminal() {
+    const PROBE: &str = "if : < /dev/tty; then echo HAS-TERMINAL; else echo no-terminal; fi 2>&1";
+    let ws = tempfile::tempdir().unwrap();
+    let args = serde_json::json!({ "command": PROBE }).to_string();
+    let attempt = |through_cubby: bool| -> String {
+        let (master, terminal) = new_terminal();
+        let mut command = Command::new("setsid");
+        command.args(["--wait", "--ctty"]);
+        if through_cubby {
+            command
+                .arg(env!("CARGO_BIN_EXE_cubby"))
+                .args(["call", "--provider", "linux", "--root"])
+                .arg(ws.path())
+                .args(["run", &args]);
+        } else {
+            command.args(["sh", "-c", PROBE]);
+        }
+        let out = command.stdin(terminal).output().unwrap();
+        drop(master);
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let control = attempt(false);
+    assert!(control.contains("HAS-TERMINAL"), "control: {control}");
+    let printed = attempt(true);
+    assert!(printed.contains("no-terminal"), "{printed}");
+}

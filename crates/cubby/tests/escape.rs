@@ -18,7 +18,7 @@ mod common;
 
 use common::processes_with;
 use std::io::Read;
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -352,6 +352,62 @@ fn read_host_tmp(l: &Lab) -> Verdict {
     ));
     let _ = std::fs::remove_file(&path);
     not_in(&out, &format!("{m}-secret")).and(not_in(&out, "VISIBLE"))
+}
+
+// --------------------------------------------------------------- devices
+
+/// A terminal of the host's: the test's user owns it (as a user owns the
+/// terminal they run an agent in), so only the sandbox stands between a
+/// command and what is typed into it.
+fn read_host_terminal(l: &Lab) -> Verdict {
+    use rustix::pty::OpenptFlags;
+    use std::io::Write;
+    let master = rustix::pty::openpt(OpenptFlags::RDWR | OpenptFlags::NOCTTY).unwrap();
+    rustix::pty::grantpt(&master).unwrap();
+    rustix::pty::unlockpt(&master).unwrap();
+    let name = rustix::pty::ptsname(&master, Vec::new())
+        .unwrap()
+        .into_string()
+        .unwrap();
+    let mut master = std::fs::File::from(master);
+    // Control: outside the sandbox, the test's user reads typed input.
+    let slave = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(
+            rustix::fs::OFlags::NONBLOCK.bits() as i32 | rustix::fs::OFlags::NOCTTY.bits() as i32,
+        )
+        .open(&name)
+        .unwrap();
+    master.write_all(b"typed-control\n").unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut seen = String::new();
+    while !seen.contains("typed-control") && Instant::now() < deadline {
+        let mut buf = [0u8; 64];
+        if let Ok(n) = (&slave).read(&mut buf) {
+            seen.push_str(&String::from_utf8_lossy(&buf[..n]));
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(seen.contains("typed-control"), "control: read {seen:?}");
+    let secret = marker("typed");
+    master.write_all(format!("{secret}\n").as_bytes()).unwrap();
+    let out = l.sh(&format!(
+        "timeout 2 head -n 1 {name}; timeout 2 cat {name}; ls -l /dev/pts"
+    ));
+    drop(slave);
+    not_in(&out, &secret)
+}
+
+/// Consoles, disks, `/dev/kvm`, the host's pseudo-terminal multiplexer:
+/// none may be opened, not even for reading.
+fn open_host_devices(l: &Lab) -> Verdict {
+    let out = l.sh(&py(
+        "import os, stat\nallowed = {\"/dev/null\", \"/dev/zero\", \"/dev/full\", \"/dev/random\", \"/dev/urandom\", \"/dev/tty\"}\nfor d, dirs, files in os.walk(\"/dev\"):\n  for n in files:\n    p = os.path.join(d, n)\n    try:\n      m = os.lstat(p).st_mode\n      if (stat.S_ISCHR(m) or stat.S_ISBLK(m)) and p not in allowed:\n        os.close(os.open(p, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)); print(\"OPENED\", p)\n    except OSError: pass\nprint(\"walked\")",
+    ));
+    if !out.text.contains("walked") {
+        return Err(format!("the walk did not run: {}", out.text));
+    }
+    not_in(&out, "OPENED")
 }
 
 // ------------------------------------------------------- protected paths
@@ -842,6 +898,11 @@ const ATTACKS: &[(&str, Attack)] = &[
         protected_path_made_a_symlink,
     ),
     ("read a deny_read file", deny_read_file),
+    (
+        "read what is typed into a host terminal",
+        read_host_terminal,
+    ),
+    ("open the host's devices", open_host_devices),
     (
         "read a nested deny_read file after renaming a directory above it",
         deny_read_parent_renamed,

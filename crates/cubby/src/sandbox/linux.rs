@@ -23,7 +23,8 @@
 //!   in each command's mount namespace (a missing one is reserved by an
 //!   empty directory that is in the workspace only while a command runs;
 //!   see `reserve.rs`); `deny_read` paths hidden behind empty unreadable
-//!   objects, the directories above them pinned; a private `/tmp`.
+//!   objects, the directories above them pinned; a private `/tmp`; a
+//!   `/dev` of the sandbox's own with only a few of the host's devices.
 //! - **seccomp**: `ptrace`, `process_vm_*`, `mount` and the new mount API,
 //!   `bpf`, `io_uring_*`, `kexec_*`, module loading, `perf_event_open`, key
 //!   management, `setns`, new user namespaces and more return `EPERM`;
@@ -42,6 +43,7 @@
 use std::ffi::CString;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -76,6 +78,12 @@ const WRITABLE_DEVICES: [&str; 5] = [
     "/dev/random",
     "/dev/urandom",
 ];
+/// The host's devices: commands see a directory of their own there, with
+/// only [`WRITABLE_DEVICES`] and [`TERMINAL_DEVICE`] of the host's.
+const DEVICES_DIR: &str = "/dev";
+/// The controlling terminal (only a command of `cubby exec` has one: the
+/// others start sessions of their own); read-only, as the rest of the host.
+const TERMINAL_DEVICE: &str = "/dev/tty";
 /// Where a pids cgroup (v1) can be made.
 const PIDS_CGROUP_V1: &str = "/sys/fs/cgroup/pids";
 
@@ -712,6 +720,25 @@ impl LinuxSandbox {
         } else {
             None
         };
+        // The devices commands get; the rest of the host's `/dev` is not
+        // there for them (nor what lives beneath it).
+        if let Some(dir) = std::iter::once(&root)
+            .chain(&self.writable_roots)
+            .find(|dir| dir.starts_with(DEVICES_DIR))
+        {
+            return Err(start_error(format!(
+                "`{}` is beneath {DEVICES_DIR}, which commands see as a directory of their own",
+                dir.display()
+            )));
+        }
+        let devices = WRITABLE_DEVICES
+            .into_iter()
+            .chain([TERMINAL_DEVICE])
+            .filter(|dev| {
+                std::fs::symlink_metadata(dev).is_ok_and(|m| m.file_type().is_char_device())
+            })
+            .map(|dev| CString::new(dev).map_err(start_error))
+            .collect::<Result<Vec<_>>>()?;
         let commands = linux_sys::CommandSetup {
             pid_max,
             root: cstring(&root)?,
@@ -733,6 +760,7 @@ impl LinuxSandbox {
             rebinds,
             pins,
             masks,
+            devices,
             loopback: own_network,
             fork_ahead: self.fork_ahead.load(Ordering::Relaxed),
             proxy_listener: self.egress.is_some(),

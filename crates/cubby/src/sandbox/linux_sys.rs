@@ -9,14 +9,16 @@
 //!   IPC, UTS and (with network off or `allow`) network namespaces, maps the invoking
 //!   user to itself, makes the mount tree private, mounts a private tmpfs on
 //!   `/tmp` (binding back the workspace and writable roots that lived
-//!   there) and on `/dev/shm`, masks the `deny_read` paths, brings the
+//!   there), covers `/dev` with its own (a few of the host's devices and a
+//!   private `/dev/shm`), masks the `deny_read` paths, brings the
 //!   loopback up (with network `allow`, opens the egress proxy's listening
 //!   socket there and hands it to the server). It never execs.
 //!   Then it serves: each command request (over a unix socket, with the
 //!   command's stdio fds and a memfd holding argv, env, working directory
 //!   and protected paths) is forked with `CLONE_NEWPID` — from this small
 //!   process, not from the server — and answered with the child's pidfd.
-//! - **The init** of each command's pid namespace (pid 1) takes its own
+//! - **The init** of each command's pid namespace (pid 1) starts a session
+//!   of its own (no controlling terminal; not under `cubby exec`), takes its own
 //!   mount namespace, binds the protected paths read-only, changes into the
 //!   working directory beneath the root, mounts its `/proc`, and forks the
 //!   command (pid 2), which sets its stdio, rlimits, Landlock, drops every
@@ -36,6 +38,20 @@ use super::sys;
 
 /// Rebinds and masks the holder can take (they live in stack arrays).
 pub(crate) const MAX_HOLDER_MOUNTS: usize = 32;
+/// Host devices the holder can bind into the sandbox's own `/dev`.
+pub(crate) const MAX_DEVICES: usize = 8;
+/// The sandbox's `/dev`: a small tmpfs, read-only once made.
+const DEV_DIR: &CStr = c"/dev";
+const DEV_OPTIONS: &CStr = c"mode=0755,size=64k";
+/// Made in the sandbox's `/dev`: where the private `/dev/shm` goes, and the
+/// usual links into `/proc`.
+const DEV_SHM: &CStr = c"/dev/shm";
+const DEV_LINKS: [(&CStr, &CStr); 4] = [
+    (c"/proc/self/fd", c"/dev/fd"),
+    (c"/proc/self/fd/0", c"/dev/stdin"),
+    (c"/proc/self/fd/1", c"/dev/stdout"),
+    (c"/proc/self/fd/2", c"/dev/stderr"),
+];
 
 /// `MOUNT_ATTR_RDONLY` of `linux/mount.h`.
 const MOUNT_ATTR_RDONLY: u64 = 0x1;
@@ -74,6 +90,7 @@ pub(crate) enum HolderStep {
     Seccomp,
     ReadOnly,
     Pin,
+    Devices,
 }
 
 impl HolderStep {
@@ -96,6 +113,7 @@ impl HolderStep {
             14 => "installing the seccomp filter",
             15 => "making every mount read-only (mount_setattr)",
             16 => "pinning the directories above a deny_read path",
+            17 => "making the sandbox's own /dev",
             _ => "setting up the sandbox",
         }
     }
@@ -139,6 +157,10 @@ pub(crate) struct HolderPlan {
     /// name nothing hides.
     pub pins: Vec<CString>,
     pub masks: Vec<Mask>,
+    /// The host devices commands get (at the same paths, which must exist;
+    /// at most [`MAX_DEVICES`]): the sandbox's `/dev` holds only these,
+    /// `shm` and links into `/proc`.
+    pub devices: Vec<CString>,
     pub loopback: bool,
     /// Keep an init forked ahead for the next command (not for a sandbox
     /// that runs one command: `cubby exec`).
@@ -286,6 +308,71 @@ fn proc_fd_path(fd: RawFd, buf: &mut [u8; 32]) {
     buf[prefix.len() + n] = 0;
 }
 
+/// Covers the host's `/dev` with the sandbox's own: a tmpfs holding the
+/// devices of `fds` (opened from `devices`, bound at the same paths), the
+/// directory for `/dev/shm` and the links into `/proc`; read-only once
+/// made. Commands then cannot open the host's terminals, consoles, disks or
+/// any other device, whatever their permissions.
+///
+/// # Safety
+///
+/// The holder only, in its own mount namespace.
+unsafe fn own_dev(fds: &[RawFd], devices: &[CString]) -> bool {
+    // SAFETY: plain syscalls on NUL-terminated paths and stack buffers.
+    unsafe {
+        let flags = libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC;
+        if libc::mount(
+            c"tmpfs".as_ptr(),
+            DEV_DIR.as_ptr(),
+            c"tmpfs".as_ptr(),
+            flags,
+            DEV_OPTIONS.as_ptr().cast(),
+        ) != 0
+        {
+            return false;
+        }
+        for (fd, dev) in fds.iter().zip(devices) {
+            let spot = libc::open(
+                dev.as_ptr(),
+                libc::O_CREAT | libc::O_EXCL | libc::O_WRONLY | libc::O_CLOEXEC,
+                0o666,
+            );
+            if spot < 0 {
+                return false;
+            }
+            libc::close(spot);
+            let mut source = [0u8; 32];
+            proc_fd_path(*fd, &mut source);
+            let bound = libc::mount(
+                source.as_ptr().cast(),
+                dev.as_ptr(),
+                std::ptr::null(),
+                libc::MS_BIND,
+                std::ptr::null(),
+            );
+            libc::close(*fd);
+            if bound != 0 {
+                return false;
+            }
+        }
+        if libc::mkdir(DEV_SHM.as_ptr(), 0o755) != 0 {
+            return false;
+        }
+        for (target, link) in DEV_LINKS {
+            if libc::symlink(target.as_ptr(), link.as_ptr()) != 0 {
+                return false;
+            }
+        }
+        libc::mount(
+            std::ptr::null(),
+            DEV_DIR.as_ptr(),
+            std::ptr::null(),
+            libc::MS_REMOUNT | libc::MS_BIND | libc::MS_RDONLY | flags,
+            std::ptr::null(),
+        ) == 0
+    }
+}
+
 /// Arranges for `cmd` to become a sandbox's holder.
 pub(crate) fn run_as_holder(cmd: &mut std::process::Command, plan: Arc<HolderPlan>) {
     use std::os::unix::process::CommandExt;
@@ -377,6 +464,14 @@ fn holder_main(plan: &HolderPlan) -> io::Result<()> {
                 return Err(holder_fail(report, HolderStep::OpenRebind));
             }
         }
+        // The devices kept, opened before the sandbox's /dev covers them.
+        let mut dev_fds = [-1 as RawFd; MAX_DEVICES];
+        for (slot, dev) in dev_fds.iter_mut().zip(&plan.devices) {
+            *slot = libc::open(dev.as_ptr(), libc::O_PATH | libc::O_CLOEXEC);
+            if *slot < 0 {
+                return Err(holder_fail(report, HolderStep::Devices));
+            }
+        }
         // Every mount read-only: Landlock leaves a file's mode, owner,
         // times and extended attributes to the mount (a read-only one
         // refuses them); the workspace and the writable roots are bound
@@ -452,9 +547,12 @@ fn holder_main(plan: &HolderPlan) -> io::Result<()> {
                 return Err(holder_fail(report, HolderStep::Pin));
             }
         }
+        if !own_dev(&dev_fds[..plan.devices.len()], &plan.devices) {
+            return Err(holder_fail(report, HolderStep::Devices));
+        }
         if libc::mount(
             c"tmpfs".as_ptr(),
-            c"/dev/shm".as_ptr(),
+            DEV_SHM.as_ptr(),
             c"tmpfs".as_ptr(),
             libc::MS_NOSUID | libc::MS_NODEV,
             c"mode=1777".as_ptr().cast(),
@@ -885,7 +983,15 @@ unsafe fn init_prepare(setup: &CommandSetup) -> Prepared {
             exec_pipe: [-1; 2],
             stack: libc::MAP_FAILED,
         };
-        libc::setpgid(0, 0);
+        if setup.foreground {
+            // `cubby exec`: the caller's session and terminal are kept.
+            libc::setpgid(0, 0);
+        } else {
+            // A session of its own, without a controlling terminal: the
+            // server's (an agent's terminal, when it started cubby) is not
+            // the command's `/dev/tty`. Also a process group of its own.
+            libc::setsid();
+        }
         libc::prctl(
             libc::PR_SET_PDEATHSIG,
             libc::SIGKILL as libc::c_ulong,
