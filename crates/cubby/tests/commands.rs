@@ -144,6 +144,20 @@ mod linux {
     include!("suites/commands.rs");
 
     #[test]
+    fn commands_get_pseudo_terminals_of_their_own() {
+        let dir = workspace();
+        let t = tools(dir.path());
+        let out = run(
+            &t,
+            json!({"command": "python3 -c 'import os; m, s = os.openpty(); print(os.ttyname(s)); os.write(m, b\"typed\\n\"); print(os.read(s, 16))'; script -qec 'tty' /dev/null"}),
+        );
+        assert!(out.text.starts_with("OK exit=0 "), "{}", out.text);
+        // Python's, then `script`'s (the number may be reused).
+        assert_eq!(out.text.matches("\n/dev/pts/").count(), 2, "{}", out.text);
+        assert!(out.text.contains("b'typed\\n'"), "{}", out.text);
+    }
+
+    #[test]
     fn file_tools_do_not_see_the_reservations_of_a_running_command() {
         let dir = workspace();
         std::fs::write(dir.path().join("notes.txt"), "hello\n").unwrap();

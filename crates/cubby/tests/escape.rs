@@ -398,12 +398,15 @@ fn read_host_terminal(l: &Lab) -> Verdict {
     not_in(&out, &secret)
 }
 
-/// Consoles, disks, `/dev/kvm`, the host's pseudo-terminal multiplexer:
-/// none may be opened, not even for reading.
+/// Consoles, disks, `/dev/kvm`, the host's pseudo-terminals: none may be
+/// opened, not even for reading. (The sandbox's own pseudo-terminals, on a
+/// `devpts` other than the host's, may.)
 fn open_host_devices(l: &Lab) -> Verdict {
-    let out = l.sh(&py(
-        "import os, stat\nallowed = {\"/dev/null\", \"/dev/zero\", \"/dev/full\", \"/dev/random\", \"/dev/urandom\", \"/dev/tty\"}\nfor d, dirs, files in os.walk(\"/dev\"):\n  for n in files:\n    p = os.path.join(d, n)\n    try:\n      m = os.lstat(p).st_mode\n      if (stat.S_ISCHR(m) or stat.S_ISBLK(m)) and p not in allowed:\n        os.close(os.open(p, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)); print(\"OPENED\", p)\n    except OSError: pass\nprint(\"walked\")",
-    ));
+    use std::os::unix::fs::MetadataExt;
+    let host_pts = std::fs::metadata("/dev/pts/ptmx").map_or(0, |m| m.dev());
+    let out = l.sh(&py(&format!(
+        "import os, stat\nallowed = {{\"/dev/null\", \"/dev/zero\", \"/dev/full\", \"/dev/random\", \"/dev/urandom\", \"/dev/tty\"}}\nfor d, dirs, files in os.walk(\"/dev\"):\n  for n in files:\n    p = os.path.join(d, n)\n    try:\n      st = os.lstat(p)\n      own_pts = p.startswith(\"/dev/pts/\") and st.st_dev != {host_pts}\n      if (stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode)) and p not in allowed and not own_pts:\n        os.close(os.open(p, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)); print(\"OPENED\", p)\n    except OSError: pass\nprint(\"walked\")",
+    )));
     if !out.text.contains("walked") {
         return Err(format!("the walk did not run: {}", out.text));
     }

@@ -884,7 +884,7 @@ impl LinuxSandbox {
     }
 
     /// The whole ruleset (as an fd each command restricts itself with):
-    /// the base and the holder's private `/tmp` and `/dev/shm`, reached
+    /// the base and the holder's private `/tmp`, `/dev/shm` and `/dev/pts`, reached
     /// through `/proc/<holder>/root` once the holder is ready.
     fn landlock_finish(
         &self,
@@ -907,6 +907,14 @@ impl LinuxSandbox {
                 ))
                 .map_err(|e| ll(&e))?;
         }
+        // The sandbox's own pseudo-terminals: opened, read, written and
+        // set up (`ioctl`) in every mode, as `/dev/null` is.
+        ruleset = ruleset
+            .add_rule(PathBeneath::new(
+                landlock_path(&holder_root.join("dev/pts"))?,
+                AccessFs::from_file(LANDLOCK_ABI),
+            ))
+            .map_err(|e| ll(&e))?;
         let fd: Option<OwnedFd> = ruleset.into();
         fd.ok_or_else(|| start_error("Landlock is not enabled in this kernel"))
     }

@@ -43,10 +43,14 @@ pub(crate) const MAX_DEVICES: usize = 8;
 /// The sandbox's `/dev`: a small tmpfs, read-only once made.
 const DEV_DIR: &CStr = c"/dev";
 const DEV_OPTIONS: &CStr = c"mode=0755,size=64k";
-/// Made in the sandbox's `/dev`: where the private `/dev/shm` goes, and the
-/// usual links into `/proc`.
+/// Made in the sandbox's `/dev`: where the private `/dev/shm` goes, a
+/// `devpts` instance of the sandbox's own (pseudo-terminals for `script`,
+/// `expect` and the like; none of the host's), and the usual links.
 const DEV_SHM: &CStr = c"/dev/shm";
-const DEV_LINKS: [(&CStr, &CStr); 4] = [
+const DEV_PTS: &CStr = c"/dev/pts";
+const DEV_PTS_OPTIONS: &CStr = c"newinstance,ptmxmode=0666,mode=0620";
+const DEV_LINKS: [(&CStr, &CStr); 5] = [
+    (c"pts/ptmx", c"/dev/ptmx"),
     (c"/proc/self/fd", c"/dev/fd"),
     (c"/proc/self/fd/0", c"/dev/stdin"),
     (c"/proc/self/fd/1", c"/dev/stdout"),
@@ -310,8 +314,8 @@ fn proc_fd_path(fd: RawFd, buf: &mut [u8; 32]) {
 
 /// Covers the host's `/dev` with the sandbox's own: a tmpfs holding the
 /// devices of `fds` (opened from `devices`, bound at the same paths), the
-/// directory for `/dev/shm` and the links into `/proc`; read-only once
-/// made. Commands then cannot open the host's terminals, consoles, disks or
+/// directory for `/dev/shm`, a private `devpts` on `/dev/pts` and the
+/// links; read-only once made. Commands then cannot open the host's terminals, consoles, disks or
 /// any other device, whatever their permissions.
 ///
 /// # Safety
@@ -355,7 +359,17 @@ unsafe fn own_dev(fds: &[RawFd], devices: &[CString]) -> bool {
                 return false;
             }
         }
-        if libc::mkdir(DEV_SHM.as_ptr(), 0o755) != 0 {
+        if libc::mkdir(DEV_SHM.as_ptr(), 0o755) != 0 || libc::mkdir(DEV_PTS.as_ptr(), 0o755) != 0 {
+            return false;
+        }
+        if libc::mount(
+            c"devpts".as_ptr(),
+            DEV_PTS.as_ptr(),
+            c"devpts".as_ptr(),
+            libc::MS_NOSUID | libc::MS_NOEXEC,
+            DEV_PTS_OPTIONS.as_ptr().cast(),
+        ) != 0
+        {
             return false;
         }
         for (target, link) in DEV_LINKS {
