@@ -84,6 +84,8 @@ const DEVICES_DIR: &str = "/dev";
 /// The controlling terminal (only a command of `cubby exec` has one: the
 /// others start sessions of their own); read-only, as the rest of the host.
 const TERMINAL_DEVICE: &str = "/dev/tty";
+// The holder has room for every device kept (the terminal included).
+const _: () = assert!(WRITABLE_DEVICES.len() < linux_sys::MAX_DEVICES);
 /// Where a pids cgroup (v1) can be made.
 const PIDS_CGROUP_V1: &str = "/sys/fs/cgroup/pids";
 

@@ -315,8 +315,9 @@ fn proc_fd_path(fd: RawFd, buf: &mut [u8; 32]) {
 /// Covers the host's `/dev` with the sandbox's own: a tmpfs holding the
 /// devices of `fds` (opened from `devices`, bound at the same paths), the
 /// directory for `/dev/shm`, a private `devpts` on `/dev/pts` and the
-/// links; read-only once made. Commands then cannot open the host's terminals, consoles, disks or
-/// any other device, whatever their permissions.
+/// links; read-only once made. Commands then cannot open the host's
+/// terminals, consoles, disks or any other device, whatever their
+/// permissions.
 ///
 /// # Safety
 ///
@@ -561,7 +562,7 @@ fn holder_main(plan: &HolderPlan) -> io::Result<()> {
                 return Err(holder_fail(report, HolderStep::Pin));
             }
         }
-        if !own_dev(&dev_fds[..plan.devices.len()], &plan.devices) {
+        if !own_dev(&dev_fds, &plan.devices) {
             return Err(holder_fail(report, HolderStep::Devices));
         }
         if libc::mount(
