@@ -232,9 +232,14 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 Some(text) => text.as_bytes().to_vec(),
                 None => Vec::new(),
             };
-            let out = toolset.call_json(&tool, &raw);
+            let mut out = toolset.call_json(&tool, &raw);
+            // The toolset already shows control characters as pictures; this
+            // is the terminal's own guard: no escape sequence is printed,
+            // whatever a tool (a custom one, say) returned.
+            cubby::output::neutralize_output(&mut out);
             let mut stdout = std::io::stdout().lock();
             if json_output {
+                // serde_json writes every control character as `\u00XX`.
                 let doc = json!({"text": out.text, "structured": out.structured, "is_error": out.is_error});
                 writeln!(stdout, "{doc}")?;
             } else {

@@ -2,11 +2,21 @@
 //!
 //! The order is fixed: strip ANSI escapes, then redact secrets, then cap.
 //! Stripping first means an escape sequence placed inside a secret cannot
-//! hide it from the redactor. [`Toolset::call`](crate::Toolset::call) applies
-//! [`Redactor::redact_output`] to every result (text and structured value);
-//! streaming producers (commands) use [`StreamRedactor`] and [`AnsiStripper`],
-//! which keep just enough state to be correct across chunk boundaries, and
-//! [`HeadTail`], which keeps memory bounded however much is written.
+//! hide it from the redactor; redacting before any cut means a line, window
+//! or output cut at a limit never shows a part of a secret (SPEC §2).
+//! [`Toolset::call`](crate::Toolset::call) applies
+//! [`Redactor::redact_output`] and then [`neutralize_output`] to every result
+//! (text and structured value); streaming producers (commands) use
+//! [`StreamRedactor`] and [`AnsiStripper`], which keep just enough state to
+//! be correct across chunk boundaries, and [`HeadTail`], which keeps memory
+//! bounded however much is written.
+//!
+//! Cuts made while a tool builds its result (a long line, an echoed
+//! argument, a capped diff) happen before the final redaction, so every
+//! cutting helper ([`cap_head_tail`], `cut_line`, `truncate_for_message`)
+//! first redacts with the redactor of the call in progress: the toolset
+//! enters a [`CallScope`] on the thread that runs the call, and code that
+//! hands work to other threads carries it over with [`CallScope::current`].
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -85,6 +95,7 @@ pub struct Redactor {
 struct RedactorInner {
     automaton: AhoCorasick,
     markers: Vec<Vec<u8>>,
+    values: Vec<Vec<u8>>,
     max_len: usize,
 }
 
@@ -121,10 +132,15 @@ impl Redactor {
             .map(|s| format!("[REDACTED:{}]", s.name).into_bytes())
             .collect();
         let max_len = secrets.iter().map(|s| s.value.len()).max().unwrap_or(0);
+        let values = secrets
+            .iter()
+            .map(|s| s.value.as_bytes().to_vec())
+            .collect();
         Ok(Redactor {
             inner: Some(Arc::new(RedactorInner {
                 automaton,
                 markers,
+                values,
                 max_len,
             })),
         })
@@ -140,7 +156,7 @@ impl Redactor {
         match &self.inner {
             None => s.to_string(),
             Some(inner) => {
-                let bytes = redact_all(inner, s.as_bytes());
+                let bytes = redact_all(inner, s.as_bytes(), false);
                 String::from_utf8(bytes)
                     .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
             }
@@ -151,7 +167,17 @@ impl Redactor {
     pub fn redact_bytes(&self, b: &[u8]) -> Vec<u8> {
         match &self.inner {
             None => b.to_vec(),
-            Some(inner) => redact_all(inner, b),
+            Some(inner) => redact_all(inner, b, false),
+        }
+    }
+
+    /// Redacts bytes keeping their line structure: a secret that spans
+    /// lines becomes its marker followed by the line feeds it held, so the
+    /// lines after it keep their numbers (file contents shown by line).
+    pub fn redact_lines(&self, b: &[u8]) -> Vec<u8> {
+        match &self.inner {
+            None => b.to_vec(),
+            Some(inner) => redact_all(inner, b, true),
         }
     }
 
@@ -183,25 +209,81 @@ impl Redactor {
         self.redact_value(&mut out.structured);
     }
 
+    /// `text` without a tail that is the beginning of a secret: what is
+    /// left of a text cut at a limit (a download cap) before redaction could
+    /// see the whole value. Redact first, then trim.
+    pub fn trim_partial<'t>(&self, text: &'t str) -> &'t str {
+        let Some(inner) = &self.inner else {
+            return text;
+        };
+        let bytes = text.as_bytes();
+        let from = bytes.len().saturating_sub(inner.max_len.saturating_sub(1));
+        for start in from..bytes.len() {
+            let tail = &bytes[start..];
+            if text.is_char_boundary(start)
+                && inner
+                    .values
+                    .iter()
+                    .any(|v| v.len() > tail.len() && v.starts_with(tail))
+            {
+                return &text[..start];
+            }
+        }
+        text
+    }
+
     /// A streaming redactor sharing these secrets.
     pub fn stream(&self) -> StreamRedactor {
         StreamRedactor {
             redactor: self.clone(),
             pending: Vec::new(),
+            keep_lines: false,
+        }
+    }
+
+    /// A streaming redactor that keeps line structure (see
+    /// [`Redactor::redact_lines`]).
+    pub fn stream_lines(&self) -> StreamRedactor {
+        StreamRedactor {
+            keep_lines: true,
+            ..self.stream()
         }
     }
 }
 
-fn redact_all(inner: &RedactorInner, b: &[u8]) -> Vec<u8> {
+fn redact_all(inner: &RedactorInner, b: &[u8], keep_lines: bool) -> Vec<u8> {
     let mut out = Vec::with_capacity(b.len());
     let mut last = 0;
     for m in inner.automaton.find_iter(b) {
         out.extend_from_slice(&b[last..m.start()]);
-        out.extend_from_slice(&inner.markers[m.pattern().as_usize()]);
+        push_marker(
+            inner,
+            &mut out,
+            m.pattern().as_usize(),
+            &b[m.range()],
+            keep_lines,
+        );
         last = m.end();
     }
     out.extend_from_slice(&b[last..]);
     out
+}
+
+/// Appends the marker of secret `pattern` in place of `value`; with
+/// `keep_lines`, also the line feeds the value held, so that line numbers
+/// after it stay those of the original text.
+fn push_marker(
+    inner: &RedactorInner,
+    out: &mut Vec<u8>,
+    pattern: usize,
+    value: &[u8],
+    keep_lines: bool,
+) {
+    out.extend_from_slice(&inner.markers[pattern]);
+    if keep_lines {
+        let feeds = memchr::memchr_iter(b'\n', value).count();
+        out.extend(std::iter::repeat_n(b'\n', feeds));
+    }
 }
 
 /// Redacts a byte stream that arrives in chunks.
@@ -214,6 +296,7 @@ fn redact_all(inner: &RedactorInner, b: &[u8]) -> Vec<u8> {
 pub struct StreamRedactor {
     redactor: Redactor,
     pending: Vec<u8>,
+    keep_lines: bool,
 }
 
 impl StreamRedactor {
@@ -234,7 +317,13 @@ impl StreamRedactor {
                 break;
             }
             out.extend_from_slice(&self.pending[last..m.start()]);
-            out.extend_from_slice(&inner.markers[m.pattern().as_usize()]);
+            push_marker(
+                &inner,
+                &mut out,
+                m.pattern().as_usize(),
+                &self.pending[m.range()],
+                self.keep_lines,
+            );
             last = m.end();
         }
         let emit_to = limit.max(last);
@@ -246,7 +335,183 @@ impl StreamRedactor {
     /// Ends the stream; returns whatever was held back, redacted.
     pub fn finish(&mut self) -> Vec<u8> {
         let rest = std::mem::take(&mut self.pending);
-        self.redactor.redact_bytes(&rest)
+        match &self.redactor.inner {
+            None => rest,
+            Some(inner) => redact_all(inner, &rest, self.keep_lines),
+        }
+    }
+}
+
+/// A reader whose bytes come out redacted, keeping line structure (see
+/// [`Redactor::redact_lines`]): file contents searched or shown by line.
+pub struct RedactingReader<R> {
+    inner: R,
+    redactor: StreamRedactor,
+    ready: Vec<u8>,
+    at: usize,
+    done: bool,
+}
+
+impl<R: std::io::Read> RedactingReader<R> {
+    /// Wraps `inner`.
+    pub fn new(inner: R, redactor: &Redactor) -> RedactingReader<R> {
+        RedactingReader {
+            inner,
+            redactor: redactor.stream_lines(),
+            ready: Vec::new(),
+            at: 0,
+            done: false,
+        }
+    }
+}
+
+impl<R: std::io::Read> std::io::Read for RedactingReader<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let mut chunk = [0u8; 16 * 1024];
+        while self.at == self.ready.len() {
+            if self.done {
+                return Ok(0);
+            }
+            let n = self.inner.read(&mut chunk)?;
+            self.ready = if n == 0 {
+                self.done = true;
+                self.redactor.finish()
+            } else {
+                self.redactor.push(&chunk[..n])
+            };
+            self.at = 0;
+        }
+        let n = buf.len().min(self.ready.len() - self.at);
+        buf[..n].copy_from_slice(&self.ready[self.at..self.at + n]);
+        self.at += n;
+        Ok(n)
+    }
+}
+
+thread_local! {
+    static CALL_REDACTOR: std::cell::RefCell<Option<Redactor>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// The redactor of the tool call running on this thread, while it runs.
+///
+/// [`Toolset`](crate::Toolset) enters one around every call, so that the
+/// helpers that cut text while a result is built ([`cap_head_tail`],
+/// `cut_line`, `truncate_for_message`) redact first: a cut never leaves a
+/// prefix of a secret that the final redaction could no longer recognise.
+/// Work handed to another thread carries the scope with
+/// [`CallScope::current`] and [`CallScope::enter`].
+#[derive(Debug)]
+pub struct CallScope {
+    previous: Option<Redactor>,
+}
+
+impl CallScope {
+    /// Makes `redactor` the current call's on this thread until the scope
+    /// is dropped (scopes nest).
+    pub fn enter(redactor: &Redactor) -> CallScope {
+        let previous = CALL_REDACTOR.with(|r| r.replace(Some(redactor.clone())));
+        CallScope { previous }
+    }
+
+    /// The current call's redactor on this thread (empty outside a call).
+    pub fn current() -> Redactor {
+        CALL_REDACTOR.with(|r| r.borrow().clone().unwrap_or_default())
+    }
+}
+
+impl Drop for CallScope {
+    fn drop(&mut self) {
+        let previous = self.previous.take();
+        CALL_REDACTOR.with(|r| *r.borrow_mut() = previous);
+    }
+}
+
+/// `text` redacted with the current call's redactor (see [`CallScope`]):
+/// what every cut is made on.
+pub(crate) fn redact_for_cut(text: &str) -> std::borrow::Cow<'_, str> {
+    CALL_REDACTOR.with(|r| match &*r.borrow() {
+        Some(redactor) if !redactor.is_empty() => {
+            std::borrow::Cow::Owned(redactor.redact_str(text))
+        }
+        _ => std::borrow::Cow::Borrowed(text),
+    })
+}
+
+/// `bytes` redacted with the current call's redactor (see [`CallScope`]).
+pub(crate) fn redact_bytes_for_cut(bytes: &[u8]) -> std::borrow::Cow<'_, [u8]> {
+    CALL_REDACTOR.with(|r| match &*r.borrow() {
+        Some(redactor) if !redactor.is_empty() => {
+            std::borrow::Cow::Owned(redactor.redact_bytes(bytes))
+        }
+        _ => std::borrow::Cow::Borrowed(bytes),
+    })
+}
+
+/// The character shown in place of a control character that could act on a
+/// terminal: the Unicode control picture of a C0 control (`␛` for ESC) or of
+/// DEL, U+FFFD for a C1 control. `None` for tab, line feed, carriage return
+/// and every other character.
+fn control_picture(c: char) -> Option<char> {
+    match c {
+        '\t' | '\n' | '\r' => None,
+        '\u{0}'..='\u{1f}' => char::from_u32(0x2400 + c as u32),
+        '\u{7f}' => Some('\u{2421}'),
+        '\u{80}'..='\u{9f}' => Some('\u{fffd}'),
+        _ => None,
+    }
+}
+
+/// `text` with every control character that a terminal could act on (ESC
+/// and the other C0 controls but tab, line feed and carriage return; DEL;
+/// the C1 controls, U+0080–U+009F) replaced by a visible stand-in: the
+/// Unicode control picture (`␛`, `␇`, `␡`) or U+FFFD for C1. No escape
+/// sequence survives it. Borrowed when there is nothing to replace.
+pub fn neutralize_controls(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text.chars().any(|c| control_picture(c).is_some()) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    std::borrow::Cow::Owned(
+        text.chars()
+            .map(|c| control_picture(c).unwrap_or(c))
+            .collect(),
+    )
+}
+
+/// Applies [`neutralize_controls`] to a tool result: its text and every
+/// string (keys and values) of its structured value. The last step of
+/// every call: no escape sequence from a file, a name or a command reaches
+/// a client or a terminal.
+pub fn neutralize_output(out: &mut ToolOutput) {
+    if let std::borrow::Cow::Owned(text) = neutralize_controls(&out.text) {
+        out.text = text;
+    }
+    neutralize_value(&mut out.structured);
+}
+
+fn neutralize_value(value: &mut Value) {
+    match value {
+        Value::String(s) => {
+            if let std::borrow::Cow::Owned(n) = neutralize_controls(s) {
+                *s = n;
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(neutralize_value),
+        Value::Object(map) => {
+            if map
+                .keys()
+                .any(|k| matches!(neutralize_controls(k), std::borrow::Cow::Owned(_)))
+            {
+                let old = std::mem::take(map);
+                for (k, mut v) in old {
+                    neutralize_value(&mut v);
+                    map.insert(neutralize_controls(&k).into_owned(), v);
+                }
+            } else {
+                map.values_mut().for_each(neutralize_value);
+            }
+        }
+        _ => {}
     }
 }
 
@@ -420,9 +685,13 @@ impl HeadTail {
 }
 
 /// Caps `text` at `max_bytes` as head plus tail with one marker between.
+///
+/// The text is redacted first with the current call's redactor (see
+/// [`CallScope`]), so the cut never leaves a part of a secret.
 pub fn cap_head_tail(text: &str, max_bytes: usize, marker: impl FnOnce(u64) -> String) -> String {
+    let text = redact_for_cut(text);
     if text.len() <= max_bytes {
-        return text.to_string();
+        return text.into_owned();
     }
     let mut capture = HeadTail::new(max_bytes);
     capture.push(text.as_bytes());
@@ -539,6 +808,78 @@ mod tests {
         assert!(c.tail.len() <= 5 && c.head.len() <= 5);
         let text = c.render(|n| format!("[{n} bytes cut]"));
         assert_eq!(text, "01234\n[9990 bytes cut]\n56789");
+    }
+
+    #[test]
+    fn line_keeping_redaction_keeps_line_numbers_across_chunks() {
+        let r = secrets(&[(
+            "PEM",
+            "-----BEGIN KEY-----\nMIIEab\ncd==\n-----END KEY-----",
+        )]);
+        let text = b"one\n-----BEGIN KEY-----\nMIIEab\ncd==\n-----END KEY-----\nafter\n";
+        let whole = r.redact_lines(text);
+        assert_eq!(whole, b"one\n[REDACTED:PEM]\n\n\n\nafter\n");
+        for split in 0..=text.len() {
+            let mut s = r.stream_lines();
+            let mut out = s.push(&text[..split]);
+            out.extend(s.push(&text[split..]));
+            out.extend(s.finish());
+            assert_eq!(out, whole, "split at {split}");
+        }
+        let mut read = Vec::new();
+        std::io::Read::read_to_end(&mut RedactingReader::new(&text[..], &r), &mut read).unwrap();
+        assert_eq!(read, whole);
+    }
+
+    #[test]
+    fn cuts_redact_with_the_scope_of_the_call() {
+        let text = format!("{}abcdefgh{}", "x".repeat(46), "y".repeat(100));
+        // Without the scope (no secrets known), the cut shows the prefix.
+        let bare = cap_head_tail(&text, 100, |n| format!("[{n} cut]"));
+        assert!(bare.contains("abcd"), "{bare}");
+        let r = secrets(&[("K", "abcdefgh")]);
+        let _scope = CallScope::enter(&r);
+        let capped = cap_head_tail(&text, 100, |n| format!("[{n} cut]"));
+        assert!(!capped.contains("abcd"), "{capped}");
+        assert!(
+            capped.contains("[REDACTED:K]") || capped.contains("[RED"),
+            "{capped}"
+        );
+        drop(_scope);
+        assert!(CallScope::current().is_empty());
+    }
+
+    #[test]
+    fn trims_a_tail_that_begins_a_secret() {
+        let r = secrets(&[("K", "abcdefgh")]);
+        assert_eq!(r.trim_partial("text abcd"), "text ");
+        assert_eq!(r.trim_partial("text a"), "text ");
+        assert_eq!(r.trim_partial("text [REDACTED:K]"), "text [REDACTED:K]");
+        assert_eq!(r.trim_partial("text abcx"), "text abcx");
+        assert_eq!(Redactor::default().trim_partial("abcd"), "abcd");
+    }
+
+    #[test]
+    fn neutralizes_controls_but_tab_newline_and_cr() {
+        let out = neutralize_controls("a\x1b]0;x\x07b\tc\r\nd\u{9b}e\x7f\x08");
+        assert_eq!(
+            out,
+            "a\u{241b}]0;x\u{2407}b\tc\r\nd\u{fffd}e\u{2421}\u{2408}"
+        );
+        assert!(matches!(
+            neutralize_controls("plain é\t\n"),
+            std::borrow::Cow::Borrowed(_)
+        ));
+        let mut o = ToolOutput::ok(
+            "x\x1b[31m",
+            serde_json::json!({"k\x1b": ["\x1b[0m"], "n": 1}),
+        );
+        neutralize_output(&mut o);
+        assert_eq!(o.text, "x\u{241b}[31m");
+        assert_eq!(
+            o.structured,
+            serde_json::json!({"k\u{241b}": ["\u{241b}[0m"], "n": 1})
+        );
     }
 
     #[test]

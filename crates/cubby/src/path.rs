@@ -8,9 +8,15 @@
 //! `openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS)` from
 //! a directory fd of the root, so the kernel enforces confinement at the
 //! moment of use, whatever happens to the tree in between.
+//!
+//! It is also where a path becomes text: [`escape_name`] is the one function
+//! every listing and every message that names a path goes through, so a
+//! name cannot forge lines or reach a terminal as an escape sequence.
 
+use std::borrow::Cow;
 use std::ffi::{OsStr, OsString};
 use std::fmt;
+use std::fmt::Write as _;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
 
@@ -20,6 +26,74 @@ use crate::error::{Error, ErrorKind, Result, truncate_for_message};
 pub const MAX_PATH_BYTES: usize = 4096;
 /// Longest single name, in bytes (Linux `NAME_MAX`).
 pub const MAX_NAME_BYTES: usize = 255;
+
+/// True for a character a name is quoted for: a control character (C0,
+/// DEL, C1), a bidirectional-text control (which reorders what a reader
+/// sees), the quote and the backslash (so that a quoted form is never
+/// ambiguous).
+fn needs_escape(c: char) -> bool {
+    c.is_control()
+        || matches!(
+            c,
+            '"' | '\\'
+                | '\u{61c}'
+                | '\u{200e}'
+                | '\u{200f}'
+                | '\u{202a}'..='\u{202e}'
+                | '\u{2066}'..='\u{2069}'
+        )
+}
+
+/// A name or path as the model sees it (SPEC §2, "names cannot forge
+/// lines").
+///
+/// A name of plain characters is shown as it is. One holding a control
+/// character (a newline, ESC, …), a bidirectional-text control, invalid
+/// UTF-8, a `"` or a `\` is shown inside double quotes, escaped as git
+/// quotes paths: `\n`, `\r`, `\t`, `\"`, `\\`, `\xHH` for the other
+/// ASCII controls and for each byte of invalid UTF-8, `\u{HHHH}` for C1 and
+/// bidirectional controls. `x<LF>D forged.rs` is shown `"x\nD forged.rs"`:
+/// one line, no escape byte.
+///
+/// The name is redacted with the current call's redactor
+/// ([`crate::output::CallScope`]) before it is escaped, so that escaping
+/// cannot hide a secret (one holding a `"`, say) from the redaction.
+pub fn escape_name(bytes: &[u8]) -> Cow<'_, str> {
+    let bytes = crate::output::redact_bytes_for_cut(bytes);
+    if let Ok(plain) = std::str::from_utf8(&bytes)
+        && !plain.chars().any(needs_escape)
+    {
+        return match bytes {
+            Cow::Borrowed(b) => Cow::Borrowed(std::str::from_utf8(b).unwrap_or_default()),
+            Cow::Owned(_) => Cow::Owned(plain.to_string()),
+        };
+    }
+    let mut out = String::with_capacity(bytes.len() + 8);
+    out.push('"');
+    for chunk in bytes.utf8_chunks() {
+        for c in chunk.valid().chars() {
+            match c {
+                '"' => out.push_str("\\\""),
+                '\\' => out.push_str("\\\\"),
+                '\n' => out.push_str("\\n"),
+                '\r' => out.push_str("\\r"),
+                '\t' => out.push_str("\\t"),
+                c if (c as u32) < 0x80 && c.is_control() => {
+                    let _ = write!(out, "\\x{:02x}", c as u32);
+                }
+                c if needs_escape(c) => {
+                    let _ = write!(out, "\\u{{{:x}}}", c as u32);
+                }
+                c => out.push(c),
+            }
+        }
+        for b in chunk.invalid() {
+            let _ = write!(out, "\\x{b:02x}");
+        }
+    }
+    out.push('"');
+    Cow::Owned(out)
+}
 
 /// A normalised path relative to the workspace root.
 ///
@@ -50,7 +124,7 @@ impl WorkspacePath {
         if input.contains('\0') {
             return Err(Error::invalid_input(format!(
                 "path `{}` contains a NUL byte; pass a path without control characters",
-                truncate_for_message(&input.replace('\0', "\\0"))
+                truncate_for_message(&escape_name(input.as_bytes()))
             )));
         }
         if input.len() > MAX_PATH_BYTES {
@@ -66,7 +140,7 @@ impl WorkspacePath {
                 format!(
                     "`{}` is an absolute path; pass a path relative to the workspace root \
                      (for example `src/main.rs`, or `.` for the root itself)",
-                    truncate_for_message(input)
+                    truncate_for_message(&escape_name(input.as_bytes()))
                 ),
             ));
         }
@@ -79,7 +153,7 @@ impl WorkspacePath {
             return Err(Error::invalid_input(format!(
                 "a name in `{}` is {} bytes long, the limit is {MAX_NAME_BYTES}; \
                  use shorter names",
-                truncate_for_message(input),
+                truncate_for_message(&escape_name(input.as_bytes())),
                 name.len()
             )));
         }
@@ -90,11 +164,11 @@ impl WorkspacePath {
                 Component::CurDir => {}
                 Component::ParentDir => {
                     if parts.pop().is_none() {
-                        return Err(Error::path_escape(input));
+                        return Err(Error::path_escape(&escape_name(input.as_bytes())));
                     }
                 }
                 Component::RootDir | Component::Prefix(_) => {
-                    return Err(Error::path_escape(input));
+                    return Err(Error::path_escape(&escape_name(input.as_bytes())));
                 }
             }
         }
@@ -146,13 +220,23 @@ impl WorkspacePath {
         self.rel.starts_with(&other.rel)
     }
 
-    /// The path as the model sees it: `.` for the root, lossy UTF-8 otherwise.
+    /// The path as the model sees it: `.` for the root, otherwise as
+    /// [`escape_name`] shows it (quoted and escaped when it holds a control
+    /// character, invalid UTF-8, `"` or `\\`).
     pub fn display(&self) -> String {
         if self.is_root() {
             ".".to_string()
         } else {
-            self.rel.to_string_lossy().into_owned()
+            escape_name(self.as_bytes()).into_owned()
         }
+    }
+
+    /// The path of a directory as a listing shows it: [`display`](Self::display)
+    /// with a `/` at the end (inside the quotes of a quoted one).
+    pub fn display_dir(&self) -> String {
+        let mut bytes = self.as_bytes().to_vec();
+        bytes.push(b'/');
+        escape_name(&bytes).into_owned()
     }
 
     /// The path for the kernel: `.` for the root.
@@ -223,6 +307,41 @@ mod tests {
         ] {
             assert_eq!(kind(p), ErrorKind::PathEscape, "{p}");
         }
+    }
+
+    #[test]
+    fn names_that_could_forge_lines_are_quoted_and_escaped() {
+        let shown = |b: &[u8]| escape_name(b).into_owned();
+        assert_eq!(shown(b"src/main.rs"), "src/main.rs");
+        assert_eq!(shown("é ü/ß.txt".as_bytes()), "é ü/ß.txt");
+        assert_eq!(shown(b"x\nD forged.rs"), "\"x\\nD forged.rs\"");
+        assert_eq!(shown(b"a\rb\tc"), "\"a\\rb\\tc\"");
+        assert_eq!(shown(b"t\x1b]0;x\x07"), "\"t\\x1b]0;x\\x07\"");
+        assert_eq!(shown(b"bad\xff"), "\"bad\\xff\"");
+        assert_eq!(shown("c1\u{9b}31m".as_bytes()), "\"c1\\u{9b}31m\"");
+        assert_eq!(
+            shown("rtl\u{202e}txt.exe".as_bytes()),
+            "\"rtl\\u{202e}txt.exe\""
+        );
+        // Quotes and backslashes are escaped, so the quoted form is unambiguous.
+        assert_eq!(shown(b"\"x\\nD\""), "\"\\\"x\\\\nD\\\"\"");
+        for out in [shown(b"x\nD"), shown(b"\x1b[2J"), shown(b"\xff\xfe")] {
+            assert!(!out.chars().any(char::is_control), "{out:?}");
+        }
+        let p = WorkspacePath::root().join_name(OsStr::from_bytes(b"d\ne"));
+        assert_eq!(p.display(), "\"d\\ne\"");
+        assert_eq!(p.display_dir(), "\"d\\ne/\"");
+    }
+
+    #[test]
+    fn a_secret_in_a_name_is_redacted_before_it_is_escaped() {
+        let r = crate::output::Redactor::new(&[crate::output::Secret {
+            name: "PW".into(),
+            value: "pa\"ss\\wd".into(),
+        }])
+        .unwrap();
+        let _scope = crate::output::CallScope::enter(&r);
+        assert_eq!(escape_name(b"dir/pa\"ss\\wd.txt"), "dir/[REDACTED:PW].txt");
     }
 
     #[test]

@@ -167,13 +167,17 @@ impl Toolset {
     /// that receives this call's command output as it arrives (for progress
     /// notifications).
     pub fn call_with(&self, name: &str, arguments: Value, options: &CallOptions) -> ToolOutput {
-        let result = catch_unwind(AssertUnwindSafe(|| self.dispatch(name, arguments, options)))
-            .unwrap_or_else(|_| {
-                Err(Error::internal(format!(
-                    "{name} failed unexpectedly; the server is still running, try again or \
+        let result = catch_unwind(AssertUnwindSafe(|| {
+            // Every cut made while the result is built redacts first.
+            let _scope = crate::output::CallScope::enter(&self.inner.redactor);
+            self.dispatch(name, arguments, options)
+        }))
+        .unwrap_or_else(|_| {
+            Err(Error::internal(format!(
+                "{name} failed unexpectedly; the server is still running, try again or \
                      use another approach"
-                )))
-            });
+            )))
+        });
         self.finish(result)
     }
 
@@ -183,6 +187,8 @@ impl Toolset {
             Err(e) => ToolOutput::error(&e),
         };
         self.inner.redactor.redact_output(&mut out);
+        // Last: no escape sequence from a file, a name or a command leaves.
+        crate::output::neutralize_output(&mut out);
         out
     }
 
@@ -235,6 +241,7 @@ impl Toolset {
         }
         let ctx = Ctx {
             fs: self.inner.sandbox.fs(),
+            redactor: &self.inner.redactor,
             sandbox: self.inner.sandbox.as_ref(),
             policy: &self.inner.policy,
             limits: &self.inner.limits,

@@ -23,6 +23,9 @@ trait Fixture {
     fn mode(&self, path: &str) -> u32;
     fn remove(&self, path: &str);
     fn mkdir(&self, path: &str);
+    /// A file at the root whose name is `name`, byte for byte (control
+    /// characters, invalid UTF-8).
+    fn put_named(&self, name: &[u8], bytes: &[u8]);
 }
 
 struct Local(tempfile::TempDir);
@@ -65,6 +68,11 @@ impl Fixture for Local {
     fn mkdir(&self, path: &str) {
         std::fs::create_dir_all(self.abs(path)).unwrap();
     }
+    fn put_named(&self, name: &[u8], bytes: &[u8]) {
+        use std::os::unix::ffi::OsStrExt;
+        let p = self.0.path().join(std::ffi::OsStr::from_bytes(name));
+        std::fs::write(p, bytes).unwrap();
+    }
 }
 
 /// The `linux` provider over the same host directory as [`Local`].
@@ -95,6 +103,9 @@ impl Fixture for Linux {
     }
     fn mkdir(&self, path: &str) {
         self.0.mkdir(path)
+    }
+    fn put_named(&self, name: &[u8], bytes: &[u8]) {
+        self.0.put_named(name, bytes)
     }
 }
 
@@ -133,6 +144,11 @@ impl Fixture for Virtual {
     }
     fn mkdir(&self, path: &str) {
         self.0.create_dir_all(&wp(path)).unwrap();
+    }
+    fn put_named(&self, name: &[u8], bytes: &[u8]) {
+        use std::os::unix::ffi::OsStrExt;
+        let p = WorkspacePath::root().join_name(std::ffi::OsStr::from_bytes(name));
+        self.0.insert(&p, bytes.to_vec(), 0o644).unwrap();
     }
 }
 
@@ -872,7 +888,9 @@ fn secrets_never_leave(f: &dyn Fixture) {
         ("read_file", json!({"path": "cfg/tok-hunter2.txt"})),
         ("list_files", json!({})),
         ("glob", json!({"pattern": "**/*"})),
-        ("search", json!({"query": "hunter"})),
+        // Files are searched redacted: a query for the secret's prefix
+        // matches nothing (no oracle on its characters).
+        ("search", json!({"query": "password"})),
         ("read_file", json!({"path": "cfg/hunter2-missing"})),
         ("changes", json!({})),
     ] {
@@ -938,6 +956,327 @@ fn unknown_tools_and_bad_arguments(f: &dyn Fixture) {
     ok(&t, "read_file", json!({"path": "a.txt"}));
 }
 
+// ---- redaction before every cut (SPEC §2) ----
+
+/// 32 characters, registered as a secret in the tests below.
+const SECRET: &str = "sk-live-0123456789abcdefghijklmn";
+
+fn with_secret(f: &dyn Fixture) -> Toolset {
+    assert_eq!(SECRET.len(), 32);
+    Toolset::builder(f.sandbox())
+        .secret("API_KEY", SECRET)
+        .build()
+        .unwrap()
+}
+
+/// Asserts that no 6-character piece of the secret appears in the result.
+fn no_part_of_secret(what: &str, out: &cubby::ToolOutput) {
+    let both = format!("{}\n{}", out.text, out.structured);
+    for i in 0..=SECRET.len() - 6 {
+        let piece = &SECRET[i..i + 6];
+        assert!(!both.contains(piece), "{what} shows `{piece}`: {both}");
+    }
+}
+
+/// A line whose secret starts at `at` chars: a cut at `at + 31` would show
+/// 31 of its 32 characters.
+fn line_with_secret_at(at: usize) -> String {
+    format!("NEEDLE {}{SECRET}{}", "a".repeat(at - 7), "b".repeat(100))
+}
+
+fn read_redacts_before_the_long_line_cut(f: &dyn Fixture) {
+    let line = line_with_secret_at(2000 - 31);
+    f.put("long.txt", format!("{line}\nend\n").as_bytes());
+    // Control: without the secret registered, the cut shows its prefix.
+    let out = ok(&tools(f), "read_file", json!({"path": "long.txt"}));
+    assert!(out.text.contains(&SECRET[..31]), "{}", out.text);
+    assert!(!out.text.contains(SECRET));
+    let out = ok(&with_secret(f), "read_file", json!({"path": "long.txt"}));
+    no_part_of_secret("read_file", &out);
+    assert!(
+        out.text.contains("[line cut at 2000 chars]"),
+        "{}",
+        out.text
+    );
+    assert!(out.text.contains("     2\tend"));
+}
+
+fn view_file_redacts_before_the_long_line_cut(f: &dyn Fixture) {
+    let line = line_with_secret_at(2000 - 31);
+    f.put("long.txt", format!("{line}\n").as_bytes());
+    let out = ok(&tools(f), "view_file", json!({"path": "long.txt"}));
+    assert!(out.text.contains(&SECRET[..31]), "{}", out.text);
+    let out = ok(&with_secret(f), "view_file", json!({"path": "long.txt"}));
+    no_part_of_secret("view_file", &out);
+}
+
+fn read_window_never_shows_part_of_a_multiline_secret(f: &dyn Fixture) {
+    let pem = "-----BEGIN KEY-----\nMIIEsecretline1\nMIIEsecretline2\n-----END KEY-----";
+    f.put("key.pem", format!("head\n{pem}\ntail\n").as_bytes());
+    let t = Toolset::builder(f.sandbox())
+        .secret("PEM", pem)
+        .build()
+        .unwrap();
+    // A window starting inside the secret, and one ending inside it.
+    for (offset, limit) in [(3, 10), (1, 3)] {
+        let args = json!({"path": "key.pem", "offset": offset, "limit": limit});
+        let bare = ok(&tools(f), "read_file", args.clone());
+        assert!(bare.text.contains("MIIEsecretline"), "{}", bare.text);
+        let out = ok(&t, "read_file", args);
+        assert!(!out.text.contains("MIIE"), "{}", out.text);
+        assert!(!out.structured.to_string().contains("MIIE"));
+    }
+    // Line numbers stay those of the file.
+    let out = ok(&t, "read_file", json!({"path": "key.pem"}));
+    assert!(
+        out.text.contains("     2\t[REDACTED:PEM]\n"),
+        "{}",
+        out.text
+    );
+    assert!(out.text.contains("     6\ttail\n"), "{}", out.text);
+    assert_eq!(out.structured["total_lines"], 6);
+    // search sees the same redacted lines.
+    let out = ok(&t, "search", json!({"query": "MIIE"}));
+    assert_eq!(out.structured["total"], 0, "{}", out.text);
+    let out = ok(&t, "search", json!({"query": "tail"}));
+    assert!(out.text.starts_with("key.pem:6: tail"), "{}", out.text);
+}
+
+fn search_redacts_before_the_line_cut(f: &dyn Fixture) {
+    let line = line_with_secret_at(500 - 31);
+    f.put("long.txt", format!("{line}\n").as_bytes());
+    let out = ok(&tools(f), "search", json!({"query": "NEEDLE"}));
+    assert!(out.text.contains(&SECRET[..31]), "{}", out.text);
+    let out = ok(&with_secret(f), "search", json!({"query": "NEEDLE"}));
+    no_part_of_secret("search", &out);
+    assert!(out.text.contains("[line cut at 500 chars]"), "{}", out.text);
+}
+
+fn echoed_input_is_redacted_before_its_cut(f: &dyn Fixture) {
+    // `search` echoes its query, cut at 200 chars, when nothing matches.
+    let query = format!("{}{SECRET}zz", "q".repeat(200 - 20));
+    let out = ok(&tools(f), "search", json!({"query": query}));
+    assert!(out.text.contains(&SECRET[..20]), "{}", out.text);
+    let out = ok(&with_secret(f), "search", json!({"query": query}));
+    no_part_of_secret("search's echo", &out);
+    // A path echoed in an error, cut at 200 chars.
+    let path = format!("../{}{SECRET}", "p".repeat(200 - 3 - 20));
+    let msg = err(&tools(f), "read_file", json!({"path": path}), "path_escape");
+    assert!(msg.contains(&SECRET[..20]), "{msg}");
+    let out = with_secret(f).call("read_file", json!({"path": path}));
+    assert!(out.text.starts_with("ERROR path_escape:"), "{}", out.text);
+    no_part_of_secret("path_escape", &out);
+}
+
+// ---- names cannot forge lines (SPEC §2) ----
+
+/// Names that would forge lines or reach a terminal, and how each is shown.
+const FORGING_NAMES: [(&[u8], &str); 4] = [
+    (b"x\nD forged.rs", r#""x\nD forged.rs""#),
+    (b"cr\rA forged.txt", r#""cr\rA forged.txt""#),
+    (b"t\x1b]0;owned\x07.txt", r#""t\x1b]0;owned\x07.txt""#),
+    (b"bad\xff.txt", r#""bad\xff.txt""#),
+];
+
+fn put_forging_names(f: &dyn Fixture) {
+    for (name, _) in FORGING_NAMES {
+        f.put_named(name, b"NEEDLE\n");
+    }
+}
+
+/// Every line of `text` is one of `expected` (in order), and no control
+/// character but the line feeds is in it.
+fn lines_are(tool: &str, text: &str, expected: &[String]) {
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines, expected, "{tool}: {text:?}");
+    assert!(
+        !text.chars().any(|c| c.is_control() && c != '\n'),
+        "{tool}: {text:?}"
+    );
+}
+
+fn shown_sorted() -> Vec<&'static str> {
+    let mut shown: Vec<(&[u8], &str)> = FORGING_NAMES.to_vec();
+    shown.sort_by(|a, b| a.0.cmp(b.0));
+    shown.into_iter().map(|(_, s)| s).collect()
+}
+
+fn names_cannot_forge_lines_in_listings(f: &dyn Fixture) {
+    put_forging_names(f);
+    let t = tools(f);
+    let expected: Vec<String> = shown_sorted().iter().map(|s| s.to_string()).collect();
+    let out = ok(&t, "list_files", json!({}));
+    lines_are("list_files", &out.text, &expected);
+    assert_eq!(out.structured["total"], 4);
+    let out = ok(&t, "glob", json!({"pattern": "*"}));
+    lines_are("glob", &out.text, &expected);
+    let out = ok(&t, "search", json!({"query": "NEEDLE"}));
+    let mut hits: Vec<String> = expected.iter().map(|s| format!("{s}:1: NEEDLE")).collect();
+    hits.push("[4 matching lines]".into());
+    lines_are("search", &out.text, &hits);
+    // A directory's name too, with its `/` inside the quotes.
+    f.mkdir("d\ne");
+    f.put("d\ne/in.txt", b"x");
+    let out = ok(&t, "list_files", json!({"path": "d\ne"}));
+    lines_are("list_files", &out.text, &[r#""d\ne/in.txt""#.to_string()]);
+    let out = ok(&t, "list_files", json!({"glob": "nothing"}));
+    assert!(!out.text.contains('\n'), "{}", out.text);
+    let out = ok(&t, "list_files", json!({"depth": 1}));
+    assert!(out.text.lines().any(|l| l == r#""d\ne/""#), "{}", out.text);
+}
+
+fn names_cannot_forge_lines_in_changes(f: &dyn Fixture) {
+    f.put("before.txt", b"x");
+    let t = tools(f);
+    // Wait for the baseline.
+    ok(&t, "changes", json!({}));
+    put_forging_names(f);
+    let out = ok(&t, "changes", json!({}));
+    let expected: Vec<String> = shown_sorted().iter().map(|s| format!("A {s}")).collect();
+    lines_are("changes", &out.text, &expected);
+    assert!(
+        !out.text.lines().any(|l| l.starts_with("D ")),
+        "{}",
+        out.text
+    );
+}
+
+fn error_messages_escape_names(f: &dyn Fixture) {
+    f.mkdir("d\x1b]0;owned\x07");
+    f.mkdir("n\nl");
+    let t = tools(f);
+    let msg = err(
+        &t,
+        "read_file",
+        json!({"path": "d\u{1b}]0;owned\u{7}"}),
+        "is_directory",
+    );
+    assert!(msg.contains(r#""d\x1b]0;owned\x07""#), "{msg:?}");
+    assert!(!msg.chars().any(char::is_control), "{msg:?}");
+    let msg = err(&t, "read_file", json!({"path": "n\nl"}), "is_directory");
+    assert!(msg.contains(r#""n\nl""#) && !msg.contains('\n'), "{msg:?}");
+    let msg = err(
+        &t,
+        "read_file",
+        json!({"path": "/abs\n\u{1b}[2J"}),
+        "path_escape",
+    );
+    assert!(!msg.chars().any(char::is_control), "{msg:?}");
+    let msg = err(&t, "read_file", json!({"path": "gone\nD x"}), "not_found");
+    assert!(!msg.contains('\n'), "{msg:?}");
+}
+
+fn contents_show_controls_as_pictures(f: &dyn Fixture) {
+    f.put(
+        "esc.txt",
+        b"red \x1b[31mRED\x1b[0m\x07 \x1b]0;title\x07\tend\r\n",
+    );
+    let t = tools(f);
+    for (tool, args) in [
+        ("read_file", json!({"path": "esc.txt"})),
+        ("view_file", json!({"path": "esc.txt"})),
+        ("search", json!({"query": "RED"})),
+    ] {
+        let out = ok(&t, tool, args);
+        let both = format!("{}{}", out.text, out.structured);
+        assert!(
+            !both.contains('\u{1b}') && !both.contains('\u{7}'),
+            "{tool}: {both:?}"
+        );
+        assert!(
+            out.text
+                .contains("red \u{241b}[31mRED\u{241b}[0m\u{2407} \u{241b}]0;title\u{2407}\tend"),
+            "{tool}: {:?}",
+            out.text
+        );
+    }
+}
+
+// ---- nothing is silently unseen (SPEC §2) ----
+
+fn walks_say_what_is_too_deep(f: &dyn Fixture) {
+    let deep = "d/".repeat(520);
+    f.put("top.txt", b"DEEP_NEEDLE\n");
+    let t = tools(f);
+    ok(&t, "changes", json!({}));
+    f.put(&format!("{deep}deep.txt"), b"DEEP_NEEDLE\n");
+    let note = "not seen: 1 directory deeper than 512 levels";
+    let out = ok(&t, "glob", json!({"pattern": "**/*.txt"}));
+    assert!(out.text.starts_with("top.txt\n"), "{}", out.text);
+    assert!(out.text.contains(note), "{}", out.text);
+    assert_eq!(out.structured["unseen"]["too_deep"], 1);
+    let out = ok(&t, "list_files", json!({}));
+    assert!(out.text.contains(note), "{}", out.text);
+    assert_eq!(out.structured["unseen"]["too_deep"], 1);
+    let out = ok(&t, "search", json!({"query": "DEEP_NEEDLE"}));
+    assert_eq!(out.structured["total"], 1);
+    assert!(out.text.contains(note), "{}", out.text);
+    assert_eq!(out.structured["unseen"]["too_deep"], 1);
+    let out = ok(&t, "changes", json!({}));
+    assert!(out.text.contains(note), "{}", out.text);
+    assert_eq!(out.structured["unseen"]["too_deep"], 1);
+    // Control: the file is there, and a walk that starts deeper sees it.
+    let out = ok(
+        &t,
+        "glob",
+        json!({"pattern": "**/*.txt", "path": "d/".repeat(100)}),
+    );
+    assert!(out.text.ends_with("/deep.txt"), "{}", out.text);
+    assert!(out.structured.get("unseen").is_none(), "{}", out.structured);
+    // A depth the model asks for is not a shortfall.
+    let out = ok(&t, "list_files", json!({"depth": 1}));
+    assert_eq!(out.text, "d/\ntop.txt");
+}
+
+fn ignore_files_are_bounded_and_skips_are_said(f: &dyn Fixture) {
+    let rules = |n: usize| (0..n).map(|i| format!("p{i}.tmp\n")).collect::<String>();
+    // At the limits: loaded, its rules applied.
+    f.put("ok/.gitignore", rules(2_000).as_bytes());
+    f.put("ok/p7.tmp", b"x");
+    f.put("ok/kept.txt", b"x");
+    // One rule too many, and too many bytes: not loaded, not entered.
+    f.put("many/.gitignore", rules(2_001).as_bytes());
+    f.put("many/inside.txt", b"x");
+    let mut big = "#".repeat(64 * 1024);
+    big.push_str("\nbig.tmp\n");
+    f.put("big/.gitignore", big.as_bytes());
+    f.put("big/inside.txt", b"x");
+    let t = tools(f);
+    let out = ok(&t, "glob", json!({"pattern": "**/*"}));
+    let shown: Vec<&str> = out.text.lines().collect();
+    assert_eq!(shown[..2], ["ok/.gitignore", "ok/kept.txt"], "{}", out.text);
+    assert!(
+        out.text
+            .contains("not seen: 2 directories whose .gitignore was not loaded"),
+        "{}",
+        out.text
+    );
+    assert!(
+        out.text.contains("big/") && out.text.contains("many/"),
+        "{}",
+        out.text
+    );
+    assert_eq!(out.structured["unseen"]["ignore_not_loaded"], 2);
+    for tool in ["list_files", "search", "changes"] {
+        let args = if tool == "search" {
+            json!({"query": "x"})
+        } else {
+            json!({})
+        };
+        let out = ok(&t, tool, args);
+        assert_eq!(
+            out.structured["unseen"]["ignore_not_loaded"], 2,
+            "{tool}: {}",
+            out.text
+        );
+        assert!(!out.text.contains("inside.txt"), "{tool}: {}", out.text);
+    }
+    // Starting a walk beneath a directory whose ignore file is not loaded.
+    let out = ok(&t, "glob", json!({"pattern": "*", "path": "many"}));
+    assert!(out.text.contains("not seen: 1 director"), "{}", out.text);
+    assert!(!out.text.contains("inside.txt"), "{}", out.text);
+}
+
 macro_rules! suite {
     ($provider:ident, $make:expr, [$($case:ident),* $(,)?]) => {
         mod $provider {
@@ -995,4 +1334,15 @@ both!(
     unknown_tools_and_bad_arguments,
     view_file_shows_images_downscaled,
     view_file_shows_text_and_binary,
+    read_redacts_before_the_long_line_cut,
+    view_file_redacts_before_the_long_line_cut,
+    read_window_never_shows_part_of_a_multiline_secret,
+    search_redacts_before_the_line_cut,
+    echoed_input_is_redacted_before_its_cut,
+    names_cannot_forge_lines_in_listings,
+    names_cannot_forge_lines_in_changes,
+    error_messages_escape_names,
+    contents_show_controls_as_pictures,
+    walks_say_what_is_too_deep,
+    ignore_files_are_bounded_and_skips_are_said,
 );

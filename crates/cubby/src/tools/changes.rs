@@ -14,7 +14,7 @@ use std::sync::Arc;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::walk::{Flow, Walk};
+use super::walk::{Flow, Unseen, Walk};
 use super::{Ctx, Once, READ_ONLY, Sha, Tool, sha256_file};
 use crate::error::{Error, Result};
 use crate::path::WorkspacePath;
@@ -121,6 +121,10 @@ pub struct Change {
 pub struct Output {
     /// Changed paths, sorted.
     pub changes: Vec<Change>,
+    /// What the walk of the workspace now did not enter, and why (absent
+    /// when it saw everything): changes there are not listed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unseen: Option<Unseen>,
 }
 
 /// The `changes` tool.
@@ -147,7 +151,7 @@ impl Tool for Changes {
             Err(e) => return Err(e.clone()),
         };
         let mut now_paths = Vec::new();
-        Walk::new(ctx.fs, ctx.policy).run(&WorkspacePath::root(), &mut |v| {
+        let unseen = Walk::new(ctx.fs, ctx.policy).run(&WorkspacePath::root(), &mut |v| {
             if v.kind == EntryKind::File {
                 now_paths.push(v.path.clone());
             }
@@ -193,7 +197,7 @@ impl Tool for Changes {
             }
         }
         changes.sort_by(|a, b| a.path.cmp(&b.path));
-        let text = if changes.is_empty() {
+        let mut text = if changes.is_empty() {
             "No changes since the session started.".to_string()
         } else {
             changes
@@ -202,6 +206,16 @@ impl Tool for Changes {
                 .collect::<Vec<_>>()
                 .join("\n")
         };
-        Ok((text, Output { changes }))
+        if let Some(note) = unseen.note() {
+            text.push('\n');
+            text.push_str(&note);
+        }
+        Ok((
+            text,
+            Output {
+                changes,
+                unseen: unseen.into_option(),
+            },
+        ))
     }
 }

@@ -11,7 +11,7 @@ use globset::{GlobBuilder, GlobMatcher};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::walk::{Flow, Walk};
+use super::walk::{Flow, Unseen, Walk};
 use super::{Ctx, READ_ONLY, Tool, parse_dir_arg, pattern_error, thousands};
 use crate::error::{Error, ErrorKind, Result};
 use crate::path::WorkspacePath;
@@ -98,6 +98,9 @@ pub struct ListOutput {
     pub total: u64,
     /// True when `entries` was capped.
     pub truncated: bool,
+    /// What the walk did not enter, and why (absent when it saw everything).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unseen: Option<Unseen>,
 }
 
 /// The `glob` tool.
@@ -119,7 +122,7 @@ impl Tool for Glob {
         let mut entries = Vec::new();
         let mut total = 0u64;
         let prefix_len = start.as_path().components().count();
-        Walk::new(ctx.fs, ctx.policy)
+        let unseen = Walk::new(ctx.fs, ctx.policy)
             .run(&start, &mut |v| {
                 if v.kind == EntryKind::File {
                     let rel: std::path::PathBuf =
@@ -136,7 +139,10 @@ impl Tool for Glob {
             .map_err(|e| start_dir(ctx, params.path.as_deref()).err().unwrap_or(e))?;
         let truncated = total > entries.len() as u64;
         let mut text = if entries.is_empty() {
-            format!("No files match `{}`.", params.pattern)
+            format!(
+                "No files match `{}`.",
+                crate::error::truncate_for_message(&params.pattern)
+            )
         } else {
             entries.join("\n")
         };
@@ -147,12 +153,17 @@ impl Tool for Glob {
                 thousands(total)
             ));
         }
+        if let Some(note) = unseen.note() {
+            text.push('\n');
+            text.push_str(&note);
+        }
         Ok((
             text,
             ListOutput {
                 entries,
                 total,
                 truncated,
+                unseen: unseen.into_option(),
             },
         ))
     }
@@ -198,32 +209,29 @@ impl Tool for ListFiles {
         if let Some(depth) = params.depth {
             walk = walk.max_depth(depth.min(usize::MAX as u64) as usize);
         }
-        walk.run(&start, &mut |v| {
-            let shown = match (v.kind, &filter) {
-                (EntryKind::Dir, None) => {
-                    let mut shown = v.path.display();
-                    shown.push('/');
-                    Some(shown)
+        let unseen = walk
+            .run(&start, &mut |v| {
+                let shown = match (v.kind, &filter) {
+                    (EntryKind::Dir, None) => Some(v.path.display_dir()),
+                    (EntryKind::Dir, Some(_)) => None,
+                    (EntryKind::File, f) => f
+                        .as_ref()
+                        .is_none_or(|f| f.matches(v.path))
+                        .then(|| v.path.display()),
+                    (EntryKind::Symlink, None) => {
+                        Some(format!("{} (symlink, not followed)", v.path.display()))
+                    }
+                    _ => None,
+                };
+                if let Some(shown) = shown {
+                    total += 1;
+                    if entries.len() < cap {
+                        entries.push(shown);
+                    }
                 }
-                (EntryKind::Dir, Some(_)) => None,
-                (EntryKind::File, f) => f
-                    .as_ref()
-                    .is_none_or(|f| f.matches(v.path))
-                    .then(|| v.path.display()),
-                (EntryKind::Symlink, None) => {
-                    Some(format!("{} (symlink, not followed)", v.path.display()))
-                }
-                _ => None,
-            };
-            if let Some(shown) = shown {
-                total += 1;
-                if entries.len() < cap {
-                    entries.push(shown);
-                }
-            }
-            Flow::Continue
-        })
-        .map_err(|e| start_dir(ctx, params.path.as_deref()).err().unwrap_or(e))?;
+                Flow::Continue
+            })
+            .map_err(|e| start_dir(ctx, params.path.as_deref()).err().unwrap_or(e))?;
         let truncated = total > entries.len() as u64;
         let mut text = if entries.is_empty() {
             format!("`{start}` has no entries to show.")
@@ -237,12 +245,17 @@ impl Tool for ListFiles {
                 thousands(total)
             ));
         }
+        if let Some(note) = unseen.note() {
+            text.push('\n');
+            text.push_str(&note);
+        }
         Ok((
             text,
             ListOutput {
                 entries,
                 total,
                 truncated,
+                unseen: unseen.into_option(),
             },
         ))
     }

@@ -129,6 +129,8 @@ pub(crate) struct ExecSettings {
 /// What a tool handler sees.
 pub(crate) struct Ctx<'a> {
     pub fs: &'a dyn FileSystem,
+    /// The run's secrets: what a tool redacts before it cuts text.
+    pub redactor: &'a crate::output::Redactor,
     pub sandbox: &'a dyn crate::sandbox::Sandbox,
     pub policy: &'a Policy,
     pub limits: &'a Limits,
@@ -277,9 +279,13 @@ pub(crate) fn parse_dir_arg(path: Option<&str>) -> Result<WorkspacePath> {
 }
 
 /// Cuts a line to `max_chars` characters, saying so.
+///
+/// The line is redacted first with the current call's redactor
+/// ([`crate::output::CallScope`]), so the cut never shows a part of a secret.
 pub(crate) fn cut_line(line: &str, max_chars: usize) -> std::borrow::Cow<'_, str> {
+    let line = crate::output::redact_for_cut(line);
     match line.char_indices().nth(max_chars) {
-        None => std::borrow::Cow::Borrowed(line),
+        None => line,
         Some((idx, _)) => {
             std::borrow::Cow::Owned(format!("{}… [line cut at {max_chars} chars]", &line[..idx]))
         }

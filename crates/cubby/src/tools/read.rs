@@ -4,6 +4,13 @@
 //! The file is streamed once: every byte is hashed, lines are counted, and
 //! only the requested window is kept, so memory stays bounded by the window
 //! whatever the file's size.
+//!
+//! Secrets are redacted from the stream before it is split into lines (a
+//! secret that spans lines keeps its line feeds, so numbers stay true), and
+//! so before any window or long-line cut: no cut shows a part of a secret.
+//! Control characters a terminal could act on (ESC, the other C0 controls
+//! but tab, DEL, C1) are shown as their control pictures (`␛`), before the
+//! 50 KiB budget is counted.
 
 use std::io::Read;
 
@@ -13,6 +20,7 @@ use sha2::{Digest, Sha256};
 
 use super::{Ctx, READ_ONLY, Tool, cut_line, hex, thousands};
 use crate::error::{Error, ErrorKind, Result};
+use crate::output::{Redactor, neutralize_controls};
 use crate::path::WorkspacePath;
 
 /// Bytes inspected to decide whether a file is binary.
@@ -104,7 +112,8 @@ impl Tool for ReadFile {
             max_bytes: limits.max_bytes,
             max_line_chars: crate::config::READ_MAX_LINE_CHARS,
         };
-        let scan = scan(file.reader, &window).map_err(|e| Error::from_io(&e, &path.display()))?;
+        let scan = scan(file.reader, &window, ctx.redactor)
+            .map_err(|e| Error::from_io(&e, &path.display()))?;
         ctx.run.record_read(&path, scan.sha);
         render(&path, scan, &window)
     }
@@ -187,7 +196,11 @@ fn push_line_number(text: &mut String, mut n: u64) {
 /// kept of a line in memory).
 const LINE_CUT_MARK: &str = "… [line cut]";
 
-fn scan(mut reader: Box<dyn Read + Send>, window: &Window) -> std::io::Result<Scan> {
+fn scan(
+    mut reader: Box<dyn Read + Send>,
+    window: &Window,
+    redactor: &Redactor,
+) -> std::io::Result<Scan> {
     let mut hasher = Sha256::new();
     let mut size = 0u64;
     // Fill the sniff buffer first.
@@ -228,9 +241,15 @@ fn scan(mut reader: Box<dyn Read + Send>, window: &Window) -> std::io::Result<Sc
         });
     }
     let mut lines = LineCollector::new(window);
+    // The lines are cut from redacted bytes; the hash and size are the file's.
+    let mut redacting = (!redactor.is_empty()).then(|| redactor.stream_lines());
+    let mut feed = |lines: &mut LineCollector<'_>, bytes: &[u8]| match redacting.as_mut() {
+        Some(r) => lines.feed(&r.push(bytes)),
+        None => lines.feed(bytes),
+    };
     hasher.update(&head);
     size += head.len() as u64;
-    lines.feed(&head);
+    feed(&mut lines, &head);
     loop {
         let n = reader.read(&mut buf)?;
         if n == 0 {
@@ -238,7 +257,10 @@ fn scan(mut reader: Box<dyn Read + Send>, window: &Window) -> std::io::Result<Sc
         }
         hasher.update(&buf[..n]);
         size += n as u64;
-        lines.feed(&buf[..n]);
+        feed(&mut lines, &buf[..n]);
+    }
+    if let Some(r) = redacting.as_mut() {
+        lines.feed(&r.finish());
     }
     lines.finish();
     Ok(Scan {
@@ -330,9 +352,15 @@ impl<'w> LineCollector<'w> {
                 raw = rest;
             }
             let line = String::from_utf8_lossy(raw);
+            // One character for one: the cut below counts the same chars.
+            let line = neutralize_controls(&line);
+            let cut_here = line
+                .char_indices()
+                .nth(self.window.max_line_chars)
+                .is_some();
             let shown = cut_line(&line, self.window.max_line_chars);
-            let cut = self.current_cut || shown.len() != line.len();
-            let mark = if self.current_cut && shown.len() == line.len() {
+            let cut = self.current_cut || cut_here;
+            let mark = if self.current_cut && !cut_here {
                 LINE_CUT_MARK
             } else {
                 ""
@@ -473,7 +501,7 @@ mod tests {
             }
         }
         let owned: &'static [u8] = Box::leak(bytes.to_vec().into_boxed_slice());
-        scan(Box::new(Trickle(owned)), w).unwrap()
+        scan(Box::new(Trickle(owned)), w, &Redactor::default()).unwrap()
     }
 
     #[test]

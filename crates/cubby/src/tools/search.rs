@@ -5,6 +5,11 @@
 //! `grep-searcher` on it. Binary files (a NUL byte) are skipped. Every match
 //! is counted, but only the first `max_matches` in path order are kept in
 //! memory, so a query that matches everywhere stays bounded.
+//!
+//! Files are searched redacted (a secret that spans lines keeps its line
+//! feeds, so line numbers stay true): a secret is never matched, shown in
+//! part by the 500-char line cut, or shown a line at a time. Lines are shown
+//! with control characters as their control pictures (`␛`), like `read_file`.
 
 use std::collections::BTreeMap;
 use std::io;
@@ -17,10 +22,11 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::find::{NameFilter, start_dir};
-use super::walk::{Flow, Walk};
+use super::walk::{Flow, Unseen, Walk};
 use super::{Ctx, READ_ONLY, Tool, cut_line, pattern_error, thousands};
 use crate::config::SEARCH_MAX_CONTEXT;
 use crate::error::{Error, Result};
+use crate::output::{CallScope, RedactingReader, Redactor, neutralize_controls};
 use crate::path::WorkspacePath;
 use crate::sandbox::{EntryKind, FileSystem};
 
@@ -78,6 +84,9 @@ pub struct Output {
     pub truncated: bool,
     /// Files searched.
     pub files_searched: u64,
+    /// What the walk did not enter, and why (absent when it saw everything).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unseen: Option<Unseen>,
 }
 
 /// The `search` tool.
@@ -118,10 +127,12 @@ impl Tool for Search {
         let target = super::parse_dir_arg(params.path.as_deref())?;
         ctx.policy.check_read(&target)?;
         let found = match ctx.fs.metadata(&target)?.kind {
-            EntryKind::File => search_files(ctx.fs, 1, &matcher, context, cap, |add| {
-                add(target);
-                Ok(())
-            })?,
+            EntryKind::File => {
+                search_files(ctx.fs, ctx.redactor, 1, &matcher, context, cap, |add| {
+                    add(target);
+                    Ok(Unseen::default())
+                })?
+            }
             _ => {
                 let start = start_dir(ctx, params.path.as_deref())?;
                 let threads = std::thread::available_parallelism()
@@ -129,16 +140,24 @@ impl Tool for Search {
                     .min(MAX_THREADS);
                 // The walk feeds the workers as it goes: searching starts
                 // with the first file, not after the last directory is read.
-                search_files(ctx.fs, threads, &matcher, context, cap, |add| {
-                    Walk::new(ctx.fs, ctx.policy).run(&start, &mut |v| {
-                        if v.kind == EntryKind::File
-                            && filter.as_ref().is_none_or(|f| f.matches(v.path))
-                        {
-                            add(v.path.clone());
-                        }
-                        Flow::Continue
-                    })
-                })?
+                search_files(
+                    ctx.fs,
+                    ctx.redactor,
+                    threads,
+                    &matcher,
+                    context,
+                    cap,
+                    |add| {
+                        Walk::new(ctx.fs, ctx.policy).run(&start, &mut |v| {
+                            if v.kind == EntryKind::File
+                                && filter.as_ref().is_none_or(|f| f.matches(v.path))
+                            {
+                                add(v.path.clone());
+                            }
+                            Flow::Continue
+                        })
+                    },
+                )?
             }
         };
         let files_searched = found.files;
@@ -152,6 +171,8 @@ struct Found {
     total: u64,
     /// Files searched.
     files: u64,
+    /// What the walk did not see.
+    unseen: Unseen,
 }
 
 /// Searches the files `feed` hands to `add`, in path order, on `threads`
@@ -159,17 +180,19 @@ struct Found {
 /// place in that order, so the result does not depend on timing.
 fn search_files(
     fs: &dyn FileSystem,
+    redactor: &Redactor,
     threads: usize,
     matcher: &RegexMatcher,
     context: usize,
     cap: usize,
-    feed: impl FnOnce(&mut dyn FnMut(WorkspacePath)) -> Result<()>,
+    feed: impl FnOnce(&mut dyn FnMut(WorkspacePath)) -> Result<Unseen>,
 ) -> Result<Found> {
     let (tx, rx) = mpsc::channel::<(usize, WorkspacePath)>();
     let rx = Mutex::new(rx);
     let total = AtomicU64::new(0);
     let kept: Mutex<BTreeMap<usize, Vec<Hit>>> = Mutex::new(BTreeMap::new());
     let worker = || {
+        let _scope = CallScope::enter(redactor);
         let mut searcher = SearcherBuilder::new()
             .binary_detection(BinaryDetection::quit(b'\x00'))
             .line_number(true)
@@ -183,7 +206,7 @@ fn search_files(
             };
             let Ok((i, path)) = next else { break };
             let Some((hits, matched)) =
-                search_one(fs, &path, matcher, &mut searcher, &mut buf, cap)
+                search_one(fs, redactor, &path, matcher, &mut searcher, &mut buf, cap)
             else {
                 continue;
             };
@@ -220,11 +243,12 @@ fn search_files(
             feed_all(&mut files)
         })
     };
-    fed?;
+    let unseen = fed?;
     Ok(Found {
         kept: kept.into_inner().unwrap_or_default(),
         total: total.into_inner(),
         files: files as u64,
+        unseen,
     })
 }
 
@@ -257,6 +281,7 @@ const SLICE_MAX: usize = 64 * 1024;
 /// Searches one file; `None` when it cannot be opened or read, or is binary.
 fn search_one(
     fs: &dyn FileSystem,
+    redactor: &Redactor,
     path: &WorkspacePath,
     matcher: &RegexMatcher,
     searcher: &mut Searcher,
@@ -273,16 +298,31 @@ fn search_one(
         cap,
         binary: false,
     };
+    // The file is searched redacted: what a match shows is cut from
+    // redacted text, and a secret is never matched.
+    let redacting = !redactor.is_empty();
     if file.metadata.size <= SLICE_MAX as u64 {
         match read_small(&mut file.reader, buf)? {
+            Some(len) if redacting => searcher
+                .search_slice(matcher, &redactor.redact_lines(&buf[..len]), &mut sink)
+                .ok()?,
             Some(len) => searcher
                 .search_slice(matcher, &buf[..len], &mut sink)
                 .ok()?,
             // It grew while being read: stream what was read, then the rest.
-            None => searcher
-                .search_reader(matcher, io::Read::chain(&buf[..], file.reader), &mut sink)
-                .ok()?,
+            None => {
+                let rest = io::Read::chain(&buf[..], file.reader);
+                if redacting {
+                    let rest = RedactingReader::new(rest, redactor);
+                    searcher.search_reader(matcher, rest, &mut sink).ok()?
+                } else {
+                    searcher.search_reader(matcher, rest, &mut sink).ok()?
+                }
+            }
         }
+    } else if redacting {
+        let reader = RedactingReader::new(file.reader, redactor);
+        searcher.search_reader(matcher, reader, &mut sink).ok()?;
     } else {
         searcher
             .search_reader(matcher, file.reader, &mut sink)
@@ -326,8 +366,8 @@ struct Collect<'p> {
 
 fn line_text(bytes: &[u8]) -> String {
     let text = String::from_utf8_lossy(bytes);
-    let text = text.trim_end_matches(['\n', '\r']);
-    cut_line(text, SEARCH_MAX_LINE_CHARS).into_owned()
+    let text = neutralize_controls(text.trim_end_matches(['\n', '\r']));
+    cut_line(&text, SEARCH_MAX_LINE_CHARS).into_owned()
 }
 
 impl Collect<'_> {
@@ -396,6 +436,7 @@ fn render(query: &str, found: Found, cap: usize, files_searched: u64) -> (String
         }
     }
     let truncated = found.total > shown as u64;
+    let unseen = found.unseen;
     let mut text = String::new();
     let mut prev: Option<(&str, u64)> = None;
     let with_context = matches.iter().any(|x| !x.is_match);
@@ -429,6 +470,10 @@ fn render(query: &str, found: Found, cap: usize, files_searched: u64) -> (String
             if found.total == 1 { "" } else { "s" }
         ));
     }
+    if let Some(note) = unseen.note() {
+        text.push('\n');
+        text.push_str(&note);
+    }
     (
         text,
         Output {
@@ -436,6 +481,7 @@ fn render(query: &str, found: Found, cap: usize, files_searched: u64) -> (String
             total: found.total,
             truncated,
             files_searched,
+            unseen: unseen.into_option(),
         },
     )
 }

@@ -13,22 +13,149 @@
 //! 4. Symbolic links are reported with their kind and never followed.
 //!
 //! Entries are visited in sorted path order.
+//!
+//! Nothing is silently unseen (SPEC §2): a directory the walk does not
+//! enter for a reason of its own — deeper than [`MAX_WALK_DEPTH`], unreadable,
+//! or with an ignore file it will not load — is counted in the [`Unseen`]
+//! the walk returns, and every tool that walks says so in its result.
+//! (`.git`, `deny_read` paths and ignored paths are left out by rule, a
+//! `depth` the model asked for by request: neither is counted.)
+//!
+//! Ignore files are bounded: each compiled rule costs memory (up to ~5 KiB
+//! for a short wildcard pattern, measured), so a file over
+//! [`MAX_IGNORE_FILE_BYTES`] or [`MAX_IGNORE_FILE_PATTERNS`], or one that
+//! would take the rules held at once past [`MAX_IGNORE_HELD_PATTERNS`] or
+//! the rules compiled by one walk past [`MAX_IGNORE_WALK_PATTERNS`], is not
+//! loaded, and its directory is **not entered** (its rules are unknown, so
+//! what it hides cannot be told; entering it as if unignored would show
+//! what the workspace asked to hide). The directory is reported unseen.
 
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 
 use ignore::Match;
 use ignore::gitignore::{Gitignore, GitignoreBuilder};
+use schemars::JsonSchema;
+use serde::Serialize;
 
+use super::thousands;
 use crate::error::{ErrorKind, Result};
 use crate::path::WorkspacePath;
 use crate::policy::Policy;
 use crate::sandbox::{EntryKind, FileSystem};
 
-/// Largest `.gitignore` read.
-const MAX_GITIGNORE_BYTES: u64 = 1024 * 1024;
+/// Largest ignore file loaded, in bytes.
+pub(crate) const MAX_IGNORE_FILE_BYTES: u64 = 64 * 1024;
+/// Most rules (lines that are neither blank nor comments) an ignore file
+/// may hold to be loaded.
+pub(crate) const MAX_IGNORE_FILE_PATTERNS: usize = 2_000;
+/// Most rules one walk holds compiled at once (the ignore files of the
+/// directory being walked and of its ancestors): bounds a walk's memory.
+pub(crate) const MAX_IGNORE_HELD_PATTERNS: usize = 8_000;
+/// Most rules one walk compiles in all: bounds its time.
+pub(crate) const MAX_IGNORE_WALK_PATTERNS: usize = 100_000;
 /// Deepest directory nesting walked (deeper directories are not entered).
 pub(crate) const MAX_WALK_DEPTH: usize = 512;
+/// Directories named in an [`Unseen`] report.
+const MAX_UNSEEN_EXAMPLES: usize = 5;
+
+/// What a walk did not see, and why.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, JsonSchema)]
+pub struct Unseen {
+    /// Directories not entered because they lie deeper than 512 levels.
+    pub too_deep: u64,
+    /// Directories that could not be read.
+    pub unreadable: u64,
+    /// Directories not entered because their ignore file could not be
+    /// loaded: too large, too many rules, or unreadable.
+    pub ignore_not_loaded: u64,
+    /// The first few of those directories, relative to the root.
+    pub examples: Vec<String>,
+}
+
+impl Unseen {
+    /// True when the walk saw everything it meant to.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.too_deep == 0 && self.unreadable == 0 && self.ignore_not_loaded == 0
+    }
+
+    fn add_example(&mut self, dir: &WorkspacePath) {
+        if self.examples.len() < MAX_UNSEEN_EXAMPLES {
+            self.examples.push(dir.display_dir());
+        }
+    }
+
+    /// `Some(self)` when something was unseen (the structured field).
+    pub(crate) fn into_option(self) -> Option<Unseen> {
+        (!self.is_empty()).then_some(self)
+    }
+
+    /// The line a result carries when something was unseen.
+    pub(crate) fn note(&self) -> Option<String> {
+        if self.is_empty() {
+            return None;
+        }
+        let dirs = |n: u64| {
+            format!(
+                "{} director{}",
+                thousands(n),
+                if n == 1 { "y" } else { "ies" }
+            )
+        };
+        let mut parts = Vec::new();
+        if self.too_deep > 0 {
+            parts.push(format!(
+                "{} deeper than {MAX_WALK_DEPTH} levels (pass a `path` inside them to walk them)",
+                dirs(self.too_deep)
+            ));
+        }
+        if self.unreadable > 0 {
+            parts.push(format!(
+                "{} that could not be read (check their permissions)",
+                dirs(self.unreadable)
+            ));
+        }
+        if self.ignore_not_loaded > 0 {
+            parts.push(format!(
+                "{} whose .gitignore was not loaded: over {} KiB or {} rules, or over the \
+                 walk's budget of rules, or unreadable (shorten it)",
+                dirs(self.ignore_not_loaded),
+                MAX_IGNORE_FILE_BYTES / 1024,
+                thousands(MAX_IGNORE_FILE_PATTERNS as u64)
+            ));
+        }
+        let mut note = format!("[not seen: {}", parts.join("; "));
+        if !self.examples.is_empty() {
+            note.push_str("; not entered: ");
+            note.push_str(&self.examples.join(", "));
+            if self.too_deep + self.unreadable + self.ignore_not_loaded > self.examples.len() as u64
+            {
+                note.push_str(", …");
+            }
+        }
+        note.push(']');
+        Some(note)
+    }
+}
+
+/// Why an ignore file was not loaded.
+struct NotLoaded;
+
+/// The mutable part of one walk: what it did not see and its ignore budget.
+#[derive(Default)]
+struct WalkState {
+    unseen: Unseen,
+    /// Rules of the ignore files on the current stack.
+    held_patterns: usize,
+    /// Rules compiled by this walk so far.
+    loaded_patterns: usize,
+}
+
+/// One loaded ignore file and the rules it holds.
+struct Loaded {
+    rules: Gitignore,
+    patterns: usize,
+}
 
 /// What the visitor wants next.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -70,7 +197,8 @@ impl<'a> Walk<'a> {
         self
     }
 
-    /// Walks `start` (a directory), calling `visit` for each entry.
+    /// Walks `start` (a directory), calling `visit` for each entry, and
+    /// returns what it did not see.
     ///
     /// # Errors
     ///
@@ -80,15 +208,23 @@ impl<'a> Walk<'a> {
         &self,
         start: &WorkspacePath,
         visit: &mut dyn FnMut(&Visit<'_>) -> Flow,
-    ) -> Result<()> {
+    ) -> Result<Unseen> {
         let entries = self.fs.read_dir(start)?;
+        let mut state = WalkState::default();
         let mut ignores = Vec::new();
         if self.respect_gitignore {
             // Ancestors' rules apply to the start directory's contents.
             let mut dir = WorkspacePath::root();
             for name in start.components() {
-                if let Some(g) = self.load_gitignore(&dir) {
-                    ignores.push(g);
+                match self.load_gitignore(&dir, &mut state) {
+                    Ok(Some(g)) => ignores.push(g),
+                    Ok(None) => {}
+                    Err(NotLoaded) => {
+                        // What the start holds is hidden by rules unknown.
+                        state.unseen.ignore_not_loaded += 1;
+                        state.unseen.add_example(start);
+                        return Ok(state.unseen);
+                    }
                 }
                 dir = dir.join_name(name);
             }
@@ -96,33 +232,83 @@ impl<'a> Walk<'a> {
             let has_own = entries
                 .iter()
                 .any(|e| e.name == ".gitignore" && e.kind == EntryKind::File);
-            if has_own && let Some(g) = self.load_gitignore(start) {
-                ignores.push(g);
+            if has_own {
+                match self.load_gitignore(start, &mut state) {
+                    Ok(Some(g)) => ignores.push(g),
+                    Ok(None) => {}
+                    Err(NotLoaded) => {
+                        state.unseen.ignore_not_loaded += 1;
+                        state.unseen.add_example(start);
+                        return Ok(state.unseen);
+                    }
+                }
             }
         }
-        self.walk_entries(start, entries, 1, &mut ignores, visit);
-        Ok(())
+        self.walk_entries(start, entries, 1, &mut ignores, &mut state, visit);
+        Ok(state.unseen)
     }
 
-    fn load_gitignore(&self, dir: &WorkspacePath) -> Option<Gitignore> {
+    /// Loads `dir/.gitignore` within the bounds: `Ok(None)` when there is
+    /// none (or it holds no rule), `Err` when it exists but is not loaded.
+    /// A loaded file's rules count as held until [`Walk::release`].
+    fn load_gitignore(
+        &self,
+        dir: &WorkspacePath,
+        state: &mut WalkState,
+    ) -> Result<Option<Loaded>, NotLoaded> {
         let path = dir.join_name(OsStr::new(".gitignore"));
-        let bytes = self.fs.read_to_vec(&path, MAX_GITIGNORE_BYTES).ok()?;
+        let bytes = match self.fs.read_to_vec(&path, MAX_IGNORE_FILE_BYTES) {
+            Ok(b) => b,
+            // Removed since it was listed (or never there): no rules.
+            Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
+            Err(_) => return Err(NotLoaded),
+        };
         let text = String::from_utf8_lossy(&bytes);
+        let rules = || {
+            text.lines().filter(|l| {
+                let l = l.trim();
+                !l.is_empty() && !l.starts_with('#')
+            })
+        };
+        let patterns = rules().count();
+        if patterns == 0 {
+            return Ok(None);
+        }
+        if patterns > MAX_IGNORE_FILE_PATTERNS
+            || state.held_patterns + patterns > MAX_IGNORE_HELD_PATTERNS
+            || state.loaded_patterns + patterns > MAX_IGNORE_WALK_PATTERNS
+        {
+            return Err(NotLoaded);
+        }
         let mut builder = GitignoreBuilder::new(anchor(dir.as_path()));
-        for line in text.lines() {
+        for line in rules() {
             // A bad line is skipped, as git does.
             let _ = builder.add_line(None, line);
         }
-        builder.build().ok().filter(|g| !g.is_empty())
+        state.loaded_patterns += patterns;
+        match builder.build() {
+            Ok(g) if !g.is_empty() => {
+                state.held_patterns += patterns;
+                Ok(Some(Loaded { rules: g, patterns }))
+            }
+            _ => Ok(None),
+        }
     }
 
-    fn ignored(&self, ignores: &[Gitignore], path: &WorkspacePath, is_dir: bool) -> bool {
+    /// Ends the hold of a loaded ignore file's rules.
+    fn release(loaded: Option<Loaded>, state: &mut WalkState) {
+        if let Some(l) = loaded {
+            state.held_patterns -= l.patterns;
+        }
+    }
+
+    fn ignored(&self, ignores: &[Loaded], path: &WorkspacePath, is_dir: bool) -> bool {
         if ignores.is_empty() {
             return false;
         }
         let anchored = anchor(path.as_path());
         for g in ignores.iter().rev() {
-            match g.matched(&anchored, is_dir) {
+            match g.rules.matched(&anchored, is_dir) {
                 Match::Ignore(_) => return true,
                 Match::Whitelist(_) => return false,
                 Match::None => {}
@@ -137,7 +323,8 @@ impl<'a> Walk<'a> {
         dir: &WorkspacePath,
         entries: Vec<crate::sandbox::DirEntry>,
         depth: usize,
-        ignores: &mut Vec<Gitignore>,
+        ignores: &mut Vec<Loaded>,
+        state: &mut WalkState,
         visit: &mut dyn FnMut(&Visit<'_>) -> Flow,
     ) -> bool {
         let check_deny = self.policy.has_deny_read_within(dir);
@@ -160,37 +347,57 @@ impl<'a> Walk<'a> {
             if flow == Flow::Stop {
                 return false;
             }
-            if entry.kind == EntryKind::Dir && depth < self.max_depth {
-                let children = match self.fs.read_dir(&path) {
-                    Ok(c) => c,
-                    // Swapped for a link, removed, or unreadable: not entered.
-                    Err(e) if matches!(e.kind(), ErrorKind::PathEscape | ErrorKind::NotFound) => {
+            if entry.kind != EntryKind::Dir {
+                continue;
+            }
+            if depth >= self.max_depth {
+                // A depth the model asked for is not a shortfall; the
+                // walk's own limit is.
+                if self.max_depth >= MAX_WALK_DEPTH {
+                    state.unseen.too_deep += 1;
+                    state.unseen.add_example(&path);
+                }
+                continue;
+            }
+            let children = match self.fs.read_dir(&path) {
+                Ok(c) => c,
+                // Swapped for a link or removed since it was listed: it is
+                // no longer a directory of the tree.
+                Err(e) if matches!(e.kind(), ErrorKind::PathEscape | ErrorKind::NotFound) => {
+                    continue;
+                }
+                Err(_) => {
+                    state.unseen.unreadable += 1;
+                    state.unseen.add_example(&path);
+                    continue;
+                }
+            };
+            let loaded = if self.respect_gitignore
+                && children
+                    .iter()
+                    .any(|c| c.name == ".gitignore" && c.kind == EntryKind::File)
+            {
+                match self.load_gitignore(&path, state) {
+                    Ok(l) => l,
+                    Err(NotLoaded) => {
+                        state.unseen.ignore_not_loaded += 1;
+                        state.unseen.add_example(&path);
                         continue;
                     }
-                    Err(_) => continue,
-                };
-                let pushed = if self.respect_gitignore
-                    && children
-                        .iter()
-                        .any(|c| c.name == ".gitignore" && c.kind == EntryKind::File)
-                {
-                    match self.load_gitignore(&path) {
-                        Some(g) => {
-                            ignores.push(g);
-                            true
-                        }
-                        None => false,
-                    }
-                } else {
-                    false
-                };
-                let go_on = self.walk_entries(&path, children, depth + 1, ignores, visit);
-                if pushed {
-                    ignores.pop();
                 }
-                if !go_on {
-                    return false;
-                }
+            } else {
+                None
+            };
+            let pushed = loaded.is_some();
+            if let Some(l) = loaded {
+                ignores.push(l);
+            }
+            let go_on = self.walk_entries(&path, children, depth + 1, ignores, state, visit);
+            if pushed {
+                Walk::release(ignores.pop(), state);
+            }
+            if !go_on {
+                return false;
             }
         }
         true

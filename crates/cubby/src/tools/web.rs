@@ -23,8 +23,6 @@ pub(crate) const MAX_QUERY_CHARS: usize = 2_000;
 const SNIFF_BYTES: usize = 8 * 1024;
 /// Least time HTML conversion gets, even when the request used up the limit.
 const MIN_CONVERT_TIME: Duration = Duration::from_secs(1);
-/// Chars of a URL or query repeated in a header line.
-const MAX_ECHO_CHARS: usize = 200;
 /// Chars of a search result's title.
 const MAX_TITLE_CHARS: usize = 200;
 /// Hits asked of a backend: more than shown, so that filtering leaves enough.
@@ -117,7 +115,18 @@ impl Tool for WebFetch {
             move || web::fetch(target, rules, resolver, limits.max_body_bytes),
         )?;
         let deadline = (started + timeout).max(Instant::now() + MIN_CONVERT_TIME);
-        let page = to_text(&fetched, deadline, ctx.cancel)?;
+        let mut page = to_text(&fetched, deadline, ctx.cancel)?;
+        // Redaction before any cut: the text is redacted whole, and what a
+        // download cap or a stopped conversion cut mid-secret is dropped.
+        if let Some(text) = page.text.as_mut() {
+            let redacted = ctx.redactor.redact_str(text);
+            let cut_short = !fetched.complete || page.partial_html.is_some();
+            *text = if cut_short {
+                ctx.redactor.trim_partial(&redacted).to_string()
+            } else {
+                redacted
+            };
+        }
         if is_cancelled(ctx.cancel) {
             return Err(Error::new(
                 ErrorKind::Network,
@@ -262,15 +271,15 @@ fn render_fetch(
         "{} {} {} ({}, {size})",
         fetched.status,
         fetched.reason,
-        truncate_for_message(take_chars(fetched.final_url.as_str(), MAX_ECHO_CHARS)),
-        truncate_for_message(take_chars(&page.media_type, MAX_ECHO_CHARS)),
+        truncate_for_message(fetched.final_url.as_str()),
+        truncate_for_message(&page.media_type),
     );
     if let Some(first) = fetched.redirects.first() {
         let n = fetched.redirects.len();
         header.push_str(&format!(
             "\nredirected {n} time{} from {}",
             if n == 1 { "" } else { "s" },
-            truncate_for_message(take_chars(first, MAX_ECHO_CHARS))
+            truncate_for_message(first)
         ));
     }
     if let Some((done, total)) = page.partial_html {
@@ -429,6 +438,15 @@ impl Tool for WebSearch {
             },
             || backend.search(query, BACKEND_HITS.max(limits.max_results)),
         )?;
+        // Redaction before the title and snippet cuts.
+        let hits = hits
+            .into_iter()
+            .map(|h| SearchHit {
+                title: ctx.redactor.redact_str(&h.title),
+                url: h.url,
+                snippet: ctx.redactor.redact_str(&h.snippet),
+            })
+            .collect();
         Ok(render_search(query, backend.name(), hits, rules, limits))
     }
 }
@@ -467,7 +485,7 @@ fn render_search(
     if filtered > 0 {
         removed = format!(" ({filtered} removed by the domain lists)");
     }
-    let shown_query = truncate_for_message(take_chars(query, MAX_ECHO_CHARS));
+    let shown_query = truncate_for_message(query);
     let mut results = Vec::new();
     let mut blocks = Vec::new();
     let header_for = |n: usize| {

@@ -147,10 +147,13 @@ where
     T: Send,
     F: Future<Output = Result<T>>,
 {
+    // Cuts made by the work (echoed URLs) redact with the call's secrets.
+    let redactor = crate::output::CallScope::current();
     std::thread::scope(|scope| {
         let worker = std::thread::Builder::new()
             .name("cubby-web".into())
             .spawn_scoped(scope, move || {
+                let _scope = crate::output::CallScope::enter(&redactor);
                 let runtime = tokio::runtime::Builder::new_current_thread()
                     .enable_all()
                     .build()
