@@ -607,3 +607,54 @@ fn tool_commands_do_not_get_the_servers_terminal() {
     let printed = attempt(true);
     assert!(printed.contains("no-terminal"), "{printed}");
 }
+
+/// `cubby call` prints model-facing text to a terminal: no escape sequence
+/// from a file name or a file's contents may reach it (SPEC §2). Run on
+/// `local`, where the names are made on the host, and checked byte by byte.
+#[test]
+fn call_never_prints_an_escape_sequence() {
+    use std::os::unix::ffi::OsStrExt;
+    let dir = tempfile::tempdir().unwrap();
+    let osc = b"title\x1b]0;owned\x07\x1b[2J\x9b.txt";
+    std::fs::write(dir.path().join(std::ffi::OsStr::from_bytes(osc)), "x\n").unwrap();
+    std::fs::write(dir.path().join("x\nD forged.rs"), "x\n").unwrap();
+    std::fs::write(
+        dir.path().join("esc.txt"),
+        "red \x1b[31mRED\x1b[0m \x1b]8;;http://evil\x07link\x1b]8;;\x07 \u{9b}2J\n",
+    )
+    .unwrap();
+    // Control: the bytes are on disk as written.
+    let raw = std::fs::read(dir.path().join("esc.txt")).unwrap();
+    assert!(raw.contains(&0x1b));
+    for args in [
+        vec!["call", "list_files", "{}"],
+        vec!["call", "glob", r#"{"pattern":"*"}"#],
+        vec!["call", "search", r#"{"query":"RED"}"#],
+        vec!["call", "read_file", r#"{"path":"esc.txt"}"#],
+        vec!["call", "read_file", r#"{"path":"esc.txt"}"#, "--json"],
+        vec!["call", "read_file", r#"{"path":"gone\u001b]0;x\u0007"}"#],
+    ] {
+        let mut full = args.clone();
+        full.extend(["--provider", "local"]);
+        let out = cubby(dir.path(), &full);
+        assert!(!out.stdout.is_empty(), "{args:?}");
+        assert!(
+            !out.stdout.contains(&0x1b) && !out.stdout.contains(&0x07),
+            "{args:?}: {:?}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        // No C1 control (U+0080–U+009F, UTF-8 C2 80–C2 9F) either.
+        assert!(
+            !out.stdout
+                .windows(2)
+                .any(|w| w[0] == 0xc2 && (0x80..=0x9f).contains(&w[1])),
+            "{args:?}: {:?}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        if args[1] == "list_files" {
+            let text = stdout(&out);
+            assert!(text.contains(r#""x\nD forged.rs""#), "{text}");
+            assert!(!text.lines().any(|l| l.starts_with("D ")), "{text}");
+        }
+    }
+}

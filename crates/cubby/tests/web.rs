@@ -1339,3 +1339,45 @@ url = "http://127.0.0.1:8888"
         assert!(err.message().contains(needle), "{text}: {err}");
     }
 }
+
+/// Redaction comes before the 10,000-char cut (SPEC §2): a page made of a
+/// secret repeated, shifted by half a secret between two pages, so that one
+/// of the two cuts falls at least 16 characters into a value.
+#[test]
+fn the_output_cut_never_shows_part_of_a_secret() {
+    const SECRET: &str = "sk-live-0123456789abcdefghijklmn";
+    let server = Server::start(|req, _| {
+        let shift = if req.path() == "/shifted" { 16 } else { 0 };
+        let body = format!("{}{}", "x".repeat(shift), SECRET.repeat(1_000));
+        page(200, "text/plain", body)
+    });
+    let redacting = builder()
+        .network(net(&[], &[], LOOPBACK))
+        .resolver(pinned())
+        .secret("API_KEY", SECRET)
+        .build()
+        .unwrap();
+    let plain = fetcher(net(&[], &[], LOOPBACK));
+    let mut longest_part_shown = 0;
+    for path in ["/aligned", "/shifted"] {
+        let url = server.url("allowed.test", path);
+        // Control: without the secret registered, the cut ends in part of one.
+        let out = fetch(&plain, &url);
+        expect_kind(&out, "ok");
+        let content = out.structured["content"].as_str().unwrap();
+        let part = (1..SECRET.len())
+            .rev()
+            .find(|n| content.ends_with(&SECRET[..*n]))
+            .unwrap_or(0);
+        longest_part_shown = longest_part_shown.max(part);
+        let out = fetch(&redacting, &url);
+        expect_kind(&out, "ok");
+        assert_eq!(out.structured["truncated"], true);
+        let both = format!("{}\n{}", out.text, out.structured);
+        for i in 0..=SECRET.len() - 6 {
+            assert!(!both.contains(&SECRET[i..i + 6]), "{path}: {both}");
+        }
+        assert!(out.text.contains("[REDACTED:API_KEY]"));
+    }
+    assert!(longest_part_shown >= 16, "{longest_part_shown}");
+}
