@@ -478,6 +478,23 @@ pub fn neutralize_controls(text: &str) -> std::borrow::Cow<'_, str> {
     )
 }
 
+/// [`neutralize_controls`] for one line of a file's contents: a carriage
+/// return inside a line is shown too (`␍`), since on a terminal it would
+/// move back over what the line began with (`path:line:` in a search).
+pub fn neutralize_line(line: &str) -> std::borrow::Cow<'_, str> {
+    if !line.contains('\r') {
+        return neutralize_controls(line);
+    }
+    std::borrow::Cow::Owned(
+        line.chars()
+            .map(|c| match c {
+                '\r' => '\u{240d}',
+                c => control_picture(c).unwrap_or(c),
+            })
+            .collect(),
+    )
+}
+
 /// Applies [`neutralize_controls`] to a tool result: its text and every
 /// string (keys and values) of its structured value. The last step of
 /// every call: no escape sequence from a file, a name or a command reaches

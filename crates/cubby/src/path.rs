@@ -28,7 +28,8 @@ pub const MAX_PATH_BYTES: usize = 4096;
 pub const MAX_NAME_BYTES: usize = 255;
 
 /// True for a character a name is quoted for: a control character (C0,
-/// DEL, C1), a bidirectional-text control (which reorders what a reader
+/// DEL, C1), a Unicode line or paragraph separator (a line break to some
+/// clients), a bidirectional-text control (which reorders what a reader
 /// sees), the quote and the backslash (so that a quoted form is never
 /// ambiguous).
 fn needs_escape(c: char) -> bool {
@@ -39,6 +40,8 @@ fn needs_escape(c: char) -> bool {
                 | '\u{61c}'
                 | '\u{200e}'
                 | '\u{200f}'
+                | '\u{2028}'
+                | '\u{2029}'
                 | '\u{202a}'..='\u{202e}'
                 | '\u{2066}'..='\u{2069}'
         )

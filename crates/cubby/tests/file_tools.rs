@@ -1171,7 +1171,17 @@ fn contents_show_controls_as_pictures(f: &dyn Fixture) {
         "esc.txt",
         b"red \x1b[31mRED\x1b[0m\x07 \x1b]0;title\x07\tend\r\n",
     );
+    // A carriage return inside a line would move a terminal back over the
+    // `path:line:` a search line starts with.
+    f.put("cr.txt", b"real\rfake.rs:9: forged\n");
     let t = tools(f);
+    let out = ok(&t, "search", json!({"query": "forged"}));
+    assert_eq!(
+        out.text,
+        "cr.txt:1: real\u{240d}fake.rs:9: forged\n[1 matching line]"
+    );
+    let out = ok(&t, "read_file", json!({"path": "cr.txt"}));
+    assert_eq!(out.text, "     1\treal\u{240d}fake.rs:9: forged\n");
     for (tool, args) in [
         ("read_file", json!({"path": "esc.txt"})),
         ("view_file", json!({"path": "esc.txt"})),
@@ -1275,6 +1285,29 @@ fn ignore_files_are_bounded_and_skips_are_said(f: &dyn Fixture) {
     let out = ok(&t, "glob", json!({"pattern": "*", "path": "many"}));
     assert!(out.text.contains("not seen: 1 director"), "{}", out.text);
     assert!(!out.text.contains("inside.txt"), "{}", out.text);
+    // Rules held at once: four nested files of 2,000 load, the fifth not.
+    let mut dir = String::from("nest");
+    for level in 1..=5 {
+        dir.push_str(&format!("/n{level}"));
+        f.put(&format!("{dir}/.gitignore"), rules(2_000).as_bytes());
+        f.put(&format!("{dir}/seen{level}.txt"), b"x");
+    }
+    let out = ok(
+        &t,
+        "glob",
+        json!({"pattern": "**/seen*.txt", "path": "nest"}),
+    );
+    for level in 1..=4 {
+        let seen = format!("/seen{level}.txt");
+        assert!(out.text.lines().any(|l| l.ends_with(&seen)), "{}", out.text);
+    }
+    assert!(!out.text.contains("seen5.txt"), "{}", out.text);
+    assert_eq!(
+        out.structured["unseen"]["ignore_not_loaded"], 1,
+        "{}",
+        out.text
+    );
+    assert!(out.text.contains("n4/n5/"), "{}", out.text);
 }
 
 macro_rules! suite {

@@ -9,8 +9,8 @@
 //! secret that spans lines keeps its line feeds, so numbers stay true), and
 //! so before any window or long-line cut: no cut shows a part of a secret.
 //! Control characters a terminal could act on (ESC, the other C0 controls
-//! but tab, DEL, C1) are shown as their control pictures (`␛`), before the
-//! 50 KiB budget is counted.
+//! but tab, a carriage return inside a line, DEL, C1) are shown as their
+//! control pictures (`␛`, `␍`), before the 50 KiB budget is counted.
 
 use std::io::Read;
 
@@ -20,7 +20,7 @@ use sha2::{Digest, Sha256};
 
 use super::{Ctx, READ_ONLY, Tool, cut_line, hex, thousands};
 use crate::error::{Error, ErrorKind, Result};
-use crate::output::{Redactor, neutralize_controls};
+use crate::output::{Redactor, neutralize_line};
 use crate::path::WorkspacePath;
 
 /// Bytes inspected to decide whether a file is binary.
@@ -353,7 +353,7 @@ impl<'w> LineCollector<'w> {
             }
             let line = String::from_utf8_lossy(raw);
             // One character for one: the cut below counts the same chars.
-            let line = neutralize_controls(&line);
+            let line = neutralize_line(&line);
             let cut_here = line
                 .char_indices()
                 .nth(self.window.max_line_chars)

@@ -26,7 +26,7 @@ use super::walk::{Flow, Unseen, Walk};
 use super::{Ctx, READ_ONLY, Tool, cut_line, pattern_error, thousands};
 use crate::config::SEARCH_MAX_CONTEXT;
 use crate::error::{Error, Result};
-use crate::output::{CallScope, RedactingReader, Redactor, neutralize_controls};
+use crate::output::{CallScope, RedactingReader, Redactor, neutralize_line};
 use crate::path::WorkspacePath;
 use crate::sandbox::{EntryKind, FileSystem};
 
@@ -366,7 +366,7 @@ struct Collect<'p> {
 
 fn line_text(bytes: &[u8]) -> String {
     let text = String::from_utf8_lossy(bytes);
-    let text = neutralize_controls(text.trim_end_matches(['\n', '\r']));
+    let text = neutralize_line(text.trim_end_matches(['\n', '\r']));
     cut_line(&text, SEARCH_MAX_LINE_CHARS).into_owned()
 }
 

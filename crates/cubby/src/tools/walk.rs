@@ -409,3 +409,71 @@ impl<'a> Walk<'a> {
 fn anchor(rel: &Path) -> PathBuf {
     Path::new("/").join(rel)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sandbox::MemoryFs;
+
+    fn wp(p: &str) -> WorkspacePath {
+        WorkspacePath::parse(p).unwrap_or_else(|e| panic!("{p}: {e}"))
+    }
+
+    /// Files the walk lists, and what it did not see.
+    fn walk(fs: &MemoryFs) -> (Vec<String>, Unseen) {
+        let policy = Policy::builder().build().unwrap_or_else(|e| panic!("{e}"));
+        let mut files = Vec::new();
+        let unseen = Walk::new(fs, &policy)
+            .run(&WorkspacePath::root(), &mut |v| {
+                if v.kind == EntryKind::File {
+                    files.push(v.path.display());
+                }
+                Flow::Continue
+            })
+            .unwrap_or_else(|e| panic!("{e}"));
+        (files, unseen)
+    }
+
+    #[test]
+    fn the_rules_one_walk_compiles_are_bounded() {
+        let fs = MemoryFs::new();
+        let per_dir = MAX_IGNORE_FILE_PATTERNS;
+        let dirs = MAX_IGNORE_WALK_PATTERNS / per_dir + 1;
+        let rules: String = (0..per_dir).map(|i| format!("r{i}.tmp\n")).collect();
+        for d in 0..dirs {
+            let put = |p: &str, b: &[u8]| {
+                fs.insert(&wp(p), b.to_vec(), 0o644)
+                    .unwrap_or_else(|e| panic!("{e}"))
+            };
+            put(&format!("d{d:03}/.gitignore"), rules.as_bytes());
+            put(&format!("d{d:03}/r1.tmp"), b"x");
+            put(&format!("d{d:03}/kept.txt"), b"x");
+        }
+        let (files, unseen) = walk(&fs);
+        // Every directory within the budget is walked with its rules.
+        let kept = files.iter().filter(|f| f.ends_with("/kept.txt")).count();
+        assert_eq!(kept, dirs - 1);
+        assert!(!files.iter().any(|f| f.ends_with("/r1.tmp")), "{files:?}");
+        // The one past it is not entered, and the walk says so.
+        assert_eq!(unseen.ignore_not_loaded, 1, "{unseen:?}");
+        assert_eq!(unseen.examples, [format!("d{:03}/", dirs - 1)]);
+        assert!(
+            unseen
+                .note()
+                .is_some_and(|n| n.contains("1 directory whose .gitignore"))
+        );
+    }
+
+    #[test]
+    fn a_removed_ignore_file_is_no_rules_and_blank_files_cost_nothing() {
+        let fs = MemoryFs::new();
+        let comments = "# only comments\n\n".repeat(100);
+        fs.insert(&wp("a/.gitignore"), comments.into_bytes(), 0o644)
+            .unwrap_or_else(|e| panic!("{e}"));
+        fs.insert(&wp("a/f.txt"), b"x".to_vec(), 0o644)
+            .unwrap_or_else(|e| panic!("{e}"));
+        let (files, unseen) = walk(&fs);
+        assert_eq!(files, ["a/.gitignore", "a/f.txt"]);
+        assert!(unseen.is_empty() && unseen.note().is_none());
+    }
+}
