@@ -174,10 +174,12 @@ impl Redactor {
     /// Redacts bytes keeping their line structure: a secret that spans
     /// lines becomes its marker followed by the line feeds it held, so the
     /// lines after it keep their numbers (file contents shown by line).
-    pub fn redact_lines(&self, b: &[u8]) -> Vec<u8> {
+    pub fn redact_lines<'b>(&self, b: &'b [u8]) -> std::borrow::Cow<'b, [u8]> {
         match &self.inner {
-            None => b.to_vec(),
-            Some(inner) => redact_all(inner, b, true),
+            Some(inner) if inner.automaton.is_match(b) => {
+                std::borrow::Cow::Owned(redact_all(inner, b, true))
+            }
+            _ => std::borrow::Cow::Borrowed(b),
         }
     }
 
@@ -834,7 +836,7 @@ mod tests {
             "-----BEGIN KEY-----\nMIIEab\ncd==\n-----END KEY-----",
         )]);
         let text = b"one\n-----BEGIN KEY-----\nMIIEab\ncd==\n-----END KEY-----\nafter\n";
-        let whole = r.redact_lines(text);
+        let whole = r.redact_lines(text).into_owned();
         assert_eq!(whole, b"one\n[REDACTED:PEM]\n\n\n\nafter\n");
         for split in 0..=text.len() {
             let mut s = r.stream_lines();
