@@ -5,7 +5,8 @@ use std::os::unix::process::ExitStatusExt;
 use std::process::ExitCode;
 
 use anyhow::bail;
-use cubby::sandbox::{Capabilities, ExecSpec};
+use cubby::sandbox::env::{NON_INTERACTIVE_ENV, Source};
+use cubby::sandbox::{Capabilities, CommandEnv, ExecSpec};
 use cubby::{LinuxSandbox, Mode, NetworkMode, ProviderKind, WorkspacePath};
 
 use crate::Common;
@@ -34,6 +35,9 @@ pub fn run(
         .and_then(|d| d.strip_prefix(&setup.root).ok().map(|p| p.to_path_buf()))
         .and_then(|p| WorkspacePath::parse(&p.to_string_lossy()).ok())
         .unwrap_or_else(WorkspacePath::root);
+    // The one environment of commands (SPEC §4); `cubby exec` is
+    // interactive, so without the fixed variables of `run`.
+    let env = setup::command_env(&setup.config)?.build(std::env::vars_os(), false);
     let status = match setup.provider {
         ProviderKind::Linux => {
             let options = setup::linux_options(&setup.policy, &setup.config, network);
@@ -42,13 +46,8 @@ pub fn run(
             let spec = ExecSpec {
                 argv: command,
                 cwd,
-                env: Vec::new(),
+                env,
                 stdin: true,
-                env_remove: cubby::sandbox::HOST_ONLY_ENV
-                    .iter()
-                    .map(|s| s.to_string())
-                    .chain(setup.config.network.inject.iter().map(|i| i.secret.clone()))
-                    .collect(),
             };
             let mut child = match sandbox.spawn_inherited(&spec) {
                 Ok(child) => child,
@@ -73,6 +72,8 @@ pub fn run(
             };
             std::process::Command::new(program)
                 .args(args)
+                .env_clear()
+                .envs(env)
                 .current_dir(setup.root.join(cwd.as_path()))
                 .status()?
         }
@@ -136,9 +137,25 @@ pub fn doctor(common: &Common) -> anyhow::Result<ExitCode> {
         }
     );
     let missing = caps.missing();
-    let mode = setup::resolve(common)
+    let setup = setup::resolve(common);
+    let mode = setup
+        .as_ref()
         .map(|s| s.policy.mode())
         .unwrap_or_default();
+    let env_ok = match setup
+        .as_ref()
+        .map_err(|e| format!("{e:#}"))
+        .and_then(|s| setup::command_env(&s.config).map_err(|e| format!("{e:#}")))
+    {
+        Ok(env) => {
+            print_command_env(&env);
+            true
+        }
+        Err(e) => {
+            println!("command env:      unknown: {e}");
+            false
+        }
+    };
     if missing.is_empty() {
         println!(
             "cubby will:       run commands (provider linux, mode {}) in user, mount, pid, IPC, UTS \
@@ -150,7 +167,11 @@ pub fn doctor(common: &Common) -> anyhow::Result<ExitCode> {
                 ""
             }
         );
-        Ok(ExitCode::SUCCESS)
+        Ok(if env_ok {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::from(1)
+        })
     } else {
         println!(
             "cubby will:       refuse to start the linux provider: missing {}. \
@@ -159,4 +180,55 @@ pub fn doctor(common: &Common) -> anyhow::Result<ExitCode> {
         );
         Ok(ExitCode::from(1))
     }
+}
+
+/// Prints what commands get of this process's environment and what they do
+/// not (SPEC §4): names only, never a value.
+fn print_command_env(env: &CommandEnv) {
+    let described = env.describe(std::env::vars_os(), false);
+    let names = |source: Source| -> String {
+        let list: Vec<&str> = described
+            .iter()
+            .filter(|(_, s)| *s == source)
+            // What run fixes has its own line.
+            .filter(|(n, _)| {
+                source != Source::NotPassed || !NON_INTERACTIVE_ENV.iter().any(|(k, _)| k == n)
+            })
+            .map(|(n, _)| n.as_str())
+            .collect();
+        if list.is_empty() {
+            "none".to_string()
+        } else {
+            list.join(", ")
+        }
+    };
+    println!(
+        "command env:      commands get only these variables (names; values are never shown)"
+    );
+    println!("  inherited:      {}", names(Source::Inherited));
+    println!("  env.pass:       {}", names(Source::Pass));
+    println!("  env.set:        {}", names(Source::Set));
+    println!("  secrets:        {} (redacted from every output)", names(Source::Secret));
+    let unset: Vec<&str> = env
+        .pass()
+        .iter()
+        .filter(|p| std::env::var_os(p.as_str()).is_none())
+        .map(String::as_str)
+        .collect();
+    if !unset.is_empty() {
+        println!("  env.pass unset: {} (not in cubby's environment)", unset.join(", "));
+    }
+    let fixed: Vec<&str> = NON_INTERACTIVE_ENV.iter().map(|(k, _)| *k).collect();
+    println!(
+        "  run fixes:      {} (run and start_process; not cubby exec)",
+        fixed.join(", ")
+    );
+    println!(
+        "not given:        {} (add a name to `[env] pass`, or to `secrets` if it is a credential)",
+        names(Source::NotPassed)
+    );
+    println!(
+        "withheld:         {} (cubby's own; never given to commands)",
+        names(Source::Withheld)
+    );
 }

@@ -4,6 +4,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::{Context, bail};
+use cubby::sandbox::CommandEnv;
 use cubby::{
     Config, LinuxOptions, LinuxSandbox, Mode, NetworkMode, Policy, ProviderKind, Sandbox, Toolset,
     web::Injection,
@@ -94,6 +95,7 @@ pub fn factory(common: &Common, track_changes: bool) -> anyhow::Result<cubby_mcp
         policy,
     } = resolve(common)?;
     let sandbox = sandbox(provider, &root, &policy, &config, None)?;
+    let env = command_env(&config)?;
     let mut secrets = Vec::new();
     for name in &config.secrets {
         match std::env::var(name) {
@@ -108,6 +110,7 @@ pub fn factory(common: &Common, track_changes: bool) -> anyhow::Result<cubby_mcp
             .exec_rules(config.exec.rules.clone())
             .network(config.network.clone())
             .web_search(config.web_search.clone())
+            .command_env(env.clone())
             .track_changes(track_changes);
         if let Some(shell) = &config.shell {
             builder = builder.shell(shell.clone());
@@ -117,6 +120,14 @@ pub fn factory(common: &Common, track_changes: bool) -> anyhow::Result<cubby_mcp
         }
         builder.build()
     }))
+}
+
+/// How commands' environments are made under `config` (SPEC §4): its
+/// `[env]`, its `secrets` with their values from this process's
+/// environment, cubby's own variables withheld.
+pub fn command_env(config: &Config) -> anyhow::Result<CommandEnv> {
+    CommandEnv::from_config(config, |name| std::env::var(name).ok())
+        .map_err(|e| anyhow::anyhow!("config: {}", e.message()))
 }
 
 /// The `linux` provider's options from the policy and config; `network`

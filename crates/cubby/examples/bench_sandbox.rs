@@ -36,9 +36,8 @@ fn exec_wait(sandbox: &dyn Sandbox, argv: &[&str]) {
     let spec = ExecSpec {
         argv: argv.iter().map(|s| s.to_string()).collect(),
         cwd: WorkspacePath::root(),
-        env: Vec::new(),
+        env: cubby::sandbox::CommandEnv::default().build(std::env::vars_os(), false),
         stdin: false,
-        env_remove: Vec::new(),
     };
     let spawned = sandbox.exec(&spec).unwrap();
     drop(spawned.output);

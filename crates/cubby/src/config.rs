@@ -455,6 +455,19 @@ pub struct ExecConfig {
     pub rules: Vec<ExecRule>,
 }
 
+/// `[env]`: what commands get of cubby's environment besides the names
+/// SPEC §4 lists (see [`crate::sandbox::env`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct EnvConfig {
+    /// Names of cubby's environment passed to commands; a name that looks
+    /// like a credential is refused (list it under `secrets`).
+    pub pass: Vec<String>,
+    /// Variables set for commands, with their values. They may not name a
+    /// secret nor a variable `run` fixes (`CI`, `TERM`, …).
+    pub set: std::collections::BTreeMap<String, String>,
+}
+
 /// The whole config file (SPEC §6).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -467,8 +480,11 @@ pub struct Config {
     pub allow: Vec<String>,
     /// Tools removed; deny wins.
     pub deny: Vec<String>,
-    /// Env var names whose values are redacted everywhere.
+    /// Env var names whose values commands get and that are redacted
+    /// everywhere.
     pub secrets: Vec<String>,
+    /// What commands get of cubby's environment.
+    pub env: EnvConfig,
     /// Extra writable directories for commands.
     pub writable_roots: Vec<String>,
     /// Paths unreadable for tools and commands.
@@ -495,6 +511,8 @@ impl Config {
         let config: Config = toml::from_str(text)
             .map_err(|e| Error::invalid_input(format!("config `{origin}`: {e}")))?;
         config.limits.validate()?;
+        crate::sandbox::env::validate(&config.env.pass, &config.env.set, &config.secrets)
+            .map_err(|e| Error::invalid_input(format!("config `{origin}`: {}", e.message())))?;
         crate::web::validate_config(&config.network, &config.web_search)
             .map_err(|e| Error::invalid_input(format!("config `{origin}`: {}", e.message())))?;
         for rule in &config.exec.rules {

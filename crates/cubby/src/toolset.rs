@@ -19,7 +19,7 @@ use crate::exec_policy::BeforeRun;
 use crate::output::{Redactor, Secret, ToolOutput};
 use crate::policy::{COMMAND_TOOLS, Policy};
 use crate::process::{CancelToken, ProcessTable, RETAINED_LOG_BYTES, Subscriber};
-use crate::sandbox::Sandbox;
+use crate::sandbox::{CommandEnv, Sandbox};
 use crate::tools::{Baseline, Ctx, Entry, ExecSettings, REGISTRY, RunState, ToolSpec};
 use crate::web::{Configured, Resolver, SearchBackend, SystemResolver, WebSettings};
 
@@ -77,6 +77,7 @@ impl Toolset {
             web_search: None,
             search_backend: None,
             resolver: None,
+            command_env: None,
         }
     }
 
@@ -301,6 +302,7 @@ pub struct ToolsetBuilder {
     web_search: Option<WebSearchConfig>,
     search_backend: Option<Arc<dyn SearchBackend>>,
     resolver: Option<Arc<dyn Resolver>>,
+    command_env: Option<CommandEnv>,
 }
 
 impl ToolsetBuilder {
@@ -385,7 +387,19 @@ impl ToolsetBuilder {
         self
     }
 
-    /// Adds a secret to redact from every output. Default: none.
+    /// How commands' environments are made: `env.pass`, `env.set` and the
+    /// names withheld (see [`CommandEnv`] and `CommandEnv::from_config`).
+    /// Default: [`CommandEnv::default`], which gives commands only the names
+    /// SPEC §4 lists from this process's environment. Either way the
+    /// secrets of [`ToolsetBuilder::secret`] are added, and cubby's own
+    /// variables (`CUBBY_TOKEN`, the search key, injected secrets) withheld.
+    pub fn command_env(mut self, env: CommandEnv) -> ToolsetBuilder {
+        self.command_env = Some(env);
+        self
+    }
+
+    /// Adds a secret to redact from every output; commands get it with this
+    /// value. Default: none.
     pub fn secret(mut self, name: impl Into<String>, value: impl Into<String>) -> ToolsetBuilder {
         self.secrets.push(Secret {
             name: name.into(),
@@ -405,12 +419,13 @@ impl ToolsetBuilder {
     ///
     /// # Errors
     ///
-    /// `invalid_input` for contradictory limits, bad `[network]` entries or
-    /// a `[web_search]` section that cannot work; `limit` when the secrets
-    /// cannot be compiled.
+    /// `invalid_input` for contradictory limits, bad `[network]` entries,
+    /// a `[web_search]` section that cannot work or a secret that
+    /// `env.set` also sets; `limit` when the secrets cannot be compiled.
     pub fn build(self) -> Result<Toolset> {
         self.limits.validate()?;
         let policy = self.policy.unwrap_or_default();
+        let user_secrets = self.secrets.clone();
         let mut secrets = self.secrets;
         let rules = self
             .network
@@ -462,17 +477,20 @@ impl ToolsetBuilder {
         let subscribers = Arc::new(Mutex::new(self.subscribers));
         let procs = ProcessTable::new(redactor.clone(), subscribers.clone());
         // Variables only cubby itself may use: never in a command's env.
-        let mut host_only_env: Vec<String> = crate::sandbox::HOST_ONLY_ENV
-            .iter()
-            .map(|s| s.to_string())
-            .collect();
+        let mut env = self.command_env.unwrap_or_default();
+        for secret in &user_secrets {
+            env.secret(secret.name.clone(), secret.value.clone())?;
+        }
+        for name in crate::sandbox::HOST_ONLY_ENV {
+            env.withhold(name);
+        }
         if let Some(var) = self.web_search.as_ref().and_then(|w| w.api_key_env.clone()) {
-            host_only_env.push(var);
+            env.withhold(var);
         }
         // Secrets the egress proxy injects: commands see placeholders (the
         // linux provider sets them), never the values.
         for entry in self.network.iter().flat_map(|n| n.inject.iter()) {
-            host_only_env.push(entry.secret.clone());
+            env.withhold(entry.secret.clone());
         }
         Ok(Toolset {
             inner: Arc::new(Inner {
@@ -487,7 +505,7 @@ impl ToolsetBuilder {
                     before_run: self.before_run,
                     shell,
                     retained_log_bytes: self.retained_log_bytes,
-                    host_only_env,
+                    env,
                 },
                 web: WebSettings {
                     rules,

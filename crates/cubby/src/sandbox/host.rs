@@ -62,10 +62,9 @@ impl Sandbox for LocalSandbox {
         // A larger pipe means fewer wake-ups for chatty commands; best effort.
         let _ = rustix::pipe::fcntl_setpipe_size(&out_r, OUTPUT_PIPE_BYTES);
         let mut cmd = Command::new(program);
-        for name in &spec.env_remove {
-            cmd.env_remove(name);
-        }
+        // The spec's environment and nothing of cubby's (SPEC §4).
         cmd.args(args)
+            .env_clear()
             .envs(spec.env.iter().map(|(k, v)| (k, v)))
             .stdout(Stdio::from(out_w))
             .stderr(Stdio::from(err_w))

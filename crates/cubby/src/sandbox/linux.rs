@@ -548,10 +548,9 @@ impl LinuxSandbox {
                 return Err(Error::invalid_input("empty command"));
             };
             let mut cmd = Command::new(program);
-            for name in &spec.env_remove {
-                cmd.env_remove(name);
-            }
+            // The spec's environment and nothing of cubby's (SPEC §4).
             cmd.args(args)
+                .env_clear()
                 .envs(spec.env.iter().map(|(k, v)| (k, v)))
                 .current_dir(self.fs.root_path().join(spec.cwd.as_path()));
             return Ok(InheritedChild {
@@ -1034,19 +1033,14 @@ impl LinuxSandbox {
     }
 
     /// The request payload: counts, working directory, protected paths,
-    /// argv, env (this process's, then the spec's, then `TMPDIR` and the
-    /// proxy's variables).
+    /// argv, env (the spec's, then `TMPDIR` and the proxy's variables;
+    /// nothing of this process's environment, SPEC §4).
     fn payload(&self, spec: &ExecSpec, protect: &[(String, bool)], live: &Live) -> Result<Vec<u8>> {
-        let mut env: Vec<(std::ffi::OsString, std::ffi::OsString)> = std::env::vars_os()
-            .filter(|(k, _)| !spec.env_remove.iter().any(|r| k == r.as_str()))
-            .collect();
+        let mut env: Vec<(std::ffi::OsString, std::ffi::OsString)> = spec.env.clone();
         let mut set = |k: &str, v: &str| {
             env.retain(|(name, _)| name != k);
             env.push((k.into(), v.into()));
         };
-        for (k, v) in &spec.env {
-            set(k, v);
-        }
         if live.private_tmp {
             set("TMPDIR", SANDBOX_TMP);
         }

@@ -18,6 +18,7 @@
 //! [`LocalSandbox`] (host processes) and [`LinuxSandbox`] (namespaces,
 //! Landlock, seccomp) for commands.
 
+pub mod env;
 mod host;
 mod linux;
 mod linux_sys;
@@ -31,6 +32,7 @@ use std::ffi::OsString;
 use std::io::Read;
 use std::sync::Arc;
 
+pub use env::{CommandEnv, HOST_ONLY_ENV};
 pub use host::LocalSandbox;
 pub use linux::{Capabilities, InheritedChild, LinuxOptions, LinuxSandbox};
 pub use local::LocalFs;
@@ -195,18 +197,13 @@ pub struct ExecSpec {
     pub argv: Vec<String>,
     /// Working directory, confined to the root.
     pub cwd: WorkspacePath,
-    /// Variables set on top of the provider's base environment.
-    pub env: Vec<(String, String)>,
+    /// The command's whole environment, made by [`CommandEnv::build`]: the
+    /// provider adds only its own variables (the `linux` provider's
+    /// `TMPDIR` and proxy variables) and nothing of cubby's environment.
+    pub env: Vec<(OsString, OsString)>,
     /// Give the process a stdin pipe (otherwise stdin is `/dev/null`).
     pub stdin: bool,
-    /// Variables removed from the environment the command inherits
-    /// (host-side keys and tokens).
-    pub env_remove: Vec<String>,
 }
-
-/// Variables that belong to cubby on the host and never reach a command:
-/// the HTTP front's bearer token and the default search backend key.
-pub const HOST_ONLY_ENV: [&str; 2] = ["CUBBY_TOKEN", crate::web::BRAVE_API_KEY_ENV];
 
 /// Where the tools act: a file system plus capabilities.
 pub trait Sandbox: Send + Sync {

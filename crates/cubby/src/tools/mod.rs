@@ -122,8 +122,8 @@ pub(crate) struct ExecSettings {
     pub shell: Vec<String>,
     /// Bytes of output kept per process for paging.
     pub retained_log_bytes: usize,
-    /// Host-side variables removed from every command's environment.
-    pub host_only_env: Vec<String>,
+    /// How every command's environment is made (SPEC §4).
+    pub env: crate::sandbox::CommandEnv,
 }
 
 /// What a tool handler sees.

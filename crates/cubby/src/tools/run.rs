@@ -5,7 +5,9 @@
 //!
 //! - The command runs as `shell + [command]` (default `bash -c`, `sh -c`
 //!   where there is no bash) with stdin closed and a non-interactive
-//!   environment: a command that would prompt gets EOF at once.
+//!   environment (`crate::sandbox::env`): a command that would prompt gets
+//!   EOF at once. It gets only the variables SPEC §4 lists, not cubby's
+//!   whole environment.
 //! - When the command's main process exits, the rest of its tree is killed:
 //!   a `run` leaves nothing behind. Use `start_process` for servers.
 //! - On timeout or cancellation the whole tree is killed at once (no grace),
@@ -21,17 +23,6 @@ use crate::error::{Error, Result};
 use crate::path::WorkspacePath;
 use crate::process::{Proc, Status, Track, signal_name};
 use crate::sandbox::ExecSpec;
-
-/// Variables that make tools behave non-interactively.
-pub const NON_INTERACTIVE_ENV: [(&str, &str); 7] = [
-    ("CI", "1"),
-    ("GIT_TERMINAL_PROMPT", "0"),
-    ("PAGER", "cat"),
-    ("GIT_PAGER", "cat"),
-    ("NO_COLOR", "1"),
-    ("TERM", "dumb"),
-    ("DEBIAN_FRONTEND", "noninteractive"),
-];
 
 /// Longest command line accepted, in bytes.
 pub const MAX_COMMAND_BYTES: usize = 128 * 1024;
@@ -132,16 +123,11 @@ pub(crate) fn start(
     ctx.run.before_mutation();
     let mut argv = ctx.exec.shell.clone();
     argv.push(command.to_string());
-    let env = NON_INTERACTIVE_ENV
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
     let spawned = ctx.sandbox.exec(&ExecSpec {
         argv,
         cwd: cwd.clone(),
-        env,
+        env: ctx.exec.env.build(std::env::vars_os(), true),
         stdin,
-        env_remove: ctx.exec.host_only_env.clone(),
     })?;
     ctx.procs.track(
         spawned,
