@@ -138,10 +138,7 @@ pub fn doctor(common: &Common) -> anyhow::Result<ExitCode> {
     );
     let missing = caps.missing();
     let setup = setup::resolve(common);
-    let mode = setup
-        .as_ref()
-        .map(|s| s.policy.mode())
-        .unwrap_or_default();
+    let mode = setup.as_ref().map(|s| s.policy.mode()).unwrap_or_default();
     let env_ok = match setup
         .as_ref()
         .map_err(|e| format!("{e:#}"))
@@ -202,13 +199,14 @@ fn print_command_env(env: &CommandEnv) {
             list.join(", ")
         }
     };
-    println!(
-        "command env:      commands get only these variables (names; values are never shown)"
-    );
+    println!("command env:      commands get only these variables (names; values are never shown)");
     println!("  inherited:      {}", names(Source::Inherited));
     println!("  env.pass:       {}", names(Source::Pass));
     println!("  env.set:        {}", names(Source::Set));
-    println!("  secrets:        {} (redacted from every output)", names(Source::Secret));
+    println!(
+        "  secrets:        {} (redacted from every output)",
+        names(Source::Secret)
+    );
     let unset: Vec<&str> = env
         .pass()
         .iter()
@@ -216,7 +214,10 @@ fn print_command_env(env: &CommandEnv) {
         .map(String::as_str)
         .collect();
     if !unset.is_empty() {
-        println!("  env.pass unset: {} (not in cubby's environment)", unset.join(", "));
+        println!(
+            "  env.pass unset: {} (not in cubby's environment)",
+            unset.join(", ")
+        );
     }
     let fixed: Vec<&str> = NON_INTERACTIVE_ENV.iter().map(|(k, _)| *k).collect();
     println!(

@@ -308,6 +308,12 @@ fn secrets_from_config_are_redacted() {
 #[test]
 fn host_side_keys_never_reach_commands() {
     let dir = tempfile::tempdir().unwrap();
+    // A name commands get only when the config passes it on.
+    std::fs::write(
+        dir.path().join("cubby.toml"),
+        "[env]\npass = [\"CUBBY_VISIBLE\"]\n",
+    )
+    .unwrap();
     for provider in ["linux", "local"] {
         // The subcommand, the common flags, then the rest (after `--` for exec).
         let run = |args: &[&str]| {
@@ -657,4 +663,176 @@ fn call_never_prints_an_escape_sequence() {
             assert!(!text.lines().any(|l| l.starts_with("D ")), "{text}");
         }
     }
+}
+
+/// What an agent client leaves in cubby's environment (issue 13, finding
+/// 9), a name the config passes on, and a secret.
+const HOST_KEYS: [(&str, &str); 6] = [
+    ("OPENAI_API_KEY", "sk-openai-4711"),
+    ("ANTHROPIC_API_KEY", "sk-ant-4711"),
+    ("AWS_SECRET_ACCESS_KEY", "aws-secret-4711"),
+    ("GITHUB_TOKEN", "ghp-github-4711"),
+    ("CUBBY_TEST_PASSED", "passed-value-4711"),
+    ("CUBBY_TEST_SECRET", "secret-value-4711"),
+];
+
+/// The config of the environment tests: a name passed, one set, a secret.
+const ENV_CONFIG: &str = "secrets = [\"CUBBY_TEST_SECRET\"]\n\
+    [env]\n\
+    pass = [\"CUBBY_TEST_PASSED\"]\n\
+    set = { CUBBY_TEST_SET = \"set-value\" }\n";
+
+/// `cubby <args> --root <root> [rest]` with [`HOST_KEYS`] in its environment.
+fn cubby_with_keys(root: &Path, args: &[&str], rest: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_cubby"))
+        .args(args)
+        .arg("--root")
+        .arg(root)
+        .args(rest)
+        .env_remove("RUST_LOG")
+        .envs(HOST_KEYS)
+        .output()
+        .unwrap()
+}
+
+/// The finding's reproduction: `OPENAI_API_KEY=… ANTHROPIC_API_KEY=…
+/// AWS_SECRET_ACCESS_KEY=… GITHUB_TOKEN=… cubby call run '{"command":"env"}'`
+/// printed all four. Now none reaches a command, on `linux` and `local`,
+/// through `run` and `cubby exec`; `env.pass`, `env.set` and `secrets` do
+/// (a secret redacted in what `run` returns; `cubby exec` passes the
+/// command's stdio through untouched). Control: a plain `env` started by
+/// this test with the same variables prints them all.
+#[test]
+fn the_hosts_api_keys_never_reach_commands() {
+    let control = Command::new("env").envs(HOST_KEYS).output().unwrap();
+    let control = stdout(&control);
+    for (name, value) in HOST_KEYS {
+        assert!(
+            control.contains(&format!("{name}={value}")),
+            "control: {control}"
+        );
+    }
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("cubby.toml"), ENV_CONFIG).unwrap();
+    for provider in ["linux", "local"] {
+        let common = ["--provider", provider];
+        let run = cubby_with_keys(
+            dir.path(),
+            &["call", "run", r#"{"command":"env"}"#],
+            &common,
+        );
+        let exec = cubby_with_keys(
+            dir.path(),
+            &["exec"],
+            &[&common[..], &["--", "env"]].concat(),
+        );
+        for (what, out) in [("run", &run), ("exec", &exec)] {
+            let text = stdout(out);
+            assert_eq!(out.status.code(), Some(0), "{provider} {what}: {text}");
+            for (name, value) in &HOST_KEYS[..4] {
+                assert!(
+                    !text.contains(value) && !text.contains(name),
+                    "{provider} {what}: {name} reached the command:\n{text}"
+                );
+            }
+            assert!(
+                text.contains("CUBBY_TEST_PASSED=passed-value-4711"),
+                "{provider} {what}: {text}"
+            );
+            assert!(
+                text.contains("CUBBY_TEST_SET=set-value"),
+                "{provider} {what}: {text}"
+            );
+            assert!(text.contains("\nPATH="), "{provider} {what}: {text}");
+        }
+        let text = stdout(&run);
+        assert!(
+            text.contains("CUBBY_TEST_SECRET=[REDACTED:CUBBY_TEST_SECRET]"),
+            "{provider}: {text}"
+        );
+        assert!(!text.contains("secret-value-4711"), "{provider}: {text}");
+        assert!(
+            stdout(&exec).contains("CUBBY_TEST_SECRET=secret-value-4711"),
+            "{provider} exec"
+        );
+    }
+}
+
+/// An `env.pass` name that looks like a credential is a config error that
+/// names it and says to list it under `secrets`; `cubby doctor` says the
+/// same and fails. Control: an innocent name in its place is accepted.
+#[test]
+fn a_credential_looking_env_pass_name_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("cubby.toml");
+    for name in [
+        "OPENAI_API_KEY",
+        "npm_token",
+        "DB_Password",
+        "SESSION_COOKIE",
+    ] {
+        std::fs::write(&config, format!("[env]\npass = [\"{name}\"]\n")).unwrap();
+        let out = cubby_with_keys(dir.path(), &["call", "run", r#"{"command":"true"}"#], &[]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_ne!(out.status.code(), Some(0), "{name}: {err}");
+        assert!(
+            err.contains(&format!("`{name}`")) && err.contains("`secrets`"),
+            "{name}: {err}"
+        );
+        let out = cubby_with_keys(dir.path(), &["doctor"], &[]);
+        assert_eq!(out.status.code(), Some(1), "doctor, {name}");
+        assert!(
+            stdout(&out).contains(&format!("`{name}`")),
+            "doctor, {name}: {}",
+            stdout(&out)
+        );
+    }
+    std::fs::write(&config, "[env]\npass = [\"CARGO_HOME\"]\n").unwrap();
+    let out = cubby_with_keys(dir.path(), &["call", "run", r#"{"command":"true"}"#], &[]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Unknown keys of `[env]` are named; `env.set` cannot change what `run` fixes.
+    for (text, want) in [
+        ("[env]\npasss = []\n", "passs"),
+        ("[env]\nset = { CI = \"0\" }\n", "`CI`"),
+    ] {
+        std::fs::write(&config, text).unwrap();
+        let out = cubby_with_keys(dir.path(), &["call", "run", r#"{"command":"true"}"#], &[]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_ne!(out.status.code(), Some(0), "{text}");
+        assert!(err.contains(want), "{text}: {err}");
+    }
+}
+
+/// `cubby doctor` lists what commands get and what they do not, by name
+/// only: never a value.
+#[test]
+fn doctor_lists_the_environment_of_commands_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("cubby.toml"), ENV_CONFIG).unwrap();
+    let out = cubby_with_keys(dir.path(), &["doctor"], &[]);
+    let text = stdout(&out);
+    let line = |prefix: &str| -> String {
+        text.lines()
+            .find(|l| l.trim_start().starts_with(prefix))
+            .unwrap_or_else(|| panic!("no `{prefix}` line:\n{text}"))
+            .to_string()
+    };
+    assert!(line("inherited:").contains("PATH"), "{text}");
+    assert!(line("env.pass:").contains("CUBBY_TEST_PASSED"), "{text}");
+    assert!(line("env.set:").contains("CUBBY_TEST_SET"), "{text}");
+    assert!(line("secrets:").contains("CUBBY_TEST_SECRET"), "{text}");
+    assert!(line("run fixes:").contains("GIT_TERMINAL_PROMPT"), "{text}");
+    let not_given = line("not given:");
+    for (name, _) in &HOST_KEYS[..4] {
+        assert!(not_given.contains(name), "{name}: {text}");
+    }
+    for (_, value) in HOST_KEYS {
+        assert!(!text.contains(value), "a value in doctor's output: {text}");
+    }
+    assert!(!text.contains("set-value"), "{text}");
 }

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use cubby::config::{ExecDecision, ExecRule, Limits, RunLimits};
 use cubby::exec_policy::RunDecision;
 use cubby::process::CancelToken;
-use cubby::sandbox::Sandbox;
+use cubby::sandbox::{CommandEnv, Sandbox};
 use cubby::{LinuxOptions, LinuxSandbox, NetworkMode, ToolOutput, Toolset};
 use serde_json::{Value, json};
 
@@ -49,6 +49,13 @@ fn sleeper(dir: &std::path::Path, marker: &str) -> String {
 /// counts are per process, and other tests would move them). Returns true
 /// in the parent, which should then return; false in the child.
 fn rerun_isolated(module: &str, test: &str) -> bool {
+    rerun_isolated_with(module, test, &[])
+}
+
+/// [`rerun_isolated`] with `vars` added to the child's environment (what
+/// cubby's environment holds when an agent client starts it), without
+/// touching this process's environment.
+fn rerun_isolated_with(module: &str, test: &str, vars: &[(&str, &str)]) -> bool {
     if std::env::var_os("CUBBY_TEST_ISOLATED").is_some() {
         return false;
     }
@@ -59,6 +66,7 @@ fn rerun_isolated(module: &str, test: &str) -> bool {
     let out = std::process::Command::new(std::env::current_exe().unwrap())
         .args(["--exact", &name, "--test-threads=1", "--nocapture"])
         .env("CUBBY_TEST_ISOLATED", "1")
+        .envs(vars.iter().copied())
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);

@@ -361,7 +361,10 @@ mod tests {
     use super::*;
 
     fn host(pairs: &[(&str, &str)]) -> Vec<(OsString, OsString)> {
-        pairs.iter().map(|(k, v)| ((*k).into(), (*v).into())).collect()
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).into(), (*v).into()))
+            .collect()
     }
 
     fn get<'a>(env: &'a [(OsString, OsString)], name: &str) -> Option<&'a str> {
@@ -400,7 +403,9 @@ mod tests {
         policy
             .secret("GITHUB_TOKEN".into(), "ghp-1".into())
             .unwrap();
-        policy.secret("CUBBY_TOKEN".into(), "bearer-1".into()).unwrap();
+        policy
+            .secret("CUBBY_TOKEN".into(), "bearer-1".into())
+            .unwrap();
         policy.withhold("CUBBY_TOKEN");
         let env = policy.build(host(&HOST), true);
         assert_eq!(get(&env, "CARGO_HOME"), Some("/home/u/.cargo"));
@@ -420,7 +425,14 @@ mod tests {
 
     #[test]
     fn credential_looking_pass_names_are_refused_by_name() {
-        for name in ["OPENAI_API_KEY", "gh_token", "MySecret", "DB_PASSWD", "X_AUTH", "COOKIE_JAR"] {
+        for name in [
+            "OPENAI_API_KEY",
+            "gh_token",
+            "MySecret",
+            "DB_PASSWD",
+            "X_AUTH",
+            "COOKIE_JAR",
+        ] {
             let err = CommandEnv::new(&[name.to_string()], &BTreeMap::new()).unwrap_err();
             assert!(err.message().contains(name), "{err}");
             assert!(err.message().contains("secrets"), "{err}");

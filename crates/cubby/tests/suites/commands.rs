@@ -587,3 +587,76 @@ fn walking_the_workspace_finds_nothing_unreadable() {
         assert_eq!(lines, [want], "{command}: {}", out.text);
     }
 }
+
+/// What an agent client leaves in cubby's environment (issue 13, finding
+/// 9), plus a name the config passes on.
+const HOST_KEYS: [(&str, &str); 5] = [
+    ("OPENAI_API_KEY", "sk-openai-4711"),
+    ("ANTHROPIC_API_KEY", "sk-ant-4711"),
+    ("AWS_SECRET_ACCESS_KEY", "aws-secret-4711"),
+    ("GITHUB_TOKEN", "ghp-github-4711"),
+    ("CUBBY_TEST_PASSED", "passed-value-4711"),
+];
+
+/// Commands get none of the API keys in cubby's environment (SPEC §4),
+/// through `run` and `start_process`; `env.pass` passes a name, `env.set`
+/// sets one, a secret reaches the command and is redacted. Control: a plain
+/// child of the same process sees every key.
+#[test]
+fn the_hosts_api_keys_never_reach_commands() {
+    if rerun_isolated_with(
+        module_path!(),
+        "the_hosts_api_keys_never_reach_commands",
+        &HOST_KEYS,
+    ) {
+        return;
+    }
+    let plain = std::process::Command::new("env").output().unwrap();
+    let plain = String::from_utf8_lossy(&plain.stdout);
+    for (name, value) in HOST_KEYS {
+        assert!(plain.contains(&format!("{name}={value}")), "control: {plain}");
+    }
+    let dir = workspace();
+    let sandbox = sandbox(dir.path());
+    let linux = sandbox.kind() == cubby::ProviderKind::Linux;
+    let set = std::collections::BTreeMap::from([("CUBBY_TEST_SET".to_string(), "set-value".to_string())]);
+    let env = CommandEnv::new(&["CUBBY_TEST_PASSED".to_string()], &set).unwrap();
+    let t = Toolset::builder(sandbox)
+        .track_changes(false)
+        .command_env(env)
+        .secret("CUBBY_TEST_SECRET", "secret-value-4711")
+        .build()
+        .unwrap();
+    // On `linux`, no process a command sees holds them either (the holder
+    // and its inits are not dumpable); on `local`, commands are host
+    // processes and may read cubby's /proc/<pid>/environ (not a boundary).
+    let procs = if linux {
+        "; for f in /proc/[0-9]*/environ; do tr '\\0' '\\n' < $f; done 2>/dev/null"
+    } else {
+        ""
+    };
+    let command = format!(
+        "env{procs}; [ \"$CUBBY_TEST_SECRET\" = secret-value-4711 ] && echo secret-is-there"
+    );
+    let out = run(&t, json!({ "command": command }));
+    t.call("start_process", json!({"name": "env", "command": "env"}));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let logs = loop {
+        let logs = t.call("process_logs", json!({"name": "env"}));
+        if logs.structured["status"] != "running" || Instant::now() > deadline {
+            break logs;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    for text in [&out.text, &logs.text] {
+        for (name, value) in &HOST_KEYS[..4] {
+            assert!(!text.contains(value) && !text.contains(name), "{name}: {text}");
+        }
+        assert!(text.contains("CUBBY_TEST_PASSED=passed-value-4711"), "{text}");
+        assert!(text.contains("CUBBY_TEST_SET=set-value"), "{text}");
+        assert!(text.contains("CUBBY_TEST_SECRET=[REDACTED:CUBBY_TEST_SECRET]"), "{text}");
+        assert!(!text.contains("secret-value-4711"), "{text}");
+        assert!(text.contains("\nPATH=") && text.contains("\nCI=1\n"), "{text}");
+    }
+    assert!(out.text.contains("secret-is-there"), "{}", out.text);
+}
