@@ -95,12 +95,28 @@ fn child_count() -> usize {
         .sum()
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+/// A loopback port held for a server that a command starts on it: a
+/// socket bound with `SO_REUSEPORT` that never listens. No other process
+/// can bind the port while it is held (unlike a port found free and
+/// released, which another test may take first); a server of the same user
+/// that also sets `SO_REUSEPORT` can, and only it accepts connections.
+struct HeldPort {
+    _socket: std::os::fd::OwnedFd,
+    port: u16,
+}
+
+fn held_port() -> HeldPort {
+    use rustix::net::{AddressFamily, SocketType, sockopt};
+    let socket = rustix::net::socket(AddressFamily::INET, SocketType::STREAM, None).unwrap();
+    sockopt::set_socket_reuseport(&socket, true).unwrap();
+    let any = std::net::SocketAddrV4::new(std::net::Ipv4Addr::LOCALHOST, 0);
+    rustix::net::bind(&socket, &any).unwrap();
+    let bound = rustix::net::getsockname(&socket).unwrap();
+    let port = std::net::SocketAddr::try_from(bound).unwrap().port();
+    HeldPort {
+        _socket: socket,
+        port,
+    }
 }
 
 #[test]

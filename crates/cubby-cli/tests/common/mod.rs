@@ -1,9 +1,10 @@
 //! Helpers shared by the black-box tests of the `cubby` binary: the repo
-//! root, a `cubby serve` process on a free loopback port, raw HTTP requests.
+//! root, a `cubby serve` process on a loopback port of its own (port 0, the
+//! bound address read from its stderr), raw HTTP requests.
 
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
-use std::io::{Read, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -17,42 +18,66 @@ pub fn repo_root() -> PathBuf {
         .unwrap()
 }
 
-/// A free loopback port (bound, then released).
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+/// The line `cubby serve` prints on stderr once it listens, before the
+/// address.
+const SERVING_AT: &str = "cubby: serving MCP at http://";
 
-/// `cubby serve --provider local` on a free port; stopped (TERM, then KILL
-/// after 10 s) when dropped.
+/// Longest wait for `cubby serve` to say where it listens.
+const SERVE_START_WAIT: Duration = Duration::from_secs(60);
+
+/// `cubby serve --provider local` on a port the kernel picks (port 0; the
+/// server prints the address it bound, so no other process can take the
+/// port between a probe and the bind); stopped (TERM, then KILL after
+/// 10 s) when dropped.
 pub struct Serve {
     pub child: Child,
     pub port: u16,
 }
 
 impl Serve {
-    /// Starts the server on `root` and waits until it listens.
+    /// Starts the server on `root` and returns once it listens (it prints
+    /// its address after binding; connections queue from then on).
     pub fn start(root: &Path) -> Serve {
-        let port = free_port();
-        let child = Command::new(env!("CARGO_BIN_EXE_cubby"))
-            .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
+        let mut child = Command::new(env!("CARGO_BIN_EXE_cubby"))
+            .args(["serve", "--listen", "127.0.0.1:0"])
             .args(["--provider", "local", "--root"])
             .arg(root)
+            .env_remove("RUST_LOG")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        let server = Serve { child, port };
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(Instant::now() < deadline, "cubby serve did not listen");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        server
+        let stderr = child.stderr.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        // Reads stderr to its end (the server must never block on a full
+        // pipe), passing it on to the test's own stderr; the first address
+        // goes back to the test.
+        std::thread::spawn(move || {
+            let mut tx = Some(tx);
+            for line in BufReader::new(stderr).lines() {
+                let Ok(line) = line else { break };
+                if let Some(rest) = line.strip_prefix(SERVING_AT)
+                    && let Some(port) = rest
+                        .strip_suffix("/mcp")
+                        .and_then(|addr| addr.rsplit_once(':'))
+                        .and_then(|(_, port)| port.parse::<u16>().ok())
+                    && let Some(tx) = tx.take()
+                {
+                    let _ = tx.send(port);
+                }
+                eprintln!("[cubby serve] {line}");
+            }
+        });
+        let port = match rx.recv_timeout(SERVE_START_WAIT) {
+            Ok(port) => port,
+            Err(_) => {
+                let _ = child.kill();
+                let status = child.wait();
+                panic!("cubby serve did not say where it listens ({status:?})");
+            }
+        };
+        Serve { child, port }
     }
 
     /// The MCP endpoint.

@@ -334,10 +334,22 @@ fn start_process_with_port_serves_pages_and_stops() {
         .track_changes(false)
         .build()
         .unwrap();
-    let port = free_port();
+    // The server shares the held port (`SO_REUSEPORT`), so no other
+    // process can take it between the test's choice and the server's bind.
+    let held = held_port();
+    let port = held.port;
+    assert!(
+        std::net::TcpListener::bind(("127.0.0.1", port)).is_err(),
+        "port {port} is not held"
+    );
+    let server = format!(
+        "python3 -u -c 'import http.server as h\n\
+         class S(h.ThreadingHTTPServer): allow_reuse_port = True\n\
+         S((\"127.0.0.1\", {port}), h.SimpleHTTPRequestHandler).serve_forever()'"
+    );
     let out = t.call(
         "start_process",
-        json!({"name": "web", "command": format!("python3 -u -m http.server {port} --bind 127.0.0.1"), "port": port}),
+        json!({"name": "web", "command": server, "port": port}),
     );
     assert!(!out.is_error, "{}", out.text);
     let url = out.structured["url"].as_str().unwrap().to_string();
