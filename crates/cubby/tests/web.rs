@@ -492,10 +492,23 @@ fn each_hop_is_resolved_once_and_unknown_names_fail_cleanly() {
 
 #[test]
 fn a_closed_port_is_a_network_error() {
-    let port = {
-        let l = TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().port()
-    };
+    // A socket bound and never listening: connections to its port are
+    // refused, and no other process can take the port while it is held (a
+    // port found free and released could be taken, and then answer).
+    let held = rustix::net::socket(
+        rustix::net::AddressFamily::INET,
+        rustix::net::SocketType::STREAM,
+        None,
+    )
+    .unwrap();
+    let any = std::net::SocketAddrV4::new(std::net::Ipv4Addr::LOCALHOST, 0);
+    rustix::net::bind(&held, &any).unwrap();
+    let bound = rustix::net::getsockname(&held).unwrap();
+    let port = std::net::SocketAddr::try_from(bound).unwrap().port();
+    assert!(
+        std::net::TcpStream::connect(("127.0.0.1", port)).is_err(),
+        "port {port} answers"
+    );
     let t = fetcher(net(&[], &[], LOOPBACK));
     let out = fetch(&t, &format!("http://allowed.test:{port}/"));
     expect_kind(&out, "network");
