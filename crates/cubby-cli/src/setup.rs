@@ -70,7 +70,8 @@ pub fn resolve(common: &Common) -> anyhow::Result<Setup> {
         .mode(mode)
         .allow(config.allow.iter().cloned())
         .deny(config.deny.iter().cloned())
-        .deny_read(config.deny_read.iter().cloned());
+        .deny_read(config.deny_read.iter().cloned())
+        .git_of(&root);
     if let Some(rel) = config_path.as_deref().and_then(|p| relative_to(p, &root)) {
         policy.protect(rel);
     }

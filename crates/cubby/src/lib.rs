@@ -52,6 +52,7 @@
 pub mod config;
 mod error;
 pub mod exec_policy;
+pub mod git;
 pub mod output;
 mod path;
 pub mod policy;

@@ -14,8 +14,17 @@
 //!
 //! Paths: `deny_read` entries are unreadable (and invisible to walks);
 //! protected paths are read-only for the file tools whether or not they exist.
+//! Git's executable surface (SPEC §4, [`crate::git`]) is protected on top of
+//! the listed paths, by name: `.git` itself (a directory or a gitfile: never
+//! created, replaced or removed by a tool), and beneath it every component
+//! named in [`crate::git::SURFACE_NAMES`] (`config`, `config.worktree`,
+//! `commondir`, `gitdir`, `hooks`, also in `.git/modules/**` and
+//! `.git/worktrees/**`). [`PolicyBuilder::git_of`] adds what the
+//! repository's git config names inside the workspace (`core.hooksPath`,
+//! included config files), read when the policy is built.
 
 use std::collections::BTreeSet;
+use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
@@ -58,11 +67,15 @@ pub const COMMAND_TOOLS: [&str; 7] = [
 /// Web tools (off unless `allow` names them).
 pub const WEB_TOOLS: [&str; 2] = ["web_fetch", "web_search"];
 
-/// Agent configuration files protected in every mode (SPEC §4). Each entry
-/// covers everything beneath it.
-pub const DEFAULT_PROTECTED: [&str; 5] = [
+/// Agent configuration files and git's own, protected in every mode (SPEC
+/// §4). Each entry covers everything beneath it. (Git's surface is also
+/// matched by name: see the module doc.)
+pub const DEFAULT_PROTECTED: [&str; 8] = [
     ".git/hooks/",
     ".git/config",
+    ".git/config.worktree",
+    ".git/commondir",
+    ".git/gitdir",
     ".mcp.json",
     ".codex/",
     ".claude/",
@@ -253,6 +266,9 @@ impl Policy {
 
     /// Whether the file tools may write `path`, and why.
     pub fn write_decision(&self, path: &WorkspacePath) -> Decision {
+        if let Some(rule) = git_surface_rule(path) {
+            return Decision::deny(rule);
+        }
         if let Some(rule) = self.protected.iter().find(|r| r.covers(path)) {
             return Decision::deny(format!("`{}` is a protected path", rule.shown));
         }
@@ -326,6 +342,32 @@ impl Policy {
     }
 }
 
+/// The rule of git's executable surface that covers `path`, by name: `.git`
+/// itself, or a [`crate::git::SURFACE_NAMES`] component beneath it.
+fn git_surface_rule(path: &WorkspacePath) -> Option<String> {
+    let mut names = path.components();
+    if names.next()? != crate::git::GIT_DIR_NAME {
+        return None;
+    }
+    let mut at = PathBuf::from(crate::git::GIT_DIR_NAME);
+    let mut any = false;
+    for name in names {
+        any = true;
+        at.push(name);
+        if crate::git::SURFACE_NAMES.iter().any(|s| *s == name) {
+            return Some(format!(
+                "`{}` is part of git's executable surface (configuration, hooks, pointers to \
+                 other git directories), which the host's git would act on",
+                at.display()
+            ));
+        }
+    }
+    (!any).then(|| {
+        "`.git` is git's directory or gitfile, which tools may not create, replace or remove"
+            .to_string()
+    })
+}
+
 /// Builds a [`Policy`].
 #[derive(Clone, Debug, Default)]
 pub struct PolicyBuilder {
@@ -335,6 +377,7 @@ pub struct PolicyBuilder {
     protected: Vec<PathRule>,
     protected_specs: Vec<String>,
     deny_read: Vec<String>,
+    git_root: Option<PathBuf>,
 }
 
 impl PolicyBuilder {
@@ -383,6 +426,18 @@ impl PolicyBuilder {
         self
     }
 
+    /// Protects, on top of the defaults, what the git configuration of the
+    /// workspace at `root` names inside it: the `core.hooksPath` directory
+    /// (and `.husky/` for husky's `.husky/_`), config files included from
+    /// the tree, the git directory a `.git` gitfile names (see
+    /// [`crate::git::surface`]). Read from the host's files when
+    /// [`PolicyBuilder::build`] runs; the `linux` provider reads them again
+    /// at every command. Default: not read.
+    pub fn git_of(&mut self, root: impl Into<PathBuf>) -> &mut PolicyBuilder {
+        self.git_root = Some(root.into());
+        self
+    }
+
     /// Paths unreadable for tools (and, with a command provider, commands).
     /// Default: none.
     pub fn deny_read<I, S>(&mut self, specs: I) -> &mut PolicyBuilder
@@ -418,6 +473,17 @@ impl PolicyBuilder {
         let mut protected = self.protected.clone();
         for spec in &self.protected_specs {
             protected.push(PathRule::parse(spec)?);
+        }
+        if let Some(root) = &self.git_root {
+            let root = std::fs::canonicalize(root).unwrap_or_else(|_| root.clone());
+            for path in crate::git::surface(&root).paths() {
+                if !protected.iter().any(|r| r.covers(&path)) {
+                    protected.push(PathRule {
+                        shown: path.display(),
+                        path,
+                    });
+                }
+            }
         }
         let deny_read = self
             .deny_read
@@ -492,6 +558,40 @@ mod tests {
         ] {
             assert!(policy.write_decision(&p(path)).allowed, "{path}");
         }
+    }
+
+    #[test]
+    fn git_s_executable_surface_is_protected_by_name() {
+        let policy = Policy::default();
+        for path in [
+            ".git",
+            ".git/commondir",
+            ".git/config.worktree",
+            ".git/gitdir",
+            ".git/modules/sub/config",
+            ".git/modules/a/b/modules/c/hooks/pre-commit",
+            ".git/worktrees/w/commondir",
+            ".git/worktrees/w/gitdir",
+        ] {
+            let d = policy.write_decision(&p(path));
+            assert!(!d.allowed, "{path}");
+            assert!(d.rule.contains("git"), "{path}: {}", d.rule);
+        }
+        for path in [".git/HEAD", ".git/refs/heads/main", ".git/info/exclude", ".gitignore", "a/.git"] {
+            assert!(policy.write_decision(&p(path)).allowed, "{path}");
+        }
+    }
+
+    #[test]
+    fn git_of_protects_the_hooks_path_in_the_workspace() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join(".git")).unwrap();
+        std::fs::write(dir.path().join(".git/config"), "[core]\n\thooksPath = .husky\n").unwrap();
+        let without = Policy::builder().build().unwrap();
+        assert!(without.write_decision(&p(".husky/pre-commit")).allowed);
+        let policy = Policy::builder().git_of(dir.path()).build().unwrap();
+        assert!(!policy.write_decision(&p(".husky/pre-commit")).allowed);
+        assert!(policy.write_decision(&p(".huskyx")).allowed);
     }
 
     #[test]

@@ -53,8 +53,8 @@ use std::time::Duration;
 use rustix::pipe::{PipeFlags, pipe_with};
 
 use super::linux_sys::{self, HolderPlan, Mask, Rebind};
-use super::local::is_placeholder_mode;
-use super::reserve::{Reservations, WithoutReservations};
+use super::local::{PLACEHOLDER_FILE_MODE, is_placeholder_mode};
+use super::reserve::{Kind, Reservations, WithoutReservations};
 use super::seccomp::Sockets;
 use super::{EntryKind, ExecSpec, FileSystem, LocalFs, LocalSandbox, ProviderKind, Sandbox};
 use crate::config::{NetworkMode, SandboxLimits};
@@ -570,8 +570,10 @@ impl LinuxSandbox {
             dup(std::io::stdout().as_fd())?,
             dup(std::io::stderr().as_fd())?,
         ];
-        // `cubby exec` exits without dropping the sandbox: its placeholders
-        // stay in the stash, for the next process to take over.
+        // `cubby exec` exits without dropping the sandbox: no stash, whose
+        // placeholders would outlive it; its command's placeholders are made
+        // for it and removed when it ends.
+        self.reservations.without_stash();
         let (child, lease) = self.start_command(spec, stdio)?;
         Ok(InheritedChild {
             child: InheritedInner::Sandboxed(Box::new(child)),
@@ -583,15 +585,28 @@ impl LinuxSandbox {
     /// read and write ones) at protected paths: reservations left by a
     /// cubby that was killed while a command ran.
     fn sweep_placeholders(&self) {
-        for path in &self.options.protected {
+        let mut paths = self.options.protected.clone();
+        paths.extend(crate::git::surface(self.fs.root_path()).paths());
+        for path in &paths {
             let mut prefix = WorkspacePath::root();
             for name in path.components() {
                 prefix = prefix.join_name(name);
-                if let Ok(meta) = self.fs.metadata(&prefix)
-                    && meta.kind == EntryKind::Dir
-                    && is_placeholder_mode(meta.mode)
-                    && self.fs.read_dir(&prefix).is_ok_and(|e| e.is_empty())
-                {
+                let Ok(meta) = self.fs.metadata(&prefix) else {
+                    break;
+                };
+                let leftover = match (meta.kind, Kind::for_path(&prefix)) {
+                    (EntryKind::Dir, _) => {
+                        is_placeholder_mode(meta.mode)
+                            && self.fs.read_dir(&prefix).is_ok_and(|e| e.is_empty())
+                    }
+                    // A file placeholder: read-only, its content.
+                    (EntryKind::File, Kind::File(content)) => {
+                        meta.mode & !PLACEHOLDER_FILE_MODE == 0
+                            && meta.size == content.len() as u64
+                    }
+                    _ => false,
+                };
+                if leftover {
                     self.fs.remove_placeholder(&prefix, meta.ino);
                 }
             }
@@ -1084,38 +1099,47 @@ impl LinuxSandbox {
         Ok(out)
     }
 
-    /// The protected paths to bind read-only, reserving missing ones.
+    /// What each command's init binds, in order (a directory before what
+    /// lies beneath it): every protected path read-only — the configured
+    /// ones and git's executable surface as the host's files show it now
+    /// ([`crate::git::surface`], read again at every command, so that a
+    /// `core.hooksPath` the user set meanwhile is covered) — a missing one
+    /// reserved by a placeholder; and every directory of the workspace
+    /// above one bound onto itself, writable, so that no command can
+    /// rename or remove it to put another tree in its place (a mount point
+    /// is `EBUSY`). A `.git` gitfile is bound read-only.
     fn protect_plan(&self) -> Result<(Vec<(String, bool)>, Lease)> {
-        let mut protect: Vec<(String, bool)> = Vec::new();
         let mut lease = Lease {
             reservations: self.reservations.clone(),
             reserved: Vec::new(),
             live: None,
         };
-        let add = |path: &WorkspacePath, writable: bool, protect: &mut Vec<(String, bool)>| {
-            let shown = path.as_path().to_string_lossy().into_owned();
-            if !protect.iter().any(|(p, _)| *p == shown) {
-                protect.push((shown, writable));
-            }
-        };
-        // A `.git` directory is bound onto itself (writable) so that it
-        // cannot be renamed away from under its protected children.
-        let git = WorkspacePath::parse(".git")?;
-        if self
-            .options
-            .protected
-            .iter()
-            .any(|p| p.starts_with(&git) && *p != git)
-            && !self.reservations.holds(&git)
-        {
-            match self.fs.metadata(&git) {
-                Ok(m) if m.kind == EntryKind::Dir => add(&git, true, &mut protect),
-                // A gitfile points git elsewhere: it must not change.
-                Ok(m) if m.kind == EntryKind::File => add(&git, false, &mut protect),
-                _ => {}
+        let surface = crate::git::surface(self.fs.root_path());
+        if surface.overflow {
+            return Err(Error::new(
+                ErrorKind::Unsupported,
+                format!(
+                    "the workspace holds more than {} git directories (submodules, worktrees); \
+                     cubby cannot keep all their configs and hooks read-only for commands",
+                    crate::git::MAX_GIT_DIRS
+                ),
+            ));
+        }
+        let mut paths: Vec<WorkspacePath> = self.options.protected.clone();
+        for path in surface.paths() {
+            if !paths.iter().any(|p| path.starts_with(p)) {
+                paths.push(path);
             }
         }
-        'paths: for path in &self.options.protected {
+        let mut binds: Vec<(WorkspacePath, bool)> = Vec::new();
+        // Read-only wins over a pin of the same directory.
+        let add = |path: &WorkspacePath, writable: bool, binds: &mut Vec<(WorkspacePath, bool)>| {
+            match binds.iter_mut().find(|(p, _)| p == path) {
+                Some((_, w)) => *w &= writable,
+                None => binds.push((path.clone(), writable)),
+            }
+        };
+        'paths: for path in &paths {
             if lease.reserved.iter().any(|(r, _)| path.starts_with(r)) {
                 continue;
             }
@@ -1125,7 +1149,7 @@ impl LinuxSandbox {
                 // Reserved already (by a running command, or lingering).
                 if let Some(ino) = self.reservations.claim(&prefix) {
                     lease.reserved.push((prefix.clone(), ino));
-                    add(&prefix, false, &mut protect);
+                    add(&prefix, false, &mut binds);
                     continue 'paths;
                 }
                 match self.fs.metadata(&prefix) {
@@ -1140,22 +1164,36 @@ impl LinuxSandbox {
                         ));
                     }
                     Ok(_) if prefix == *path => {
-                        add(&prefix, false, &mut protect);
+                        add(&prefix, false, &mut binds);
                         break;
                     }
-                    Ok(m) if m.kind == EntryKind::Dir => continue,
-                    // A file on the way: nothing can be created beneath it.
-                    Ok(_) => break,
+                    // A directory above a protected path: pinned.
+                    Ok(m) if m.kind == EntryKind::Dir => add(&prefix, true, &mut binds),
+                    // A file on the way (a `.git` gitfile): nothing can be
+                    // created beneath it, and it must not change.
+                    Ok(_) => {
+                        add(&prefix, false, &mut binds);
+                        break;
+                    }
                     Err(e) if e.kind() == ErrorKind::NotFound => {
-                        let ino = self.reservations.reserve(&prefix)?;
+                        let ino = self
+                            .reservations
+                            .reserve(&prefix, Kind::for_path(&prefix))?;
                         lease.reserved.push((prefix.clone(), ino));
-                        add(&prefix, false, &mut protect);
+                        add(&prefix, false, &mut binds);
                         break;
                     }
                     Err(e) => return Err(e),
                 }
             }
         }
+        // Parents first: a bind of a directory would otherwise cover (with
+        // `MS_REC`, copy) what was bound beneath it in a different order.
+        binds.sort_by_key(|(p, _)| p.components().count());
+        let protect = binds
+            .into_iter()
+            .map(|(p, w)| (p.as_path().to_string_lossy().into_owned(), w))
+            .collect();
         Ok((protect, lease))
     }
 }

@@ -89,9 +89,48 @@ pub(crate) fn is_placeholder_mode(mode: u32) -> bool {
     mode & 0o7777 & !PLACEHOLDER_MODE == 0
 }
 
-/// Whether `stat` is of the placeholder directory with inode `ino`.
+/// Mode of a file placeholder: read-only for its owner. It stands in for a
+/// missing file git reads when it is there (`commondir`, `config.worktree`),
+/// with content git takes as if it were missing (see `reserve.rs`).
+pub(crate) const PLACEHOLDER_FILE_MODE: u32 = 0o400;
+
+/// Most bytes a file placeholder holds.
+pub(crate) const MAX_PLACEHOLDER_FILE_BYTES: i64 = 1;
+
+/// Whether `stat` is of the placeholder (directory, or file) with inode `ino`.
 fn is_placeholder(stat: &Stat, ino: u64) -> bool {
-    stat.st_ino == ino && kind_of(stat) == EntryKind::Dir && is_placeholder_mode(stat.st_mode)
+    stat.st_ino == ino
+        && match kind_of(stat) {
+            EntryKind::Dir => is_placeholder_mode(stat.st_mode),
+            EntryKind::File => {
+                stat.st_mode & 0o7777 & !PLACEHOLDER_FILE_MODE == 0
+                    && stat.st_size <= MAX_PLACEHOLDER_FILE_BYTES
+            }
+            _ => false,
+        }
+}
+
+/// Whether the directory `dir` holds nothing (`false` when it cannot be
+/// listed).
+pub(crate) fn dir_is_empty(dir: impl AsFd, name: &OsStr) -> bool {
+    let Ok(fd) = rustix::fs::openat(
+        dir,
+        name,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    ) else {
+        return false;
+    };
+    let Ok(mut listing) = Dir::new(fd) else {
+        return false;
+    };
+    while let Some(entry) = listing.read() {
+        match entry {
+            Ok(e) if e.file_name().to_bytes() == b"." || e.file_name().to_bytes() == b".." => {}
+            _ => return false,
+        }
+    }
+    true
 }
 
 /// What [`LocalFs::unstash_placeholder`] did.
@@ -192,7 +231,27 @@ impl LocalFs {
         Ok(stat.st_ino)
     }
 
-    /// Whether `path` is still the placeholder directory with inode `ino`.
+    /// Creates the missing `path` as a file placeholder (mode
+    /// [`PLACEHOLDER_FILE_MODE`]) holding `content`; returns its inode.
+    pub(crate) fn mkfile_placeholder(&self, path: &WorkspacePath, content: &[u8]) -> Result<u64> {
+        let (parent, name) = self.parent_of(path)?;
+        let fd = rustix::fs::openat(
+            &parent,
+            name,
+            OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::from_raw_mode(PLACEHOLDER_FILE_MODE),
+        )
+        .map_err(|e| io_err(e, path))?;
+        let mut file = File::from(fd);
+        if let Err(e) = std::io::Write::write_all(&mut file, content) {
+            let _ = unlinkat(&parent, name, AtFlags::empty());
+            return Err(Error::from_io(&e, &path.display()));
+        }
+        let stat = fstat(&file).map_err(|e| io_err(e, path))?;
+        Ok(stat.st_ino)
+    }
+
+    /// Whether `path` is still the placeholder with inode `ino`.
     pub(crate) fn is_placeholder(&self, path: &WorkspacePath, ino: u64) -> bool {
         self.placeholder_at(path, ino).is_some()
     }
@@ -214,8 +273,19 @@ impl LocalFs {
     /// with inode `ino` that [`LocalFs::mkdir_placeholder`] made.
     pub(crate) fn remove_placeholder(&self, path: &WorkspacePath, ino: u64) {
         if let Some((parent, name)) = self.placeholder_at(path, ino) {
-            // Fails (ENOTEMPTY) if anything was put inside: then it stays.
-            let _ = unlinkat(&parent, name, AtFlags::REMOVEDIR);
+            let dir = statat(&parent, name, AtFlags::SYMLINK_NOFOLLOW)
+                .is_ok_and(|s| kind_of(&s) == EntryKind::Dir);
+            if dir {
+                // Fails (ENOTEMPTY) if anything was put inside: then it
+                // stays, as the user's.
+                if unlinkat(&parent, name, AtFlags::REMOVEDIR) == Err(Errno::NOTEMPTY) {
+                    tracing::warn!(
+                        "`{path}` was reserved for a command and is not empty now: left in place"
+                    );
+                }
+            } else {
+                let _ = unlinkat(&parent, name, AtFlags::empty());
+            }
         }
     }
 
@@ -233,11 +303,21 @@ impl LocalFs {
         let Some((parent, name)) = self.placeholder_at(path, ino) else {
             return false;
         };
+        // Only an empty directory goes: what was put in one stays in the
+        // workspace, as the user's.
+        if !statat(&parent, name, AtFlags::SYMLINK_NOFOLLOW)
+            .is_ok_and(|s| kind_of(&s) == EntryKind::Dir)
+            || !dir_is_empty(&parent, name)
+        {
+            return false;
+        }
         if renameat_with(&parent, name, &stash, as_name, RenameFlags::NOREPLACE).is_err() {
             return false;
         }
-        // Replaced between the check and the move: put it back.
-        if !statat(&stash, as_name, AtFlags::SYMLINK_NOFOLLOW).is_ok_and(|s| s.st_ino == ino) {
+        // Replaced or filled between the check and the move: put it back.
+        if !statat(&stash, as_name, AtFlags::SYMLINK_NOFOLLOW).is_ok_and(|s| s.st_ino == ino)
+            || !dir_is_empty(&stash, as_name)
+        {
             let _ = renameat_with(&stash, as_name, &parent, name, RenameFlags::NOREPLACE);
             return false;
         }
@@ -259,7 +339,10 @@ impl LocalFs {
         if renameat_with(&stash, name, &parent, leaf, RenameFlags::NOREPLACE).is_err() {
             return Unstash::Failed;
         }
-        if statat(&parent, leaf, AtFlags::SYMLINK_NOFOLLOW).is_ok_and(|s| is_placeholder(&s, ino)) {
+        if statat(&parent, leaf, AtFlags::SYMLINK_NOFOLLOW)
+            .is_ok_and(|s| is_placeholder(&s, ino) && kind_of(&s) == EntryKind::Dir)
+            && dir_is_empty(&parent, leaf)
+        {
             return Unstash::Moved;
         }
         // Something else was in the stash under that name: back it goes.
@@ -368,6 +451,17 @@ impl LocalFs {
                 }
                 Err(e) => return Err(io_err(e, path)),
             };
+            // A placeholder reserving a protected path while a command
+            // runs (`reserve.rs`): nothing of the tools goes in it (root
+            // could, permissions notwithstanding), so that it stays empty
+            // and leaves the workspace as it came.
+            if fstat(&next).is_ok_and(|s| is_placeholder_mode(s.st_mode)) {
+                return Err(Error::denied(format!(
+                    "cannot write `{path}`: `{}` is held for a protected path while a command \
+                     runs; write there once the command has ended",
+                    name.to_string_lossy()
+                )));
+            }
             current = next;
         }
         Ok(current)

@@ -10,20 +10,34 @@
 //! directories. Commands running at once share a reservation; it leaves the
 //! workspace when the last of them ends.
 //!
+//! Two names inside a git directory cannot be directories: git reads
+//! `commondir` and `config.worktree` whenever they exist, and a directory
+//! there breaks the repository. They are reserved by a read-only *file*
+//! placeholder git takes as if the file were missing ([`Kind::for_path`]):
+//! `commondir` holding `.` (the common directory is the git directory
+//! itself), `config.worktree` empty. File placeholders are made and removed.
+//!
 //! Making and removing a directory costs an inode allocation each time
 //! (and on ext4 without a journal, a scan past recently freed inodes that
-//! grows with the churn). So a released placeholder is not removed but
-//! *moved* into a stash outside the workspace — a directory of cubby's in
-//! the system temp dir, when that is on the workspace's file system — and
-//! the next reservation moves it back: two renames instead of `mkdir` and
-//! `rmdir`, and nothing left in the workspace between commands. Where no
-//! stash can be had (another file system, a umask that strips the owner's
-//! write bit), placeholders are made and removed each time.
+//! grows with the churn). So a released directory placeholder is not
+//! removed but *moved* into a stash outside the workspace — a directory of
+//! this sandbox's own, `cubby-reserve-<uid>/<pid>-<start>-<n>` in the
+//! system temp dir (both mode 0700), when that is on the workspace's file
+//! system — and the next reservation moves it back: two renames instead of
+//! `mkdir` and `rmdir`, and nothing left in the workspace between commands.
+//! Only an empty placeholder cubby made goes into the stash or comes out of
+//! it; one that is not empty when released (root can write in it,
+//! permissions notwithstanding; the file tools refuse to) stays in the
+//! workspace as the user's, with a warning. Where no stash can be had
+//! (another file system, a umask that strips the owner's write bit, `cubby
+//! exec`'s single command: [`Reservations::without_stash`]), placeholders
+//! are made and removed each time.
 //!
-//! Stashed placeholders are removed when their sandbox is dropped; those of
-//! a process that was killed are removed by the next one that opens a
-//! stash, and placeholders it left in the workspace by the next sandbox on
-//! that workspace (`LinuxSandbox::open`).
+//! The stash is emptied and removed when its sandbox is dropped (the CLI
+//! drops its sandboxes on stdin EOF, SIGTERM and SIGINT); the stash of a
+//! process that was killed is removed by the next one that opens a stash
+//! (its pid no longer runs that process), and placeholders it left in the
+//! workspace by the next sandbox on that workspace (`LinuxSandbox::open`).
 
 use std::collections::HashMap;
 use std::ffi::OsString;
@@ -45,20 +59,46 @@ use crate::process::lock;
 /// Stashes made by this process (part of each stash's name).
 static STASHES: AtomicU64 = AtomicU64::new(0);
 
-/// One reserved path: the placeholder's inode and its users.
+/// What stands in for a missing protected path.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Kind {
+    /// An empty directory of mode [`PLACEHOLDER_MODE`] (stashed for reuse).
+    Dir,
+    /// A read-only file with this content, which git reads as it would the
+    /// file's absence.
+    File(&'static [u8]),
+}
+
+impl Kind {
+    /// The placeholder for `path`: a file for `commondir` (`.`: the git
+    /// directory is its own common directory) and `config.worktree`
+    /// (empty: no settings); a directory for everything else.
+    pub(crate) fn for_path(path: &WorkspacePath) -> Kind {
+        match path.file_name().and_then(|n| n.to_str()) {
+            Some("commondir") => Kind::File(b"."),
+            Some("config.worktree") => Kind::File(b""),
+            _ => Kind::Dir,
+        }
+    }
+}
+
+/// One reserved path: the placeholder's inode, kind and users.
 #[derive(Debug)]
 struct Placeholder {
     ino: u64,
+    kind: Kind,
     users: usize,
 }
 
 /// Released placeholders, kept outside the workspace for reuse.
 #[derive(Debug)]
 struct Stash {
-    /// The stash directory (`O_PATH`).
+    /// The stash directory (`O_PATH`), this sandbox's own.
     dir: OwnedFd,
-    /// Names in it start with this (`<pid>-<n>-`).
-    prefix: String,
+    /// Its name in the base directory.
+    name: OsString,
+    /// The base directory (`cubby-reserve-<uid>`, `O_PATH`).
+    base: OwnedFd,
     /// Placeholders in the stash: name and inode.
     free: Vec<(OsString, u64)>,
     /// Names handed out so far.
@@ -88,6 +128,17 @@ impl Reservations {
                 stash: None,
             }),
         })
+    }
+
+    /// From now on, no stash: placeholders are made and removed (for a
+    /// process that runs one command and exits without dropping its
+    /// sandbox, `cubby exec`). A stash already opened is emptied.
+    pub(crate) fn without_stash(&self) {
+        let mut inner = lock(&self.inner);
+        if let Some(Some(stash)) = inner.stash.take() {
+            stash.remove();
+        }
+        inner.stash = Some(None);
     }
 
     /// Whether `path` is reserved now.
@@ -132,14 +183,26 @@ impl Reservations {
         None
     }
 
-    /// Whether `path` is a placeholder directory with inode `ino`.
-    /// Reserves the missing `path`; returns the placeholder's inode.
+    /// Reserves the missing `path` with a placeholder of `kind`; returns
+    /// the placeholder's inode.
     ///
     /// # Errors
     ///
     /// As `mkdir` (something may have appeared there meanwhile).
-    pub(crate) fn reserve(&self, path: &WorkspacePath) -> Result<u64> {
+    pub(crate) fn reserve(&self, path: &WorkspacePath, kind: Kind) -> Result<u64> {
         let mut inner = lock(&self.inner);
+        if let Kind::File(content) = kind {
+            let ino = self.fs.mkfile_placeholder(path, content)?;
+            inner.map.insert(
+                path.clone(),
+                Placeholder {
+                    ino,
+                    kind,
+                    users: 1,
+                },
+            );
+            return Ok(ino);
+        }
         if inner.stash.is_none() {
             inner.stash = Some(open_stash(&self.fs));
         }
@@ -165,9 +228,14 @@ impl Reservations {
         };
         // A stale entry (its placeholder removed on the host while a command
         // still used it) gives way; that command's lease releases nothing.
-        inner
-            .map
-            .insert(path.clone(), Placeholder { ino, users: 1 });
+        inner.map.insert(
+            path.clone(),
+            Placeholder {
+                ino,
+                kind,
+                users: 1,
+            },
+        );
         Ok(ino)
     }
 
@@ -189,9 +257,10 @@ impl Reservations {
             if slot.users > 0 {
                 continue;
             }
+            let kind = slot.kind;
             map.remove(path);
-            if let Some(stash) = stash.as_mut() {
-                let name = OsString::from(format!("{}{}", stash.prefix, stash.named));
+            if let (Some(stash), Kind::Dir) = (stash.as_mut(), kind) {
+                let name = OsString::from(stash.named.to_string());
                 if self.fs.stash_placeholder(path, *ino, &stash.dir, &name) {
                     stash.named += 1;
                     stash.free.push((name, *ino));
@@ -211,10 +280,25 @@ impl Drop for Reservations {
             self.fs.remove_placeholder(&path, slot.ino);
         }
         if let Some(Some(stash)) = inner.stash.take() {
-            for (name, _) in stash.free {
-                let _ = rustix::fs::unlinkat(&stash.dir, &name, AtFlags::REMOVEDIR);
-            }
+            stash.remove();
         }
+    }
+}
+
+impl Stash {
+    /// Removes the placeholders in the stash, then the stash (and the base
+    /// directory when no other process has a stash in it).
+    fn remove(self) {
+        for (name, _) in &self.free {
+            let _ = rustix::fs::unlinkat(&self.dir, name, AtFlags::REMOVEDIR);
+        }
+        if rustix::fs::unlinkat(&self.base, &self.name, AtFlags::REMOVEDIR).is_err() {
+            tracing::warn!(
+                "the placeholder stash `{}` holds something cubby did not put there: left in place",
+                self.name.to_string_lossy()
+            );
+        }
+        remove_base_if_empty(&self.base);
     }
 }
 
@@ -264,99 +348,184 @@ impl FileSystem for WithoutReservations {
     }
 }
 
-/// At most this many placeholders left by ended processes are taken over
-/// when a stash opens (the rest are removed).
-const ADOPT_AT_MOST: usize = 8;
+/// The base directory of the stashes: `cubby-reserve-<uid>` in the
+/// system temp dir.
+fn base_path() -> std::path::PathBuf {
+    let uid = rustix::process::getuid().as_raw();
+    std::env::temp_dir().join(format!("cubby-reserve-{uid}"))
+}
 
-/// Opens this process's stash for the workspace of `fs`: the directory
-/// `cubby-reserve-<uid>` in the system temp dir, made private to the user,
-/// when it is on the workspace's file system and not beneath the workspace.
-/// Placeholders that processes which have ended left there (`cubby exec`
-/// leaves its own; a killed cubby, its free ones) are taken over, up to
-/// [`ADOPT_AT_MOST`], or removed.
+/// Removes the base directory when it holds nothing (another process may
+/// be making its stash in it: its `mkdir` then fails, and it makes the
+/// base again).
+fn remove_base_if_empty(base: &OwnedFd) {
+    let Ok(parent) = rustix::fs::openat(
+        base,
+        c"..",
+        OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    ) else {
+        return;
+    };
+    let path = base_path();
+    if let Some(name) = path.file_name()
+        && rustix::fs::statat(&parent, name, AtFlags::SYMLINK_NOFOLLOW)
+            .ok()
+            .zip(rustix::fs::fstat(base).ok())
+            .is_some_and(|(a, b)| a.st_ino == b.st_ino && a.st_dev == b.st_dev)
+    {
+        let _ = rustix::fs::unlinkat(&parent, name, AtFlags::REMOVEDIR);
+    }
+}
+
+/// The start time of process `pid` (clock ticks after boot, field 22 of
+/// `/proc/<pid>/stat`), which tells a process from a later one with its pid.
+fn start_time(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) may hold spaces and parentheses.
+    let after = &stat[stat.rfind(')')? + 1..];
+    after.split_whitespace().nth(19)?.parse().ok()
+}
+
+/// Opens a stash of this sandbox's own for the workspace of `fs`: a new
+/// directory (mode 0700) in `cubby-reserve-<uid>` (mode 0700, the user's)
+/// in the system temp dir, when that is on the workspace's file system and
+/// not beneath the workspace. Stashes of processes that no longer run are
+/// removed (their empty placeholders, then the directory; what is not an
+/// empty placeholder stays).
 fn open_stash(fs: &LocalFs) -> Option<Stash> {
     let uid = rustix::process::getuid().as_raw();
-    let base = std::env::temp_dir().join(format!("cubby-reserve-{uid}"));
-    let _ = std::fs::DirBuilder::new().mode(0o700).create(&base);
-    let dir = rustix::fs::open(
-        &base,
-        OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-        Mode::empty(),
-    )
-    .ok()?;
-    let stat = rustix::fs::fstat(&dir).ok()?;
-    // Someone else's, or shared: not a place to move workspace entries to.
-    if stat.st_uid != uid || stat.st_mode & 0o077 != 0 || Some(stat.st_dev) != fs.root_dev() {
-        return None;
+    let base_path = base_path();
+    let pid = std::process::id();
+    let name = OsString::from(format!(
+        "{pid}-{}-{}",
+        start_time(pid)?,
+        STASHES.fetch_add(1, Ordering::Relaxed)
+    ));
+    // Twice: another process may remove an empty base between our two steps.
+    for _ in 0..2 {
+        let _ = std::fs::DirBuilder::new().mode(0o700).create(&base_path);
+        let base = rustix::fs::open(
+            &base_path,
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .ok()?;
+        let stat = rustix::fs::fstat(&base).ok()?;
+        // Someone else's, or shared: not a place to move workspace entries to.
+        if stat.st_uid != uid || stat.st_mode & 0o077 != 0 || Some(stat.st_dev) != fs.root_dev()
+        {
+            return None;
+        }
+        // Nor one that commands can reach (`TMPDIR` inside the workspace).
+        if std::fs::canonicalize(&base_path).map_or(true, |b| b.starts_with(fs.root_path())) {
+            return None;
+        }
+        reclaim(&base);
+        match rustix::fs::mkdirat(&base, &name, Mode::from_raw_mode(0o700)) {
+            Ok(()) => {}
+            Err(rustix::io::Errno::NOENT) => continue,
+            Err(_) => return None,
+        }
+        let dir = rustix::fs::openat(
+            &base,
+            &name,
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .ok()?;
+        let mine = rustix::fs::fstat(&dir).ok()?;
+        if mine.st_uid != uid || mine.st_mode & 0o7777 != 0o700 {
+            let _ = rustix::fs::unlinkat(&base, &name, AtFlags::REMOVEDIR);
+            return None;
+        }
+        return Some(Stash {
+            dir,
+            name,
+            base,
+            free: Vec::new(),
+            named: 0,
+        });
     }
-    // Nor one that commands can reach (`TMPDIR` inside the workspace).
-    if std::fs::canonicalize(&base).map_or(true, |b| b.starts_with(fs.root_path())) {
-        return None;
-    }
-    let n = STASHES.fetch_add(1, Ordering::Relaxed);
-    let mut stash = Stash {
-        dir,
-        prefix: format!("{}-{n}-", std::process::id()),
-        free: Vec::new(),
-        named: 0,
-    };
-    // `stash.dir` is `O_PATH`: listing takes a descriptor opened for reading.
+    None
+}
+
+/// Removes what processes that no longer run left in the base directory:
+/// their stashes (`<pid>-<start>-<n>`: empty placeholders inside, then the
+/// stash) and placeholders of older cubbies (`<pid>-<n>-<m>`, directly in
+/// the base).
+fn reclaim(base: &OwnedFd) {
     let listing = rustix::fs::openat(
-        &stash.dir,
+        base,
         c".",
         OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
         Mode::empty(),
     )
     .and_then(rustix::fs::Dir::new);
     let Ok(entries) = listing else {
-        return Some(stash);
+        return;
     };
     for entry in entries.flatten() {
         let name = OsString::from(std::ffi::OsStr::from_bytes(entry.file_name().to_bytes()));
-        let Some(pid) = name
-            .to_str()
-            .and_then(|n| n.split('-').next())
-            .and_then(|p| p.parse::<u32>().ok())
-        else {
+        let Some(text) = name.to_str() else {
             continue;
         };
-        let Ok(meta) = rustix::fs::statat(&stash.dir, &name, AtFlags::SYMLINK_NOFOLLOW) else {
+        let mut parts = text.split('-');
+        let (Some(pid), Some(second)) = (
+            parts.next().and_then(|p| p.parse::<u32>().ok()),
+            parts.next().and_then(|p| p.parse::<u64>().ok()),
+        ) else {
             continue;
         };
-        let placeholder = rustix::fs::FileType::from_raw_mode(meta.st_mode)
-            == rustix::fs::FileType::Directory
-            && is_placeholder_mode(meta.st_mode);
-        if !placeholder || std::path::Path::new(&format!("/proc/{pid}")).exists() {
+        let Ok(meta) = rustix::fs::statat(base, &name, AtFlags::SYMLINK_NOFOLLOW) else {
+            continue;
+        };
+        if rustix::fs::FileType::from_raw_mode(meta.st_mode) != rustix::fs::FileType::Directory {
             continue;
         }
-        // Placeholders of another mode (made under a umask that cleared a
-        // bit, or by a cubby that made them write-only) are removed.
-        if meta.st_mode & 0o7777 == PLACEHOLDER_MODE && stash.free.len() < ADOPT_AT_MOST {
-            let mine = OsString::from(format!("{}{}", stash.prefix, stash.named));
-            // Another process may take it first: then it is gone here.
-            if rustix::fs::renameat_with(
-                &stash.dir,
-                &name,
-                &stash.dir,
-                &mine,
-                rustix::fs::RenameFlags::NOREPLACE,
-            )
-            .is_ok()
-            {
-                stash.named += 1;
-                stash.free.push((mine, meta.st_ino));
+        if is_placeholder_mode(meta.st_mode) {
+            // An older cubby's placeholder, directly in the base.
+            if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+                let _ = rustix::fs::unlinkat(base, &name, AtFlags::REMOVEDIR);
             }
-        } else {
-            let _ = rustix::fs::unlinkat(&stash.dir, &name, AtFlags::REMOVEDIR);
+            continue;
         }
+        // A stash: its process ended, or its pid is another process's now.
+        if start_time(pid) == Some(second) {
+            continue;
+        }
+        let Ok(stash) = rustix::fs::openat(
+            base,
+            &name,
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        ) else {
+            continue;
+        };
+        let inside: Vec<OsString> = match rustix::fs::Dir::read_from(&stash) {
+            Ok(list) => list
+                .flatten()
+                .map(|e| OsString::from(std::ffi::OsStr::from_bytes(e.file_name().to_bytes())))
+                .filter(|n| n != "." && n != "..")
+                .collect(),
+            Err(_) => continue,
+        };
+        for placeholder in inside {
+            if rustix::fs::statat(&stash, &placeholder, AtFlags::SYMLINK_NOFOLLOW).is_ok_and(|m| {
+                rustix::fs::FileType::from_raw_mode(m.st_mode) == rustix::fs::FileType::Directory
+                    && is_placeholder_mode(m.st_mode)
+            }) {
+                let _ = rustix::fs::unlinkat(&stash, &placeholder, AtFlags::REMOVEDIR);
+            }
+        }
+        let _ = rustix::fs::unlinkat(base, &name, AtFlags::REMOVEDIR);
     }
-    Some(stash)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::os::unix::fs::MetadataExt;
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
 
     /// The tests share the stash directory (and take over each other's
     /// leftovers): one at a time.
@@ -374,28 +543,37 @@ mod tests {
     }
 
     #[test]
-    fn what_an_ended_process_left_in_the_stash_is_taken_over() {
+    fn what_an_ended_process_left_is_removed_and_never_handed_out() {
         let _one = serial();
         let (dir, fs) = workspace();
-        // Clear what earlier processes left (taken over, then removed).
-        {
-            let clear = Reservations::new(fs.clone());
-            lock(&clear.inner).stash = Some(open_stash(&fs));
-        }
-        let r = Reservations::new(fs);
-        // `cubby exec` leaves its placeholder in the stash; a pid that is
-        // not running stands for it.
-        let _ = std::fs::DirBuilder::new().mode(0o700).create(stash_dir());
-        let left = stash_dir().join("999999999-0-0");
+        let base = stash_dir();
+        let _ = std::fs::DirBuilder::new().mode(0o700).create(&base);
+        // A killed server's stash (a pid that runs no process), with a
+        // placeholder and something that is not one; and a placeholder of
+        // an older cubby, directly in the base.
+        let dead = base.join("999999999-1-0");
+        std::fs::DirBuilder::new().mode(0o700).create(&dead).unwrap();
         std::fs::DirBuilder::new()
             .mode(PLACEHOLDER_MODE)
-            .create(&left)
+            .create(dead.join("0"))
             .unwrap();
-        let left_ino = std::fs::symlink_metadata(&left).unwrap().ino();
+        let old = base.join("999999999-0-0");
+        std::fs::DirBuilder::new()
+            .mode(PLACEHOLDER_MODE)
+            .create(&old)
+            .unwrap();
+        let r = Reservations::new(fs);
         let claude = WorkspacePath::parse(".claude").unwrap();
-        assert_eq!(r.reserve(&claude).unwrap(), left_ino, "moved in, not made");
-        assert_eq!(ino_at(&dir.path().join(".claude")), Some(left_ino));
-        assert_eq!(ino_at(&left), None);
+        let ino = r.reserve(&claude, Kind::Dir).unwrap();
+        assert_eq!(ino_at(&dead), None, "the dead stash is reclaimed");
+        assert_eq!(ino_at(&old), None);
+        // Nothing was taken over: this sandbox's stash is empty.
+        let mine = match &lock(&r.inner).stash {
+            Some(Some(stash)) => base.join(&stash.name),
+            _ => unreachable!(),
+        };
+        assert_eq!(std::fs::read_dir(&mine).unwrap().count(), 0);
+        r.release(&[(claude, ino)]);
         drop(r);
         assert_eq!(ino_at(&dir.path().join(".claude")), None);
     }
@@ -416,7 +594,7 @@ mod tests {
         let (dir, fs) = workspace();
         let r = Reservations::new(fs);
         let codex = WorkspacePath::parse(".codex").unwrap();
-        let ino = r.reserve(&codex).unwrap();
+        let ino = r.reserve(&codex, Kind::Dir).unwrap();
         let meta = std::fs::symlink_metadata(dir.path().join(".codex")).unwrap();
         assert!(meta.is_dir());
         assert_eq!(meta.mode() & 0o7777, PLACEHOLDER_MODE);
@@ -427,29 +605,24 @@ mod tests {
         );
         assert_eq!(ino_at(&dir.path().join(".codex")), None, "nothing stays");
         // The next reservation is the same directory, moved back.
-        assert_eq!(r.reserve(&codex).unwrap(), ino);
+        assert_eq!(r.reserve(&codex, Kind::Dir).unwrap(), ino);
         assert_eq!(ino_at(&dir.path().join(".codex")), Some(ino));
         r.release(&[(codex, ino)]);
         let stash_dir = stash_dir();
-        let prefix = match &lock(&r.inner).stash {
-            Some(Some(stash)) => stash.prefix.clone(),
+        let mine = match &lock(&r.inner).stash {
+            Some(Some(stash)) => stash_dir.join(&stash.name),
             _ => unreachable!(),
         };
+        let meta = std::fs::symlink_metadata(&mine).unwrap();
+        assert_eq!(meta.mode() & 0o7777, 0o700, "the sandbox's own, private");
         let stashed = || {
-            std::fs::read_dir(&stash_dir)
-                .unwrap()
-                .flatten()
-                .filter(|e| e.file_name().to_string_lossy().starts_with(&prefix))
-                .map(|e| e.metadata().unwrap().ino())
-                .collect::<Vec<_>>()
+            std::fs::read_dir(&mine)
+                .map(|d| d.flatten().map(|e| e.metadata().unwrap().ino()).collect::<Vec<u64>>())
+                .unwrap_or_default()
         };
-        assert!(stashed().contains(&ino), "in the stash");
+        assert_eq!(stashed(), vec![ino], "in the stash");
         drop(r);
-        assert_eq!(
-            stashed(),
-            Vec::<u64>::new(),
-            "dropping the sandbox empties its stash"
-        );
+        assert_eq!(ino_at(&mine), None, "dropping the sandbox removes its stash");
         assert_eq!(ino_at(&dir.path().join(".codex")), None);
     }
 
@@ -459,7 +632,7 @@ mod tests {
         let (dir, fs) = workspace();
         let r = Reservations::new(fs);
         let codex = WorkspacePath::parse(".codex").unwrap();
-        let ino = r.reserve(&codex).unwrap();
+        let ino = r.reserve(&codex, Kind::Dir).unwrap();
         r.release(&[(codex.clone(), ino)]);
         let (stash_fd, name) = match &lock(&r.inner).stash {
             Some(Some(stash)) => (
@@ -475,7 +648,7 @@ mod tests {
         .join(&name);
         std::fs::remove_dir(&stashed).unwrap();
         std::os::unix::fs::symlink("/etc", &stashed).unwrap();
-        let again = r.reserve(&codex).unwrap();
+        let again = r.reserve(&codex, Kind::Dir).unwrap();
         let meta = std::fs::symlink_metadata(dir.path().join(".codex")).unwrap();
         assert!(meta.is_dir(), "a placeholder, not the symlink");
         assert_eq!(meta.ino(), again);
@@ -489,7 +662,7 @@ mod tests {
         let (dir, fs) = workspace();
         let r = Reservations::new(fs);
         let mcp = WorkspacePath::parse(".mcp.json").unwrap();
-        let ino = r.reserve(&mcp).unwrap();
+        let ino = r.reserve(&mcp, Kind::Dir).unwrap();
         assert_eq!(r.claim(&mcp), Some(ino));
         r.release(&[(mcp.clone(), ino)]);
         assert_eq!(
@@ -508,7 +681,7 @@ mod tests {
         let (dir, fs) = workspace();
         let r = Reservations::new(fs);
         let claude = WorkspacePath::parse(".claude").unwrap();
-        let ino = r.reserve(&claude).unwrap();
+        let ino = r.reserve(&claude, Kind::Dir).unwrap();
         // The host replaces the placeholder with a directory of its own.
         std::fs::remove_dir(dir.path().join(".claude")).unwrap();
         std::fs::create_dir(dir.path().join(".claude")).unwrap();
@@ -529,12 +702,59 @@ mod tests {
         // As where the temp dir is on another file system.
         lock(&r.inner).stash = Some(None);
         let toml = WorkspacePath::parse("cubby.toml").unwrap();
-        let ino = r.reserve(&toml).unwrap();
+        let ino = r.reserve(&toml, Kind::Dir).unwrap();
         assert!(dir.path().join("cubby.toml").is_dir());
         r.release(&[(toml.clone(), ino)]);
         assert_eq!(ino_at(&dir.path().join("cubby.toml")), None);
         // Something that appeared meanwhile is not taken over.
         std::fs::write(dir.path().join("cubby.toml"), "x").unwrap();
-        assert!(r.reserve(&toml).is_err());
+        assert!(r.reserve(&toml, Kind::Dir).is_err());
+    }
+
+    #[test]
+    fn a_placeholder_something_was_put_in_is_never_stashed() {
+        let _one = serial();
+        let (dir, fs) = workspace();
+        let r = Reservations::new(fs);
+        let git = WorkspacePath::parse(".git").unwrap();
+        let ino = r.reserve(&git, Kind::Dir).unwrap();
+        // As root could, permissions notwithstanding.
+        let placeholder = dir.path().join(".git");
+        std::fs::set_permissions(&placeholder, std::fs::Permissions::from_mode(0o700)).unwrap();
+        std::fs::write(placeholder.join("settings.json"), "{}").unwrap();
+        std::fs::set_permissions(&placeholder, std::fs::Permissions::from_mode(PLACEHOLDER_MODE))
+            .unwrap();
+        r.release(&[(git.clone(), ino)]);
+        let mine = match &lock(&r.inner).stash {
+            Some(Some(stash)) => stash_dir().join(&stash.name),
+            _ => unreachable!(),
+        };
+        assert_eq!(std::fs::read_dir(&mine).unwrap().count(), 0, "not stashed");
+        assert_eq!(ino_at(&placeholder), Some(ino), "left where it was");
+        // Nor handed out again: the next reservation finds it there.
+        assert!(r.reserve(&git, Kind::Dir).is_err());
+        drop(r);
+        std::fs::set_permissions(&placeholder, std::fs::Permissions::from_mode(0o700)).unwrap();
+        assert!(placeholder.join("settings.json").exists());
+    }
+
+    #[test]
+    fn a_file_placeholder_holds_what_git_reads_as_missing_and_goes() {
+        let _one = serial();
+        let (dir, fs) = workspace();
+        std::fs::create_dir(dir.path().join(".git")).unwrap();
+        let r = Reservations::new(fs);
+        let common = WorkspacePath::parse(".git/commondir").unwrap();
+        assert_eq!(Kind::for_path(&common), Kind::File(b"."));
+        let ino = r.reserve(&common, Kind::for_path(&common)).unwrap();
+        let at = dir.path().join(".git/commondir");
+        assert_eq!(std::fs::read(&at).unwrap(), b".");
+        assert_eq!(
+            std::fs::symlink_metadata(&at).unwrap().mode() & 0o7777,
+            crate::sandbox::local::PLACEHOLDER_FILE_MODE
+        );
+        assert!(r.holds(&common));
+        r.release(&[(common, ino)]);
+        assert_eq!(ino_at(&at), None);
     }
 }

@@ -81,6 +81,30 @@ pub(crate) fn guard_overwrite(ctx: &Ctx<'_>, path: &WorkspacePath) -> Result<Opt
     Ok(Some(meta))
 }
 
+/// Refuses a write beneath `.git` unless `.git` is a directory already: the
+/// write would create git's directory (a repository whose `config` and
+/// `commondir` the tools wrote), or it meets a gitfile. A `.git` reserved
+/// while a command runs is missing to the tools, and refused the same way.
+pub(crate) fn guard_git_dir(ctx: &Ctx<'_>, path: &WorkspacePath) -> Result<()> {
+    let git = WorkspacePath::parse(crate::git::GIT_DIR_NAME)?;
+    if !path.starts_with(&git) || *path == git {
+        return Ok(());
+    }
+    match ctx.fs.metadata(&git) {
+        Ok(m) if m.kind == EntryKind::Dir => Ok(()),
+        Ok(_) => Err(Error::denied(format!(
+            "writing `{path}` is not allowed: `.git` is a gitfile, not a directory; the tools do \
+             not change where it points"
+        ))),
+        Err(e) if e.kind() == ErrorKind::NotFound => Err(Error::denied(format!(
+            "writing `{path}` is not allowed: it would create `.git`, git's directory, which \
+             the tools do not make; write somewhere else in the workspace (the user runs \
+             `git init`)"
+        ))),
+        Err(e) => Err(e),
+    }
+}
+
 fn stale(path: &WorkspacePath) -> Error {
     Error::new(
         ErrorKind::Stale,
@@ -136,6 +160,7 @@ impl Tool for WriteFile {
             ));
         }
         ctx.policy.check_write(&path)?;
+        guard_git_dir(ctx, &path)?;
         let existing = guard_overwrite(ctx, &path)?;
         let sha = commit(ctx, &path, params.content.as_bytes())?;
         let size = params.content.len() as u64;

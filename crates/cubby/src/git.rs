@@ -1,0 +1,507 @@
+//! Git's executable surface in a workspace (SPEC §4): the files through
+//! which the host's next `git status` or `git commit` would run something,
+//! or read a configuration the workspace did not have.
+//!
+//! What counts, for each git directory that lies inside the root (`.git`,
+//! the directory a `.git` gitfile names, the common directory its
+//! `commondir` names, and those of `.git/modules/**` and
+//! `.git/worktrees/*`): its [`SURFACE_NAMES`]. On top of them: the
+//! directory `core.hooksPath` names, and every git config file git reads
+//! that lies inside the root (an `include.path` into the tree, a `HOME`
+//! inside it).
+//!
+//! `core.hooksPath` is not read from one file: git takes the last value of
+//! the system, global, repository and worktree configs and of what they
+//! include (also conditionally). [`surface`] reads all of them itself (no
+//! git process is started) and protects *every* value it finds, so that a
+//! setting it would misjudge as overridden still stays protected (fail
+//! closed). Each `linux` command start reads them again; the file tools'
+//! policy reads them when it is built ([`crate::policy::PolicyBuilder::git_of`]).
+
+use std::path::{Component, Path, PathBuf};
+
+use crate::path::WorkspacePath;
+
+/// The name of git's directory (or gitfile) in a worktree.
+pub const GIT_DIR_NAME: &str = ".git";
+
+/// What a git directory holds that makes git run or read something else:
+/// its configs, the pointers to other git directories, its hooks.
+pub const SURFACE_NAMES: [&str; 5] = ["config", "config.worktree", "commondir", "gitdir", "hooks"];
+
+/// At most this many bytes are read of a gitfile, `commondir` or config
+/// file (git's own files are far smaller; a larger one is not followed).
+const MAX_FILE_BYTES: u64 = 1024 * 1024;
+/// Git follows includes this deep (its own limit).
+const MAX_INCLUDE_DEPTH: usize = 10;
+/// Directories looked into below `.git/modules` (a submodule's name may
+/// hold slashes; nested submodules sit in `modules/<a>/modules/<b>`).
+const MAX_MODULE_DEPTH: usize = 8;
+/// Git directories inside one workspace cubby protects at most; beyond it
+/// commands do not start (see [`Surface::overflow`]).
+pub const MAX_GIT_DIRS: usize = 128;
+
+/// Git's executable surface of one workspace.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Surface {
+    /// Git directories inside the root, relative to it (`.git` first when
+    /// it is a directory).
+    pub git_dirs: Vec<WorkspacePath>,
+    /// Other paths to protect (hooks directories, config files inside the
+    /// root), relative to the root.
+    pub extra: Vec<WorkspacePath>,
+    /// True when more than [`MAX_GIT_DIRS`] git directories were found (the
+    /// rest are not listed).
+    pub overflow: bool,
+}
+
+impl Surface {
+    /// Every path to protect: each git directory's [`SURFACE_NAMES`], then
+    /// [`Surface::extra`].
+    pub fn paths(&self) -> Vec<WorkspacePath> {
+        let mut out = Vec::new();
+        for dir in &self.git_dirs {
+            for name in SURFACE_NAMES {
+                out.push(dir.join_name(std::ffi::OsStr::new(name)));
+            }
+        }
+        for p in &self.extra {
+            if !out.contains(p) {
+                out.push(p.clone());
+            }
+        }
+        out
+    }
+}
+
+/// Git's executable surface of the workspace at `root` (a canonical path),
+/// as the host's git would find it now.
+pub fn surface(root: &Path) -> Surface {
+    let mut s = Surface::default();
+    let dot_git = root.join(GIT_DIR_NAME);
+    // The git directory of the worktree the root is in, and that worktree's top.
+    let (git_dir, top) = match std::fs::symlink_metadata(&dot_git) {
+        Ok(m) if m.is_dir() => (Some(dot_git), root.to_path_buf()),
+        Ok(m) if m.is_file() => (read_gitfile(&dot_git, root), root.to_path_buf()),
+        Ok(_) => (None, root.to_path_buf()),
+        // No `.git` here: the root may lie inside a repository above it.
+        Err(_) => match root.ancestors().skip(1).find_map(|dir| {
+            let candidate = dir.join(GIT_DIR_NAME);
+            match std::fs::symlink_metadata(&candidate) {
+                Ok(m) if m.is_dir() => Some((Some(candidate), dir.to_path_buf())),
+                Ok(m) if m.is_file() => Some((read_gitfile(&candidate, dir), dir.to_path_buf())),
+                _ => None,
+            }
+        }) {
+            Some(found) => found,
+            None => (None, root.to_path_buf()),
+        },
+    };
+    let common = git_dir.as_deref().map(|g| common_dir(g).unwrap_or_else(|| g.to_path_buf()));
+    let add_dir = |s: &mut Surface, dir: &Path| {
+        if let Some(rel) = inside(root, dir)
+            && !s.git_dirs.contains(&rel)
+        {
+            if s.git_dirs.len() >= MAX_GIT_DIRS {
+                s.overflow = true;
+            } else {
+                s.git_dirs.push(rel);
+            }
+        }
+    };
+    if let Some(g) = &git_dir {
+        add_dir(&mut s, g);
+    }
+    if let Some(c) = &common {
+        add_dir(&mut s, c);
+        // Submodules' and linked worktrees' git directories.
+        if inside(root, c).is_some() {
+            let mut found = Vec::new();
+            modules(&c.join("modules"), 0, &mut found);
+            if let Ok(entries) = std::fs::read_dir(c.join("worktrees")) {
+                for e in entries.flatten() {
+                    if e.file_type().is_ok_and(|t| t.is_dir()) {
+                        found.push(e.path());
+                    }
+                }
+            }
+            found.sort();
+            for dir in found {
+                add_dir(&mut s, &dir);
+            }
+        }
+    }
+    // Every config file git reads, and what they include.
+    let mut configs: Vec<PathBuf> = Vec::new();
+    if !env_true("GIT_CONFIG_NOSYSTEM") {
+        configs.push(
+            std::env::var_os("GIT_CONFIG_SYSTEM")
+                .map(PathBuf::from)
+                .unwrap_or_else(|| PathBuf::from("/etc/gitconfig")),
+        );
+    }
+    match std::env::var_os("GIT_CONFIG_GLOBAL") {
+        Some(g) => configs.push(PathBuf::from(g)),
+        None => {
+            let xdg = std::env::var_os("XDG_CONFIG_HOME")
+                .filter(|x| !x.is_empty())
+                .map(PathBuf::from)
+                .or_else(|| home().map(|h| h.join(".config")));
+            if let Some(x) = xdg {
+                configs.push(x.join("git/config"));
+            }
+            if let Some(h) = home() {
+                configs.push(h.join(".gitconfig"));
+            }
+        }
+    }
+    if let Some(c) = &common {
+        configs.push(c.join("config"));
+    }
+    if let Some(g) = &git_dir {
+        configs.push(g.join("config.worktree"));
+    }
+    let mut found = Found::default();
+    for file in &configs {
+        read_config(file, 0, &mut found);
+    }
+    for file in &found.files {
+        if let Some(rel) = inside(root, file)
+            && !s.extra.contains(&rel)
+        {
+            s.extra.push(rel);
+        }
+    }
+    for value in &found.hooks_paths {
+        let dir = match expand_home(value) {
+            Some(p) if p.is_absolute() => p,
+            Some(p) => top.join(p),
+            None => continue,
+        };
+        let dir = canonical(&dir);
+        if let Some(rel) = inside(root, &dir) {
+            if !s.extra.contains(&rel) {
+                s.extra.push(rel.clone());
+            }
+            // husky ≥ 9 sets `core.hooksPath = .husky/_`, whose stubs run
+            // the hooks in `.husky/` itself.
+            if rel.file_name().is_some_and(|n| n == "_") {
+                let parent = rel.parent();
+                if !parent.is_root() && !s.extra.contains(&parent) {
+                    s.extra.push(parent);
+                }
+            }
+        }
+    }
+    s
+}
+
+/// What the config files said.
+#[derive(Default)]
+struct Found {
+    /// Every config file read (existing or not), includes too.
+    files: Vec<PathBuf>,
+    /// Every `core.hooksPath` value.
+    hooks_paths: Vec<String>,
+}
+
+/// Reads one config file (and what it includes) into `found`.
+fn read_config(file: &Path, depth: usize, found: &mut Found) {
+    let file = canonical(file);
+    if found.files.contains(&file) {
+        return;
+    }
+    found.files.push(file.clone());
+    let Some(text) = read_small(&file) else {
+        return;
+    };
+    for (section, key, value) in parse_config(&text) {
+        match (section.as_str(), key.as_str()) {
+            ("core", "hookspath") => found.hooks_paths.push(value),
+            ("include" | "includeif", "path") if depth < MAX_INCLUDE_DEPTH => {
+                let Some(p) = expand_home(&value) else {
+                    continue;
+                };
+                let p = if p.is_absolute() {
+                    p
+                } else {
+                    file.parent().unwrap_or(Path::new("/")).join(p)
+                };
+                read_config(&p, depth + 1, found);
+            }
+            _ => {}
+        }
+    }
+}
+
+/// `(section, key, value)` of every variable in git config text; section
+/// and key lowercased, the subsection dropped. A variable without `=` is
+/// `true`.
+fn parse_config(text: &str) -> Vec<(String, String, String)> {
+    let mut out = Vec::new();
+    let mut section = String::new();
+    let mut lines = text.lines();
+    while let Some(line) = lines.next() {
+        let mut rest = line.trim_start();
+        if let Some(header) = rest.strip_prefix('[') {
+            let Some(end) = header.find(']') else {
+                continue;
+            };
+            let name = &header[..end];
+            // `[section "sub"]` or `[section.sub]`: the section only.
+            let name = name
+                .split(|c: char| c.is_whitespace() || c == '"' || c == '.')
+                .next()
+                .unwrap_or("");
+            section = name.to_ascii_lowercase();
+            rest = header[end + 1..].trim_start();
+            if rest.is_empty() || rest.starts_with(['#', ';']) {
+                continue;
+            }
+        }
+        if rest.is_empty() || rest.starts_with(['#', ';']) {
+            continue;
+        }
+        let key_end = rest
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '-'))
+            .unwrap_or(rest.len());
+        let key = rest[..key_end].to_ascii_lowercase();
+        let after = rest[key_end..].trim_start();
+        let Some(raw) = after.strip_prefix('=') else {
+            out.push((section.clone(), key, "true".to_string()));
+            continue;
+        };
+        // The value: quotes, escapes, comments, continuation lines.
+        let mut value = String::new();
+        let mut quoted = false;
+        let mut pending_space = false;
+        let mut chars: Vec<char> = raw.trim_start().chars().collect();
+        let mut i = 0;
+        loop {
+            if i >= chars.len() {
+                break;
+            }
+            let c = chars[i];
+            i += 1;
+            match c {
+                '"' => quoted = !quoted,
+                '\\' if i >= chars.len() => {
+                    // A continuation line.
+                    match lines.next() {
+                        Some(next) => {
+                            chars = next.chars().collect();
+                            i = 0;
+                        }
+                        None => break,
+                    }
+                }
+                '\\' => {
+                    let e = chars[i];
+                    i += 1;
+                    value.push(match e {
+                        'n' => '\n',
+                        't' => '\t',
+                        'b' => '\u{8}',
+                        other => other,
+                    });
+                }
+                '#' | ';' if !quoted => break,
+                c if c.is_whitespace() && !quoted => pending_space = !value.is_empty(),
+                c => {
+                    if pending_space {
+                        value.push(' ');
+                        pending_space = false;
+                    }
+                    value.push(c);
+                }
+            }
+        }
+        out.push((section.clone(), key, value));
+    }
+    out
+}
+
+/// The git directory a gitfile (`gitdir: <path>`) at `file` names, relative
+/// paths taken from `base`.
+fn read_gitfile(file: &Path, base: &Path) -> Option<PathBuf> {
+    let text = read_small(file)?;
+    let target = text.lines().next()?.strip_prefix("gitdir:")?.trim();
+    if target.is_empty() {
+        return None;
+    }
+    Some(canonical(&base.join(target)))
+}
+
+/// The common directory `git_dir/commondir` names, when there is one.
+fn common_dir(git_dir: &Path) -> Option<PathBuf> {
+    let text = read_small(&git_dir.join("commondir"))?;
+    let target = text.trim_end_matches(['\n', '\r']);
+    if target.is_empty() {
+        return None;
+    }
+    Some(canonical(&git_dir.join(target)))
+}
+
+/// The git directories below `dir` (a `modules` directory): each directory
+/// holding a `HEAD`, and those in its own `modules`.
+fn modules(dir: &Path, depth: usize, out: &mut Vec<PathBuf>) {
+    if depth > MAX_MODULE_DEPTH || out.len() > MAX_GIT_DIRS {
+        return;
+    }
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        if !e.file_type().is_ok_and(|t| t.is_dir()) {
+            continue;
+        }
+        let path = e.path();
+        if path.join("HEAD").exists() {
+            modules(&path.join("modules"), depth + 1, out);
+            out.push(path);
+        } else {
+            // A name with slashes: `modules/a/b`.
+            modules(&path, depth + 1, out);
+        }
+    }
+}
+
+/// `path` relative to `root` when it lies beneath it (not the root itself).
+fn inside(root: &Path, path: &Path) -> Option<WorkspacePath> {
+    let rest = path.strip_prefix(root).ok()?;
+    let rel = WorkspacePath::parse(rest.to_str()?).ok()?;
+    (!rel.is_root()).then_some(rel)
+}
+
+/// `path` with its symbolic links resolved as far as it exists, the rest
+/// joined lexically (`..` taken off).
+fn canonical(path: &Path) -> PathBuf {
+    if let Ok(p) = std::fs::canonicalize(path) {
+        return p;
+    }
+    let mut out = PathBuf::new();
+    for c in path.components() {
+        match c {
+            Component::ParentDir => {
+                out.pop();
+            }
+            Component::CurDir => {}
+            other => out.push(other),
+        }
+    }
+    // The longest existing prefix, resolved.
+    let mut existing = out.clone();
+    let mut tail = Vec::new();
+    while !existing.as_os_str().is_empty() {
+        if let Ok(p) = std::fs::canonicalize(&existing) {
+            let mut p = p;
+            for t in tail.iter().rev() {
+                p.push(t);
+            }
+            return p;
+        }
+        match existing.file_name() {
+            Some(n) => tail.push(n.to_os_string()),
+            None => break,
+        }
+        existing.pop();
+    }
+    out
+}
+
+fn read_small(path: &Path) -> Option<String> {
+    use std::io::Read;
+    let file = std::fs::File::open(path).ok()?;
+    if !file.metadata().ok()?.is_file() {
+        return None;
+    }
+    let mut text = String::new();
+    file.take(MAX_FILE_BYTES).read_to_string(&mut text).ok()?;
+    Some(text)
+}
+
+fn home() -> Option<PathBuf> {
+    std::env::var_os("HOME")
+        .filter(|h| !h.is_empty())
+        .map(PathBuf::from)
+}
+
+/// `~/x` with the home directory; `~user/x` is not expanded (`None`).
+fn expand_home(value: &str) -> Option<PathBuf> {
+    if value.is_empty() {
+        return None;
+    }
+    if let Some(rest) = value.strip_prefix("~/") {
+        return home().map(|h| h.join(rest));
+    }
+    if value.starts_with('~') {
+        return None;
+    }
+    Some(PathBuf::from(value))
+}
+
+fn env_true(name: &str) -> bool {
+    std::env::var(name).is_ok_and(|v| {
+        matches!(
+            v.to_ascii_lowercase().as_str(),
+            "1" | "true" | "yes" | "on"
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(s: &str) -> WorkspacePath {
+        WorkspacePath::parse(s).unwrap()
+    }
+
+    #[test]
+    fn config_values_are_parsed_as_git_does() {
+        let text = "[core]\n\thooksPath = \".hu sky\" ; comment\n[Core \"x\"]\nHOOKSPATH=a\\\nb\n\
+                    [include]\npath = other.inc # c\n[includeIf \"gitdir:/x/\"]\n  path = ~/y\nbare\n";
+        let got = parse_config(text);
+        assert_eq!(got[0], ("core".into(), "hookspath".into(), ".hu sky".into()));
+        assert_eq!(got[1], ("core".into(), "hookspath".into(), "ab".into()));
+        assert_eq!(got[2], ("include".into(), "path".into(), "other.inc".into()));
+        assert_eq!(got[3], ("includeif".into(), "path".into(), "~/y".into()));
+        assert_eq!(got[4], ("includeif".into(), "bare".into(), "true".into()));
+    }
+
+    #[test]
+    fn hooks_path_and_includes_inside_the_root_are_found() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(dir.path()).unwrap();
+        std::fs::create_dir_all(root.join(".git/modules/a/b/modules/c")).unwrap();
+        std::fs::write(root.join(".git/modules/a/b/HEAD"), "x").unwrap();
+        std::fs::write(root.join(".git/modules/a/b/modules/c/HEAD"), "x").unwrap();
+        std::fs::create_dir_all(root.join(".git/worktrees/w")).unwrap();
+        std::fs::write(
+            root.join(".git/config"),
+            "[core]\nhooksPath = .husky/_\n[include]\npath = ../shared.gitconfig\n",
+        )
+        .unwrap();
+        std::fs::write(root.join("shared.gitconfig"), "[core]\nhooksPath = tools/hooks\n").unwrap();
+        let s = surface(&root);
+        assert_eq!(
+            s.git_dirs,
+            vec![p(".git"), p(".git/modules/a/b"), p(".git/modules/a/b/modules/c"), p(".git/worktrees/w")]
+        );
+        for want in ["shared.gitconfig", ".husky/_", ".husky", "tools/hooks"] {
+            assert!(s.extra.contains(&p(want)), "{want}: {:?}", s.extra);
+        }
+        assert!(s.paths().contains(&p(".git/modules/a/b/modules/c/commondir")));
+    }
+
+    #[test]
+    fn a_gitfile_inside_the_root_names_the_git_dir() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(dir.path()).unwrap();
+        std::fs::create_dir_all(root.join("store/wt")).unwrap();
+        std::fs::write(root.join("store/wt/commondir"), "..\n").unwrap();
+        std::fs::write(root.join(".git"), "gitdir: store/wt\n").unwrap();
+        let s = surface(&root);
+        assert_eq!(s.git_dirs, vec![p("store/wt"), p("store")]);
+    }
+}
