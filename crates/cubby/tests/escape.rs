@@ -834,6 +834,426 @@ fn read_only_mode(l: &Lab) -> Verdict {
     absent(&ro.ws.join("inside.txt")).and(absent(&ro.ws.join("d")))
 }
 
+// ------------------------------------- git's executable surface (issue 13)
+
+/// A lab whose workspace `prepare` sets up on the host first (a repository,
+/// its config), with a policy that reads that workspace's git config (as
+/// the CLI's does) and protects `protect` on top.
+fn git_lab(protect: &[&str], prepare: impl FnOnce(&Path)) -> Lab {
+    let base = tempfile::Builder::new()
+        .prefix("cubby-escape-")
+        .tempdir_in(LAB_BASE)
+        .unwrap();
+    let ws = base.path().join("ws");
+    let outside = base.path().join("ws-outside");
+    std::fs::create_dir(&ws).unwrap();
+    std::fs::create_dir(&outside).unwrap();
+    prepare(&ws);
+    let mut policy = Policy::builder();
+    policy.git_of(&ws);
+    for p in protect {
+        policy.protect(*p);
+    }
+    let policy = policy.build().unwrap();
+    let mut options = LinuxOptions::from_policy(&policy);
+    options.limits.processes = TEST_PROCESSES;
+    let sandbox = LinuxSandbox::open(&ws, options).unwrap();
+    let tools = Toolset::builder(Arc::new(sandbox))
+        .policy(policy)
+        .track_changes(false)
+        .build()
+        .unwrap();
+    Lab {
+        base,
+        ws,
+        outside,
+        tools,
+    }
+}
+
+/// The host's git in `dir` (an identity given, so that `commit` runs).
+fn host_git(dir: &Path, args: &[&str]) -> std::process::Output {
+    std::process::Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args(["-c", "user.name=cubby", "-c", "user.email=cubby@example.invalid"])
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap()
+}
+
+/// A git config whose fsmonitor creates `marker` when the host's git runs.
+fn fsmonitor_config(marker: &Path) -> String {
+    format!(
+        "[core]\n\trepositoryformatversion = 0\n\tfsmonitor = \"touch {}; false\"\n",
+        marker.display()
+    )
+}
+
+/// Runs the host's `git status` (and `git commit`, when `commit`) in the
+/// workspace; `Err` when `marker` appeared: the host ran the attacker's code.
+fn host_git_runs_nothing(dir: &Path, marker: &Path, commit: bool) -> Verdict {
+    host_git(dir, &["status", "--short"]);
+    if commit {
+        host_git(dir, &["commit", "-q", "--allow-empty", "-m", "after the agent"]);
+    }
+    match marker.exists() {
+        true => Err(format!("the host's git ran the attacker's code ({} exists)", marker.display())),
+        false => Ok(()),
+    }
+}
+
+/// The control of an attack: `attack` done on the host itself (no
+/// sandbox, no tools) in a twin of the workspace that `prepare` set up
+/// alike; the host's git must then run the marker, else the oracle proves
+/// nothing.
+fn control_runs(
+    l: &Lab,
+    prepare: impl FnOnce(&Path),
+    attack: impl FnOnce(&Path, &Path),
+    commit: bool,
+) -> Verdict {
+    let twin = l.base.path().join("twin");
+    std::fs::create_dir(&twin).unwrap();
+    prepare(&twin);
+    let marker = l.out("control-ran");
+    attack(&twin, &marker);
+    host_git(&twin, &["status", "--short"]);
+    if commit {
+        host_git(&twin, &["commit", "-q", "--allow-empty", "-m", "control"]);
+    }
+    if marker.exists() {
+        Ok(())
+    } else {
+        Err("control: the same writes outside the sandbox did not make git run the marker".into())
+    }
+}
+
+fn write(l: &Lab, path: &str, content: &str) -> ToolOutput {
+    l.tools
+        .call("write_file", json!({"path": path, "content": content}))
+}
+
+/// An empty repository (HEAD, objects, refs) under `dir`, configured by `config`.
+fn bare_repo(dir: &Path, config: &str) {
+    std::fs::create_dir_all(dir.join("objects")).unwrap();
+    std::fs::create_dir_all(dir.join("refs/heads")).unwrap();
+    std::fs::write(dir.join("HEAD"), "ref: refs/heads/main\n").unwrap();
+    std::fs::write(dir.join("config"), config).unwrap();
+}
+
+fn init(dir: &Path) {
+    let out = host_git(dir, &["init", "-q", "-b", "main", "."]);
+    assert!(out.status.success(), "git init: {out:?}");
+}
+
+fn gitfile_made_by_the_tools(_: &Lab) -> Verdict {
+    let l = git_lab(&[], |_| {});
+    control_runs(
+        &l,
+        |_| {},
+        |twin, marker| {
+            std::fs::write(twin.join(".git"), "gitdir: evil\n").unwrap();
+            bare_repo(&twin.join("evil"), &fsmonitor_config(marker));
+        },
+        false,
+    )?;
+    let marker = l.out("ran");
+    let config = fsmonitor_config(&marker);
+    let out = write(&l, ".git", "gitdir: evil\n");
+    for (path, content) in [
+        ("evil/HEAD", "ref: refs/heads/main\n"),
+        ("evil/objects/.keep", ""),
+        ("evil/refs/heads/.keep", ""),
+        ("evil/config", config.as_str()),
+    ] {
+        write(&l, path, content);
+    }
+    // And by a command.
+    l.sh("printf 'gitdir: evil\\n' > .git");
+    if !out.text.starts_with("ERROR denied") {
+        return Err(format!("write_file .git: {}", out.text));
+    }
+    absent(&l.ws.join(".git"))?;
+    host_git_runs_nothing(&l.ws, &marker, false)
+}
+
+fn new_git_dir_with_commondir(_: &Lab) -> Verdict {
+    // No repository: the tools make one whose common dir is theirs.
+    let l = git_lab(&[], |_| {});
+    let attack = |ws: &Path, marker: &Path| {
+        std::fs::create_dir_all(ws.join(".git")).unwrap();
+        std::fs::write(ws.join(".git/HEAD"), "ref: refs/heads/main\n").unwrap();
+        std::fs::write(ws.join(".git/commondir"), "../common\n").unwrap();
+        bare_repo(&ws.join("common"), &fsmonitor_config(marker));
+    };
+    control_runs(&l, |_| {}, attack, false)?;
+    let marker = l.out("ran");
+    let config = fsmonitor_config(&marker);
+    let head = write(&l, ".git/HEAD", "ref: refs/heads/main\n");
+    let common = write(&l, ".git/commondir", "../common\n");
+    for (path, content) in [
+        ("common/HEAD", "ref: refs/heads/main\n"),
+        ("common/objects/.keep", ""),
+        ("common/refs/heads/.keep", ""),
+        ("common/config", config.as_str()),
+    ] {
+        write(&l, path, content);
+    }
+    if !head.text.starts_with("ERROR denied") || !common.text.starts_with("ERROR denied") {
+        return Err(format!("{} / {}", head.text, common.text));
+    }
+    absent(&l.ws.join(".git"))?;
+    host_git_runs_nothing(&l.ws, &marker, false)?;
+    // A repository the user made: a command and the tools write its
+    // `commondir` (and `config.worktree`, `gitdir`).
+    let l = git_lab(&[], init);
+    let marker = l.out("ran2");
+    let config = fsmonitor_config(&marker);
+    let by_tool = write(&l, ".git/commondir", "../common\n");
+    let by_tool2 = write(&l, ".git/config.worktree", &config);
+    std::fs::create_dir(l.ws.join("common")).unwrap();
+    bare_repo(&l.ws.join("common"), &config);
+    let out = l.sh(
+        "echo ../common > .git/commondir; rm -f .git/commondir; mv .git/commondir .git/c2; \
+         echo x > .git/gitdir; git config --file .git/config.worktree core.fsmonitor 'touch x'; \
+         git status --short >/dev/null; echo done",
+    );
+    if !by_tool.text.starts_with("ERROR denied") || !by_tool2.text.starts_with("ERROR denied") {
+        return Err(format!("{} / {}", by_tool.text, by_tool2.text));
+    }
+    for p in [".git/commondir", ".git/config.worktree", ".git/gitdir", ".git/c2"] {
+        absent(&l.ws.join(p)).map_err(|e| format!("{e}: {}", out.text))?;
+    }
+    if !out.text.contains("done") {
+        return Err(format!("git inside failed: {}", out.text));
+    }
+    host_git_runs_nothing(&l.ws, &marker, false)
+}
+
+fn worktree_gitfile_rewritten(_: &Lab) -> Verdict {
+    // The workspace is a linked worktree: `.git` is a gitfile naming the
+    // main repository's git dir outside.
+    let prepare = |ws: &Path| {
+        let main = ws.parent().unwrap().join(format!(
+            "main-{}",
+            ws.file_name().unwrap().to_string_lossy()
+        ));
+        std::fs::create_dir(&main).unwrap();
+        init(&main);
+        host_git(&main, &["commit", "-q", "--allow-empty", "-m", "init"]);
+        std::fs::remove_dir(ws).unwrap();
+        let out = host_git(&main, &["worktree", "add", "-q", ws.to_str().unwrap()]);
+        assert!(out.status.success(), "worktree add: {out:?}");
+    };
+    let l = git_lab(&[], prepare);
+    control_runs(
+        &l,
+        prepare,
+        |twin, marker| {
+            std::fs::write(twin.join(".git"), "gitdir: evil\n").unwrap();
+            bare_repo(&twin.join("evil"), &fsmonitor_config(marker));
+        },
+        false,
+    )?;
+    let before = std::fs::read_to_string(l.ws.join(".git")).unwrap();
+    let marker = l.out("ran");
+    let config = fsmonitor_config(&marker);
+    l.tools.call("read_file", json!({"path": ".git"}));
+    let out = write(&l, ".git", "gitdir: evil\n");
+    for (path, content) in [
+        ("evil/HEAD", "ref: refs/heads/main\n"),
+        ("evil/objects/.keep", ""),
+        ("evil/refs/heads/.keep", ""),
+        ("evil/config", config.as_str()),
+    ] {
+        write(&l, path, content);
+    }
+    l.sh("printf 'gitdir: evil\\n' > .git; rm -f .git; mv .git .git-old; echo 'gitdir: evil' > .git");
+    if !out.text.starts_with("ERROR denied") {
+        return Err(format!("write_file .git: {}", out.text));
+    }
+    unchanged(&l.ws.join(".git"), &before)?;
+    host_git_runs_nothing(&l.ws, &marker, false)
+}
+
+fn hooks_path_in_the_tree(_: &Lab) -> Verdict {
+    // husky's layout: `core.hooksPath = .husky`, a pre-commit hook there.
+    let prepare = |ws: &Path| {
+        init(ws);
+        host_git(ws, &["config", "core.hooksPath", ".husky"]);
+        std::fs::create_dir(ws.join(".husky")).unwrap();
+        std::fs::OpenOptions::new()
+            .create(true)
+            .write(true)
+            .mode(0o755)
+            .open(ws.join(".husky/pre-commit"))
+            .unwrap();
+        std::fs::write(ws.join(".husky/pre-commit"), "#!/bin/sh\nexit 0\n").unwrap();
+    };
+    let hook = |marker: &Path| format!("#!/bin/sh\ntouch {}\n", marker.display());
+    let l = git_lab(&[], prepare);
+    control_runs(
+        &l,
+        prepare,
+        |twin, marker| std::fs::write(twin.join(".husky/pre-commit"), hook(marker)).unwrap(),
+        true,
+    )?;
+    let marker = l.out("ran");
+    l.tools.call("read_file", json!({"path": ".husky/pre-commit"}));
+    let by_tool = write(&l, ".husky/pre-commit", &hook(&marker));
+    let new_hook = hook(&marker).replace('\n', "\\n");
+    l.sh(&format!(
+        "printf '{new_hook}' > .husky/post-commit; chmod +x .husky/post-commit; \
+         printf '{new_hook}' > .husky/pre-commit; mv .husky .husky-old; mkdir .husky; \
+         printf '{new_hook}' > .husky/pre-commit; chmod +x .husky/pre-commit"
+    ));
+    if !by_tool.text.starts_with("ERROR denied") {
+        return Err(format!("write_file .husky/pre-commit: {}", by_tool.text));
+    }
+    unchanged(&l.ws.join(".husky/pre-commit"), "#!/bin/sh\nexit 0\n")?;
+    host_git_runs_nothing(&l.ws, &marker, true)?;
+    // A hooks path that does not exist yet is not created either.
+    let l = git_lab(&[], |ws| {
+        init(ws);
+        host_git(ws, &["config", "core.hooksPath", ".githooks"]);
+    });
+    let marker = l.out("ran2");
+    let h = hook(&marker).replace('\n', "\\n");
+    l.sh(&format!("mkdir -p .githooks && printf '{h}' > .githooks/pre-commit && chmod +x .githooks/pre-commit"));
+    absent(&l.ws.join(".githooks"))?;
+    host_git_runs_nothing(&l.ws, &marker, true)
+}
+
+fn protected_config_parent_renamed(_: &Lab) -> Verdict {
+    let attack = "mv conf conf.old && mkdir conf && echo 'mode = \"full-access\"' > conf/cubby.toml";
+    let prepare = |ws: &Path| {
+        std::fs::create_dir(ws.join("conf")).unwrap();
+        std::fs::write(ws.join("conf/cubby.toml"), "mode = \"workspace-write\"\n").unwrap();
+    };
+    let l = git_lab(&["conf/cubby.toml"], prepare);
+    // Control: the same command on the host replaces the file.
+    let twin = l.base.path().join("twin");
+    std::fs::create_dir(&twin).unwrap();
+    prepare(&twin);
+    std::process::Command::new("sh")
+        .args(["-c", attack])
+        .current_dir(&twin)
+        .status()
+        .unwrap();
+    if unchanged(&twin.join("conf/cubby.toml"), "mode = \"workspace-write\"\n").is_ok() {
+        return Err("control: the command did not replace the file on the host".into());
+    }
+    let out = l.sh(&format!("{attack}; rm -rf conf; echo tried"));
+    unchanged(&l.ws.join("conf/cubby.toml"), "mode = \"workspace-write\"\n")
+        .map_err(|e| format!("{e}: {}", out.text))?;
+    absent(&l.ws.join("conf.old"))
+}
+
+fn placeholder_contamination(_: &Lab) -> Verdict {
+    // While a command holds the reservation of a missing `.git`, the tools
+    // write beneath it (root could, permissions notwithstanding).
+    let l = git_lab(&[], |_| {});
+    let held = l.tools.call(
+        "start_process",
+        json!({"name": "holds", "command": "sleep 1"}),
+    );
+    if held.is_error {
+        return Err(held.text);
+    }
+    let out = write(&l, ".git/settings.json", "{\"evil\": true}");
+    let mcp = write(&l, ".mcp.json/settings.json", "{\"evil\": true}");
+    l.sh("sleep 1.5");
+    if !out.text.starts_with("ERROR denied") || !mcp.text.starts_with("ERROR") {
+        return Err(format!("{} / {}", out.text, mcp.text));
+    }
+    absent(&l.ws.join(".git"))?;
+    absent(&l.ws.join(".mcp.json"))?;
+    // Nothing of it in any stash, and another workspace's command sees its
+    // protected paths empty.
+    let other = git_lab(&[], |_| {});
+    let seen = other.sh("ls -A .git .mcp.json .claude .codex 2>&1; echo listed");
+    if seen.text.contains("settings.json") {
+        return Err(format!("another workspace sees it: {}", seen.text));
+    }
+    let base = std::env::temp_dir().join(format!(
+        "cubby-reserve-{}",
+        rustix::process::getuid().as_raw()
+    ));
+    let found = std::process::Command::new("find")
+        .arg(&base)
+        .args(["-name", "settings.json"])
+        .output()
+        .unwrap();
+    if !found.stdout.is_empty() {
+        return Err(format!("in the stash: {}", String::from_utf8_lossy(&found.stdout)));
+    }
+    Ok(())
+}
+
+fn git_dirs_of_submodules_and_worktrees(_: &Lab) -> Verdict {
+    let prepare = |ws: &Path| {
+        init(ws);
+        bare_repo(&ws.join(".git/modules/sub"), "[core]\n");
+        std::fs::create_dir_all(ws.join(".git/modules/sub/hooks")).unwrap();
+        std::fs::create_dir_all(ws.join(".git/worktrees/w")).unwrap();
+        std::fs::write(ws.join(".git/worktrees/w/commondir"), "../..\n").unwrap();
+        std::fs::write(ws.join(".git/worktrees/w/gitdir"), "/nowhere/.git\n").unwrap();
+    };
+    let l = git_lab(&[], prepare);
+    let out = l.sh(
+        "echo '[core] fsmonitor = x' >> .git/modules/sub/config; \
+         echo x > .git/modules/sub/hooks/post-checkout; echo x > .git/modules/sub/commondir; \
+         echo /tmp > .git/worktrees/w/commondir; echo x > .git/worktrees/w/config.worktree; \
+         mv .git/modules .git/m2; mv .git/worktrees/w .git/worktrees/w2; echo tried",
+    );
+    let tool = write(&l, ".git/modules/sub/config", "[core]\n\tfsmonitor = x\n");
+    if !tool.text.starts_with("ERROR denied") {
+        return Err(format!("write_file .git/modules/sub/config: {}", tool.text));
+    }
+    unchanged(&l.ws.join(".git/modules/sub/config"), "[core]\n")
+        .map_err(|e| format!("{e}: {}", out.text))?;
+    unchanged(&l.ws.join(".git/worktrees/w/commondir"), "../..\n")?;
+    for p in [
+        ".git/modules/sub/hooks/post-checkout",
+        ".git/modules/sub/commondir",
+        ".git/worktrees/w/config.worktree",
+        ".git/m2",
+        ".git/worktrees/w2",
+    ] {
+        absent(&l.ws.join(p)).map_err(|e| format!("{e}: {}", out.text))?;
+    }
+    Ok(())
+}
+
+fn git_still_works_inside(_: &Lab) -> Verdict {
+    // Not an attack: the protection leaves git usable in a repository the
+    // user made (add, commit, checkout -b, stash, log).
+    let l = git_lab(&[], |ws| {
+        init(ws);
+        std::fs::write(ws.join("a.txt"), "one\n").unwrap();
+    });
+    let out = l.sh(
+        "set -e; export GIT_AUTHOR_NAME=a GIT_AUTHOR_EMAIL=a@b GIT_COMMITTER_NAME=a \
+         GIT_COMMITTER_EMAIL=a@b; git add a.txt; git commit -q -m one; git checkout -q -b topic; \
+         echo two >> a.txt; git stash -q; git stash pop -q; git commit -q -am two; \
+         git log --oneline | wc -l; git status --short; echo git-ok",
+    );
+    if !out.text.contains("git-ok") || !out.text.contains("\n2\n") {
+        return Err(format!("git inside the sandbox failed: {}", out.text));
+    }
+    let log = host_git(&l.ws, &["log", "--oneline", "topic"]);
+    if String::from_utf8_lossy(&log.stdout).lines().count() != 2 {
+        return Err(format!("the host does not see the commits: {log:?}"));
+    }
+    // Nothing of the reservations is left in the repository.
+    for p in [".git/commondir", ".git/config.worktree", ".git/gitdir"] {
+        absent(&l.ws.join(p))?;
+    }
+    Ok(())
+}
+
 type Attack = fn(&Lab) -> Verdict;
 
 const ATTACKS: &[(&str, Attack)] = &[
@@ -950,6 +1370,39 @@ const ATTACKS: &[(&str, Attack)] = &[
     ),
     ("a command that ignores SIGTERM", ignores_sigterm),
     ("change the host name", hostname_and_ipc),
+    // git's executable surface (issue 13)
+    (
+        "the tools make a .git gitfile to a repository of theirs",
+        gitfile_made_by_the_tools,
+    ),
+    (
+        "a new or existing .git with a commondir of theirs",
+        new_git_dir_with_commondir,
+    ),
+    (
+        "a worktree's gitfile rewritten",
+        worktree_gitfile_rewritten,
+    ),
+    (
+        "hooks in a core.hooksPath inside the tree",
+        hooks_path_in_the_tree,
+    ),
+    (
+        "replace the config by renaming its parent",
+        protected_config_parent_renamed,
+    ),
+    (
+        "write through a reservation into the stash",
+        placeholder_contamination,
+    ),
+    (
+        "configs and hooks of submodules and worktrees",
+        git_dirs_of_submodules_and_worktrees,
+    ),
+    (
+        "git add, commit, checkout -b, stash still work (control)",
+        git_still_works_inside,
+    ),
 ];
 
 /// Runs every attack in a fresh lab; panics listing every escape.

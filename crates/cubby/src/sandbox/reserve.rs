@@ -4,7 +4,7 @@
 //! must not be creatable by a command, and Landlock cannot refuse the
 //! creation of one name in a writable directory. So while a command runs,
 //! the missing path is *reserved*: an empty directory (mode
-//! [`PLACEHOLDER_MODE`]) that the command's mount namespace binds
+//! [`PLACEHOLDER_MODE`](super::local::PLACEHOLDER_MODE)) that the command's mount namespace binds
 //! read-only onto itself — a mount point cannot be removed or renamed, and
 //! nothing can be created in it. The host's git does not list empty
 //! directories. Commands running at once share a reservation; it leaves the
@@ -50,7 +50,7 @@ use std::sync::{Arc, Mutex};
 use rustix::fs::{AtFlags, Mode, OFlags};
 
 use super::local::Unstash;
-use super::local::{PLACEHOLDER_MODE, is_placeholder_mode};
+use super::local::is_placeholder_mode;
 use super::{DirEntry, FileSystem, LocalFs, Metadata, OpenFile};
 use crate::error::Result;
 use crate::path::WorkspacePath;
@@ -62,7 +62,8 @@ static STASHES: AtomicU64 = AtomicU64::new(0);
 /// What stands in for a missing protected path.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Kind {
-    /// An empty directory of mode [`PLACEHOLDER_MODE`] (stashed for reuse).
+    /// An empty directory of mode [`PLACEHOLDER_MODE`](super::local::PLACEHOLDER_MODE)
+    /// (stashed for reuse).
     Dir,
     /// A read-only file with this content, which git reads as it would the
     /// file's absence.
@@ -142,6 +143,7 @@ impl Reservations {
     }
 
     /// Whether `path` is reserved now.
+    #[cfg(test)]
     pub(crate) fn holds(&self, path: &WorkspacePath) -> bool {
         lock(&self.inner).map.contains_key(path)
     }
@@ -525,6 +527,7 @@ fn reclaim(base: &OwnedFd) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sandbox::local::PLACEHOLDER_MODE;
     use std::os::unix::fs::{MetadataExt, PermissionsExt};
 
     /// The tests share the stash directory (and take over each other's
