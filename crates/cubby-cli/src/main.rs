@@ -174,6 +174,29 @@ fn stdio_streams() -> (
     (input, output)
 }
 
+/// How long a server that was told to end waits for tool calls in flight.
+const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Resolves at the first SIGTERM or SIGINT (never, for a signal whose
+/// handler cannot be installed).
+async fn termination() {
+    use tokio::signal::unix::{Signal, SignalKind, signal};
+    async fn recv(s: Option<&mut Signal>) {
+        match s {
+            Some(s) => {
+                s.recv().await;
+            }
+            None => std::future::pending::<()>().await,
+        }
+    }
+    let mut term = signal(SignalKind::terminate()).ok();
+    let mut int = signal(SignalKind::interrupt()).ok();
+    tokio::select! {
+        () = recv(term.as_mut()) => {}
+        () = recv(int.as_mut()) => {}
+    }
+}
+
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Mcp { common } => {
@@ -184,25 +207,34 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()?;
-            rt.block_on(async move {
+            let served = rt.block_on(async move {
                 let (input, output) = stdio_streams();
-                cubby_mcp::serve_stdio(factory, input, output).await
-            })?;
+                // SIGTERM (how Codex CLI ends its MCP servers) and SIGINT end
+                // the session as stdin EOF does: the serving future and with
+                // it the sandbox are dropped (its placeholder stash emptied).
+                tokio::select! {
+                    served = cubby_mcp::serve_stdio(factory, input, output) => served,
+                    () = termination() => Ok(()),
+                }
+            });
+            // A tool call still running on the blocking pool holds the
+            // sandbox: it gets a moment to end (its command is killed with
+            // the sandbox); what a killed server leaves, the next start
+            // reclaims.
+            rt.shutdown_timeout(SHUTDOWN_GRACE);
+            cubby::LinuxSandbox::empty_stashes();
+            served?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Serve { listen, common } => {
             let factory = setup::factory(&common, true)?;
             let token = std::env::var("CUBBY_TOKEN").ok().filter(|t| !t.is_empty());
             let rt = runtime()?;
-            rt.block_on(async move {
+            let served = rt.block_on(async move {
                 let shutdown = tokio_util::sync::CancellationToken::new();
                 let stop = shutdown.clone();
                 tokio::spawn(async move {
-                    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
-                    tokio::select! {
-                        _ = tokio::signal::ctrl_c() => {}
-                        _ = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending().await } } => {}
-                    }
+                    termination().await;
                     stop.cancel();
                 });
                 let options = cubby_mcp::HttpOptions { listen, token };
@@ -213,7 +245,10 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     }
                 });
                 cubby_mcp::serve_http(factory, options, shutdown, Some(ready)).await
-            })?;
+            });
+            rt.shutdown_timeout(SHUTDOWN_GRACE);
+            cubby::LinuxSandbox::empty_stashes();
+            served?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Call {

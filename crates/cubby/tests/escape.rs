@@ -1181,13 +1181,20 @@ fn placeholder_contamination(_: &Lab) -> Verdict {
         "cubby-reserve-{}",
         rustix::process::getuid().as_raw()
     ));
-    let found = std::process::Command::new("find")
-        .arg(&base)
-        .args(["-name", "settings.json"])
-        .output()
-        .unwrap();
-    if !found.stdout.is_empty() {
-        return Err(format!("in the stash: {}", String::from_utf8_lossy(&found.stdout)));
+    // This process's stashes (older processes' leftovers are not ours to judge).
+    let ours = format!("{}-", std::process::id());
+    for entry in std::fs::read_dir(&base).into_iter().flatten().flatten() {
+        if !entry.file_name().to_string_lossy().starts_with(&ours) {
+            continue;
+        }
+        let found = std::process::Command::new("find")
+            .arg(entry.path())
+            .args(["-name", "settings.json"])
+            .output()
+            .unwrap();
+        if !found.stdout.is_empty() {
+            return Err(format!("in the stash: {}", String::from_utf8_lossy(&found.stdout)));
+        }
     }
     Ok(())
 }

@@ -517,6 +517,16 @@ impl LinuxSandbox {
         self
     }
 
+    /// Empties and removes the placeholder stash of every `linux` sandbox
+    /// of this process (see `reserve.rs`). Call it before the process
+    /// exits: a sandbox that is never dropped (held by a thread still
+    /// running a tool call, or leaked) would leave its stash in the temp
+    /// dir until the next start reclaims it. The sandboxes keep working,
+    /// without a stash.
+    pub fn empty_stashes() {
+        super::reserve::empty_stashes();
+    }
+
     /// The options this sandbox enforces.
     pub fn options(&self) -> &LinuxOptions {
         &self.options

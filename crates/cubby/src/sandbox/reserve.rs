@@ -45,7 +45,7 @@ use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::DirBuilderExt;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 
 use rustix::fs::{AtFlags, Mode, OFlags};
 
@@ -120,15 +120,42 @@ pub(crate) struct Reservations {
     inner: Mutex<Inner>,
 }
 
+/// Every sandbox's reservations in this process, for [`empty_stashes`].
+static LIVE: Mutex<Vec<Weak<Reservations>>> = Mutex::new(Vec::new());
+
+/// Empties and removes the stash of every sandbox of this process, and
+/// lets them make and remove placeholders from now on: for a process about
+/// to exit, whose sandboxes may never be dropped (a tool call still running
+/// on a thread holds one). Placeholders of commands still running stay in
+/// their workspaces, for the next sandbox there to sweep.
+pub(crate) fn empty_stashes() {
+    let live: Vec<Arc<Reservations>> = {
+        let mut all = lock(&LIVE);
+        all.retain(|w| w.strong_count() > 0);
+        all.iter().filter_map(Weak::upgrade).collect()
+    };
+    for r in live {
+        let mut inner = lock(&r.inner);
+        if let Some(Some(stash)) = inner.stash.take() {
+            stash.remove();
+        }
+        inner.stash = Some(None);
+    }
+}
+
 impl Reservations {
     pub(crate) fn new(fs: Arc<LocalFs>) -> Arc<Reservations> {
-        Arc::new(Reservations {
+        let r = Arc::new(Reservations {
             fs,
             inner: Mutex::new(Inner {
                 map: HashMap::new(),
                 stash: None,
             }),
-        })
+        });
+        let mut all = lock(&LIVE);
+        all.retain(|w| w.strong_count() > 0);
+        all.push(Arc::downgrade(&r));
+        r
     }
 
     /// From now on, no stash: placeholders are made and removed (for a
@@ -140,6 +167,17 @@ impl Reservations {
             stash.remove();
         }
         inner.stash = Some(None);
+        // What killed servers left is reclaimed here too.
+        if let Ok(base) = rustix::fs::open(
+            base_path(),
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        ) && rustix::fs::fstat(&base).is_ok_and(|s| {
+            s.st_uid == rustix::process::getuid().as_raw() && s.st_mode & 0o077 == 0
+        }) {
+            reclaim(&base);
+            remove_base_if_empty(&base);
+        }
     }
 
     /// Whether `path` is reserved now.
