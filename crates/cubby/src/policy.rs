@@ -356,14 +356,15 @@ fn git_surface_rule(path: &WorkspacePath) -> Option<String> {
         at.push(name);
         if crate::git::SURFACE_NAMES.iter().any(|s| *s == name) {
             return Some(format!(
-                "`{}` is part of git's executable surface (configuration, hooks, pointers to \
-                 other git directories), which the host's git would act on",
+                "`{}` is protected: part of git's executable surface (configuration, hooks, \
+                 pointers to other git directories), which the host's git would act on",
                 at.display()
             ));
         }
     }
     (!any).then(|| {
-        "`.git` is git's directory or gitfile, which tools may not create, replace or remove"
+        "`.git` is protected: git's directory or gitfile, which tools may not create, replace \
+         or remove"
             .to_string()
     })
 }
