@@ -861,8 +861,10 @@ impl StashLab {
     }
 
     fn stash_base(&self) -> std::path::PathBuf {
-        self.tmp
-            .join(format!("cubby-reserve-{}", rustix::process::getuid().as_raw()))
+        self.tmp.join(format!(
+            "cubby-reserve-{}",
+            rustix::process::getuid().as_raw()
+        ))
     }
 
     /// What the stash base holds (placeholders, stashes), `None` when it is gone.
@@ -935,7 +937,11 @@ fn mcp_sessions_leave_no_placeholder_stash_however_they_end() {
         let mut child = lab.mcp();
         let stdin = run_one_command(&mut child);
         let live = lab.stash_entries().unwrap_or_default();
-        assert_eq!(live.len(), 1, "[{end}] control: the session's stash: {live:?}");
+        assert_eq!(
+            live.len(),
+            1,
+            "[{end}] control: the session's stash: {live:?}"
+        );
         match end {
             "eof" => drop(stdin),
             signal => {
@@ -963,7 +969,14 @@ fn serve_leaves_no_placeholder_stash_on_sigterm_and_sigint() {
     for sig in [rustix::process::Signal::TERM, rustix::process::Signal::INT] {
         let lab = StashLab::new();
         let mut child = Command::new(env!("CARGO_BIN_EXE_cubby"))
-            .args(["serve", "--listen", "127.0.0.1:0", "--provider", "linux", "--root"])
+            .args([
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--provider",
+                "linux",
+                "--root",
+            ])
             .arg(&lab.ws)
             .env("TMPDIR", &lab.tmp)
             .env_remove("RUST_LOG")
@@ -1043,7 +1056,11 @@ fn a_killed_servers_stash_is_reclaimed_by_the_next_start() {
         child.kill().unwrap();
         child.wait().unwrap();
         let left = lab.stash_entries().unwrap_or_default();
-        assert_eq!(left.len(), 1, "control: a killed server leaves its stash: {left:?}");
+        assert_eq!(
+            left.len(),
+            1,
+            "control: a killed server leaves its stash: {left:?}"
+        );
         if next == "exec" {
             let out = Command::new(env!("CARGO_BIN_EXE_cubby"))
                 .args(["exec", "--provider", "linux", "--root"])

@@ -97,7 +97,9 @@ pub fn surface(root: &Path) -> Surface {
             None => (None, root.to_path_buf()),
         },
     };
-    let common = git_dir.as_deref().map(|g| common_dir(g).unwrap_or_else(|| g.to_path_buf()));
+    let common = git_dir
+        .as_deref()
+        .map(|g| common_dir(g).unwrap_or_else(|| g.to_path_buf()));
     let add_dir = |s: &mut Surface, dir: &Path| {
         if let Some(rel) = inside(root, dir)
             && !s.git_dirs.contains(&rel)
@@ -441,12 +443,8 @@ fn expand_home(value: &str) -> Option<PathBuf> {
 }
 
 fn env_true(name: &str) -> bool {
-    std::env::var(name).is_ok_and(|v| {
-        matches!(
-            v.to_ascii_lowercase().as_str(),
-            "1" | "true" | "yes" | "on"
-        )
-    })
+    std::env::var(name)
+        .is_ok_and(|v| matches!(v.to_ascii_lowercase().as_str(), "1" | "true" | "yes" | "on"))
 }
 
 #[cfg(test)]
@@ -462,9 +460,15 @@ mod tests {
         let text = "[core]\n\thooksPath = \".hu sky\" ; comment\n[Core \"x\"]\nHOOKSPATH=a\\\nb\n\
                     [include]\npath = other.inc # c\n[includeIf \"gitdir:/x/\"]\n  path = ~/y\nbare\n";
         let got = parse_config(text);
-        assert_eq!(got[0], ("core".into(), "hookspath".into(), ".hu sky".into()));
+        assert_eq!(
+            got[0],
+            ("core".into(), "hookspath".into(), ".hu sky".into())
+        );
         assert_eq!(got[1], ("core".into(), "hookspath".into(), "ab".into()));
-        assert_eq!(got[2], ("include".into(), "path".into(), "other.inc".into()));
+        assert_eq!(
+            got[2],
+            ("include".into(), "path".into(), "other.inc".into())
+        );
         assert_eq!(got[3], ("includeif".into(), "path".into(), "~/y".into()));
         assert_eq!(got[4], ("includeif".into(), "bare".into(), "true".into()));
     }
@@ -482,16 +486,28 @@ mod tests {
             "[core]\nhooksPath = .husky/_\n[include]\npath = ../shared.gitconfig\n",
         )
         .unwrap();
-        std::fs::write(root.join("shared.gitconfig"), "[core]\nhooksPath = tools/hooks\n").unwrap();
+        std::fs::write(
+            root.join("shared.gitconfig"),
+            "[core]\nhooksPath = tools/hooks\n",
+        )
+        .unwrap();
         let s = surface(&root);
         assert_eq!(
             s.git_dirs,
-            vec![p(".git"), p(".git/modules/a/b"), p(".git/modules/a/b/modules/c"), p(".git/worktrees/w")]
+            vec![
+                p(".git"),
+                p(".git/modules/a/b"),
+                p(".git/modules/a/b/modules/c"),
+                p(".git/worktrees/w")
+            ]
         );
         for want in ["shared.gitconfig", ".husky/_", ".husky", "tools/hooks"] {
             assert!(s.extra.contains(&p(want)), "{want}: {:?}", s.extra);
         }
-        assert!(s.paths().contains(&p(".git/modules/a/b/modules/c/commondir")));
+        assert!(
+            s.paths()
+                .contains(&p(".git/modules/a/b/modules/c/commondir"))
+        );
     }
 
     #[test]

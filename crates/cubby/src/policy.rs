@@ -578,7 +578,13 @@ mod tests {
             assert!(!d.allowed, "{path}");
             assert!(d.rule.contains("git"), "{path}: {}", d.rule);
         }
-        for path in [".git/HEAD", ".git/refs/heads/main", ".git/info/exclude", ".gitignore", "a/.git"] {
+        for path in [
+            ".git/HEAD",
+            ".git/refs/heads/main",
+            ".git/info/exclude",
+            ".gitignore",
+            "a/.git",
+        ] {
             assert!(policy.write_decision(&p(path)).allowed, "{path}");
         }
     }
@@ -587,7 +593,11 @@ mod tests {
     fn git_of_protects_the_hooks_path_in_the_workspace() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir(dir.path().join(".git")).unwrap();
-        std::fs::write(dir.path().join(".git/config"), "[core]\n\thooksPath = .husky\n").unwrap();
+        std::fs::write(
+            dir.path().join(".git/config"),
+            "[core]\n\thooksPath = .husky\n",
+        )
+        .unwrap();
         let without = Policy::builder().build().unwrap();
         assert!(without.write_decision(&p(".husky/pre-commit")).allowed);
         let policy = Policy::builder().git_of(dir.path()).build().unwrap();

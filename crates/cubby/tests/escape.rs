@@ -876,7 +876,12 @@ fn host_git(dir: &Path, args: &[&str]) -> std::process::Output {
     std::process::Command::new("git")
         .arg("-C")
         .arg(dir)
-        .args(["-c", "user.name=cubby", "-c", "user.email=cubby@example.invalid"])
+        .args([
+            "-c",
+            "user.name=cubby",
+            "-c",
+            "user.email=cubby@example.invalid",
+        ])
         .args(args)
         .stdin(std::process::Stdio::null())
         .output()
@@ -896,10 +901,16 @@ fn fsmonitor_config(marker: &Path) -> String {
 fn host_git_runs_nothing(dir: &Path, marker: &Path, commit: bool) -> Verdict {
     host_git(dir, &["status", "--short"]);
     if commit {
-        host_git(dir, &["commit", "-q", "--allow-empty", "-m", "after the agent"]);
+        host_git(
+            dir,
+            &["commit", "-q", "--allow-empty", "-m", "after the agent"],
+        );
     }
     match marker.exists() {
-        true => Err(format!("the host's git ran the attacker's code ({} exists)", marker.display())),
+        true => Err(format!(
+            "the host's git ran the attacker's code ({} exists)",
+            marker.display()
+        )),
         false => Ok(()),
     }
 }
@@ -1023,7 +1034,12 @@ fn new_git_dir_with_commondir(_: &Lab) -> Verdict {
     if !by_tool.text.starts_with("ERROR denied") || !by_tool2.text.starts_with("ERROR denied") {
         return Err(format!("{} / {}", by_tool.text, by_tool2.text));
     }
-    for p in [".git/commondir", ".git/config.worktree", ".git/gitdir", ".git/c2"] {
+    for p in [
+        ".git/commondir",
+        ".git/config.worktree",
+        ".git/gitdir",
+        ".git/c2",
+    ] {
         absent(&l.ws.join(p)).map_err(|e| format!("{e}: {}", out.text))?;
     }
     if !out.text.contains("done") {
@@ -1070,7 +1086,9 @@ fn worktree_gitfile_rewritten(_: &Lab) -> Verdict {
     ] {
         write(&l, path, content);
     }
-    l.sh("printf 'gitdir: evil\\n' > .git; rm -f .git; mv .git .git-old; echo 'gitdir: evil' > .git");
+    l.sh(
+        "printf 'gitdir: evil\\n' > .git; rm -f .git; mv .git .git-old; echo 'gitdir: evil' > .git",
+    );
     if !out.text.starts_with("ERROR denied") {
         return Err(format!("write_file .git: {}", out.text));
     }
@@ -1101,7 +1119,8 @@ fn hooks_path_in_the_tree(_: &Lab) -> Verdict {
         true,
     )?;
     let marker = l.out("ran");
-    l.tools.call("read_file", json!({"path": ".husky/pre-commit"}));
+    l.tools
+        .call("read_file", json!({"path": ".husky/pre-commit"}));
     let by_tool = write(&l, ".husky/pre-commit", &hook(&marker));
     let new_hook = hook(&marker).replace('\n', "\\n");
     l.sh(&format!(
@@ -1121,13 +1140,16 @@ fn hooks_path_in_the_tree(_: &Lab) -> Verdict {
     });
     let marker = l.out("ran2");
     let h = hook(&marker).replace('\n', "\\n");
-    l.sh(&format!("mkdir -p .githooks && printf '{h}' > .githooks/pre-commit && chmod +x .githooks/pre-commit"));
+    l.sh(&format!(
+        "mkdir -p .githooks && printf '{h}' > .githooks/pre-commit && chmod +x .githooks/pre-commit"
+    ));
     absent(&l.ws.join(".githooks"))?;
     host_git_runs_nothing(&l.ws, &marker, true)
 }
 
 fn protected_config_parent_renamed(_: &Lab) -> Verdict {
-    let attack = "mv conf conf.old && mkdir conf && echo 'mode = \"full-access\"' > conf/cubby.toml";
+    let attack =
+        "mv conf conf.old && mkdir conf && echo 'mode = \"full-access\"' > conf/cubby.toml";
     let prepare = |ws: &Path| {
         std::fs::create_dir(ws.join("conf")).unwrap();
         std::fs::write(ws.join("conf/cubby.toml"), "mode = \"workspace-write\"\n").unwrap();
@@ -1142,12 +1164,20 @@ fn protected_config_parent_renamed(_: &Lab) -> Verdict {
         .current_dir(&twin)
         .status()
         .unwrap();
-    if unchanged(&twin.join("conf/cubby.toml"), "mode = \"workspace-write\"\n").is_ok() {
+    if unchanged(
+        &twin.join("conf/cubby.toml"),
+        "mode = \"workspace-write\"\n",
+    )
+    .is_ok()
+    {
         return Err("control: the command did not replace the file on the host".into());
     }
     let out = l.sh(&format!("{attack}; rm -rf conf; echo tried"));
-    unchanged(&l.ws.join("conf/cubby.toml"), "mode = \"workspace-write\"\n")
-        .map_err(|e| format!("{e}: {}", out.text))?;
+    unchanged(
+        &l.ws.join("conf/cubby.toml"),
+        "mode = \"workspace-write\"\n",
+    )
+    .map_err(|e| format!("{e}: {}", out.text))?;
     absent(&l.ws.join("conf.old"))
 }
 
@@ -1193,7 +1223,10 @@ fn placeholder_contamination(_: &Lab) -> Verdict {
             .output()
             .unwrap();
         if !found.stdout.is_empty() {
-            return Err(format!("in the stash: {}", String::from_utf8_lossy(&found.stdout)));
+            return Err(format!(
+                "in the stash: {}",
+                String::from_utf8_lossy(&found.stdout)
+            ));
         }
     }
     Ok(())
@@ -1209,12 +1242,10 @@ fn git_dirs_of_submodules_and_worktrees(_: &Lab) -> Verdict {
         std::fs::write(ws.join(".git/worktrees/w/gitdir"), "/nowhere/.git\n").unwrap();
     };
     let l = git_lab(&[], prepare);
-    let out = l.sh(
-        "echo '[core] fsmonitor = x' >> .git/modules/sub/config; \
+    let out = l.sh("echo '[core] fsmonitor = x' >> .git/modules/sub/config; \
          echo x > .git/modules/sub/hooks/post-checkout; echo x > .git/modules/sub/commondir; \
          echo /tmp > .git/worktrees/w/commondir; echo x > .git/worktrees/w/config.worktree; \
-         mv .git/modules .git/m2; mv .git/worktrees/w .git/worktrees/w2; echo tried",
-    );
+         mv .git/modules .git/m2; mv .git/worktrees/w .git/worktrees/w2; echo tried");
     let tool = write(&l, ".git/modules/sub/config", "[core]\n\tfsmonitor = x\n");
     if !tool.text.starts_with("ERROR denied") {
         return Err(format!("write_file .git/modules/sub/config: {}", tool.text));
@@ -1386,10 +1417,7 @@ const ATTACKS: &[(&str, Attack)] = &[
         "a new or existing .git with a commondir of theirs",
         new_git_dir_with_commondir,
     ),
-    (
-        "a worktree's gitfile rewritten",
-        worktree_gitfile_rewritten,
-    ),
+    ("a worktree's gitfile rewritten", worktree_gitfile_rewritten),
     (
         "hooks in a core.hooksPath inside the tree",
         hooks_path_in_the_tree,

@@ -611,8 +611,7 @@ impl LinuxSandbox {
                     }
                     // A file placeholder: read-only, its content.
                     (EntryKind::File, Kind::File(content)) => {
-                        meta.mode & !PLACEHOLDER_FILE_MODE == 0
-                            && meta.size == content.len() as u64
+                        meta.mode & !PLACEHOLDER_FILE_MODE == 0 && meta.size == content.len() as u64
                     }
                     _ => false,
                 };

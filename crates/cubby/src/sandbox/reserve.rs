@@ -172,9 +172,9 @@ impl Reservations {
             base_path(),
             OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
             Mode::empty(),
-        ) && rustix::fs::fstat(&base).is_ok_and(|s| {
-            s.st_uid == rustix::process::getuid().as_raw() && s.st_mode & 0o077 == 0
-        }) {
+        ) && rustix::fs::fstat(&base)
+            .is_ok_and(|s| s.st_uid == rustix::process::getuid().as_raw() && s.st_mode & 0o077 == 0)
+        {
             reclaim(&base);
             remove_base_if_empty(&base);
         }
@@ -453,8 +453,7 @@ fn open_stash(fs: &LocalFs) -> Option<Stash> {
         .ok()?;
         let stat = rustix::fs::fstat(&base).ok()?;
         // Someone else's, or shared: not a place to move workspace entries to.
-        if stat.st_uid != uid || stat.st_mode & 0o077 != 0 || Some(stat.st_dev) != fs.root_dev()
-        {
+        if stat.st_uid != uid || stat.st_mode & 0o077 != 0 || Some(stat.st_dev) != fs.root_dev() {
             return None;
         }
         // Nor one that commands can reach (`TMPDIR` inside the workspace).
@@ -593,7 +592,10 @@ mod tests {
         // placeholder and something that is not one; and a placeholder of
         // an older cubby, directly in the base.
         let dead = base.join("999999999-1-0");
-        std::fs::DirBuilder::new().mode(0o700).create(&dead).unwrap();
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&dead)
+            .unwrap();
         std::fs::DirBuilder::new()
             .mode(PLACEHOLDER_MODE)
             .create(dead.join("0"))
@@ -658,12 +660,20 @@ mod tests {
         assert_eq!(meta.mode() & 0o7777, 0o700, "the sandbox's own, private");
         let stashed = || {
             std::fs::read_dir(&mine)
-                .map(|d| d.flatten().map(|e| e.metadata().unwrap().ino()).collect::<Vec<u64>>())
+                .map(|d| {
+                    d.flatten()
+                        .map(|e| e.metadata().unwrap().ino())
+                        .collect::<Vec<u64>>()
+                })
                 .unwrap_or_default()
         };
         assert_eq!(stashed(), vec![ino], "in the stash");
         drop(r);
-        assert_eq!(ino_at(&mine), None, "dropping the sandbox removes its stash");
+        assert_eq!(
+            ino_at(&mine),
+            None,
+            "dropping the sandbox removes its stash"
+        );
         assert_eq!(ino_at(&dir.path().join(".codex")), None);
     }
 
@@ -763,8 +773,11 @@ mod tests {
         let placeholder = dir.path().join(".git");
         std::fs::set_permissions(&placeholder, std::fs::Permissions::from_mode(0o700)).unwrap();
         std::fs::write(placeholder.join("settings.json"), "{}").unwrap();
-        std::fs::set_permissions(&placeholder, std::fs::Permissions::from_mode(PLACEHOLDER_MODE))
-            .unwrap();
+        std::fs::set_permissions(
+            &placeholder,
+            std::fs::Permissions::from_mode(PLACEHOLDER_MODE),
+        )
+        .unwrap();
         r.release(&[(git.clone(), ino)]);
         let mine = match &lock(&r.inner).stash {
             Some(Some(stash)) => stash_dir().join(&stash.name),
