@@ -1031,10 +1031,9 @@ fn serve_leaves_no_placeholder_stash_on_sigterm_and_sigint() {
             Some(&session),
         );
         assert!(ran.contains("OK exit=0"), "{ran}");
-        assert_eq!(
-            lab.stash_entries().unwrap_or_default().len(),
-            1,
-            "control: the server's stash"
+        assert!(
+            !lab.stash_entries().unwrap_or_default().is_empty(),
+            "control: the server stashed its placeholders"
         );
         let pid = rustix::process::Pid::from_raw(child.id() as i32).unwrap();
         rustix::process::kill_process(pid, sig).unwrap();
