@@ -129,11 +129,7 @@ static LIVE: Mutex<Vec<Weak<Reservations>>> = Mutex::new(Vec::new());
 /// on a thread holds one). Placeholders of commands still running stay in
 /// their workspaces, for the next sandbox there to sweep.
 pub(crate) fn empty_stashes() {
-    let live: Vec<Arc<Reservations>> = {
-        let mut all = lock(&LIVE);
-        all.retain(|w| w.strong_count() > 0);
-        all.iter().filter_map(Weak::upgrade).collect()
-    };
+    let live: Vec<Arc<Reservations>> = lock(&LIVE).iter().filter_map(Weak::upgrade).collect();
     for r in live {
         let mut inner = lock(&r.inner);
         if let Some(Some(stash)) = inner.stash.take() {
@@ -141,7 +137,19 @@ pub(crate) fn empty_stashes() {
         }
         inner.stash = Some(None);
     }
+    // A sandbox whose last user is being dropped on another thread (a
+    // tool call's, as the runtime shuts down) is emptying its stash there:
+    // it is done when it has left the list.
+    let deadline = std::time::Instant::now() + DROP_WAIT;
+    while lock(&LIVE).iter().any(|w| w.strong_count() == 0)
+        && std::time::Instant::now() < deadline
+    {
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
 }
+
+/// How long [`empty_stashes`] waits for sandboxes being dropped elsewhere.
+const DROP_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
 impl Reservations {
     pub(crate) fn new(fs: Arc<LocalFs>) -> Arc<Reservations> {
@@ -152,9 +160,7 @@ impl Reservations {
                 stash: None,
             }),
         });
-        let mut all = lock(&LIVE);
-        all.retain(|w| w.strong_count() > 0);
-        all.push(Arc::downgrade(&r));
+        lock(&LIVE).push(Arc::downgrade(&r));
         r
     }
 
@@ -322,6 +328,9 @@ impl Drop for Reservations {
         if let Some(Some(stash)) = inner.stash.take() {
             stash.remove();
         }
+        // Done: off the list (see `empty_stashes`).
+        let me: *const Reservations = self;
+        lock(&LIVE).retain(|w| !std::ptr::eq(w.as_ptr(), me));
     }
 }
 
