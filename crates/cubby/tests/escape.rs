@@ -1102,13 +1102,12 @@ fn hooks_path_in_the_tree(_: &Lab) -> Verdict {
         init(ws);
         host_git(ws, &["config", "core.hooksPath", ".husky"]);
         std::fs::create_dir(ws.join(".husky")).unwrap();
-        std::fs::OpenOptions::new()
-            .create(true)
-            .write(true)
-            .mode(0o755)
-            .open(ws.join(".husky/pre-commit"))
-            .unwrap();
         std::fs::write(ws.join(".husky/pre-commit"), "#!/bin/sh\nexit 0\n").unwrap();
+        std::fs::set_permissions(
+            ws.join(".husky/pre-commit"),
+            std::fs::Permissions::from_mode(0o755),
+        )
+        .unwrap();
     };
     let hook = |marker: &Path| format!("#!/bin/sh\ntouch {}\n", marker.display());
     let l = git_lab(&[], prepare);

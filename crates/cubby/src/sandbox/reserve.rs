@@ -141,8 +141,7 @@ pub(crate) fn empty_stashes() {
     // tool call's, as the runtime shuts down) is emptying its stash there:
     // it is done when it has left the list.
     let deadline = std::time::Instant::now() + DROP_WAIT;
-    while lock(&LIVE).iter().any(|w| w.strong_count() == 0)
-        && std::time::Instant::now() < deadline
+    while lock(&LIVE).iter().any(|w| w.strong_count() == 0) && std::time::Instant::now() < deadline
     {
         std::thread::sleep(std::time::Duration::from_millis(1));
     }
