@@ -376,27 +376,25 @@ fn inside(root: &Path, path: &Path) -> Option<WorkspacePath> {
 }
 
 /// `path` with its symbolic links resolved as far as it exists, the rest
-/// joined lexically (`..` taken off).
+/// joined lexically (`..` taken off). Resolved by the kernel (an `O_PATH`
+/// open, then its `/proc/self/fd` link): a few system calls, where
+/// `realpath` reads a link per component.
 fn canonical(path: &Path) -> PathBuf {
-    if let Ok(p) = std::fs::canonicalize(path) {
-        return p;
-    }
-    let mut out = PathBuf::new();
+    let mut lexical = PathBuf::new();
     for c in path.components() {
         match c {
             Component::ParentDir => {
-                out.pop();
+                lexical.pop();
             }
             Component::CurDir => {}
-            other => out.push(other),
+            other => lexical.push(other),
         }
     }
-    // The longest existing prefix, resolved.
-    let mut existing = out.clone();
+    // The longest existing prefix, resolved, and the rest joined.
+    let mut existing = lexical.clone();
     let mut tail = Vec::new();
-    while !existing.as_os_str().is_empty() {
-        if let Ok(p) = std::fs::canonicalize(&existing) {
-            let mut p = p;
+    loop {
+        if let Some(mut p) = resolved(&existing) {
             for t in tail.iter().rev() {
                 p.push(t);
             }
@@ -404,11 +402,27 @@ fn canonical(path: &Path) -> PathBuf {
         }
         match existing.file_name() {
             Some(n) => tail.push(n.to_os_string()),
-            None => break,
+            None => return lexical,
         }
         existing.pop();
     }
-    out
+}
+
+/// What `path` resolves to, when it exists.
+fn resolved(path: &Path) -> Option<PathBuf> {
+    use std::os::fd::AsRawFd;
+    let fd = rustix::fs::open(
+        path,
+        rustix::fs::OFlags::PATH | rustix::fs::OFlags::CLOEXEC,
+        rustix::fs::Mode::empty(),
+    )
+    .ok()?;
+    let link =
+        rustix::fs::readlink(format!("/proc/self/fd/{}", fd.as_raw_fd()), Vec::new()).ok()?;
+    let p = PathBuf::from(
+        <std::ffi::OsString as std::os::unix::ffi::OsStringExt>::from_vec(link.into_bytes()),
+    );
+    p.is_absolute().then_some(p)
 }
 
 fn read_small(path: &Path) -> Option<String> {

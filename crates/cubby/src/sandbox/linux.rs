@@ -1148,6 +1148,8 @@ impl LinuxSandbox {
                 None => binds.push((path.clone(), writable)),
             }
         };
+        // Directories already looked at on the way to an earlier path.
+        let mut dirs: Vec<WorkspacePath> = Vec::new();
         'paths: for path in &paths {
             if lease.reserved.iter().any(|(r, _)| path.starts_with(r)) {
                 continue;
@@ -1155,6 +1157,9 @@ impl LinuxSandbox {
             let mut prefix = WorkspacePath::root();
             for name in path.components() {
                 prefix = prefix.join_name(name);
+                if prefix != *path && dirs.contains(&prefix) {
+                    continue;
+                }
                 // Reserved already (by a running command, or lingering).
                 if let Some(ino) = self.reservations.claim(&prefix) {
                     lease.reserved.push((prefix.clone(), ino));
@@ -1177,7 +1182,10 @@ impl LinuxSandbox {
                         break;
                     }
                     // A directory above a protected path: pinned.
-                    Ok(m) if m.kind == EntryKind::Dir => add(&prefix, true, &mut binds),
+                    Ok(m) if m.kind == EntryKind::Dir => {
+                        add(&prefix, true, &mut binds);
+                        dirs.push(prefix.clone());
+                    }
                     // A file on the way (a `.git` gitfile): nothing can be
                     // created beneath it, and it must not change.
                     Ok(_) => {
