@@ -276,6 +276,9 @@ pub struct LinuxSandbox {
     view: WithoutReservations,
     /// The egress proxy's rules (network `allow`).
     egress: Option<Arc<Egress>>,
+    /// Git's surface as read when the sandbox opened, for its first
+    /// command (later ones read it again).
+    git_at_open: Mutex<Option<crate::git::Surface>>,
 }
 
 impl std::fmt::Debug for LinuxSandbox {
@@ -500,6 +503,7 @@ impl LinuxSandbox {
             live: Mutex::new(None),
             fork_ahead: std::sync::atomic::AtomicBool::new(true),
             egress,
+            git_at_open: Mutex::new(None),
         };
         sandbox.sweep_placeholders();
         Ok(sandbox)
@@ -596,7 +600,9 @@ impl LinuxSandbox {
     /// cubby that was killed while a command ran.
     fn sweep_placeholders(&self) {
         let mut paths = self.options.protected.clone();
-        paths.extend(crate::git::surface(self.fs.root_path()).paths());
+        let surface = crate::git::surface(self.fs.root_path());
+        paths.extend(surface.paths());
+        *lock(&self.git_at_open) = Some(surface);
         for path in &paths {
             let mut prefix = WorkspacePath::root();
             for name in path.components() {
@@ -1123,7 +1129,9 @@ impl LinuxSandbox {
             reserved: Vec::new(),
             live: None,
         };
-        let surface = crate::git::surface(self.fs.root_path());
+        // The first command uses what the sandbox read when it opened.
+        let first = lock(&self.git_at_open).take();
+        let surface = first.unwrap_or_else(|| crate::git::surface(self.fs.root_path()));
         if surface.overflow {
             return Err(Error::new(
                 ErrorKind::Unsupported,
