@@ -835,6 +835,7 @@ fn doctor_lists_the_environment_of_commands_by_name() {
         assert!(!text.contains(value), "a value in doctor's output: {text}");
     }
     assert!(!text.contains("set-value"), "{text}");
+}
 
 // ------------------------------------------ sessions leave nothing behind (issue 13)
 

@@ -1308,6 +1308,7 @@ fn ignore_files_are_bounded_and_skips_are_said(f: &dyn Fixture) {
         out.text
     );
     assert!(out.text.contains("n4/n5/"), "{}", out.text);
+}
 
 // ---- git's executable surface (issue 13) ----
 
