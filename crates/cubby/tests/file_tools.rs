@@ -1545,6 +1545,5 @@ both!(
     contents_show_controls_as_pictures,
     walks_say_what_is_too_deep,
     ignore_files_are_bounded_and_skips_are_said,
-
     git_surface_is_read_only_for_the_tools,
 );
