@@ -96,15 +96,21 @@ pub const SANDBOX_FILE_SIZE_MB: u64 = 4_096;
 pub const SANDBOX_ADDRESS_SPACE_MB: u64 = 16_384;
 /// Default CPU-time limit per sandboxed process, in seconds.
 pub const SANDBOX_CPU_SECONDS: u64 = 3_600;
+/// Default size of a sandbox's private `/tmp` and of its `/dev/shm` (each),
+/// in MiB.
+pub const SANDBOX_TMP_MB: u64 = 1_024;
 
-/// `[limits.sandbox]`: rlimits of commands on the `linux` provider. `0`
-/// means "leave the inherited limit".
+/// `[limits.sandbox]`: bounds of commands on the `linux` provider. For the
+/// rlimits, `0` means "leave the inherited limit".
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct SandboxLimits {
     /// `RLIMIT_NOFILE`.
     pub open_files: u64,
-    /// `RLIMIT_NPROC` (and `pids.max` when a pids cgroup is available).
+    /// Processes of the whole sandbox, root or not: the `pid_max` of the
+    /// sandbox's pid namespace (Linux 6.14+) or `pids.max` of its pids
+    /// cgroup, and `RLIMIT_NPROC` (which the kernel counts per sandbox for
+    /// a user other than root). `0` sets no bound.
     pub processes: u64,
     /// `RLIMIT_FSIZE`, in MiB.
     pub file_size_mb: u64,
@@ -112,6 +118,9 @@ pub struct SandboxLimits {
     pub address_space_mb: u64,
     /// `RLIMIT_CPU`, in seconds.
     pub cpu_seconds: u64,
+    /// Size of the private `/tmp` and of `/dev/shm` (each), in MiB; at
+    /// least 1 (the provider caps it at a quarter of the host's memory).
+    pub tmp_mb: u64,
 }
 
 impl Default for SandboxLimits {
@@ -122,6 +131,7 @@ impl Default for SandboxLimits {
             file_size_mb: SANDBOX_FILE_SIZE_MB,
             address_space_mb: SANDBOX_ADDRESS_SPACE_MB,
             cpu_seconds: SANDBOX_CPU_SECONDS,
+            tmp_mb: SANDBOX_TMP_MB,
         }
     }
 }
@@ -291,6 +301,7 @@ impl Limits {
             ),
             ("limits.search.max_matches", self.search.max_matches as u64),
             ("limits.run.max_timeout_ms", self.run.max_timeout_ms),
+            ("limits.sandbox.tmp_mb", self.sandbox.tmp_mb),
             ("limits.web_fetch.timeout_ms", self.web_fetch.timeout_ms),
             (
                 "limits.web_fetch.max_body_bytes",

@@ -35,8 +35,13 @@
 //!   a listener there for the host-side egress proxy (`web/proxy.rs`), and
 //!   commands get `HTTP_PROXY`/`HTTPS_PROXY` and placeholders for injected
 //!   secrets.
-//! - **rlimits** from [`SandboxLimits`], plus a pids cgroup when cubby can
-//!   make one (as root, where `RLIMIT_NPROC` does not apply).
+//! - **Bounds per sandbox** from [`SandboxLimits`]: the processes of the
+//!   whole sandbox by the `pid_max` of its pid namespace (Linux 6.14+;
+//!   every command's pid namespace nests there) or a pids cgroup when
+//!   cubby can make one, and by `RLIMIT_NPROC`, which the kernel counts
+//!   per user namespace for a user other than root; `/tmp` and `/dev/shm`
+//!   of `tmp_mb` each (freed with the sandbox); a quarter of the user's
+//!   inotify and fanotify limits. Other rlimits are per process.
 //!
 //! `full-access` runs commands unconfined (as the `local` provider does).
 
@@ -148,7 +153,7 @@ pub struct Capabilities {
     /// Whether cubby runs as root (then `RLIMIT_NPROC` does not apply).
     pub root: bool,
     /// Whether `kernel.pid_max` is per pid namespace (Linux 6.14+): then
-    /// each command's namespace gets its own process budget.
+    /// the sandbox's pid namespace holds its process budget.
     pub namespaced_pid_max: bool,
 }
 
@@ -207,8 +212,34 @@ fn quick_check() -> Vec<String> {
     missing
 }
 
-/// The smallest `pid_max` the kernel accepts (`RESERVED_PIDS + 1`).
-const MIN_PID_MAX: u64 = 301;
+/// The kernel's `RESERVED_PIDS`: once a pid namespace's pids have wrapped,
+/// the lowest it hands out again.
+const RESERVED_PIDS: u64 = 300;
+/// The smallest `pid_max` the kernel accepts.
+const MIN_PID_MAX: u64 = RESERVED_PIDS + 1;
+/// The host's `pid_max` (a namespace's may not be larger).
+const HOST_PID_MAX: &str = "/proc/sys/kernel/pid_max";
+/// A sandbox gets at most this fraction (1/n) of each per-user limit in
+/// [`USER_LIMITS`] (the kernel charges what it uses to the user as well).
+const USER_LIMIT_SHARE: u64 = 4;
+/// Per-user kernel limits a sandbox gets a share of: each as the name
+/// under `/proc/sys/user` (the limit of one user namespace) and under
+/// `/proc/sys/fs` (the host's, which applies to every namespace).
+const USER_LIMITS: [(&str, &str); 4] = [
+    ("max_inotify_instances", "inotify/max_user_instances"),
+    ("max_inotify_watches", "inotify/max_user_watches"),
+    ("max_fanotify_groups", "fanotify/max_user_groups"),
+    ("max_fanotify_marks", "fanotify/max_user_marks"),
+];
+/// Commands make no user namespaces (seccomp refuses them too).
+const SANDBOX_USER_NAMESPACES: &str = "max_user_namespaces";
+/// Inodes of the private `/tmp` and `/dev/shm` per MiB of their size: one
+/// a page, tmpfs's own default ratio (an inode costs memory that the size
+/// does not count).
+const TMP_INODES_PER_MB: u64 = 256;
+/// Neither `/tmp` nor `/dev/shm` may be larger than this fraction (1/n) of
+/// the host's memory, whatever `tmp_mb` says.
+const TMP_MAX_SHARE_OF_MEMORY: u64 = 4;
 /// The first kernel whose `pid_max` is per pid namespace.
 const NAMESPACED_PID_MAX_SINCE: (u32, u32) = (6, 14);
 
@@ -223,6 +254,67 @@ pub(crate) fn namespaced_pid_max() -> bool {
         (Some(major), Some(minor)) => (major, minor) >= NAMESPACED_PID_MAX_SINCE,
         _ => false,
     }
+}
+
+/// A number read from a file under `/proc`.
+fn read_number(path: &str) -> Option<u64> {
+    std::fs::read_to_string(path).ok()?.trim().parse().ok()
+}
+
+/// What the holder writes under `/proc/sys` for `limits` (see
+/// [`linux_sys::HolderPlan::sysctls`]): with `namespaced_pid_max`, the
+/// sandbox's `pid_max` and its last pid (so that its pids wrap at once,
+/// from then on counting only [`RESERVED_PIDS`] up: exactly `processes`
+/// processes, the holder among them); a share of each of the user's
+/// inotify and fanotify limits; no user namespaces.
+fn sandbox_sysctls(limits: &SandboxLimits, namespaced_pid_max: bool) -> Result<Vec<(CString, CString)>> {
+    let entry = |path: String, value: u64| -> Result<(CString, CString)> {
+        Ok((
+            CString::new(path).map_err(start_error)?,
+            CString::new(value.to_string()).map_err(start_error)?,
+        ))
+    };
+    let mut out = Vec::new();
+    if limits.processes > 0 && namespaced_pid_max {
+        let wanted = limits
+            .processes
+            .saturating_add(RESERVED_PIDS - 1)
+            .max(MIN_PID_MAX);
+        let host = read_number(HOST_PID_MAX).unwrap_or(wanted);
+        out.push(entry(HOST_PID_MAX.to_string(), wanted.min(host).max(MIN_PID_MAX))?);
+        out.push(entry("/proc/sys/kernel/ns_last_pid".to_string(), RESERVED_PIDS)?);
+    }
+    for (in_namespace, host) in USER_LIMITS {
+        let own = read_number(&format!("/proc/sys/user/{in_namespace}"));
+        let host = read_number(&format!("/proc/sys/fs/{host}"));
+        // A kernel without this limit has nothing to share.
+        let Some(limit) = own.into_iter().chain(host).min() else {
+            continue;
+        };
+        let share = (limit / USER_LIMIT_SHARE).max(1);
+        out.push(entry(format!("/proc/sys/user/{in_namespace}"), share)?);
+    }
+    out.push(entry(format!("/proc/sys/user/{SANDBOX_USER_NAMESPACES}"), 0)?);
+    Ok(out)
+}
+
+/// The mount options of the private `/tmp` and `/dev/shm`: `tmp_mb` MiB
+/// each (at most a [`TMP_MAX_SHARE_OF_MEMORY`]th of the host's memory),
+/// with [`TMP_INODES_PER_MB`] inodes a MiB.
+fn tmp_options(tmp_mb: u64) -> Result<CString> {
+    const KIB_PER_MIB: u64 = 1024;
+    let memory_mb = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| {
+            m.lines()
+                .find_map(|l| l.strip_prefix("MemTotal:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        })
+        .map(|kib| kib / KIB_PER_MIB);
+    let cap = memory_mb.map_or(u64::MAX, |m| (m / TMP_MAX_SHARE_OF_MEMORY).max(1));
+    let size_mb = tmp_mb.clamp(1, cap);
+    let inodes = size_mb.saturating_mul(TMP_INODES_PER_MB);
+    CString::new(format!("mode=1777,size={size_mb}m,nr_inodes={inodes}")).map_err(start_error)
 }
 
 /// Removes the pids cgroups of cubby processes that no longer exist (a
@@ -650,8 +742,11 @@ impl LinuxSandbox {
     fn start_holder<T>(&self, overlap: impl FnOnce() -> T) -> Result<(Live, T)> {
         let root = self.fs.root_path().to_path_buf();
         let own_network = self.options.network != NetworkMode::On;
-        let mut flags =
-            libc::CLONE_NEWUSER | libc::CLONE_NEWNS | libc::CLONE_NEWIPC | libc::CLONE_NEWUTS;
+        let mut flags = libc::CLONE_NEWUSER
+            | libc::CLONE_NEWNS
+            | libc::CLONE_NEWIPC
+            | libc::CLONE_NEWUTS
+            | libc::CLONE_NEWPID;
         if own_network {
             flags |= libc::CLONE_NEWNET;
         }
@@ -738,18 +833,16 @@ impl LinuxSandbox {
         };
         let holder_filter = super::seccomp::filter(sockets)?;
         let filter = Arc::new(super::seccomp::command_filter()?);
-        // Each command's pid namespace gets its own pid_max where the kernel
-        // has it; otherwise a pids cgroup bounds the sandbox (as root, where
+        // The sandbox's pid namespace, where every command's nests, holds
+        // the process budget where the kernel has a pid_max per namespace;
+        // otherwise a pids cgroup bounds the sandbox (as root, where
         // RLIMIT_NPROC does not apply), at the price of a slow join.
-        let processes = self.options.limits.processes;
-        let pid_max = (processes > 0 && namespaced_pid_max())
-            .then(|| CString::new(processes.max(MIN_PID_MAX).to_string()))
-            .transpose()
-            .map_err(start_error)?;
-        let cgroup = if pid_max.is_none() {
-            self.make_cgroup()
-        } else {
+        let namespaced = namespaced_pid_max();
+        let sysctls = sandbox_sysctls(&self.options.limits, namespaced)?;
+        let cgroup = if namespaced {
             None
+        } else {
+            self.make_cgroup()
         };
         // The devices commands get; the rest of the host's `/dev` is not
         // there for them (nor what lives beneath it).
@@ -771,7 +864,6 @@ impl LinuxSandbox {
             .map(|dev| CString::new(dev).map_err(start_error))
             .collect::<Result<Vec<_>>>()?;
         let commands = linux_sys::CommandSetup {
-            pid_max,
             root: cstring(&root)?,
             cgroup_procs: match &cgroup {
                 Some(dir) => Some(cstring(&dir.join("cgroup.procs"))?),
@@ -788,6 +880,8 @@ impl LinuxSandbox {
             uid_map: format!("{uid} {uid} 1\n").into_bytes(),
             gid_map: format!("{gid} {gid} 1\n").into_bytes(),
             private_tmp,
+            tmp_options: tmp_options(self.options.limits.tmp_mb)?,
+            sysctls,
             rebinds,
             pins,
             masks,
@@ -1041,10 +1135,16 @@ impl LinuxSandbox {
         match recv_from_holder(&chan) {
             Some((Some(msg), fds)) if msg.kind == linux_sys::MSG_STARTED => {
                 lease.live = Some(live.clone());
+                let pidfd = fds.into_iter().next();
                 Ok((
                     SandboxChild {
-                        pid: msg.len as u32,
-                        pidfd: Mutex::new(fds.into_iter().next()),
+                        // The init tells its pid in the sandbox's namespace;
+                        // the host's is in the pidfd.
+                        pid: pidfd
+                            .as_ref()
+                            .and_then(host_pid)
+                            .unwrap_or(msg.len as u32),
+                        pidfd: Mutex::new(pidfd),
                         chan: Mutex::new(Some(chan)),
                         status: Mutex::new(None),
                         _live: live,
@@ -1304,10 +1404,24 @@ fn send_request(
     }
 }
 
+/// The pid of a pidfd's process in this process's pid namespace.
+fn host_pid(pidfd: &OwnedFd) -> Option<u32> {
+    let info = std::fs::read_to_string(format!("/proc/self/fdinfo/{}", pidfd.as_raw_fd())).ok()?;
+    info.lines()
+        .find_map(|l| l.strip_prefix("Pid:"))
+        .and_then(|p| p.trim().parse().ok())
+}
+
 /// The error for a command that could not be exec'd (or set up).
 fn exec_error(program: &str, errno: i32) -> Error {
     let err = std::io::Error::from_raw_os_error(errno);
     match errno {
+        libc::EAGAIN => Error::new(
+            ErrorKind::Limit,
+            format!(
+                "cannot start `{program}`: the sandbox's processes reach                  `limits.sandbox.processes`; stop some (`list_processes`,                  `stop_process`) or raise the limit"
+            ),
+        ),
         libc::ENOENT => Error::new(
             ErrorKind::Unsupported,
             format!("`{program}` is not installed in the sandbox; cubby needs it to run commands"),

@@ -6,11 +6,15 @@
 //! buffer was prepared by the parent, and every call is a plain syscall.
 //!
 //! - The **holder** is forked once per sandbox. It creates the user, mount,
-//!   IPC, UTS and (with network off or `allow`) network namespaces, maps the invoking
-//!   user to itself, makes the mount tree private, mounts a private tmpfs on
-//!   `/tmp` (binding back the workspace and writable roots that lived
-//!   there), covers `/dev` with its own (a few of the host's devices and a
-//!   private `/dev/shm`), masks the `deny_read` paths, brings the
+//!   IPC, UTS, pid and (with network off or `allow`) network namespaces,
+//!   maps the invoking user to itself, and goes on as the first process of
+//!   the pid namespace (a child: the process the server started waits for
+//!   it), where it sets the sandbox's `pid_max` and its inotify and
+//!   fanotify limits. It makes the mount tree private, mounts a private
+//!   tmpfs of `tmp_mb` on `/tmp` (binding back the workspace and writable
+//!   roots that lived there), covers `/dev` with its own (a few of the
+//!   host's devices and a private `/dev/shm` of the same size), masks the
+//!   `deny_read` paths, brings the
 //!   loopback up (with network `allow`, opens the egress proxy's listening
 //!   socket there and hands it to the server). It never execs.
 //!   Then it serves: each command request (over a unix socket, with the
@@ -95,6 +99,8 @@ pub(crate) enum HolderStep {
     ReadOnly,
     Pin,
     Devices,
+    Fork,
+    Limits,
 }
 
 impl HolderStep {
@@ -118,6 +124,8 @@ impl HolderStep {
             15 => "making every mount read-only (mount_setattr)",
             16 => "pinning the directories above a deny_read path",
             17 => "making the sandbox's own /dev",
+            18 => "forking the first process of the sandbox's pid namespace",
+            19 => "setting the sandbox's process, inotify and fanotify limits",
             _ => "setting up the sandbox",
         }
     }
@@ -154,6 +162,16 @@ pub(crate) struct HolderPlan {
     pub uid_map: Vec<u8>,
     pub gid_map: Vec<u8>,
     pub private_tmp: bool,
+    /// Mount options of the private `/tmp` and of `/dev/shm` (mode, size,
+    /// inodes).
+    pub tmp_options: CString,
+    /// Files under `/proc/sys` and what to write there, in order, by the
+    /// holder as the first process of the sandbox's pid namespace and with
+    /// every capability in its user namespace: that namespace's `pid_max`
+    /// and its inotify and fanotify limits (the kernel charges each
+    /// namespace's count to every namespace above it, so these bound the
+    /// whole sandbox within the user's own limits). Each must succeed.
+    pub sysctls: Vec<(CString, CString)>,
     pub rebinds: Vec<Rebind>,
     /// Directories between the root and a `deny_read` path, outermost
     /// first: each is bound onto itself, so that no command can rename
@@ -195,9 +213,6 @@ pub(crate) struct CommandSetup {
     pub rlimits: Vec<(libc::__rlimit_resource_t, libc::rlim_t)>,
     /// Each command's own seccomp filter (on top of the holder's).
     pub filter: Arc<Vec<libc::sock_filter>>,
-    /// Written to each command's `/proc/sys/kernel/pid_max` (per pid
-    /// namespace since Linux 6.14): the command's process budget.
-    pub pid_max: Option<CString>,
     /// The command's stdin is the caller's own (`cubby exec`): when that is
     /// the caller's terminal, the init makes its process group the
     /// terminal's foreground one, so that the command can set terminal
@@ -456,6 +471,20 @@ fn holder_main(plan: &HolderPlan) -> io::Result<()> {
         if !write_file(c"/proc/self/gid_map", &plan.gid_map) {
             return Err(holder_fail(report, HolderStep::GidMap));
         }
+        // The sandbox's pid namespace (`unshare_flags` asks for one) takes
+        // the holder's children, not the holder itself: the holder goes on
+        // as its first process, from which every command's own pid
+        // namespace nests (a process there holds a pid in the sandbox's
+        // too, so the sandbox's `pid_max` bounds them all). The process
+        // the server started stays behind and ends with it.
+        if plan.unshare_flags & libc::CLONE_NEWPID != 0 {
+            become_pid_one(report);
+        }
+        for (path, value) in &plan.sysctls {
+            if !write_file(path, value.as_bytes()) {
+                return Err(holder_fail(report, HolderStep::Limits));
+            }
+        }
         let name = b"cubby";
         libc::sethostname(name.as_ptr().cast(), name.len());
         if libc::mount(
@@ -514,7 +543,7 @@ fn holder_main(plan: &HolderPlan) -> io::Result<()> {
                 c"/tmp".as_ptr(),
                 c"tmpfs".as_ptr(),
                 libc::MS_NOSUID | libc::MS_NODEV,
-                c"mode=1777".as_ptr().cast(),
+                plan.tmp_options.as_ptr().cast(),
             ) != 0
         {
             return Err(holder_fail(report, HolderStep::MountTmp));
@@ -570,7 +599,7 @@ fn holder_main(plan: &HolderPlan) -> io::Result<()> {
             DEV_SHM.as_ptr(),
             c"tmpfs".as_ptr(),
             libc::MS_NOSUID | libc::MS_NODEV,
-            c"mode=1777".as_ptr().cast(),
+            plan.tmp_options.as_ptr().cast(),
         ) != 0
         {
             return Err(holder_fail(report, HolderStep::MountShm));
@@ -615,6 +644,58 @@ fn holder_main(plan: &HolderPlan) -> io::Result<()> {
             libc::open(c"/dev/null".as_ptr(), libc::O_RDWR);
         }
         serve(plan)
+    }
+}
+
+/// Forks the first process of the pid namespace just made (pid 1 there),
+/// which returns and goes on as the holder; the calling process closes
+/// every fd, waits for it and exits with its status. A failed fork is
+/// reported and ends the caller.
+///
+/// # Safety
+///
+/// The holder only, after `unshare(CLONE_NEWPID)`.
+unsafe fn become_pid_one(report: RawFd) {
+    // SAFETY: plain syscalls; the child returns into the holder's code.
+    unsafe {
+        let pid = libc::syscall(
+            libc::SYS_clone,
+            libc::SIGCHLD as libc::c_ulong,
+            0usize,
+            0usize,
+            0usize,
+            0usize,
+        ) as libc::pid_t;
+        if pid == 0 {
+            // Its end is the sandbox's: killed with the process waiting
+            // for it (then the kernel kills every process in the namespace).
+            libc::prctl(
+                libc::PR_SET_PDEATHSIG,
+                libc::SIGKILL as libc::c_ulong,
+                0,
+                0,
+                0,
+            );
+            return;
+        }
+        if pid < 0 {
+            holder_fail(report, HolderStep::Fork);
+            libc::_exit(HOLDER_FAILED);
+        }
+        libc::close_range(0, libc::c_uint::MAX, 0);
+        let mut status = 0;
+        loop {
+            let reaped = libc::waitpid(pid, &mut status, 0);
+            if reaped == pid || (reaped < 0 && *libc::__errno_location() != libc::EINTR) {
+                break;
+            }
+        }
+        let code = if libc::WIFEXITED(status) {
+            libc::WEXITSTATUS(status)
+        } else {
+            HOLDER_FAILED
+        };
+        libc::_exit(code)
     }
 }
 
@@ -854,8 +935,9 @@ impl Holder<'_> {
     ) -> Result<libc::pid_t, i32> {
         // SAFETY: plain syscalls; the child runs only async-signal-safe code.
         unsafe {
-            // The init's pid as the server sees it, which only the holder
-            // learns (the init is pid 1 in its namespace).
+            // The init's pid in the sandbox's pid namespace, which only the
+            // holder learns (the init is pid 1 in its own); the server finds
+            // its own view of it through the pidfd.
             let mut pid_pipe = [-1 as RawFd; 2];
             if libc::pipe2(pid_pipe.as_mut_ptr(), libc::O_CLOEXEC) != 0 {
                 return Err(*libc::__errno_location());
@@ -984,7 +1066,7 @@ struct Prepared {
 
 /// The first steps of the init of one command's pid namespace (pid 1),
 /// which need no request: its process group, death signal and `SIGTERM`
-/// handler, its own mount namespace with a fresh `/proc` (and `pid_max`),
+/// handler, its own mount namespace with a fresh `/proc`,
 /// the exec-error pipe and the stack of the command's last steps.
 ///
 /// # Safety
@@ -1032,10 +1114,6 @@ unsafe fn init_prepare(setup: &CommandSetup) -> Prepared {
                 libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
                 std::ptr::null(),
             ) == 0
-            && setup
-                .pid_max
-                .as_ref()
-                .is_none_or(|max| write_file(c"/proc/sys/kernel/pid_max", max.as_bytes()))
             && libc::pipe2(prepared.exec_pipe.as_mut_ptr(), libc::O_CLOEXEC) == 0;
         if !ok {
             prepared.errno = *libc::__errno_location();

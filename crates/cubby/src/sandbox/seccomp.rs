@@ -22,7 +22,9 @@
 //!    (off: all but `AF_UNIX`; `allow`: all but `AF_UNIX`, `AF_INET`,
 //!    `AF_INET6`), `ioctl` pushing input into a terminal ([`TTY_INJECTION`]:
 //!    a command run by `cubby exec` shares the caller's terminal, and what
-//!    it pushed would run in the caller's shell after it), and the calls in
+//!    it pushed would run in the caller's shell after it), `fcntl` taking a
+//!    file lease ([`LEASE_COMMANDS`]: a lease on a host file the command
+//!    can read makes the host's writers wait or fail), and the calls in
 //!    [`MODE_ARGS`] with a set-user-ID or set-group-ID bit in their mode (a
 //!    command of a cubby run as root could otherwise leave a set-user-ID
 //!    root program in the workspace) return `EPERM`; everything else is
@@ -92,6 +94,13 @@ const DENIED: &[libc::c_long] = &[
 /// `ioctl` requests that push input into a terminal (`TIOCSTI`) or act on
 /// the console (`TIOCLINUX`, which can also paste into it).
 const TTY_INJECTION: &[u32] = &[libc::TIOCSTI as u32, libc::TIOCLINUX as u32];
+
+/// `fcntl` commands that take (or drop) a file lease. A command can read
+/// most of the host's files, and a lease on one stalls the host's next
+/// writer of it (`lease-break-time`, 45 s by default) or fails a
+/// non-blocking one with `EAGAIN`. Nothing a command runs needs one
+/// (file servers take them).
+const LEASE_COMMANDS: &[u32] = &[libc::F_SETLEASE as u32];
 
 /// `fchmodat2` (Linux 6.6), numbered alike on x86_64 and aarch64.
 const SYS_FCHMODAT2: libc::c_long = 452;
@@ -185,6 +194,8 @@ enum Rule {
     Families,
     /// `EPERM` for a request in [`TTY_INJECTION`] (the second argument).
     Ioctl,
+    /// `EPERM` for a command in [`LEASE_COMMANDS`] (the second argument).
+    Fcntl,
     /// `EPERM` when the argument of this index has a bit of [`SETID_BITS`].
     SetId(u32),
 }
@@ -363,6 +374,7 @@ pub(crate) fn filter(sockets: Sockets) -> Result<Vec<libc::sock_filter>> {
         rules.push((libc::SYS_socket, Rule::Families));
     }
     rules.push((libc::SYS_ioctl, Rule::Ioctl));
+    rules.push((libc::SYS_fcntl, Rule::Fcntl));
     rules.extend(MODE_ARGS.iter().map(|&(nr, arg)| (nr, Rule::SetId(arg))));
     rules.sort_unstable_by_key(|&(nr, _)| nr);
     rules.dedup_by_key(|&mut (nr, _)| nr);
@@ -375,7 +387,7 @@ pub(crate) fn filter(sockets: Sockets) -> Result<Vec<libc::sock_filter>> {
         enosys,
         kill,
     } = verdicts;
-    let [new_user, families, ioctl] = std::array::from_fn(|_| asm.label());
+    let [new_user, families, ioctl, fcntl] = std::array::from_fn(|_| asm.label());
     // One check of the mode per argument index that has one.
     let mut mode_args: Vec<u32> = MODE_ARGS.iter().map(|&(_, arg)| arg).collect();
     mode_args.sort_unstable();
@@ -405,6 +417,7 @@ pub(crate) fn filter(sockets: Sockets) -> Result<Vec<libc::sock_filter>> {
                 Rule::NoNewUser => new_user,
                 Rule::Families => families,
                 Rule::Ioctl => ioctl,
+                Rule::Fcntl => fcntl,
                 Rule::SetId(arg) => set_id
                     .iter()
                     .find(|&&(a, _)| a == arg)
@@ -440,6 +453,11 @@ pub(crate) fn filter(sockets: Sockets) -> Result<Vec<libc::sock_filter>> {
     asm.load(OFFSET_ARG0_LOW + ARG_BYTES);
     let injecting: Vec<(u32, usize)> = TTY_INJECTION.iter().map(|&r| (r, eperm)).collect();
     asm.match_any(&injecting, allow);
+    // So is fcntl's command.
+    asm.bind(fcntl);
+    asm.load(OFFSET_ARG0_LOW + ARG_BYTES);
+    let leasing: Vec<(u32, usize)> = LEASE_COMMANDS.iter().map(|&c| (c, eperm)).collect();
+    asm.match_any(&leasing, allow);
     // Modes are unsigned ints too.
     for &(arg, label) in &set_id {
         asm.bind(label);
@@ -603,6 +621,32 @@ mod tests {
                 libc::TIOCSWINSZ,
             ] {
                 assert_eq!(gets(request as u64), libc::SECCOMP_RET_ALLOW);
+            }
+        }
+    }
+
+    #[test]
+    fn file_leases_are_refused_and_locks_are_not() {
+        let fcntl = libc::SYS_fcntl as u32;
+        for sockets in [Sockets::Any, Sockets::Inet, Sockets::UnixOnly] {
+            let gets = |cmd: u64, arg: u64| command_gets_args(sockets, AUDIT_ARCH, fcntl, &[3, cmd, arg]);
+            for lease in [libc::F_RDLCK, libc::F_WRLCK, libc::F_UNLCK] {
+                assert_eq!(gets(libc::F_SETLEASE as u64, lease as u64), EPERM);
+                // The kernel reads an unsigned int: high bits change nothing.
+                assert_eq!(gets(libc::F_SETLEASE as u64 | 1 << 32, lease as u64), EPERM);
+            }
+            // Record locks (sqlite in the workspace), the rest of fcntl.
+            for cmd in [
+                libc::F_GETLEASE,
+                libc::F_SETLK,
+                libc::F_SETLKW,
+                libc::F_OFD_SETLK,
+                libc::F_GETFL,
+                libc::F_SETFD,
+                libc::F_DUPFD_CLOEXEC,
+                libc::F_NOTIFY,
+            ] {
+                assert_eq!(gets(cmd as u64, 0), libc::SECCOMP_RET_ALLOW, "fcntl {cmd}");
             }
         }
     }
