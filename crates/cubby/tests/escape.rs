@@ -34,6 +34,8 @@ const CHILD_ENV: &str = "CUBBY_ESCAPE_CHILD";
 const TEST_PROCESSES: u64 = 400;
 const TEST_FILE_SIZE_MB: u64 = 8;
 const TEST_ADDRESS_SPACE_MB: u64 = 1024;
+/// `/tmp` and `/dev/shm` of the labs that fill them.
+const TEST_TMP_MB: u64 = 16;
 /// The minimum number of attacks the suite must hold.
 const MIN_ATTACKS: usize = 30;
 /// Where labs are made: a directory commands can see (unlike `/tmp`, which
@@ -1291,6 +1293,244 @@ fn git_still_works_inside(_: &Lab) -> Verdict {
     Ok(())
 }
 
+// ------------------------------------------------ bounds per sandbox
+
+const MIB: u64 = 1024 * 1024;
+
+/// Waits (bounded) until the command has written `path`; its content.
+fn written(path: &Path) -> Result<String, String> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Ok(text) = std::fs::read_to_string(path)
+            && !text.is_empty()
+        {
+            return Ok(text);
+        }
+        if Instant::now() > deadline {
+            return Err(format!("{} was never written", path.display()));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Stops the lab's processes named `names` (their verdicts stand apart).
+fn stop_all(l: &Lab, names: &[String]) {
+    for name in names {
+        l.tools.call("stop_process", json!({ "name": name }));
+    }
+}
+
+/// Starts `command` in the background as `name`.
+fn background(l: &Lab, name: &str, command: &str) -> Verdict {
+    let out = l
+        .tools
+        .call("start_process", json!({"name": name, "command": command}));
+    if out.is_error {
+        return Err(out.text);
+    }
+    Ok(())
+}
+
+fn processes_across_commands(l: &Lab) -> Verdict {
+    // Each command alone stays well within the budget; together they ask
+    // for half as much again.
+    const EACH: u64 = 160;
+    const COMMANDS: u64 = 4;
+    const _: () = assert!(EACH < TEST_PROCESSES && 2 * EACH * COMMANDS > 3 * TEST_PROCESSES);
+    let m = marker("procs");
+    let names: Vec<String> = (0..COMMANDS).map(|i| format!("forker{i}")).collect();
+    let mut verdict = Ok(());
+    let mut got = Vec::new();
+    for (i, name) in names.iter().enumerate() {
+        // A start refused once the budget is spent is contained too.
+        let code = format!(
+            "import os, time\nn = 0\nfor _ in range({EACH}):\n  try:\n    pid = os.fork()\n  except OSError:\n    break\n  if pid == 0:\n    os.execv(\"/bin/sleep\", [\"{m}\", \"60\"])\n  n += 1\nopen(\"forked{i}\", \"w\").write(str(n))\ntime.sleep(60)"
+        );
+        match background(l, name, &py(&code)) {
+            Ok(()) => match written(&l.ws.join(format!("forked{i}"))) {
+                Ok(n) => got.push(n.trim().parse::<u64>().unwrap_or(0)),
+                Err(e) => verdict = verdict.and(Err(e)),
+            },
+            Err(e) if i > 0 && e.contains("limits.sandbox.processes") => break,
+            Err(e) => verdict = verdict.and(Err(e)),
+        }
+    }
+    let held = processes_with(&m).len() as u64;
+    stop_all(l, &names);
+    verdict?;
+    // Control: the first command had all it asked for (the budget is not
+    // simply smaller per command).
+    if got.first() != Some(&EACH) {
+        return Err(format!("the first command forked {got:?} of {EACH}"));
+    }
+    none_left(&m)?;
+    if held > TEST_PROCESSES {
+        return Err(format!(
+            "{held} processes held at once against processes = {TEST_PROCESSES} (per command: {got:?})"
+        ));
+    }
+    Ok(())
+}
+
+/// The host's `Shmem` (tmpfs and shared memory), in bytes.
+fn host_shmem() -> u64 {
+    let info = std::fs::read_to_string("/proc/meminfo").unwrap();
+    let kib: u64 = info
+        .lines()
+        .find_map(|l| l.strip_prefix("Shmem:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap();
+    kib * 1024
+}
+
+fn fill_tmp_and_dev_shm(l: &Lab) -> Verdict {
+    let _ = l;
+    let tight = lab_with(|o, _| o.limits.tmp_mb = TEST_TMP_MB);
+    let m = marker("filler");
+    // Files smaller than RLIMIT_FSIZE, together half as much again as
+    // tmp_mb in each; the same into the workspace as the control.
+    const FILES: u64 = 4;
+    const FILE_MB: u64 = TEST_TMP_MB * 3 / 2 / FILES;
+    const _: () = assert!(FILE_MB < TEST_FILE_SIZE_MB);
+    let script = format!(
+        "for d in /tmp /dev/shm .; do for i in $(seq {FILES}); do head -c {FILE_MB}M /dev/zero > $d/fill$i 2>> errors; done; done; \
+         echo > filled; exec -a {m} sleep 60"
+    );
+    background(&tight, "filler", &script)?;
+    let filled = written(&tight.ws.join("filled"));
+    let pid = processes_with(&m)
+        .first()
+        .and_then(|p| p.split(':').next().map(str::to_string));
+    let mut used = Vec::new();
+    for dir in ["tmp", "dev/shm"] {
+        if let Some(pid) = &pid
+            && let Ok(st) = rustix::fs::statvfs(format!("/proc/{pid}/root/{dir}").as_str())
+        {
+            used.push((dir, (st.f_blocks - st.f_bfree) * st.f_frsize, st.f_blocks * st.f_frsize));
+        }
+    }
+    stop_all(&tight, &["filler".to_string()]);
+    filled?;
+    let errors = std::fs::read_to_string(tight.ws.join("errors")).unwrap_or_default();
+    // Control: the workspace took it all.
+    let in_workspace: u64 = (1..=FILES)
+        .map(|i| std::fs::metadata(tight.ws.join(format!("fill{i}"))).map_or(0, |m| m.len()))
+        .sum();
+    if in_workspace != FILES * FILE_MB * MIB {
+        return Err(format!("control: the workspace took {in_workspace} bytes; {errors}"));
+    }
+    if used.len() != 2 {
+        return Err(format!("the sandbox's /tmp and /dev/shm not seen from the host ({pid:?})"));
+    }
+    for (dir, used, size) in used {
+        if used > TEST_TMP_MB * MIB || size > TEST_TMP_MB * MIB {
+            return Err(format!("/{dir} holds {used} of {size} bytes against tmp_mb = {TEST_TMP_MB}"));
+        }
+    }
+    if !errors.contains("No space left on device") {
+        return Err(format!("no ENOSPC: {errors}"));
+    }
+    drop(tight);
+    // What a sandbox's tmpfs held is the host's again once it ends.
+    const ROOMY_MB: u64 = 128;
+    const FILL_MB: u64 = 112;
+    let baseline = host_shmem();
+    let roomy = lab_with(|o, _| o.limits.tmp_mb = ROOMY_MB);
+    let chunks = FILL_MB / (TEST_FILE_SIZE_MB / 2);
+    let out = roomy.sh(&format!(
+        "for d in /tmp /dev/shm; do for i in $(seq {chunks}); do head -c {}M /dev/zero > $d/f$i || exit 1; done; done; echo FILLED",
+        TEST_FILE_SIZE_MB / 2
+    ));
+    let held = host_shmem().saturating_sub(baseline);
+    // Control: the memory is the host's while the sandbox lives.
+    if !out.text.contains("FILLED") || held < FILL_MB * MIB {
+        return Err(format!("control: the host's Shmem rose {held} bytes: {}", out.text));
+    }
+    let full = host_shmem();
+    drop(roomy);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let now = host_shmem();
+        if full.saturating_sub(now) >= FILL_MB * MIB {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            return Err(format!("the sandbox ended, the host's Shmem is still {now} (full: {full}, before: {baseline})"));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Runs a python program on the host, as the user running the suite;
+/// what it prints.
+fn host_py(code: &str) -> String {
+    let out = std::process::Command::new("/usr/bin/python3")
+        .args(["-c", code])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Python: `hoard(open)` opens until the kernel refuses and returns how
+/// many it got (kept open until the program ends).
+const HOARD_PY: &str = "import ctypes, fcntl, os, sys, time\nlibc = ctypes.CDLL(None, use_errno=True)\ndef hoard(open):\n  fds = []\n  while True:\n    fd = open()\n    if fd < 0:\n      return len(fds)\n    fds.append(fd)\ninotify = lambda: libc.inotify_init1(0)\nfanotify = lambda: libc.fanotify_init(0x200, 0)\n";
+
+fn hoard_inotify_and_fanotify(l: &Lab) -> Verdict {
+    // Control: outside any sandbox, this user can be left with none (for
+    // a moment: the program ends at once).
+    let host = host_py(&format!(
+        "{HOARD_PY}i = hoard(inotify)\nf = hoard(fanotify)\nprint(i, f, inotify(), fanotify())"
+    ));
+    let host: Vec<i64> = host.split_whitespace().filter_map(|n| n.parse().ok()).collect();
+    if host.len() != 4 || host[0] < 2 || host[1] < 2 || host[2] >= 0 || host[3] >= 0 {
+        return Err(format!("control: on the host {host:?}"));
+    }
+    let code = format!(
+        "{HOARD_PY}i = hoard(inotify)\nf = hoard(fanotify)\nopen(\"hoarded\", \"w\").write(f\"{{i}} {{f}}\")\ntime.sleep(60)"
+    );
+    background(l, "hoarder", &py(&code))?;
+    let hoarded = written(&l.ws.join("hoarded"));
+    // While it holds all it could get, the host's user gets more.
+    let after = host_py(&format!("{HOARD_PY}print(inotify() >= 0, fanotify() >= 0)"));
+    stop_all(l, &["hoarder".to_string()]);
+    let hoarded = hoarded?;
+    if after.trim() != "True True" {
+        return Err(format!(
+            "the host's user got no new instance ({after:?}) while the sandbox held {hoarded} \
+             (inotify, fanotify; the host alone: {host:?})"
+        ));
+    }
+    Ok(())
+}
+
+fn lease_on_a_host_file(l: &Lab) -> Verdict {
+    let target = l.out("target.txt");
+    let take_lease = format!(
+        "import fcntl, os, signal, time\nsignal.signal(signal.SIGIO, signal.SIG_IGN)\nf = open(\"{}\")\ntry:\n  fcntl.fcntl(f, fcntl.F_SETLEASE, fcntl.F_RDLCK)\n  r = \"LEASED\"\nexcept OSError as e:\n  r = \"refused %d\" % e.errno\n",
+        target.display()
+    );
+    let writer = format!(
+        "import os\ntry:\n  os.close(os.open(\"{}\", os.O_WRONLY | os.O_NONBLOCK))\n  print(\"opened\")\nexcept OSError as e:\n  print(\"failed\", e.errno)\n",
+        target.display()
+    );
+    // Control: a read lease taken outside fails the next writer's open
+    // (this one's own, here).
+    let control = host_py(&format!("{take_lease}print(r)\n{writer}"));
+    if control.split_whitespace().collect::<Vec<_>>() != ["LEASED", "failed", "11"] {
+        return Err(format!("control: {control}"));
+    }
+    let code = format!("{take_lease}open(\"leased\", \"w\").write(r)\ntime.sleep(60)");
+    background(l, "leaser", &py(&code))?;
+    let leased = written(&l.ws.join("leased"));
+    let host_writer = host_py(&writer);
+    stop_all(l, &["leaser".to_string()]);
+    let leased = leased?;
+    if leased.contains("LEASED") || host_writer.trim() != "opened" {
+        return Err(format!("{leased}; the host's writer: {host_writer}"));
+    }
+    Ok(())
+}
+
 type Attack = fn(&Lab) -> Verdict;
 
 const ATTACKS: &[(&str, Attack)] = &[
@@ -1437,6 +1677,19 @@ const ATTACKS: &[(&str, Attack)] = &[
         "git add, commit, checkout -b, stash still work (control)",
         git_still_works_inside,
     ),
+    (
+        "hold more processes than the sandbox's budget across commands",
+        processes_across_commands,
+    ),
+    (
+        "fill /tmp and /dev/shm past tmp_mb, and keep the memory",
+        fill_tmp_and_dev_shm,
+    ),
+    (
+        "hold every inotify and fanotify instance of the user",
+        hoard_inotify_and_fanotify,
+    ),
+    ("take a lease on a host file", lease_on_a_host_file),
 ];
 
 /// Runs every attack in a fresh lab; panics listing every escape.

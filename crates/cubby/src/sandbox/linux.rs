@@ -1419,7 +1419,9 @@ fn exec_error(program: &str, errno: i32) -> Error {
         libc::EAGAIN => Error::new(
             ErrorKind::Limit,
             format!(
-                "cannot start `{program}`: the sandbox's processes reach                  `limits.sandbox.processes`; stop some (`list_processes`,                  `stop_process`) or raise the limit"
+                "cannot start `{program}`: the sandbox's processes reach \
+                 `limits.sandbox.processes`; stop some (`list_processes`, \
+                 `stop_process`) or raise the limit"
             ),
         ),
         libc::ENOENT => Error::new(
