@@ -616,4 +616,13 @@ decision = "deny"
         let err = Config::from_toml("[limits.run]\nmax_output_bytes = 10", "c").unwrap_err();
         assert!(err.message().contains("256"));
     }
+
+    #[test]
+    fn the_sandbox_keeps_a_tmp() {
+        let c = Config::from_toml("[limits.sandbox]\nprocesses = 1024\ntmp_mb = 64", "c").unwrap();
+        assert_eq!(c.limits.sandbox.tmp_mb, 64);
+        assert_eq!(Limits::default().sandbox.tmp_mb, SANDBOX_TMP_MB);
+        let err = Config::from_toml("[limits.sandbox]\ntmp_mb = 0", "c").unwrap_err();
+        assert!(err.message().contains("limits.sandbox.tmp_mb"), "{err}");
+    }
 }

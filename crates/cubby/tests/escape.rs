@@ -1406,7 +1406,11 @@ fn fill_tmp_and_dev_shm(l: &Lab) -> Verdict {
         if let Some(pid) = &pid
             && let Ok(st) = rustix::fs::statvfs(format!("/proc/{pid}/root/{dir}").as_str())
         {
-            used.push((dir, (st.f_blocks - st.f_bfree) * st.f_frsize, st.f_blocks * st.f_frsize));
+            used.push((
+                dir,
+                (st.f_blocks - st.f_bfree) * st.f_frsize,
+                st.f_blocks * st.f_frsize,
+            ));
         }
     }
     stop_all(&tight, &["filler".to_string()]);
@@ -1417,14 +1421,20 @@ fn fill_tmp_and_dev_shm(l: &Lab) -> Verdict {
         .map(|i| std::fs::metadata(tight.ws.join(format!("fill{i}"))).map_or(0, |m| m.len()))
         .sum();
     if in_workspace != FILES * FILE_MB * MIB {
-        return Err(format!("control: the workspace took {in_workspace} bytes; {errors}"));
+        return Err(format!(
+            "control: the workspace took {in_workspace} bytes; {errors}"
+        ));
     }
     if used.len() != 2 {
-        return Err(format!("the sandbox's /tmp and /dev/shm not seen from the host ({pid:?})"));
+        return Err(format!(
+            "the sandbox's /tmp and /dev/shm not seen from the host ({pid:?})"
+        ));
     }
     for (dir, used, size) in used {
         if used > TEST_TMP_MB * MIB || size > TEST_TMP_MB * MIB {
-            return Err(format!("/{dir} holds {used} of {size} bytes against tmp_mb = {TEST_TMP_MB}"));
+            return Err(format!(
+                "/{dir} holds {used} of {size} bytes against tmp_mb = {TEST_TMP_MB}"
+            ));
         }
     }
     if !errors.contains("No space left on device") {
@@ -1444,7 +1454,10 @@ fn fill_tmp_and_dev_shm(l: &Lab) -> Verdict {
     let held = host_shmem().saturating_sub(baseline);
     // Control: the memory is the host's while the sandbox lives.
     if !out.text.contains("FILLED") || held < FILL_MB * MIB {
-        return Err(format!("control: the host's Shmem rose {held} bytes: {}", out.text));
+        return Err(format!(
+            "control: the host's Shmem rose {held} bytes: {}",
+            out.text
+        ));
     }
     let full = host_shmem();
     drop(roomy);
@@ -1455,7 +1468,9 @@ fn fill_tmp_and_dev_shm(l: &Lab) -> Verdict {
             return Ok(());
         }
         if Instant::now() > deadline {
-            return Err(format!("the sandbox ended, the host's Shmem is still {now} (full: {full}, before: {baseline})"));
+            return Err(format!(
+                "the sandbox ended, the host's Shmem is still {now} (full: {full}, before: {baseline})"
+            ));
         }
         std::thread::sleep(Duration::from_millis(50));
     }
@@ -1481,7 +1496,10 @@ fn hoard_inotify_and_fanotify(l: &Lab) -> Verdict {
     let host = host_py(&format!(
         "{HOARD_PY}i = hoard(inotify)\nf = hoard(fanotify)\nprint(i, f, inotify(), fanotify())"
     ));
-    let host: Vec<i64> = host.split_whitespace().filter_map(|n| n.parse().ok()).collect();
+    let host: Vec<i64> = host
+        .split_whitespace()
+        .filter_map(|n| n.parse().ok())
+        .collect();
     if host.len() != 4 || host[0] < 2 || host[1] < 2 || host[2] >= 0 || host[3] >= 0 {
         return Err(format!("control: on the host {host:?}"));
     }

@@ -267,7 +267,10 @@ fn read_number(path: &str) -> Option<u64> {
 /// from then on counting only [`RESERVED_PIDS`] up: exactly `processes`
 /// processes, the holder among them); a share of each of the user's
 /// inotify and fanotify limits; no user namespaces.
-fn sandbox_sysctls(limits: &SandboxLimits, namespaced_pid_max: bool) -> Result<Vec<(CString, CString)>> {
+fn sandbox_sysctls(
+    limits: &SandboxLimits,
+    namespaced_pid_max: bool,
+) -> Result<Vec<(CString, CString)>> {
     let entry = |path: String, value: u64| -> Result<(CString, CString)> {
         Ok((
             CString::new(path).map_err(start_error)?,
@@ -281,8 +284,14 @@ fn sandbox_sysctls(limits: &SandboxLimits, namespaced_pid_max: bool) -> Result<V
             .saturating_add(RESERVED_PIDS - 1)
             .max(MIN_PID_MAX);
         let host = read_number(HOST_PID_MAX).unwrap_or(wanted);
-        out.push(entry(HOST_PID_MAX.to_string(), wanted.min(host).max(MIN_PID_MAX))?);
-        out.push(entry("/proc/sys/kernel/ns_last_pid".to_string(), RESERVED_PIDS)?);
+        out.push(entry(
+            HOST_PID_MAX.to_string(),
+            wanted.min(host).max(MIN_PID_MAX),
+        )?);
+        out.push(entry(
+            "/proc/sys/kernel/ns_last_pid".to_string(),
+            RESERVED_PIDS,
+        )?);
     }
     for (in_namespace, host) in USER_LIMITS {
         let own = read_number(&format!("/proc/sys/user/{in_namespace}"));
@@ -294,7 +303,10 @@ fn sandbox_sysctls(limits: &SandboxLimits, namespaced_pid_max: bool) -> Result<V
         let share = (limit / USER_LIMIT_SHARE).max(1);
         out.push(entry(format!("/proc/sys/user/{in_namespace}"), share)?);
     }
-    out.push(entry(format!("/proc/sys/user/{SANDBOX_USER_NAMESPACES}"), 0)?);
+    out.push(entry(
+        format!("/proc/sys/user/{SANDBOX_USER_NAMESPACES}"),
+        0,
+    )?);
     Ok(out)
 }
 
@@ -839,11 +851,7 @@ impl LinuxSandbox {
         // RLIMIT_NPROC does not apply), at the price of a slow join.
         let namespaced = namespaced_pid_max();
         let sysctls = sandbox_sysctls(&self.options.limits, namespaced)?;
-        let cgroup = if namespaced {
-            None
-        } else {
-            self.make_cgroup()
-        };
+        let cgroup = if namespaced { None } else { self.make_cgroup() };
         // The devices commands get; the rest of the host's `/dev` is not
         // there for them (nor what lives beneath it).
         if let Some(dir) = std::iter::once(&root)
@@ -1140,10 +1148,7 @@ impl LinuxSandbox {
                     SandboxChild {
                         // The init tells its pid in the sandbox's namespace;
                         // the host's is in the pidfd.
-                        pid: pidfd
-                            .as_ref()
-                            .and_then(host_pid)
-                            .unwrap_or(msg.len as u32),
+                        pid: pidfd.as_ref().and_then(host_pid).unwrap_or(msg.len as u32),
                         pidfd: Mutex::new(pidfd),
                         chan: Mutex::new(Some(chan)),
                         status: Mutex::new(None),

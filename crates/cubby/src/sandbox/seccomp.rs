@@ -629,7 +629,8 @@ mod tests {
     fn file_leases_are_refused_and_locks_are_not() {
         let fcntl = libc::SYS_fcntl as u32;
         for sockets in [Sockets::Any, Sockets::Inet, Sockets::UnixOnly] {
-            let gets = |cmd: u64, arg: u64| command_gets_args(sockets, AUDIT_ARCH, fcntl, &[3, cmd, arg]);
+            let gets =
+                |cmd: u64, arg: u64| command_gets_args(sockets, AUDIT_ARCH, fcntl, &[3, cmd, arg]);
             for lease in [libc::F_RDLCK, libc::F_WRLCK, libc::F_UNLCK] {
                 assert_eq!(gets(libc::F_SETLEASE as u64, lease as u64), EPERM);
                 // The kernel reads an unsigned int: high bits change nothing.
