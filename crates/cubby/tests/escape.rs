@@ -1372,6 +1372,22 @@ fn processes_across_commands(l: &Lab) -> Verdict {
     Ok(())
 }
 
+/// Held while a test measures the host's `Shmem`: an exclusive lock on a
+/// file every user running the suite can open.
+fn shmem_lock() -> std::fs::File {
+    let path = Path::new(LAB_BASE).join("cubby-escape-shmem.lock");
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)
+        .unwrap();
+    let _ = std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666));
+    rustix::fs::flock(&file, rustix::fs::FlockOperation::LockExclusive).unwrap();
+    file
+}
+
 /// The host's `Shmem` (tmpfs and shared memory), in bytes.
 fn host_shmem() -> u64 {
     let info = std::fs::read_to_string("/proc/meminfo").unwrap();
@@ -1441,7 +1457,10 @@ fn fill_tmp_and_dev_shm(l: &Lab) -> Verdict {
         return Err(format!("no ENOSPC: {errors}"));
     }
     drop(tight);
-    // What a sandbox's tmpfs held is the host's again once it ends.
+    // What a sandbox's tmpfs held is the host's again once it ends. The
+    // host's Shmem is the measure: one suite at a time takes it (the
+    // suites of both users run at once, in the same order).
+    let _alone = shmem_lock();
     const ROOMY_MB: u64 = 128;
     const FILL_MB: u64 = 112;
     let baseline = host_shmem();

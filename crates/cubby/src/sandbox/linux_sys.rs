@@ -478,8 +478,22 @@ fn holder_main(plan: &HolderPlan) -> io::Result<()> {
         // too, so the sandbox's `pid_max` bounds them all). The process
         // the server started stays behind and ends with it.
         if plan.unshare_flags & libc::CLONE_NEWPID != 0 {
-            become_pid_one(report);
+            become_pid_one(plan)
         }
+        holder_setup(plan)
+    }
+}
+
+/// The holder's setup in its namespaces, then its service. Returns only
+/// on error.
+///
+/// # Safety
+///
+/// The holder only, once its user namespace is mapped.
+unsafe fn holder_setup(plan: &HolderPlan) -> io::Result<()> {
+    let report = plan.report_fd;
+    // SAFETY: as in `holder_main`.
+    unsafe {
         for (path, value) in &plan.sysctls {
             if !write_file(path, value.as_bytes()) {
                 return Err(holder_fail(report, HolderStep::Limits));
@@ -647,39 +661,67 @@ fn holder_main(plan: &HolderPlan) -> io::Result<()> {
     }
 }
 
-/// Forks the first process of the pid namespace just made (pid 1 there),
-/// which returns and goes on as the holder; the calling process closes
-/// every fd, waits for it and exits with its status. A failed fork is
-/// reported and ends the caller.
+/// Stack of the holder as the first process of the sandbox's pid
+/// namespace (it uses a few KiB; inits forked from it copy it).
+const HOLDER_STACK_BYTES: usize = 1024 * 1024;
+
+/// Entry of the holder as the first process of the sandbox's pid namespace.
+extern "C" fn pid_one_main(arg: *mut libc::c_void) -> libc::c_int {
+    // SAFETY: `arg` is the plan, which lives as long as the memory both
+    // processes share; the child makes only syscalls on it.
+    unsafe {
+        let plan = &*(arg as *const HolderPlan);
+        // Its end is the sandbox's: killed with the process waiting for it
+        // (then the kernel kills every process in the namespace).
+        libc::prctl(
+            libc::PR_SET_PDEATHSIG,
+            libc::SIGKILL as libc::c_ulong,
+            0,
+            0,
+            0,
+        );
+        let _ = holder_setup(plan);
+        libc::_exit(HOLDER_FAILED)
+    }
+}
+
+/// Starts the first process of the pid namespace just made (pid 1 there),
+/// which goes on as the holder ([`holder_setup`]); the calling process
+/// closes every fd, waits for it and exits with its status. The two share
+/// their memory (`CLONE_VM`: no page tables copied, none kept twice) and
+/// the waiting one only waits; the holder runs on a stack of its own. A
+/// failed start is reported and ends the caller.
 ///
 /// # Safety
 ///
 /// The holder only, after `unshare(CLONE_NEWPID)`.
-unsafe fn become_pid_one(report: RawFd) {
-    // SAFETY: plain syscalls; the child returns into the holder's code.
+unsafe fn become_pid_one(plan: &HolderPlan) -> ! {
+    // SAFETY: plain syscalls; the child runs `pid_one_main` on its own
+    // stack while this process only waits for it.
     unsafe {
-        let pid = libc::syscall(
-            libc::SYS_clone,
-            libc::SIGCHLD as libc::c_ulong,
-            0usize,
-            0usize,
-            0usize,
-            0usize,
-        ) as libc::pid_t;
-        if pid == 0 {
-            // Its end is the sandbox's: killed with the process waiting
-            // for it (then the kernel kills every process in the namespace).
-            libc::prctl(
-                libc::PR_SET_PDEATHSIG,
-                libc::SIGKILL as libc::c_ulong,
-                0,
-                0,
-                0,
-            );
-            return;
+        let stack = libc::mmap(
+            std::ptr::null_mut(),
+            HOLDER_STACK_BYTES + GUARD_BYTES,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK,
+            -1,
+            0,
+        );
+        if stack == libc::MAP_FAILED || libc::mprotect(stack, GUARD_BYTES, libc::PROT_NONE) != 0 {
+            holder_fail(plan.report_fd, HolderStep::Fork);
+            libc::_exit(HOLDER_FAILED);
         }
+        let pid = libc::clone(
+            pid_one_main,
+            stack
+                .cast::<u8>()
+                .add(HOLDER_STACK_BYTES + GUARD_BYTES)
+                .cast(),
+            libc::CLONE_VM | libc::SIGCHLD,
+            (plan as *const HolderPlan).cast_mut().cast(),
+        );
         if pid < 0 {
-            holder_fail(report, HolderStep::Fork);
+            holder_fail(plan.report_fd, HolderStep::Fork);
             libc::_exit(HOLDER_FAILED);
         }
         libc::close_range(0, libc::c_uint::MAX, 0);
