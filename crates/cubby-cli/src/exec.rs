@@ -109,7 +109,7 @@ pub fn doctor(common: &Common) -> anyhow::Result<ExitCode> {
     println!(
         "pid_max per ns:   {}",
         if caps.namespaced_pid_max {
-            "yes (each command's pid namespace gets pid_max = limits.sandbox.processes)"
+            "yes (the sandbox's pid namespace, where each command's nests, gets pid_max for limits.sandbox.processes)"
         } else {
             "no (kernel before 6.14)"
         }
