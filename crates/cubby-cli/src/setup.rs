@@ -145,6 +145,9 @@ pub fn linux_options(
         (None, _) => config.network.mode,
     };
     options.writable_roots = config.writable_roots.iter().map(PathBuf::from).collect();
+    options.host_deny_read = config.host_deny_read.iter().map(PathBuf::from).collect();
+    options.read_scope = config.read_scope;
+    options.readable_roots = config.readable_roots.iter().map(PathBuf::from).collect();
     options.limits = config.limits.sandbox.clone();
     options.egress.rules = config.network.clone();
     for entry in &config.network.inject {

@@ -433,6 +433,19 @@ pub enum NetworkMode {
     Allow,
 }
 
+/// What of the host's file system commands read (SPEC §4).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ReadScope {
+    /// Everything but the credential stores (built-in and `host_deny_read`).
+    #[default]
+    Host,
+    /// Only the system directories, the directories on `PATH` and their
+    /// toolchain roots, the workspace, the writable roots and the
+    /// `readable_roots` (the credential stores masked there too).
+    System,
+}
+
 /// One `[[exec.rules]]` entry.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -500,6 +513,15 @@ pub struct Config {
     pub writable_roots: Vec<String>,
     /// Paths unreadable for tools and commands.
     pub deny_read: Vec<String>,
+    /// Host paths (absolute, or `~/` for the user's home) commands may not
+    /// read, on top of the built-in list of credential stores.
+    pub host_deny_read: Vec<String>,
+    /// What of the host commands read: `host` (all but the credential
+    /// stores) or `system` (see [`ReadScope`]).
+    pub read_scope: ReadScope,
+    /// With `read_scope = "system"`: more directories commands read
+    /// (absolute, `~/`, or relative to the root).
+    pub readable_roots: Vec<String>,
     /// How `run` invokes a command.
     pub shell: Option<Vec<String>>,
     /// Per-tool limits.
@@ -526,6 +548,20 @@ impl Config {
             .map_err(|e| Error::invalid_input(format!("config `{origin}`: {}", e.message())))?;
         crate::web::validate_config(&config.network, &config.web_search)
             .map_err(|e| Error::invalid_input(format!("config `{origin}`: {}", e.message())))?;
+        for entry in &config.host_deny_read {
+            if !(entry.starts_with('/') || entry.starts_with("~/")) {
+                return Err(Error::invalid_input(format!(
+                    "config `{origin}`: host_deny_read entry `{entry}` must be an absolute path \
+                     or start with `~/` (paths in the workspace go in `deny_read`)"
+                )));
+            }
+        }
+        if !config.readable_roots.is_empty() && config.read_scope != ReadScope::System {
+            return Err(Error::invalid_input(format!(
+                "config `{origin}`: readable_roots is for read_scope = \"system\" (with \
+                 \"host\", commands read everything but the credential stores already)"
+            )));
+        }
         for rule in &config.exec.rules {
             if rule.prefix.is_empty() {
                 return Err(Error::invalid_input(format!(
@@ -607,6 +643,25 @@ decision = "deny"
         assert!(err.message().contains("mdoe"), "{err}");
         let err = Config::from_toml("[limits.search]\nmax_match = 3", "cubby.toml").unwrap_err();
         assert!(err.message().contains("max_match"), "{err}");
+    }
+
+    #[test]
+    fn read_view_keys() {
+        let c = Config::from_toml(
+            "host_deny_read = [\"~/work/other\", \"/srv/keys\"]\nread_scope = \"system\"\n\
+             readable_roots = [\"~/.cache/pip\"]",
+            "c",
+        )
+        .unwrap();
+        assert_eq!(c.read_scope, ReadScope::System);
+        assert_eq!(c.host_deny_read, ["~/work/other", "/srv/keys"]);
+        assert_eq!(Config::default().read_scope, ReadScope::Host);
+        let err = Config::from_toml("read_scope = \"everything\"", "c").unwrap_err();
+        assert!(err.message().contains("read_scope"), "{err}");
+        let err = Config::from_toml("host_deny_read = [\"rel/path\"]", "c").unwrap_err();
+        assert!(err.message().contains("host_deny_read"), "{err}");
+        let err = Config::from_toml("readable_roots = [\"/opt/x\"]", "c").unwrap_err();
+        assert!(err.message().contains("readable_roots"), "{err}");
     }
 
     #[test]

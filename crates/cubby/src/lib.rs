@@ -62,7 +62,7 @@ mod tools;
 mod toolset;
 pub mod web;
 
-pub use config::{Config, Limits, NetworkMode, SandboxLimits};
+pub use config::{Config, Limits, NetworkMode, ReadScope, SandboxLimits};
 pub use error::{Error, ErrorKind, Result};
 pub use output::{ImageData, Redactor, Secret, ToolOutput};
 pub use path::{MAX_NAME_BYTES, MAX_PATH_BYTES, WorkspacePath};

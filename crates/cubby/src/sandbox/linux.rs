@@ -59,10 +59,11 @@ use rustix::pipe::{PipeFlags, pipe_with};
 
 use super::linux_sys::{self, HolderPlan, Mask, Rebind};
 use super::local::{PLACEHOLDER_FILE_MODE, is_placeholder_mode};
+use super::read_view::{self, HostStores};
 use super::reserve::{Kind, Reservations, WithoutReservations};
 use super::seccomp::Sockets;
 use super::{EntryKind, ExecSpec, FileSystem, LocalFs, LocalSandbox, ProviderKind, Sandbox};
-use crate::config::{NetworkMode, SandboxLimits};
+use crate::config::{NetworkMode, ReadScope, SandboxLimits};
 use crate::error::{Error, ErrorKind, Result};
 use crate::path::WorkspacePath;
 use crate::policy::{Mode, Policy};
@@ -112,8 +113,23 @@ pub struct LinuxOptions {
     pub writable_roots: Vec<PathBuf>,
     /// Paths (relative to the root) that commands may not change.
     pub protected: Vec<WorkspacePath>,
-    /// Paths (relative to the root) that commands may not read.
+    /// Paths (relative to the root) that commands may not read, whenever
+    /// they are created.
     pub deny_read: Vec<WorkspacePath>,
+    /// Host paths (absolute, or `~/` for `$HOME`) that commands may not
+    /// read, on top of the built-in credential stores (SPEC §4; see
+    /// `read_view.rs`). Default: none.
+    pub host_deny_read: Vec<PathBuf>,
+    /// `Host` (default): commands read the whole host but the credential
+    /// stores; `System`: only the system directories, `PATH`'s toolchains,
+    /// the workspace, the writable roots and [`readable_roots`].
+    ///
+    /// [`readable_roots`]: LinuxOptions::readable_roots
+    pub read_scope: ReadScope,
+    /// With [`ReadScope::System`]: more directories commands read
+    /// (absolute, `~/`, or relative to the root; they must exist).
+    /// Default: none.
+    pub readable_roots: Vec<PathBuf>,
     /// rlimits.
     pub limits: SandboxLimits,
 }
@@ -133,6 +149,9 @@ impl LinuxOptions {
             writable_roots: Vec::new(),
             protected: policy.protected_paths().cloned().collect(),
             deny_read: policy.deny_read_paths().cloned().collect(),
+            host_deny_read: Vec::new(),
+            read_scope: ReadScope::Host,
+            readable_roots: Vec::new(),
             limits: SandboxLimits::default(),
         }
     }
@@ -383,6 +402,10 @@ pub struct LinuxSandbox {
     /// Git's surface as read when the sandbox opened, for its first
     /// command (later ones read it again).
     git_at_open: Mutex<Option<crate::git::Surface>>,
+    /// The host's credential stores, masked for every command.
+    stores: HostStores,
+    /// With `read_scope = "system"`: what commands read (canonical).
+    read_roots: Vec<PathBuf>,
 }
 
 impl std::fmt::Debug for LinuxSandbox {
@@ -596,6 +619,67 @@ impl LinuxSandbox {
             })?;
             writable_roots.push(canonical);
         }
+        let host_deny_read = options
+            .host_deny_read
+            .iter()
+            .map(|p| read_view::expand_home(p))
+            .collect::<Vec<_>>();
+        if let Some(p) = host_deny_read.iter().find(|p| !p.is_absolute()) {
+            return Err(Error::invalid_input(format!(
+                "host_deny_read entry `{}` must be an absolute path or start with `~/`",
+                p.display()
+            )));
+        }
+        let stores = HostStores::new(&host_deny_read, fs.root_path() == Path::new(SANDBOX_TMP));
+        let mut readable_roots = Vec::new();
+        for r in &options.readable_roots {
+            let r = read_view::expand_home(r);
+            let abs = if r.is_absolute() {
+                r.clone()
+            } else {
+                fs.root_path().join(&r)
+            };
+            let canonical = std::fs::canonicalize(&abs).map_err(|e| {
+                Error::new(
+                    ErrorKind::NotFound,
+                    format!("readable root `{}` cannot be opened: {e}", r.display()),
+                )
+            })?;
+            readable_roots.push(canonical);
+        }
+        if options.mode != Mode::FullAccess {
+            let roots = std::iter::once(("the workspace", fs.root_path()))
+                .chain(writable_roots.iter().map(|w| ("writable root", w.as_path())))
+                .chain(readable_roots.iter().map(|r| ("readable root", r.as_path())));
+            for (what, dir) in roots {
+                if let Some(store) = stores.covering(dir) {
+                    return Err(Error::new(
+                        ErrorKind::Unsupported,
+                        format!(
+                            "{what} `{}` lies in `{}`, a credential store that commands may not \
+                             read (SPEC §4); choose a directory outside it",
+                            dir.display(),
+                            store.display()
+                        ),
+                    ));
+                }
+            }
+        }
+        let read_roots = match options.read_scope {
+            ReadScope::Host => Vec::new(),
+            ReadScope::System => {
+                let mut roots = read_view::system_scope(std::env::var_os("PATH").as_deref());
+                for dir in std::iter::once(fs.root_path())
+                    .chain(writable_roots.iter().map(PathBuf::as_path))
+                    .chain(readable_roots.iter().map(PathBuf::as_path))
+                {
+                    if !roots.iter().any(|r| r == dir) {
+                        roots.push(dir.to_path_buf());
+                    }
+                }
+                roots
+            }
+        };
         let reservations = Reservations::new(fs.clone());
         let sandbox = LinuxSandbox {
             host: LocalSandbox::open(fs.root_path())?,
@@ -608,6 +692,8 @@ impl LinuxSandbox {
             fork_ahead: std::sync::atomic::AtomicBool::new(true),
             egress,
             git_at_open: Mutex::new(None),
+            stores,
+            read_roots,
         };
         sandbox.sweep_placeholders();
         Ok(sandbox)
@@ -791,44 +877,54 @@ impl LinuxSandbox {
         let mut masks = Vec::new();
         let mut pins: Vec<CString> = Vec::new();
         for path in &self.options.deny_read {
-            match self.fs.metadata(path) {
-                Ok(meta) if matches!(meta.kind, EntryKind::Dir | EntryKind::File) => {
-                    let mut above = WorkspacePath::root();
-                    let names: Vec<_> = path.components().collect();
-                    for name in &names[..names.len().saturating_sub(1)] {
-                        above = above.join_name(name);
-                        let pin = cstring(&root.join(above.as_path()))?;
-                        if !pins.contains(&pin) {
-                            pins.push(pin);
-                        }
+            if self.deny_read_exists(path)? {
+                let mut above = WorkspacePath::root();
+                let names: Vec<_> = path.components().collect();
+                for name in &names[..names.len().saturating_sub(1)] {
+                    above = above.join_name(name);
+                    let pin = cstring(&root.join(above.as_path()))?;
+                    if !pins.contains(&pin) {
+                        pins.push(pin);
                     }
-                    masks.push(Mask {
-                        path: cstring(&root.join(path.as_path()))?,
-                        dir: meta.kind == EntryKind::Dir,
-                    });
                 }
-                Ok(_) => {
-                    return Err(start_error(format!(
-                        "deny_read path `{path}` is a symbolic link or special file; \
-                         cubby can hide only files and directories"
-                    )));
-                }
-                // Missing now: nothing to hide (a command may create it).
-                Err(e) if e.kind() == crate::error::ErrorKind::NotFound => {}
-                // Through a symbolic link, or otherwise unreachable: never
-                // left readable for want of a name to mount on.
-                Err(e) => {
-                    return Err(start_error(format!(
-                        "deny_read path `{path}` cannot be hidden: {e}"
-                    )));
-                }
+                masks.push(Mask {
+                    path: cstring(&root.join(path.as_path()))?,
+                });
             }
+        }
+        // The credential stores there are now; each command's init masks
+        // those that appear later (`mask_plan`).
+        for store in self.stores.current() {
+            masks.push(Mask {
+                path: cstring(&store)?,
+            });
         }
         if rebinds.len() + pins.len() + masks.len() > linux_sys::MAX_HOLDER_MOUNTS {
             return Err(start_error(format!(
-                "too many writable roots and deny_read paths (at most {})",
+                "too many writable roots, deny_read paths and credential stores (at most {})",
                 linux_sys::MAX_HOLDER_MOUNTS
             )));
+        }
+        // With `read_scope = "system"`: what every command may read, opened
+        // by the holder in its own view (its `/dev` and private `/tmp`
+        // included); each command's init adds its own `/proc`.
+        let mut read_rules = Vec::new();
+        if self.options.read_scope == ReadScope::System {
+            for dir in &self.read_roots {
+                read_rules.push(cstring(dir)?);
+            }
+            read_rules.push(cstring(Path::new(DEVICES_DIR))?);
+            if private_tmp {
+                read_rules.push(cstring(tmp)?);
+            }
+            if read_rules.len() > linux_sys::MAX_READ_RULES {
+                return Err(start_error(format!(
+                    "read_scope = \"system\" gives {} directories to read (PATH entries, \
+                     readable and writable roots); at most {}",
+                    read_rules.len(),
+                    linux_sys::MAX_READ_RULES
+                )));
+            }
         }
         let (sock, holder_sock) = rustix::net::socketpair(
             rustix::net::AddressFamily::UNIX,
@@ -893,6 +989,7 @@ impl LinuxSandbox {
             rebinds,
             pins,
             masks,
+            read_rules,
             devices,
             loopback: own_network,
             fork_ahead: self.fork_ahead.load(Ordering::Relaxed),
@@ -1052,6 +1149,50 @@ impl LinuxSandbox {
         fd.ok_or_else(|| start_error("Landlock is not enabled in this kernel"))
     }
 
+    /// Whether a `deny_read` path is there to hide now.
+    ///
+    /// # Errors
+    ///
+    /// `unsupported` for one that cannot be hidden: a symbolic link or a
+    /// special file, or one reached through a link (commands never start
+    /// with it readable for want of a name to mount on).
+    fn deny_read_exists(&self, path: &WorkspacePath) -> Result<bool> {
+        match self.fs.metadata(path) {
+            Ok(meta) if matches!(meta.kind, EntryKind::Dir | EntryKind::File) => Ok(true),
+            Ok(_) => Err(start_error(format!(
+                "deny_read path `{path}` is a symbolic link or special file; \
+                 cubby can hide only files and directories"
+            ))),
+            Err(e) if e.kind() == ErrorKind::NotFound => Ok(false),
+            Err(e) => Err(start_error(format!(
+                "deny_read path `{path}` cannot be hidden: {e}"
+            ))),
+        }
+    }
+
+    /// What a command's init masks on top of the holder's masks, if not
+    /// masked already (it tells a mask by its device): every `deny_read`
+    /// path that exists (`d`, relative to the root; the init pins the
+    /// directories above it too) and every credential store (`m`,
+    /// absolute) — so that what appeared since the sandbox started, or was
+    /// replaced (a mask leaves with the name it was on), is hidden as well.
+    fn mask_plan(&self) -> Result<Vec<Vec<u8>>> {
+        let mut plan = Vec::new();
+        for path in &self.options.deny_read {
+            if self.deny_read_exists(path)? {
+                let mut entry = vec![linux_sys::ENTRY_DENY_READ];
+                entry.extend_from_slice(path.as_path().as_os_str().as_bytes());
+                plan.push(entry);
+            }
+        }
+        for store in self.stores.current() {
+            let mut entry = vec![linux_sys::ENTRY_STORE];
+            entry.extend_from_slice(store.as_os_str().as_bytes());
+            plan.push(entry);
+        }
+        Ok(plan)
+    }
+
     /// A pids cgroup for this sandbox, when the machine lets cubby make one.
     fn make_cgroup(&self) -> Option<PathBuf> {
         if self.options.limits.processes == 0 {
@@ -1086,7 +1227,8 @@ impl LinuxSandbox {
         drop(self.fs.open_dir(&spec.cwd)?);
         let (live, plan) = self.live_with(|| self.protect_plan())?;
         let (protect, mut lease) = plan?;
-        let payload = self.payload(spec, &protect, &live)?;
+        let masks = self.mask_plan()?;
+        let payload = self.payload(spec, &protect, &masks, &live)?;
         let memfd = rustix::fs::memfd_create("cubby-command", rustix::fs::MemfdFlags::CLOEXEC)
             .map_err(|e| Error::internal(format!("memfd_create: {e}")))?;
         let mut written = 0;
@@ -1167,10 +1309,16 @@ impl LinuxSandbox {
         }
     }
 
-    /// The request payload: counts, working directory, protected paths,
-    /// argv, env (the spec's, then `TMPDIR` and the proxy's variables;
-    /// nothing of this process's environment, SPEC §4).
-    fn payload(&self, spec: &ExecSpec, protect: &[(String, bool)], live: &Live) -> Result<Vec<u8>> {
+    /// The request payload: counts, working directory, protected paths and
+    /// masks, argv, env (the spec's, then `TMPDIR` and the proxy's
+    /// variables; nothing of this process's environment, SPEC §4).
+    fn payload(
+        &self,
+        spec: &ExecSpec,
+        protect: &[(String, bool)],
+        masks: &[Vec<u8>],
+        live: &Live,
+    ) -> Result<Vec<u8>> {
         let mut env: Vec<(std::ffi::OsString, std::ffi::OsString)> = spec.env.clone();
         let mut set = |k: &str, v: &str| {
             env.retain(|(name, _)| name != k);
@@ -1183,7 +1331,7 @@ impl LinuxSandbox {
             set(k, v);
         }
         let mut out = Vec::new();
-        for n in [protect.len(), spec.argv.len(), env.len()] {
+        for n in [protect.len() + masks.len(), spec.argv.len(), env.len()] {
             out.extend_from_slice(&(n as u32).to_le_bytes());
         }
         let mut push = |bytes: &[u8]| -> Result<()> {
@@ -1206,6 +1354,9 @@ impl LinuxSandbox {
             let mut entry = vec![if *writable { b'w' } else { b'r' }];
             entry.extend_from_slice(path.as_bytes());
             push(&entry)?;
+        }
+        for entry in masks {
+            push(entry)?;
         }
         for arg in &spec.argv {
             push(arg.as_bytes())?;

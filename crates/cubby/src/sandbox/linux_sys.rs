@@ -40,8 +40,17 @@ use std::sync::Arc;
 
 use super::sys;
 
-/// Rebinds and masks the holder can take (they live in stack arrays).
-pub(crate) const MAX_HOLDER_MOUNTS: usize = 32;
+/// Rebinds, pins and masks the holder can take (they live in stack arrays).
+pub(crate) const MAX_HOLDER_MOUNTS: usize = 128;
+/// Directories a command may read with `read_scope = "system"` (their
+/// `O_PATH` fds stay open in the holder).
+pub(crate) const MAX_READ_RULES: usize = 64;
+/// A payload entry for a `deny_read` path (relative to the root): masked,
+/// the directories above it pinned, unless masked already.
+pub(crate) const ENTRY_DENY_READ: u8 = b'd';
+/// A payload entry for a credential store (absolute): masked unless masked
+/// already.
+pub(crate) const ENTRY_STORE: u8 = b'm';
 /// Host devices the holder can bind into the sandbox's own `/dev`.
 pub(crate) const MAX_DEVICES: usize = 8;
 /// The sandbox's `/dev`: a small tmpfs, read-only once made.
@@ -73,7 +82,9 @@ struct MountAttr {
     userns_fd: u64,
 }
 
-/// Where the holder keeps the objects it masks `deny_read` paths with.
+/// Where the holder keeps the objects it masks `deny_read` paths and
+/// credential stores with: a tiny tmpfs, mode 000 and read-only once made,
+/// that stays mounted for the inits to mask what appears later.
 const MASK_STORE: &CStr = c"/dev/shm/.cubby-mask";
 const MASK_FILE: &CStr = c"/dev/shm/.cubby-mask/f";
 const MASK_DIR: &CStr = c"/dev/shm/.cubby-mask/d";
@@ -101,6 +112,7 @@ pub(crate) enum HolderStep {
     Devices,
     Fork,
     Limits,
+    ReadRules,
 }
 
 impl HolderStep {
@@ -126,6 +138,7 @@ impl HolderStep {
             17 => "making the sandbox's own /dev",
             18 => "forking the first process of the sandbox's pid namespace",
             19 => "setting the sandbox's process, inotify and fanotify limits",
+            20 => "opening what commands read (read_scope = \"system\")",
             _ => "setting up the sandbox",
         }
     }
@@ -146,13 +159,13 @@ pub(crate) struct Rebind {
     pub readonly: bool,
 }
 
-/// A `deny_read` path to hide behind an empty, unreadable object.
+/// A `deny_read` path or credential store to hide behind an empty,
+/// unreadable object (a directory for a directory, a file otherwise; what
+/// is missing when the holder gets to it is skipped).
 #[derive(Debug)]
 pub(crate) struct Mask {
     /// Its absolute path.
     pub path: CString,
-    /// Whether it is a directory.
-    pub dir: bool,
 }
 
 /// Everything the holder needs, prepared by the parent.
@@ -179,6 +192,11 @@ pub(crate) struct HolderPlan {
     /// name nothing hides.
     pub pins: Vec<CString>,
     pub masks: Vec<Mask>,
+    /// With `read_scope = "system"`, what commands may read (at most
+    /// [`MAX_READ_RULES`]; what is missing is skipped): each command gets a
+    /// second Landlock layer granting reads beneath these and its `/proc`
+    /// only. Empty: no such layer.
+    pub read_rules: Vec<CString>,
     /// The host devices commands get (at the same paths, which must exist;
     /// at most [`MAX_DEVICES`]): the sandbox's `/dev` holds only these,
     /// `shm` and links into `/proc`.
@@ -618,9 +636,8 @@ unsafe fn holder_setup(plan: &HolderPlan) -> io::Result<()> {
         {
             return Err(holder_fail(report, HolderStep::MountShm));
         }
-        if !plan.masks.is_empty() {
-            mask_paths(plan)?;
-        }
+        // Always: an init masks what appears later with the same objects.
+        mask_paths(plan)?;
         if plan.loopback && !loopback_up() {
             return Err(holder_fail(report, HolderStep::Loopback));
         }
@@ -646,12 +663,41 @@ unsafe fn holder_setup(plan: &HolderPlan) -> io::Result<()> {
         if install_filter(&plan.filter) != 0 {
             return Err(holder_fail(report, HolderStep::Seccomp));
         }
-        // Ready: closing the report pipe with the rest tells the server.
-        let keep = plan.sock_fd as libc::c_uint;
-        if keep > 0 {
-            libc::close_range(0, keep - 1, 0);
+        // What commands read with `read_scope = "system"`, in this view.
+        let mut keep = [-1 as RawFd; MAX_READ_RULES + 1];
+        keep[0] = plan.sock_fd;
+        let mut kept = 1;
+        let mut files = 0u64;
+        for rule in plan.read_rules.iter().take(MAX_READ_RULES) {
+            let fd = libc::open(rule.as_ptr(), libc::O_PATH | libc::O_CLOEXEC);
+            if fd < 0 {
+                if *libc::__errno_location() == libc::ENOENT {
+                    continue;
+                }
+                return Err(holder_fail(report, HolderStep::ReadRules));
+            }
+            let mut st: libc::stat = std::mem::zeroed();
+            if libc::fstat(fd, &mut st) != 0 {
+                return Err(holder_fail(report, HolderStep::ReadRules));
+            }
+            if st.st_mode & libc::S_IFMT != libc::S_IFDIR {
+                files |= 1 << (kept - 1);
+            }
+            READ_RULES[kept - 1].store(fd, std::sync::atomic::Ordering::Relaxed);
+            keep[kept] = fd;
+            kept += 1;
         }
-        libc::close_range(keep + 1, libc::c_uint::MAX, 0);
+        READ_RULE_FILES.store(files, std::sync::atomic::Ordering::Relaxed);
+        READ_RULE_COUNT.store(kept - 1, std::sync::atomic::Ordering::Relaxed);
+        SYSTEM_SCOPE.store(
+            !plan.read_rules.is_empty(),
+            std::sync::atomic::Ordering::Relaxed,
+        );
+        // Ready: closing the report pipe with the rest tells the server.
+        close_all_but(&mut keep[..kept]);
+        for fd in 0..3 {
+            libc::close(fd);
+        }
         // Hold 0, 1 and 2 so that received fds never take those numbers
         // (a command's stdio is dup2'd onto them).
         for _ in 0..3 {
@@ -1056,6 +1102,41 @@ impl Holder<'_> {
 /// command resets these alone.
 static IGNORED_SIGNALS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
+/// The device of the holder's mask objects, set once they are made: an
+/// init tells a path masked already by it.
+static MASK_DEV: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(u64::MAX);
+
+/// With `read_scope = "system"`: the holder's `O_PATH` fds of what commands
+/// read, how many, and which are not directories (bit `i` for fd `i`).
+static READ_RULES: [std::sync::atomic::AtomicI32; MAX_READ_RULES] =
+    [const { std::sync::atomic::AtomicI32::new(-1) }; MAX_READ_RULES];
+static READ_RULE_COUNT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+static READ_RULE_FILES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+/// Whether commands get the second Landlock layer (`read_scope = "system"`).
+static SYSTEM_SCOPE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Landlock's file access rights (`linux/landlock.h`) the second layer
+/// handles.
+const LL_EXECUTE: u64 = 1 << 0;
+const LL_READ_FILE: u64 = 1 << 2;
+const LL_READ_DIR: u64 = 1 << 3;
+/// `LANDLOCK_RULE_PATH_BENEATH`.
+const LL_RULE_PATH_BENEATH: libc::c_int = 1;
+
+/// `struct landlock_ruleset_attr`, its first field only (the kernel takes
+/// the size given).
+#[repr(C)]
+struct LandlockRulesetAttr {
+    handled_access_fs: u64,
+}
+
+/// `struct landlock_path_beneath_attr` (packed in the kernel's header).
+#[repr(C, packed)]
+struct LandlockPathBeneath {
+    allowed_access: u64,
+    parent_fd: i32,
+}
+
 /// Set by the init's `SIGTERM` handler.
 static INIT_TERM: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
@@ -1253,10 +1334,19 @@ unsafe fn namespace_init(
             end: base.add(len),
         };
         let cwd = payload.next();
+        let mask_dev = MASK_DEV.load(std::sync::atomic::Ordering::Relaxed);
         for _ in 0..nprotect {
             let entry = payload.next();
-            let writable = *entry == b'w' as libc::c_char;
+            let kind = *entry as u8;
             let path = entry.add(1);
+            if kind == ENTRY_DENY_READ || kind == ENTRY_STORE {
+                let errno = mask_late(path, kind == ENTRY_DENY_READ, mask_dev);
+                if errno != 0 {
+                    fail(errno);
+                }
+                continue;
+            }
+            let writable = kind == b'w';
             if libc::mount(
                 path,
                 path,
@@ -1510,6 +1600,12 @@ unsafe fn command_exec(
                 errno()
             };
         }
+        if SYSTEM_SCOPE.load(std::sync::atomic::Ordering::Relaxed) {
+            let e = restrict_reads();
+            if e != 0 {
+                return e;
+            }
+        }
         if drop_capabilities().is_err() {
             return errno();
         }
@@ -1561,8 +1657,9 @@ unsafe fn command_exec(
     }
 }
 
-/// Hides each `deny_read` path behind an empty mode-000 object on a private
-/// tmpfs, bound read-only.
+/// Hides each `deny_read` path and credential store behind an empty
+/// mode-000 object on a private tmpfs, bound read-only; the tmpfs stays
+/// (mode 000, read-only) for the inits, and [`MASK_DEV`] names it.
 ///
 /// # Safety
 ///
@@ -1572,11 +1669,12 @@ unsafe fn mask_paths(plan: &HolderPlan) -> io::Result<()> {
     // SAFETY: plain syscalls on NUL-terminated paths.
     unsafe {
         libc::mkdir(MASK_STORE.as_ptr(), 0o700);
+        let flags = libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC;
         if libc::mount(
             c"tmpfs".as_ptr(),
             MASK_STORE.as_ptr(),
             c"tmpfs".as_ptr(),
-            libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+            flags,
             c"mode=700,size=4k".as_ptr().cast(),
         ) != 0
         {
@@ -1591,35 +1689,197 @@ unsafe fn mask_paths(plan: &HolderPlan) -> io::Result<()> {
             return Err(holder_fail(report, HolderStep::Mask));
         }
         libc::close(fd);
-        for mask in &plan.masks {
-            let source = if mask.dir { MASK_DIR } else { MASK_FILE };
-            if libc::mount(
-                source.as_ptr(),
-                mask.path.as_ptr(),
+        let mut st: libc::stat = std::mem::zeroed();
+        if libc::chmod(MASK_STORE.as_ptr(), 0) != 0
+            || libc::mount(
                 std::ptr::null(),
-                libc::MS_BIND,
+                MASK_STORE.as_ptr(),
+                std::ptr::null(),
+                libc::MS_REMOUNT | libc::MS_BIND | libc::MS_RDONLY | flags,
                 std::ptr::null(),
             ) != 0
-                || libc::mount(
-                    std::ptr::null(),
-                    mask.path.as_ptr(),
-                    std::ptr::null(),
-                    libc::MS_REMOUNT
-                        | libc::MS_BIND
-                        | libc::MS_RDONLY
-                        | libc::MS_NOSUID
-                        | libc::MS_NODEV
-                        | libc::MS_NOEXEC,
-                    std::ptr::null(),
-                ) != 0
-            {
+            || libc::stat(MASK_FILE.as_ptr(), &mut st) != 0
+        {
+            return Err(holder_fail(report, HolderStep::Mask));
+        }
+        MASK_DEV.store(st.st_dev, std::sync::atomic::Ordering::Relaxed);
+        for mask in &plan.masks {
+            let errno = mask_one(mask.path.as_ptr());
+            if errno != 0 {
+                *libc::__errno_location() = errno;
                 return Err(holder_fail(report, HolderStep::Mask));
             }
         }
-        libc::umount2(MASK_STORE.as_ptr(), libc::MNT_DETACH);
-        libc::rmdir(MASK_STORE.as_ptr());
     }
     Ok(())
+}
+
+/// Binds the mask object of `path`'s kind over it, read-only; 0, or the
+/// errno. What is missing (or unreachable: inside a mask) is skipped: there
+/// is nothing to hide.
+///
+/// # Safety
+///
+/// Async-signal-safe; holder or init, after [`mask_paths`].
+unsafe fn mask_one(path: *const libc::c_char) -> i32 {
+    // SAFETY: plain syscalls on NUL-terminated paths and a stack buffer.
+    unsafe {
+        let mut st: libc::stat = std::mem::zeroed();
+        if libc::stat(path, &mut st) != 0 {
+            let errno = *libc::__errno_location();
+            return if errno == libc::ENOENT || errno == libc::ENOTDIR {
+                0
+            } else {
+                errno
+            };
+        }
+        let source = if st.st_mode & libc::S_IFMT == libc::S_IFDIR {
+            MASK_DIR
+        } else {
+            MASK_FILE
+        };
+        if libc::mount(
+            source.as_ptr(),
+            path,
+            std::ptr::null(),
+            libc::MS_BIND,
+            std::ptr::null(),
+        ) != 0
+            || libc::mount(
+                std::ptr::null(),
+                path,
+                std::ptr::null(),
+                libc::MS_REMOUNT
+                    | libc::MS_BIND
+                    | libc::MS_RDONLY
+                    | libc::MS_NOSUID
+                    | libc::MS_NODEV
+                    | libc::MS_NOEXEC,
+                std::ptr::null(),
+            ) != 0
+        {
+            return *libc::__errno_location();
+        }
+        0
+    }
+}
+
+/// An init's mask of a `deny_read` path (relative to the root, `pin`: the
+/// directories above it are bound onto themselves first, so that no
+/// command carries it off by renaming one) or a credential store that the
+/// holder has not masked: new since the sandbox started, or replaced on the
+/// host (a mask leaves with the name it was on). One whose object lives on
+/// `mask_dev` is masked already. 0, or the errno.
+///
+/// # Safety
+///
+/// Async-signal-safe; an init only.
+unsafe fn mask_late(path: *const libc::c_char, pin: bool, mask_dev: u64) -> i32 {
+    // SAFETY: plain syscalls on NUL-terminated paths and a stack buffer.
+    unsafe {
+        let mut st: libc::stat = std::mem::zeroed();
+        if libc::stat(path, &mut st) != 0 || st.st_dev == mask_dev {
+            return 0;
+        }
+        if pin {
+            let len = libc::strlen(path);
+            let mut buf = [0u8; 4096];
+            if len >= buf.len() {
+                return libc::ENAMETOOLONG;
+            }
+            std::ptr::copy_nonoverlapping(path.cast::<u8>(), buf.as_mut_ptr(), len);
+            for i in 1..len {
+                if buf[i] != b'/' {
+                    continue;
+                }
+                buf[i] = 0;
+                if libc::mount(
+                    buf.as_ptr().cast(),
+                    buf.as_ptr().cast(),
+                    std::ptr::null(),
+                    libc::MS_BIND | libc::MS_REC,
+                    std::ptr::null(),
+                ) != 0
+                {
+                    return *libc::__errno_location();
+                }
+                buf[i] = b'/';
+            }
+        }
+        mask_one(path)
+    }
+}
+
+/// The second Landlock layer of `read_scope = "system"`: reads (and
+/// executes) beneath the holder's read rules and the command's own `/proc`
+/// only; 0, or the errno.
+///
+/// # Safety
+///
+/// Async-signal-safe; the command's last steps only, after
+/// `PR_SET_NO_NEW_PRIVS`.
+unsafe fn restrict_reads() -> i32 {
+    use std::sync::atomic::Ordering::Relaxed;
+    let handled = LL_EXECUTE | LL_READ_FILE | LL_READ_DIR;
+    // SAFETY: the Landlock syscalls on stack structs of the kernel's
+    // layout; every fd opened here is closed before returning.
+    unsafe {
+        let errno = || *libc::__errno_location();
+        let attr = LandlockRulesetAttr {
+            handled_access_fs: handled,
+        };
+        let ruleset = libc::syscall(
+            libc::SYS_landlock_create_ruleset,
+            &attr as *const LandlockRulesetAttr,
+            std::mem::size_of::<LandlockRulesetAttr>(),
+            0u32,
+        ) as RawFd;
+        if ruleset < 0 {
+            return errno();
+        }
+        let proc_fd = libc::open(
+            c"/proc".as_ptr(),
+            libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
+        );
+        if proc_fd < 0 {
+            let e = errno();
+            libc::close(ruleset);
+            return e;
+        }
+        let files = READ_RULE_FILES.load(Relaxed);
+        let count = READ_RULE_COUNT.load(Relaxed);
+        let mut result = 0;
+        for i in 0..=count {
+            let (fd, access) = if i == count {
+                (proc_fd, handled)
+            } else if files & (1 << i) != 0 {
+                (READ_RULES[i].load(Relaxed), LL_EXECUTE | LL_READ_FILE)
+            } else {
+                (READ_RULES[i].load(Relaxed), handled)
+            };
+            let rule = LandlockPathBeneath {
+                allowed_access: access,
+                parent_fd: fd,
+            };
+            if libc::syscall(
+                libc::SYS_landlock_add_rule,
+                ruleset,
+                LL_RULE_PATH_BENEATH,
+                &rule as *const LandlockPathBeneath,
+                0u32,
+            ) != 0
+            {
+                result = errno();
+                break;
+            }
+        }
+        if result == 0 && libc::syscall(libc::SYS_landlock_restrict_self, ruleset, 0u32) != 0 {
+            result = errno();
+        }
+        libc::close(proc_fd);
+        libc::close(ruleset);
+        result
+    }
 }
 
 /// Sets `IFF_UP` on `lo` in the new network namespace.

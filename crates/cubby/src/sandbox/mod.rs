@@ -24,6 +24,7 @@ mod linux;
 mod linux_sys;
 mod local;
 mod memory;
+mod read_view;
 mod reserve;
 mod seccomp;
 pub(crate) mod sys;

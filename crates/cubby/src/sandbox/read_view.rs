@@ -1,0 +1,481 @@
+//! What commands of the `linux` provider may read (SPEC §4 "What commands
+//! read"): the host's credential stores they never see, and, with
+//! `read_scope = "system"`, the directories they see at all.
+//!
+//! **Credential stores.** A built-in list ([`HOME_STORES`] in every home
+//! directory, [`SYSTEM_STORES`] in `/etc`) plus `host_deny_read` is masked
+//! in the sandbox's mount namespace, as `deny_read` paths are. A store can
+//! appear at any time (`aws configure`, `gh auth login`, an atomic rewrite
+//! of `~/.claude.json`), so the list of what exists is taken again before
+//! every command, cheaply: each watched directory is `stat`ed, and read
+//! again only when its change time moved (or was too recent to trust:
+//! file-system timestamps come from a coarse clock, so a change within the
+//! same tick as a scan keeps the time the scan saw). The command's init
+//! then masks every name the holder did not (it tells a mask by its device).
+//!
+//! **Homes**: every home directory in `/etc/passwd`, `/root`, each
+//! directory in `/home`, and `$HOME`; not those beneath `/proc`, `/sys`,
+//! `/dev` (the sandbox has its own) nor, when the sandbox's `/tmp` is
+//! private, beneath `/tmp`.
+//!
+//! **System scope**: the system directories ([`SYSTEM_DIRS`]), each
+//! directory on `PATH` and its toolchain root ([`toolchain_root`]), rustup's
+//! and cargo's homes, the user's git configuration, the workspace, the
+//! writable roots and the `readable_roots`.
+
+use std::collections::HashSet;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Component, Path, PathBuf};
+use std::sync::Mutex;
+use std::time::{Duration, SystemTime};
+
+use crate::process::lock;
+
+/// Credential stores in every home directory: a directory (relative to the
+/// home) and the names in it. A `*` matches any run of characters.
+pub(crate) const HOME_STORES: &[(&str, &[&str])] = &[
+    (
+        "",
+        &[
+            ".ssh",
+            ".gnupg",
+            ".aws",
+            ".azure",
+            ".kube",
+            ".docker",
+            ".netrc",
+            ".git-credentials",
+            ".npmrc",
+            ".yarnrc*",
+            ".pypirc",
+            ".vault-token",
+            ".claude.json",
+            ".pgpass",
+            ".my.cnf",
+            ".password-store",
+            // Browser profiles: cookies, saved passwords, session tokens.
+            ".mozilla",
+        ],
+    ),
+    (
+        ".config",
+        &[
+            "gcloud",
+            "gh",
+            "hub",
+            "anthropic",
+            "openai",
+            "google-chrome*",
+            "chromium",
+            "BraveSoftware",
+            "microsoft-edge*",
+            "vivaldi*",
+            "opera*",
+        ],
+    ),
+    (".cargo", &["credentials*"]),
+    (".terraform.d", &["credentials*"]),
+    (".codex", &["auth.json"]),
+    (".claude", &[".credentials.json"]),
+    (".local/share", &["keyrings"]),
+    ("snap", &["firefox", "chromium"]),
+];
+
+/// The host's own secrets.
+pub(crate) const SYSTEM_STORES: &[(&str, &[&str])] = &[
+    (
+        "/etc",
+        &["shadow*", "gshadow*", "sudoers*", "master.passwd"],
+    ),
+    (
+        "/etc/ssh",
+        &[
+            "ssh_host_*key",
+            "ssh_host_rsa_key",
+            "ssh_host_ecdsa_key",
+            "ssh_host_ed25519_key",
+            "ssh_host_dsa_key",
+        ],
+    ),
+    ("/etc/ssl", &["private"]),
+    ("/etc/security", &["opasswd"]),
+];
+
+/// With `read_scope = "system"`: the system directories commands read.
+pub(crate) const SYSTEM_DIRS: &[&str] = &[
+    "/usr",
+    "/bin",
+    "/sbin",
+    "/lib",
+    "/lib32",
+    "/lib64",
+    "/libx32",
+    "/etc",
+    "/opt",
+    "/sys",
+    // `/etc/resolv.conf` leads there on systemd hosts.
+    "/run/systemd/resolve",
+];
+
+/// Where no home is watched: the sandbox has its own `/dev` and `/proc`,
+/// and `/sys` holds none.
+const NOT_HOMES: &[&str] = &["/proc", "/sys", "/dev"];
+
+/// A change time this close to a scan is not trusted to move at the next
+/// change (timestamps come from the kernel's coarse clock, a tick of at
+/// most 10 ms).
+const RACY_WINDOW: Duration = Duration::from_millis(50);
+
+/// Most names one watched directory contributes (a directory with more
+/// matches than this is masked in part; see [`HostStores::current`]).
+const MAX_MATCHES_PER_DIR: usize = 64;
+
+/// A directory's identity and change time, as `stat` gives them.
+type DirKey = (u64, u64, i64, i64);
+
+/// One directory whose entries are matched against credential names.
+#[derive(Debug)]
+struct Watched {
+    dir: PathBuf,
+    names: &'static [&'static str],
+    /// The watch of the directory holding this one, when that is its
+    /// parent: while the parent has not changed, a missing child is still
+    /// missing (no `stat` needed).
+    parent: Option<usize>,
+}
+
+#[derive(Debug, Default, Clone)]
+struct WatchState {
+    key: Option<DirKey>,
+    /// Whether `key` was old enough at the scan to move at the next change.
+    trusted: bool,
+    matches: Vec<PathBuf>,
+}
+
+/// The credential stores of this host (built-in and `host_deny_read`), and
+/// what of them exists, kept up to date cheaply (see the module doc).
+#[derive(Debug)]
+pub(crate) struct HostStores {
+    watched: Vec<Watched>,
+    state: Mutex<Vec<WatchState>>,
+    /// `host_deny_read` entries: always passed on (the init checks them).
+    exact: Vec<PathBuf>,
+}
+
+impl HostStores {
+    /// The stores of every home (see the module doc) and `extra` (absolute
+    /// paths); homes beneath `/tmp` only when `host_tmp` (the sandbox sees
+    /// the host's `/tmp`).
+    pub(crate) fn new(extra: &[PathBuf], host_tmp: bool) -> HostStores {
+        let mut watched = Vec::new();
+        for (dir, names) in SYSTEM_STORES {
+            watched.push(Watched {
+                dir: PathBuf::from(dir),
+                names,
+                parent: None,
+            });
+        }
+        for home in homes(host_tmp) {
+            let at = watched.len();
+            for (sub, names) in HOME_STORES {
+                let single = !sub.is_empty() && !sub.contains('/');
+                watched.push(Watched {
+                    dir: if sub.is_empty() {
+                        home.clone()
+                    } else {
+                        home.join(sub)
+                    },
+                    names,
+                    parent: single.then_some(at),
+                });
+            }
+        }
+        let state = Mutex::new(vec![WatchState::default(); watched.len()]);
+        HostStores {
+            watched,
+            state,
+            exact: extra.to_vec(),
+        }
+    }
+
+    /// The names to mask now: every credential store that exists (a name
+    /// that exists but leads nowhere, a dangling link, is included: the
+    /// init checks what it leads to when it masks), and each
+    /// `host_deny_read` entry.
+    pub(crate) fn current(&self) -> Vec<PathBuf> {
+        let mut out = self.exact.clone();
+        let mut state = lock(&self.state);
+        // Whether each watch is known unchanged since a trusted scan.
+        let mut stable = vec![false; self.watched.len()];
+        for (i, w) in self.watched.iter().enumerate() {
+            let st = &mut state[i];
+            if st.key.is_none() && w.parent.is_some_and(|p| stable[p]) {
+                stable[i] = true;
+                continue;
+            }
+            let key = std::fs::metadata(&w.dir)
+                .ok()
+                .filter(std::fs::Metadata::is_dir)
+                .map(|m| (m.dev(), m.ino(), m.ctime(), m.ctime_nsec()));
+            if key.is_some() && key == st.key && st.trusted {
+                stable[i] = true;
+                out.extend(st.matches.iter().cloned());
+                continue;
+            }
+            let scanned_at = SystemTime::now();
+            st.matches = match key {
+                Some(_) => scan(&w.dir, w.names),
+                None => Vec::new(),
+            };
+            st.trusted = key.is_none_or(|(_, _, secs, nsecs)| {
+                let changed = SystemTime::UNIX_EPOCH
+                    + Duration::new(secs.max(0) as u64, nsecs.clamp(0, 999_999_999) as u32);
+                scanned_at
+                    .duration_since(changed)
+                    .is_ok_and(|age| age > RACY_WINDOW)
+            });
+            st.key = key;
+            // A directory missing now has no entries: what it would hold is
+            // missing too.
+            stable[i] = key.is_none();
+            out.extend(st.matches.iter().cloned());
+        }
+        out
+    }
+
+    /// The credential store `path` lies in (or is), if any.
+    pub(crate) fn covering(&self, path: &Path) -> Option<PathBuf> {
+        self.current().into_iter().find(|store| path.starts_with(store))
+    }
+}
+
+/// The names in `dir` that match one of `names`. When `dir` cannot be
+/// listed but can be searched, the names without a `*` are tried (a
+/// command of the same user could open them as well).
+fn scan(dir: &Path, names: &[&str]) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    match std::fs::read_dir(dir) {
+        Ok(entries) => {
+            for entry in entries.flatten() {
+                let name = entry.file_name();
+                let Some(name) = name.to_str() else { continue };
+                if names.iter().any(|p| matches(p, name)) {
+                    out.push(dir.join(name));
+                    if out.len() >= MAX_MATCHES_PER_DIR {
+                        break;
+                    }
+                }
+            }
+        }
+        Err(_) => {
+            for name in names {
+                let literal = name.trim_end_matches('*');
+                if !literal.contains('*') {
+                    let path = dir.join(literal);
+                    if std::fs::symlink_metadata(&path).is_ok() {
+                        out.push(path);
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Whether `name` matches `pattern` (at most one `*`, any run).
+fn matches(pattern: &str, name: &str) -> bool {
+    match pattern.split_once('*') {
+        None => pattern == name,
+        Some((prefix, suffix)) => {
+            name.len() >= prefix.len() + suffix.len()
+                && name.starts_with(prefix)
+                && name.ends_with(suffix)
+        }
+    }
+}
+
+/// Every home directory (see the module doc), each once, canonical.
+fn homes(host_tmp: bool) -> Vec<PathBuf> {
+    let mut found: Vec<PathBuf> = Vec::new();
+    if let Ok(passwd) = std::fs::read_to_string("/etc/passwd") {
+        for line in passwd.lines() {
+            if let Some(home) = line.split(':').nth(5)
+                && home.starts_with('/')
+            {
+                found.push(PathBuf::from(home));
+            }
+        }
+    }
+    found.push(PathBuf::from("/root"));
+    if let Ok(entries) = std::fs::read_dir("/home") {
+        found.extend(entries.flatten().map(|e| e.path()));
+    }
+    if let Some(home) = std::env::var_os("HOME").filter(|h| !h.is_empty()) {
+        found.push(PathBuf::from(home));
+    }
+    let mut seen = HashSet::new();
+    let mut out = Vec::new();
+    for home in found {
+        let Ok(canonical) = std::fs::canonicalize(&home) else {
+            continue;
+        };
+        let excluded = NOT_HOMES.iter().any(|n| canonical.starts_with(n))
+            || (!host_tmp && canonical.starts_with("/tmp"));
+        if !excluded && canonical.is_dir() && seen.insert(canonical.clone()) {
+            out.push(canonical);
+        }
+    }
+    out
+}
+
+/// The user's home (`$HOME`), for `~/` in config paths.
+pub(crate) fn home_dir() -> Option<PathBuf> {
+    std::env::var_os("HOME")
+        .filter(|h| !h.is_empty())
+        .map(PathBuf::from)
+}
+
+/// `~/x` against `$HOME`; other paths as they are.
+pub(crate) fn expand_home(path: &Path) -> PathBuf {
+    match (path.strip_prefix("~"), home_dir()) {
+        (Ok(rest), Some(home)) => home.join(rest),
+        _ => path.to_path_buf(),
+    }
+}
+
+/// The directory a `PATH` entry's toolchain lives in: beneath a home, the
+/// home's top-level entry that holds it (`~/.cargo/bin` → `~/.cargo`,
+/// `~/.nvm/versions/node/v22/bin` → `~/.nvm`, `~/.pyenv/shims` →
+/// `~/.pyenv`), but for `~/.local/bin`, which is itself (with `~/.local/lib`,
+/// where `pip --user` installs), and a home on `PATH` itself, which gives
+/// nothing; elsewhere the parent of a trailing `bin` (`/snap/bin` → `/snap`)
+/// or the entry itself.
+pub(crate) fn toolchain_root(entry: &Path, homes: &[PathBuf]) -> Vec<PathBuf> {
+    for home in homes {
+        if let Ok(rest) = entry.strip_prefix(home) {
+            let mut parts = rest.components();
+            return match parts.next() {
+                None => Vec::new(),
+                Some(Component::Normal(top)) if top == ".local" => {
+                    vec![home.join(".local/bin"), home.join(".local/lib")]
+                }
+                Some(Component::Normal(top)) => vec![home.join(top)],
+                Some(_) => Vec::new(),
+            };
+        }
+    }
+    match (entry.file_name(), entry.parent()) {
+        (Some(name), Some(parent)) if name == "bin" && parent != Path::new("/") => {
+            vec![parent.to_path_buf()]
+        }
+        _ => vec![entry.to_path_buf()],
+    }
+}
+
+/// What commands read with `read_scope = "system"`, besides the workspace
+/// and the writable and readable roots: [`SYSTEM_DIRS`], each `PATH`
+/// directory's toolchain root, rustup's home (`$RUSTUP_HOME` or
+/// `~/.rustup`) when cargo's is there, and the user's git configuration
+/// (`~/.gitconfig`, `~/.config/git`: `git commit` needs the user's name).
+/// Only what exists, canonical, each once.
+pub(crate) fn system_scope(path_var: Option<&std::ffi::OsStr>) -> Vec<PathBuf> {
+    let home = home_dir().and_then(|h| std::fs::canonicalize(h).ok());
+    let homes: Vec<PathBuf> = home.iter().cloned().collect();
+    let mut wanted: Vec<PathBuf> = SYSTEM_DIRS.iter().map(PathBuf::from).collect();
+    let mut cargo = false;
+    for entry in path_var.map(std::env::split_paths).into_iter().flatten() {
+        if !entry.is_absolute() {
+            continue;
+        }
+        for candidate in [Some(entry.clone()), std::fs::canonicalize(&entry).ok()]
+            .into_iter()
+            .flatten()
+        {
+            for root in toolchain_root(&candidate, &homes) {
+                cargo |= root.join("bin/cargo").exists();
+                wanted.push(root);
+            }
+        }
+    }
+    if let Some(dir) = std::env::var_os("CARGO_HOME") {
+        wanted.push(PathBuf::from(dir));
+    }
+    if cargo || std::env::var_os("CARGO_HOME").is_some() {
+        match std::env::var_os("RUSTUP_HOME") {
+            Some(dir) => wanted.push(PathBuf::from(dir)),
+            None => wanted.extend(home.iter().map(|h| h.join(".rustup"))),
+        }
+    }
+    if let Some(home) = &home {
+        wanted.push(home.join(".gitconfig"));
+        wanted.push(home.join(".config/git"));
+    }
+    let mut seen = HashSet::new();
+    wanted
+        .into_iter()
+        .filter_map(|p| std::fs::canonicalize(p).ok())
+        .filter(|p| seen.insert(p.clone()))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn patterns_match_one_run() {
+        assert!(matches(".yarnrc*", ".yarnrc"));
+        assert!(matches(".yarnrc*", ".yarnrc.yml"));
+        assert!(matches("ssh_host_*key", "ssh_host_ed25519_key"));
+        assert!(!matches("ssh_host_*key", "ssh_host_ed25519_key.pub"));
+        assert!(!matches(".npmrc", ".npmrc.bak"));
+        assert!(!matches("shadow*", "gshadow"));
+    }
+
+    #[test]
+    fn toolchain_roots() {
+        let homes = [PathBuf::from("/home/u")];
+        let root = |p: &str| toolchain_root(Path::new(p), &homes);
+        assert_eq!(root("/home/u/.cargo/bin"), [PathBuf::from("/home/u/.cargo")]);
+        assert_eq!(
+            root("/home/u/.nvm/versions/node/v22/bin"),
+            [PathBuf::from("/home/u/.nvm")]
+        );
+        assert_eq!(
+            root("/home/u/.local/bin"),
+            [
+                PathBuf::from("/home/u/.local/bin"),
+                PathBuf::from("/home/u/.local/lib")
+            ]
+        );
+        assert!(root("/home/u").is_empty());
+        assert_eq!(root("/snap/bin"), [PathBuf::from("/snap")]);
+        assert_eq!(root("/usr/bin"), [PathBuf::from("/usr")]);
+        assert_eq!(root("/bin"), [PathBuf::from("/bin")]);
+        assert_eq!(root("/opt/tool/libexec"), [PathBuf::from("/opt/tool/libexec")]);
+    }
+
+    #[test]
+    fn a_store_made_later_is_found_at_the_next_look() {
+        let dir = tempfile::tempdir().unwrap();
+        let stores = HostStores {
+            watched: vec![Watched {
+                dir: dir.path().to_path_buf(),
+                names: &[".npmrc", ".yarnrc*"],
+                parent: None,
+            }],
+            state: Mutex::new(vec![WatchState::default()]),
+            exact: vec![PathBuf::from("/nowhere/listed")],
+        };
+        assert_eq!(stores.current(), [PathBuf::from("/nowhere/listed")]);
+        std::fs::write(dir.path().join(".npmrc"), "t").unwrap();
+        std::fs::write(dir.path().join("notes"), "n").unwrap();
+        let now = stores.current();
+        assert!(now.contains(&dir.path().join(".npmrc")), "{now:?}");
+        assert_eq!(now.len(), 2, "{now:?}");
+        // Right after a scan the change time is too fresh to trust: a
+        // second file made in the same tick is still found.
+        std::fs::write(dir.path().join(".yarnrc.yml"), "t").unwrap();
+        assert!(stores.current().contains(&dir.path().join(".yarnrc.yml")));
+    }
+}
