@@ -626,7 +626,11 @@ impl Home {
             return None;
         }
         let mut top = self.path.clone();
-        for part in Path::new(rel).parent().into_iter().flat_map(Path::components) {
+        for part in Path::new(rel)
+            .parent()
+            .into_iter()
+            .flat_map(Path::components)
+        {
             top.push(part);
             if std::fs::symlink_metadata(&top).is_err() {
                 std::fs::create_dir(&top).unwrap();
@@ -742,7 +746,11 @@ fn host_secrets(l: &Lab) -> Verdict {
     .iter()
     .map(PathBuf::from)
     .collect();
-    for entry in std::fs::read_dir("/etc/ssh").into_iter().flatten().flatten() {
+    for entry in std::fs::read_dir("/etc/ssh")
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
         let name = entry.file_name().to_string_lossy().into_owned();
         if name.starts_with("ssh_host_") && name.ends_with("_key") {
             files.push(entry.path());
@@ -823,7 +831,10 @@ fn read_scope_system(l: &Lab) -> Verdict {
     let cat = format!("cat '{}'", notes.display());
     let control = l.sh(&cat);
     if !control.text.contains(&m) {
-        return Err(format!("control: read_scope host cannot read it: {}", control.text));
+        return Err(format!(
+            "control: read_scope host cannot read it: {}",
+            control.text
+        ));
     }
     let sys = lab_with(|o, ws| {
         o.read_scope = cubby::ReadScope::System;
@@ -833,7 +844,10 @@ fn read_scope_system(l: &Lab) -> Verdict {
     std::fs::write(sys.outside.join("target.txt"), "readable root\n").unwrap();
     let out = sys.sh(&format!("{cat}; ls '{}'", home.path.display()));
     not_in(&out, &m)?;
-    let mut tools = vec![("git --version", "git version"), ("python3 -c 'print(6*7)'", "42")];
+    let mut tools = vec![
+        ("git --version", "git version"),
+        ("python3 -c 'print(6*7)'", "42"),
+    ];
     let has = |tool: &str| {
         std::process::Command::new(tool)
             .arg("--version")
@@ -857,7 +871,10 @@ fn read_scope_system(l: &Lab) -> Verdict {
         .chain(tools.iter().map(|(_, e)| *e))
     {
         if !out.text.contains(expected) {
-            return Err(format!("{expected:?} missing (read_scope = system): {}", out.text));
+            return Err(format!(
+                "{expected:?} missing (read_scope = system): {}",
+                out.text
+            ));
         }
     }
     Ok(())
@@ -1973,10 +1990,7 @@ const ATTACKS: &[(&str, Attack)] = &[
         "read deny_read files the host made after the start",
         deny_read_created_after_start,
     ),
-    (
-        "read the home with read_scope = system",
-        read_scope_system,
-    ),
+    ("read the home with read_scope = system", read_scope_system),
     ("TCP to a host loopback server", tcp_to_host_loopback),
     ("UDP to a host loopback socket", udp_to_host_loopback),
     ("DNS lookup", dns_lookup),

@@ -12,7 +12,9 @@
 //!
 //! What is compiled to the kernel, per [`LinuxOptions`]:
 //!
-//! - **Landlock**: the whole file system readable and executable; writable
+//! - **Landlock**: the whole file system readable and executable (with
+//!   `read_scope = "system"`, a second layer per command narrows reads to
+//!   what `read_view.rs` lists and the command's `/proc`); writable
 //!   only beneath the workspace root, the private `/tmp` and `/dev/shm`,
 //!   the configured writable roots (none of them in `read-only` mode), and
 //!   a few devices (`/dev/null`, `/dev/zero`, …). Signals and abstract unix
@@ -22,8 +24,10 @@
 //!   extended attributes); protected paths bound read-only over themselves
 //!   in each command's mount namespace (a missing one is reserved by an
 //!   empty directory that is in the workspace only while a command runs;
-//!   see `reserve.rs`); `deny_read` paths hidden behind empty unreadable
-//!   objects, the directories above them pinned; a private `/tmp`; a
+//!   see `reserve.rs`); `deny_read` paths and the host's credential stores
+//!   (`read_view.rs`) hidden behind empty unreadable objects, by the holder
+//!   and, for what appeared later, by each command's init, the directories
+//!   above a `deny_read` path pinned; a private `/tmp`; a
 //!   `/dev` of the sandbox's own with only a few of the host's devices.
 //! - **seccomp**: `ptrace`, `process_vm_*`, `mount` and the new mount API,
 //!   `bpf`, `io_uring_*`, `kexec_*`, module loading, `perf_event_open`, key
@@ -649,8 +653,16 @@ impl LinuxSandbox {
         }
         if options.mode != Mode::FullAccess {
             let roots = std::iter::once(("the workspace", fs.root_path()))
-                .chain(writable_roots.iter().map(|w| ("writable root", w.as_path())))
-                .chain(readable_roots.iter().map(|r| ("readable root", r.as_path())));
+                .chain(
+                    writable_roots
+                        .iter()
+                        .map(|w| ("writable root", w.as_path())),
+                )
+                .chain(
+                    readable_roots
+                        .iter()
+                        .map(|r| ("readable root", r.as_path())),
+                );
             for (what, dir) in roots {
                 if let Some(store) = stores.covering(dir) {
                     return Err(Error::new(

@@ -14,7 +14,7 @@
 //!   tmpfs of `tmp_mb` on `/tmp` (binding back the workspace and writable
 //!   roots that lived there), covers `/dev` with its own (a few of the
 //!   host's devices and a private `/dev/shm` of the same size), masks the
-//!   `deny_read` paths, brings the
+//!   `deny_read` paths and credential stores, brings the
 //!   loopback up (with network `allow`, opens the egress proxy's listening
 //!   socket there and hands it to the server). It never execs.
 //!   Then it serves: each command request (over a unix socket, with the
@@ -23,7 +23,8 @@
 //!   process, not from the server — and answered with the child's pidfd.
 //! - **The init** of each command's pid namespace (pid 1) starts a session
 //!   of its own (no controlling terminal; not under `cubby exec`), takes its own
-//!   mount namespace, binds the protected paths read-only, changes into the
+//!   mount namespace, binds the protected paths read-only, masks what the
+//!   holder did not (made or replaced since), changes into the
 //!   working directory beneath the root, mounts its `/proc`, and forks the
 //!   command (pid 2), which sets its stdio, rlimits, Landlock, drops every
 //!   capability, installs the seccomp filter and execs. The init reports
@@ -1849,14 +1850,15 @@ unsafe fn restrict_reads() -> i32 {
         let files = READ_RULE_FILES.load(Relaxed);
         let count = READ_RULE_COUNT.load(Relaxed);
         let mut result = 0;
-        for i in 0..=count {
-            let (fd, access) = if i == count {
-                (proc_fd, handled)
-            } else if files & (1 << i) != 0 {
-                (READ_RULES[i].load(Relaxed), LL_EXECUTE | LL_READ_FILE)
+        let held = READ_RULES.iter().take(count).enumerate().map(|(i, fd)| {
+            let access = if files & (1 << i) != 0 {
+                LL_EXECUTE | LL_READ_FILE
             } else {
-                (READ_RULES[i].load(Relaxed), handled)
+                handled
             };
+            (fd.load(Relaxed), access)
+        });
+        for (fd, access) in held.chain([(proc_fd, handled)]) {
             let rule = LandlockPathBeneath {
                 allowed_access: access,
                 parent_fd: fd,

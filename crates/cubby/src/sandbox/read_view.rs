@@ -14,9 +14,10 @@
 //! then masks every name the holder did not (it tells a mask by its device).
 //!
 //! **Homes**: every home directory in `/etc/passwd`, `/root`, each
-//! directory in `/home`, and `$HOME`; not those beneath `/proc`, `/sys`,
-//! `/dev` (the sandbox has its own) nor, when the sandbox's `/tmp` is
-//! private, beneath `/tmp`.
+//! directory in `/home`, and `$HOME`; not `/` nor those beneath the
+//! system's own directories ([`NOT_HOMES`]: system accounts' homes such as
+//! `/usr/sbin` or `/bin`), nor, when the sandbox's `/tmp` is private, beneath
+//! `/tmp`.
 //!
 //! **System scope**: the system directories ([`SYSTEM_DIRS`]), each
 //! directory on `PATH` and its toolchain root ([`toolchain_root`]), rustup's
@@ -117,9 +118,15 @@ pub(crate) const SYSTEM_DIRS: &[&str] = &[
     "/run/systemd/resolve",
 ];
 
-/// Where no home is watched: the sandbox has its own `/dev` and `/proc`,
-/// and `/sys` holds none.
-const NOT_HOMES: &[&str] = &["/proc", "/sys", "/dev"];
+/// Where no home is watched: the sandbox has its own `/dev` and `/proc`;
+/// the rest are the system's own directories, which system accounts name
+/// as their homes (`daemon`'s `/usr/sbin`, `bin`'s `/bin`; `/` itself is
+/// skipped too): large directories to read, where no user keeps
+/// credentials.
+const NOT_HOMES: &[&str] = &[
+    "/proc", "/sys", "/dev", "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32",
+    "/etc", "/run",
+];
 
 /// A change time this close to a scan is not trusted to move at the next
 /// change (timestamps come from the kernel's coarse clock, a tick of at
@@ -245,7 +252,9 @@ impl HostStores {
 
     /// The credential store `path` lies in (or is), if any.
     pub(crate) fn covering(&self, path: &Path) -> Option<PathBuf> {
-        self.current().into_iter().find(|store| path.starts_with(store))
+        self.current()
+            .into_iter()
+            .find(|store| path.starts_with(store))
     }
 }
 
@@ -319,7 +328,8 @@ fn homes(host_tmp: bool) -> Vec<PathBuf> {
         let Ok(canonical) = std::fs::canonicalize(&home) else {
             continue;
         };
-        let excluded = NOT_HOMES.iter().any(|n| canonical.starts_with(n))
+        let excluded = canonical == Path::new("/")
+            || NOT_HOMES.iter().any(|n| canonical.starts_with(n))
             || (!host_tmp && canonical.starts_with("/tmp"));
         if !excluded && canonical.is_dir() && seen.insert(canonical.clone()) {
             out.push(canonical);
@@ -436,7 +446,10 @@ mod tests {
     fn toolchain_roots() {
         let homes = [PathBuf::from("/home/u")];
         let root = |p: &str| toolchain_root(Path::new(p), &homes);
-        assert_eq!(root("/home/u/.cargo/bin"), [PathBuf::from("/home/u/.cargo")]);
+        assert_eq!(
+            root("/home/u/.cargo/bin"),
+            [PathBuf::from("/home/u/.cargo")]
+        );
         assert_eq!(
             root("/home/u/.nvm/versions/node/v22/bin"),
             [PathBuf::from("/home/u/.nvm")]
@@ -452,7 +465,10 @@ mod tests {
         assert_eq!(root("/snap/bin"), [PathBuf::from("/snap")]);
         assert_eq!(root("/usr/bin"), [PathBuf::from("/usr")]);
         assert_eq!(root("/bin"), [PathBuf::from("/bin")]);
-        assert_eq!(root("/opt/tool/libexec"), [PathBuf::from("/opt/tool/libexec")]);
+        assert_eq!(
+            root("/opt/tool/libexec"),
+            [PathBuf::from("/opt/tool/libexec")]
+        );
     }
 
     #[test]
