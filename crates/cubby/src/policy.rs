@@ -70,7 +70,13 @@ pub const WEB_TOOLS: [&str; 2] = ["web_fetch", "web_search"];
 /// Agent configuration files and git's own, protected in every mode (SPEC
 /// §4). Each entry covers everything beneath it. (Git's surface is also
 /// matched by name: see the module doc.)
-pub const DEFAULT_PROTECTED: [&str; 8] = [
+pub const DEFAULT_PROTECTED: [&str; 9] = [
+    // The root's `HEAD`, present or missing: with `HEAD`, `objects/` and
+    // `refs/` the root itself is a bare repository to git whenever `.git`
+    // is missing or broken (its `HEAD` stays writable), and a `config`
+    // beside them with a `core.worktree` runs its fsmonitor and hooks on
+    // the host. Without a `HEAD` that git can read, the root is none.
+    "HEAD",
     ".git/hooks/",
     ".git/config",
     ".git/config.worktree",

@@ -1375,6 +1375,80 @@ fn new_git_dir_with_commondir(_: &Lab) -> Verdict {
     host_git_runs_nothing(&l.ws, &marker, false)
 }
 
+/// A config that makes a directory holding `HEAD`, `objects/` and `refs/`
+/// a repository with `worktree` as its work tree, whose fsmonitor creates
+/// `marker` when the host's git runs there.
+fn bare_with_worktree(worktree: &Path, marker: &Path) -> String {
+    format!(
+        "[core]\n\trepositoryformatversion = 0\n\tbare = false\n\tworktree = {}\n\tfsmonitor = \"touch {}; false\"\n",
+        worktree.display(),
+        marker.display()
+    )
+}
+
+/// The red-team pass of issue 13: when `.git` is missing or not a valid
+/// repository, git takes the directory itself for a bare repository if it
+/// holds `HEAD`, `objects/` and `refs/`; a `config` there with a
+/// `core.worktree` then runs its fsmonitor (and its `hooks/`) on the host.
+/// So the root's `HEAD` is protected, present or missing: by a command in a
+/// repository the user made (whose `.git/HEAD` stays writable), by the
+/// tools alone, and by a command in a workspace that is no repository.
+fn workspace_root_made_a_bare_repository(_: &Lab) -> Verdict {
+    let bare_root = |ws: &Path, marker: &Path| {
+        let _ = std::fs::remove_file(ws.join(".git/HEAD"));
+        std::fs::create_dir_all(ws.join("objects")).unwrap();
+        std::fs::create_dir_all(ws.join("refs")).unwrap();
+        std::fs::write(ws.join("HEAD"), "ref: refs/heads/main\n").unwrap();
+        std::fs::write(ws.join("config"), bare_with_worktree(ws, marker)).unwrap();
+    };
+    let repo = |ws: &Path| {
+        init(ws);
+        std::fs::write(ws.join("f"), "hi\n").unwrap();
+        host_git(ws, &["add", "f"]);
+        host_git(ws, &["commit", "-q", "-m", "first"]);
+    };
+    // 1. A command, in a repository the user made.
+    let l = git_lab(&[], repo);
+    control_runs(&l, repo, bare_root, false)?;
+    let marker = l.out("ran-cmd");
+    std::fs::write(l.out("config"), bare_with_worktree(&l.ws, &marker)).unwrap();
+    l.sh(&format!(
+        "rm -f .git/HEAD; mkdir -p objects refs; echo 'ref: refs/heads/main' > HEAD; cp {} config",
+        l.out("config").display()
+    ));
+    host_git_runs_nothing(&l.ws, &marker, false)?;
+    // 2. The tools alone (read before write of `.git/HEAD`, as the guard asks).
+    let l = git_lab(&[], repo);
+    let marker = l.out("ran-tools");
+    let config = bare_with_worktree(&l.ws, &marker);
+    l.tools.call("read_file", json!({"path": ".git/HEAD"}));
+    write(&l, ".git/HEAD", "garbage\n");
+    let head = write(&l, "HEAD", "ref: refs/heads/main\n");
+    for (path, content) in [
+        ("objects/.keep", ""),
+        ("refs/.keep", ""),
+        ("config", config.as_str()),
+    ] {
+        write(&l, path, content);
+    }
+    if !head.text.starts_with("ERROR denied") {
+        return Err(format!("write_file HEAD: {}", head.text));
+    }
+    host_git_runs_nothing(&l.ws, &marker, false)?;
+    // 3. A command, in a workspace that is no repository: fsmonitor and a
+    // pre-commit hook, judged by the host's `git status` and `git commit`.
+    let l = git_lab(&[], |_| {});
+    let marker = l.out("ran-plain");
+    std::fs::write(l.out("config"), bare_with_worktree(&l.ws, &marker)).unwrap();
+    l.sh(&format!(
+        "mkdir -p objects refs hooks; echo 'ref: refs/heads/main' > HEAD; cp {} config; \
+         printf '#!/bin/sh\\ntouch {}\\n' > hooks/pre-commit; chmod +x hooks/pre-commit",
+        l.out("config").display(),
+        marker.display()
+    ));
+    host_git_runs_nothing(&l.ws, &marker, true)
+}
+
 fn worktree_gitfile_rewritten(_: &Lab) -> Verdict {
     // The workspace is a linked worktree: `.git` is a gitfile naming the
     // main repository's git dir outside.
@@ -2036,6 +2110,10 @@ const ATTACKS: &[(&str, Attack)] = &[
         new_git_dir_with_commondir,
     ),
     ("a worktree's gitfile rewritten", worktree_gitfile_rewritten),
+    (
+        "make the workspace root a bare repository",
+        workspace_root_made_a_bare_repository,
+    ),
     (
         "hooks in a core.hooksPath inside the tree",
         hooks_path_in_the_tree,

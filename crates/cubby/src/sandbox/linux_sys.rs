@@ -1746,18 +1746,28 @@ unsafe fn mask_one(path: *const libc::c_char) -> i32 {
             libc::MS_BIND,
             std::ptr::null(),
         ) != 0
-            || libc::mount(
-                std::ptr::null(),
-                path,
-                std::ptr::null(),
-                libc::MS_REMOUNT
-                    | libc::MS_BIND
-                    | libc::MS_RDONLY
-                    | libc::MS_NOSUID
-                    | libc::MS_NODEV
-                    | libc::MS_NOEXEC,
-                std::ptr::null(),
-            ) != 0
+        {
+            // Gone since the `stat` (the host removed it): nothing to
+            // hide; each command's init looks again before it starts.
+            let errno = *libc::__errno_location();
+            return if errno == libc::ENOENT || errno == libc::ENOTDIR {
+                0
+            } else {
+                errno
+            };
+        }
+        if libc::mount(
+            std::ptr::null(),
+            path,
+            std::ptr::null(),
+            libc::MS_REMOUNT
+                | libc::MS_BIND
+                | libc::MS_RDONLY
+                | libc::MS_NOSUID
+                | libc::MS_NODEV
+                | libc::MS_NOEXEC,
+            std::ptr::null(),
+        ) != 0
         {
             return *libc::__errno_location();
         }

@@ -54,6 +54,10 @@ pub(crate) const HOME_STORES: &[(&str, &[&str])] = &[
             ".pgpass",
             ".my.cnf",
             ".password-store",
+            ".s3cfg",
+            ".boto",
+            ".oci",
+            ".huggingface",
             // Browser profiles: cookies, saved passwords, session tokens.
             ".mozilla",
         ],
@@ -72,8 +76,14 @@ pub(crate) const HOME_STORES: &[(&str, &[&str])] = &[
             "microsoft-edge*",
             "vivaldi*",
             "opera*",
+            "glab-cli",
+            "rclone",
         ],
     ),
+    (".config/git", &["credentials"]),
+    (".config/containers", &["auth.json"]),
+    (".cache/huggingface", &["token"]),
+    (".gem", &["credentials"]),
     (".cargo", &["credentials*"]),
     (".terraform.d", &["credentials*"]),
     (".codex", &["auth.json"]),
@@ -86,8 +96,18 @@ pub(crate) const HOME_STORES: &[(&str, &[&str])] = &[
 pub(crate) const SYSTEM_STORES: &[(&str, &[&str])] = &[
     (
         "/etc",
-        &["shadow*", "gshadow*", "sudoers*", "master.passwd"],
+        &[
+            "shadow*",
+            "gshadow*",
+            "sudoers*",
+            "master.passwd",
+            "krb5.keytab",
+            "ipsec.secrets",
+            "wireguard",
+            "letsencrypt",
+        ],
     ),
+    ("/etc/NetworkManager", &["system-connections"]),
     (
         "/etc/ssh",
         &[
