@@ -53,7 +53,9 @@ struct Lab {
     tools: Toolset,
 }
 
-fn lab_with(configure: impl FnOnce(&mut LinuxOptions, &Path)) -> Lab {
+/// A lab's directories: the workspace and a sibling outside it, under one
+/// temporary parent beneath [`LAB_BASE`].
+fn lab_dirs() -> (tempfile::TempDir, PathBuf, PathBuf) {
     let base = tempfile::Builder::new()
         .prefix("cubby-escape-")
         .tempdir_in(LAB_BASE)
@@ -62,17 +64,17 @@ fn lab_with(configure: impl FnOnce(&mut LinuxOptions, &Path)) -> Lab {
     let outside = base.path().join("ws-outside");
     std::fs::create_dir(&ws).unwrap();
     std::fs::create_dir(&outside).unwrap();
-    std::fs::write(outside.join("target.txt"), "original\n").unwrap();
-    let nested = format!("{NESTED_SECRET_DIR}/");
-    let policy = Policy::builder()
-        .deny_read(["secrets/", nested.as_str(), ".env"])
-        .build()
-        .unwrap();
-    let mut options = LinuxOptions::from_policy(&policy);
-    options.limits.processes = TEST_PROCESSES;
-    options.limits.file_size_mb = TEST_FILE_SIZE_MB;
-    options.limits.address_space_mb = TEST_ADDRESS_SPACE_MB;
-    configure(&mut options, &ws);
+    (base, ws, outside)
+}
+
+/// The lab's toolset: a `linux` sandbox on `ws` with `options`, under `policy`.
+fn open_lab(
+    base: tempfile::TempDir,
+    ws: PathBuf,
+    outside: PathBuf,
+    policy: Policy,
+    options: LinuxOptions,
+) -> Lab {
     let sandbox = LinuxSandbox::open(&ws, options).unwrap();
     let tools = Toolset::builder(Arc::new(sandbox))
         .policy(policy)
@@ -85,6 +87,22 @@ fn lab_with(configure: impl FnOnce(&mut LinuxOptions, &Path)) -> Lab {
         outside,
         tools,
     }
+}
+
+fn lab_with(configure: impl FnOnce(&mut LinuxOptions, &Path)) -> Lab {
+    let (base, ws, outside) = lab_dirs();
+    std::fs::write(outside.join("target.txt"), "original\n").unwrap();
+    let nested = format!("{NESTED_SECRET_DIR}/");
+    let policy = Policy::builder()
+        .deny_read(["secrets/", nested.as_str(), ".env"])
+        .build()
+        .unwrap();
+    let mut options = LinuxOptions::from_policy(&policy);
+    options.limits.processes = TEST_PROCESSES;
+    options.limits.file_size_mb = TEST_FILE_SIZE_MB;
+    options.limits.address_space_mb = TEST_ADDRESS_SPACE_MB;
+    configure(&mut options, &ws);
+    open_lab(base, ws, outside, policy, options)
 }
 
 fn lab() -> Lab {
@@ -1167,14 +1185,7 @@ fn read_only_mode(l: &Lab) -> Verdict {
 /// its config), with a policy that reads that workspace's git config (as
 /// the CLI's does) and protects `protect` on top.
 fn git_lab(protect: &[&str], prepare: impl FnOnce(&Path)) -> Lab {
-    let base = tempfile::Builder::new()
-        .prefix("cubby-escape-")
-        .tempdir_in(LAB_BASE)
-        .unwrap();
-    let ws = base.path().join("ws");
-    let outside = base.path().join("ws-outside");
-    std::fs::create_dir(&ws).unwrap();
-    std::fs::create_dir(&outside).unwrap();
+    let (base, ws, outside) = lab_dirs();
     prepare(&ws);
     let mut policy = Policy::builder();
     policy.git_of(&ws);
@@ -1184,18 +1195,7 @@ fn git_lab(protect: &[&str], prepare: impl FnOnce(&Path)) -> Lab {
     let policy = policy.build().unwrap();
     let mut options = LinuxOptions::from_policy(&policy);
     options.limits.processes = TEST_PROCESSES;
-    let sandbox = LinuxSandbox::open(&ws, options).unwrap();
-    let tools = Toolset::builder(Arc::new(sandbox))
-        .policy(policy)
-        .track_changes(false)
-        .build()
-        .unwrap();
-    Lab {
-        base,
-        ws,
-        outside,
-        tools,
-    }
+    open_lab(base, ws, outside, policy, options)
 }
 
 /// The host's git in `dir` (an identity given, so that `commit` runs).
