@@ -213,30 +213,27 @@ impl<'a> Walk<'a> {
         let mut state = WalkState::default();
         let mut ignores = Vec::new();
         if self.respect_gitignore {
-            // Ancestors' rules apply to the start directory's contents.
+            // Ancestors' rules apply to the start directory's contents; the
+            // start's own comes last (deepest), only if its listing has one.
+            let mut dirs = Vec::new();
             let mut dir = WorkspacePath::root();
             for name in start.components() {
-                match self.load_gitignore(&dir, &mut state) {
+                let next = dir.join_name(name);
+                dirs.push(dir);
+                dir = next;
+            }
+            if entries
+                .iter()
+                .any(|e| e.name == ".gitignore" && e.kind == EntryKind::File)
+            {
+                dirs.push(start.clone());
+            }
+            for dir in &dirs {
+                match self.load_gitignore(dir, &mut state) {
                     Ok(Some(g)) => ignores.push(g),
                     Ok(None) => {}
                     Err(NotLoaded) => {
                         // What the start holds is hidden by rules unknown.
-                        state.unseen.ignore_not_loaded += 1;
-                        state.unseen.add_example(start);
-                        return Ok(state.unseen);
-                    }
-                }
-                dir = dir.join_name(name);
-            }
-            // The start's own, last (deepest), only if its listing has one.
-            let has_own = entries
-                .iter()
-                .any(|e| e.name == ".gitignore" && e.kind == EntryKind::File);
-            if has_own {
-                match self.load_gitignore(start, &mut state) {
-                    Ok(Some(g)) => ignores.push(g),
-                    Ok(None) => {}
-                    Err(NotLoaded) => {
                         state.unseen.ignore_not_loaded += 1;
                         state.unseen.add_example(start);
                         return Ok(state.unseen);
