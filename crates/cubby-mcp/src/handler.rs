@@ -142,14 +142,18 @@ fn to_object(v: &Value) -> Arc<JsonObject> {
 /// carry `structuredContent` (the one goes with the other).
 fn mcp_tool(spec: &cubby::ToolSpec, options: McpOptions) -> Tool {
     let a = spec.annotations;
-    let tool = Tool::new(spec.name, spec.description, to_object(&spec.input_schema))
-        .with_annotations(
-            ToolAnnotations::new()
-                .read_only(a.read_only)
-                .destructive(a.destructive)
-                .idempotent(a.idempotent)
-                .open_world(a.open_world),
-        );
+    let tool = Tool::new(
+        spec.name,
+        spec.description.clone(),
+        to_object(&spec.input_schema),
+    )
+    .with_annotations(
+        ToolAnnotations::new()
+            .read_only(a.read_only)
+            .destructive(a.destructive)
+            .idempotent(a.idempotent)
+            .open_world(a.open_world),
+    );
     if options.structured_content {
         tool.with_raw_output_schema(to_object(&spec.output_schema))
     } else {
@@ -157,20 +161,58 @@ fn mcp_tool(spec: &cubby::ToolSpec, options: McpOptions) -> Tool {
     }
 }
 
-fn instructions(template: &Toolset) -> String {
+/// Longest `instructions`, in chars (SPEC §6: Claude Code cuts at 2,048).
+pub const MAX_INSTRUCTIONS_CHARS: usize = 2_000;
+
+/// The server's `instructions`: what cubby is and when to use its tools
+/// (clients may show only these and a tool search), at most
+/// [`MAX_INSTRUCTIONS_CHARS`]: the list of protected paths is shortened to
+/// fit.
+pub(crate) fn instructions(template: &Toolset) -> String {
     let policy = template.policy();
-    let names = template.tool_names().join(", ");
-    let protected: Vec<&str> = policy.protected().collect();
-    format!(
-        "cubby gives you one workspace directory (provider `{}`, mode `{}`). Every path is \
-         relative to the workspace root; absolute paths, `..` that leaves the root and symbolic \
-         links are refused. Read a file with read_file before overwriting it with write_file or \
-         changing it with edit_file. Errors read `ERROR <kind>: <message>` and say what to do \
-         next. Protected (read-only) paths: {}. Tools: {names}.",
+    let names = template.tool_names();
+    let offers = |tool: &str| names.contains(&tool);
+    let commands = if offers("run") {
+        ", searches and commands"
+    } else {
+        " and searches"
+    };
+    let guard = match (offers("write_file"), offers("edit_file")) {
+        (true, true) => {
+            " Read a file with read_file before write_file overwrites it or edit_file changes it."
+        }
+        (true, false) => " Read a file with read_file before write_file overwrites it.",
+        (false, true) => " Read a file with read_file before edit_file changes it.",
+        (false, false) => "",
+    };
+    let head = format!(
+        "cubby serves one workspace directory in a sandbox (provider `{}`, mode `{}`). For \
+         files{commands} in this workspace, use these tools instead of your client's built-in \
+         ones: they act inside the sandbox and its policy. Every path is relative to the \
+         workspace root; absolute paths, `..` that leaves the root and symbolic links are \
+         refused.{guard} Errors read `ERROR <kind>: <message>` and say what to do next.",
         template.sandbox().kind().as_str(),
         policy.mode().as_str(),
-        protected.join(", "),
-    )
+    );
+    let tail = format!(" Tools: {}.", names.join(", "));
+    let protected: Vec<&str> = policy.protected().collect();
+    let mut shown = protected.len();
+    loop {
+        let mut list = protected[..shown].join(", ");
+        if shown < protected.len() {
+            list.push_str(&format!(" and {} more", protected.len() - shown));
+        }
+        let middle = if protected.is_empty() {
+            String::new()
+        } else {
+            format!(" Protected (read-only) paths: {list}.")
+        };
+        let text = format!("{head}{middle}{tail}");
+        if text.chars().count() <= MAX_INSTRUCTIONS_CHARS || shown == 0 {
+            return text;
+        }
+        shown -= 1;
+    }
 }
 
 impl CubbyHandler {
@@ -423,5 +465,72 @@ impl ServerHandler for CubbyHandler {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cubby::Mode;
+
+    fn toolset(provider: &str, policy: &cubby::PolicyBuilder, root: &std::path::Path) -> Toolset {
+        let sandbox = match provider {
+            "virtual" => cubby::virtual_sandbox(cubby::MemoryFs::new()),
+            _ => cubby::local_sandbox(root).unwrap(),
+        };
+        Toolset::builder(sandbox)
+            .policy(policy.build().unwrap())
+            .build()
+            .unwrap()
+    }
+
+    #[test]
+    fn instructions_fit_and_say_when_to_use_the_tools() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut default = cubby::Policy::builder();
+        default.mode(Mode::WorkspaceWrite);
+        let mut read_only = cubby::Policy::builder();
+        read_only.mode(Mode::ReadOnly);
+        let mut web = cubby::Policy::builder();
+        web.mode(Mode::FullAccess)
+            .allow(["web_fetch", "web_search"]);
+        // More protected paths than fit: the list is shortened.
+        let mut crowded = cubby::Policy::builder();
+        crowded.mode(Mode::WorkspaceWrite);
+        for i in 0..300 {
+            crowded.protect(format!("generated/protected-directory-number-{i}/"));
+        }
+        let cases = [
+            ("default", toolset("local", &default, dir.path())),
+            ("read-only", toolset("local", &read_only, dir.path())),
+            ("web tools", toolset("local", &web, dir.path())),
+            ("no commands", toolset("virtual", &default, dir.path())),
+            ("crowded", toolset("local", &crowded, dir.path())),
+        ];
+        for (config, t) in &cases {
+            let text = instructions(t);
+            assert!(
+                text.chars().count() <= MAX_INSTRUCTIONS_CHARS,
+                "{config}: {} chars",
+                text.chars().count()
+            );
+            assert!(
+                text.contains("instead of your client's built-in ones"),
+                "{config}: {text}"
+            );
+            // Every offered tool is named.
+            assert!(
+                text.contains(&format!("Tools: {}.", t.tool_names().join(", "))),
+                "{config}: {text}"
+            );
+        }
+        let text =
+            |config: &str| instructions(&cases.iter().find(|(c, _)| *c == config).unwrap().1);
+        assert!(text("default").contains("commands in this workspace"));
+        assert!(text("default").contains("edit_file changes it"));
+        assert!(!text("read-only").contains("write_file"));
+        assert!(!text("no commands").contains("commands in this workspace"));
+        assert!(text("crowded").contains(" more."), "{}", text("crowded"));
+        assert!(text("crowded").contains("protected-directory-number-0/"));
     }
 }

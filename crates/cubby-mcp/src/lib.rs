@@ -32,7 +32,7 @@ mod stdio;
 
 use std::sync::Arc;
 
-pub use handler::CubbyHandler;
+pub use handler::{CubbyHandler, MAX_INSTRUCTIONS_CHARS};
 pub use http::{HttpOptions, serve_http};
 pub use stdio::serve_stdio;
 

@@ -305,7 +305,17 @@ fn check_shape(front: &str, answers: &Answers, options: McpOptions) {
     let on = options.structured_content;
     let tools = answers.tools["result"]["tools"].as_array().unwrap();
     assert!(tools.len() >= 10, "{front}: {}", answers.tools);
+    let instructions = answers.init["result"]["instructions"].as_str().unwrap();
+    assert!(
+        instructions.chars().count() <= cubby_mcp::MAX_INSTRUCTIONS_CHARS,
+        "{front}: {instructions}"
+    );
     for tool in tools {
+        let description = tool["description"].as_str().unwrap();
+        assert!(
+            description.chars().count() <= cubby::MAX_DESCRIPTION_CHARS,
+            "{front}: {tool}"
+        );
         assert_eq!(
             tool.get("outputSchema").is_some(),
             on,
