@@ -21,11 +21,12 @@ use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
 use serde_json::Value;
 
 use crate::pool::FilePool;
-use crate::{SERVER_NAME, SERVER_VERSION, ToolsetFactory};
+use crate::{McpOptions, SERVER_NAME, SERVER_VERSION, ToolsetFactory};
 
 /// What every session of one server shares.
 pub(crate) struct Shared {
     factory: ToolsetFactory,
+    options: McpOptions,
     tools: Vec<Tool>,
     instructions: String,
     /// The run of requests that belong to no session.
@@ -137,33 +138,81 @@ fn to_object(v: &Value) -> Arc<JsonObject> {
     Arc::new(v.as_object().cloned().unwrap_or_default())
 }
 
-fn mcp_tool(spec: &cubby::ToolSpec) -> Tool {
+/// A tool as `tools/list` shows it: its `outputSchema` only when results
+/// carry `structuredContent` (the one goes with the other).
+fn mcp_tool(spec: &cubby::ToolSpec, options: McpOptions) -> Tool {
     let a = spec.annotations;
-    Tool::new(spec.name, spec.description, to_object(&spec.input_schema))
-        .with_raw_output_schema(to_object(&spec.output_schema))
-        .with_annotations(
-            ToolAnnotations::new()
-                .read_only(a.read_only)
-                .destructive(a.destructive)
-                .idempotent(a.idempotent)
-                .open_world(a.open_world),
-        )
+    let tool = Tool::new(
+        spec.name,
+        spec.description.clone(),
+        to_object(&spec.input_schema),
+    )
+    .with_annotations(
+        ToolAnnotations::new()
+            .read_only(a.read_only)
+            .destructive(a.destructive)
+            .idempotent(a.idempotent)
+            .open_world(a.open_world),
+    );
+    if options.structured_content {
+        tool.with_raw_output_schema(to_object(&spec.output_schema))
+    } else {
+        tool
+    }
 }
 
-fn instructions(template: &Toolset) -> String {
+/// Longest `instructions`, in chars (SPEC §6: Claude Code cuts at 2,048).
+pub const MAX_INSTRUCTIONS_CHARS: usize = 2_000;
+
+/// The server's `instructions`: what cubby is and when to use its tools
+/// (clients may show only these and a tool search), at most
+/// [`MAX_INSTRUCTIONS_CHARS`]: the list of protected paths is shortened to
+/// fit.
+pub(crate) fn instructions(template: &Toolset) -> String {
     let policy = template.policy();
-    let names = template.tool_names().join(", ");
-    let protected: Vec<&str> = policy.protected().collect();
-    format!(
-        "cubby gives you one workspace directory (provider `{}`, mode `{}`). Every path is \
-         relative to the workspace root; absolute paths, `..` that leaves the root and symbolic \
-         links are refused. Read a file with read_file before overwriting it with write_file or \
-         changing it with edit_file. Errors read `ERROR <kind>: <message>` and say what to do \
-         next. Protected (read-only) paths: {}. Tools: {names}.",
+    let names = template.tool_names();
+    let offers = |tool: &str| names.contains(&tool);
+    let commands = if offers("run") {
+        ", searches and commands"
+    } else {
+        " and searches"
+    };
+    let guard = match (offers("write_file"), offers("edit_file")) {
+        (true, true) => {
+            " Read a file with read_file before write_file overwrites it or edit_file changes it."
+        }
+        (true, false) => " Read a file with read_file before write_file overwrites it.",
+        (false, true) => " Read a file with read_file before edit_file changes it.",
+        (false, false) => "",
+    };
+    let head = format!(
+        "cubby serves one workspace directory in a sandbox (provider `{}`, mode `{}`). For \
+         files{commands} in this workspace, use these tools instead of your client's built-in \
+         ones: they act inside the sandbox and its policy. Every path is relative to the \
+         workspace root; absolute paths, `..` that leaves the root and symbolic links are \
+         refused.{guard} Errors read `ERROR <kind>: <message>` and say what to do next.",
         template.sandbox().kind().as_str(),
         policy.mode().as_str(),
-        protected.join(", "),
-    )
+    );
+    let tail = format!(" Tools: {}.", names.join(", "));
+    let protected: Vec<&str> = policy.protected().collect();
+    let mut shown = protected.len();
+    loop {
+        let mut list = protected[..shown].join(", ");
+        if shown < protected.len() {
+            list.push_str(&format!(" and {} more", protected.len() - shown));
+        }
+        let middle = if protected.is_empty() {
+            String::new()
+        } else {
+            format!(" Protected (read-only) paths: {list}.")
+        };
+        let text = format!("{head}{middle}{tail}");
+        if text.chars().count() <= MAX_INSTRUCTIONS_CHARS || shown == 0 {
+            return text;
+        }
+        shown -= 1;
+    }
 }
 
 impl CubbyHandler {
@@ -173,12 +222,20 @@ impl CubbyHandler {
     /// # Errors
     ///
     /// Whatever building a toolset fails with.
-    pub(crate) fn shared(factory: ToolsetFactory) -> cubby::Result<Arc<Shared>> {
+    pub(crate) fn shared(
+        factory: ToolsetFactory,
+        options: McpOptions,
+    ) -> cubby::Result<Arc<Shared>> {
         let template = factory()?;
-        let tools = template.tools().iter().map(mcp_tool).collect();
+        let tools = template
+            .tools()
+            .iter()
+            .map(|spec| mcp_tool(spec, options))
+            .collect();
         let instructions = instructions(&template);
         Ok(Arc::new(Shared {
             factory,
+            options,
             tools,
             instructions,
             stateless: Mutex::new(Some(template)),
@@ -225,7 +282,8 @@ impl CubbyHandler {
         match self.toolset_of(true) {
             Ok(toolset) => {
                 let out = toolset.call_with(name, arguments, &CallOptions::default());
-                let mut result = ServerResult::from(CallToolResponse::from(to_result(out)));
+                let result = to_result(out, self.shared.options);
+                let mut result = ServerResult::from(CallToolResponse::from(result));
                 // As rmcp answers a peer on a revision before 2026-07-28,
                 // the only sessions direct calls come from.
                 result.strip_result_type_for_legacy_peer();
@@ -257,15 +315,18 @@ impl CubbyHandler {
     }
 }
 
-/// The MCP result of a tool output.
-fn to_result(out: ToolOutput) -> CallToolResult {
+/// The MCP result of a tool output: the text (and images), and the
+/// structured value only when `options` ask for it (SPEC §2).
+fn to_result(out: ToolOutput, options: McpOptions) -> CallToolResult {
     if out.is_error {
         CallToolResult::error(vec![ContentBlock::text(out.text)])
     } else {
         // Not `CallToolResult::structured`, which also renders the value as
         // a JSON text block that would be thrown away here.
         let mut r = CallToolResult::success(vec![ContentBlock::text(out.text)]);
-        r.structured_content = Some(out.structured);
+        if options.structured_content {
+            r.structured_content = Some(out.structured);
+        }
         for image in out.images {
             use base64::Engine as _;
             let data = base64::engine::general_purpose::STANDARD.encode(&image.bytes);
@@ -357,7 +418,8 @@ impl ServerHandler for CubbyHandler {
         };
         let name = request.name.to_string();
         if file_tool && runs_inline(&name, &arguments, alone) {
-            return Ok(to_result(toolset.call_with(&name, arguments, &options)).into());
+            let out = toolset.call_with(&name, arguments, &options);
+            return Ok(to_result(out, self.shared.options).into());
         }
         let call = move || toolset.call_with(&name, arguments, &options);
         let mut job: Pin<Box<dyn Future<Output = Result<ToolOutput, String>> + Send>> = if file_tool
@@ -382,7 +444,7 @@ impl ServerHandler for CubbyHandler {
                             ).await;
                         }
                     }
-                    return Ok(to_result(out).into());
+                    return Ok(to_result(out, self.shared.options).into());
                 }
                 Some(chunk) = rx.recv() => {
                     sent += chunk.len() as u64;
@@ -403,5 +465,72 @@ impl ServerHandler for CubbyHandler {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cubby::Mode;
+
+    fn toolset(provider: &str, policy: &cubby::PolicyBuilder, root: &std::path::Path) -> Toolset {
+        let sandbox = match provider {
+            "virtual" => cubby::virtual_sandbox(cubby::MemoryFs::new()),
+            _ => cubby::local_sandbox(root).unwrap(),
+        };
+        Toolset::builder(sandbox)
+            .policy(policy.build().unwrap())
+            .build()
+            .unwrap()
+    }
+
+    #[test]
+    fn instructions_fit_and_say_when_to_use_the_tools() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut default = cubby::Policy::builder();
+        default.mode(Mode::WorkspaceWrite);
+        let mut read_only = cubby::Policy::builder();
+        read_only.mode(Mode::ReadOnly);
+        let mut web = cubby::Policy::builder();
+        web.mode(Mode::FullAccess)
+            .allow(["web_fetch", "web_search"]);
+        // More protected paths than fit: the list is shortened.
+        let mut crowded = cubby::Policy::builder();
+        crowded.mode(Mode::WorkspaceWrite);
+        for i in 0..300 {
+            crowded.protect(format!("generated/protected-directory-number-{i}/"));
+        }
+        let cases = [
+            ("default", toolset("local", &default, dir.path())),
+            ("read-only", toolset("local", &read_only, dir.path())),
+            ("web tools", toolset("local", &web, dir.path())),
+            ("no commands", toolset("virtual", &default, dir.path())),
+            ("crowded", toolset("local", &crowded, dir.path())),
+        ];
+        for (config, t) in &cases {
+            let text = instructions(t);
+            assert!(
+                text.chars().count() <= MAX_INSTRUCTIONS_CHARS,
+                "{config}: {} chars",
+                text.chars().count()
+            );
+            assert!(
+                text.contains("instead of your client's built-in ones"),
+                "{config}: {text}"
+            );
+            // Every offered tool is named.
+            assert!(
+                text.contains(&format!("Tools: {}.", t.tool_names().join(", "))),
+                "{config}: {text}"
+            );
+        }
+        let text =
+            |config: &str| instructions(&cases.iter().find(|(c, _)| *c == config).unwrap().1);
+        assert!(text("default").contains("commands in this workspace"));
+        assert!(text("default").contains("edit_file changes it"));
+        assert!(!text("read-only").contains("write_file"));
+        assert!(!text("no commands").contains("commands in this workspace"));
+        assert!(text("crowded").contains(" more."), "{}", text("crowded"));
+        assert!(text("crowded").contains("protected-directory-number-0/"));
     }
 }

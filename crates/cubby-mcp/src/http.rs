@@ -10,7 +10,8 @@
 //! 3. Bodies over [`MAX_BODY_BYTES`] are refused (413).
 //!
 //! Each MCP session is its own run; sessions idle for
-//! [`SESSION_IDLE`] are closed, which stops their processes.
+//! [`SESSION_IDLE`] are closed, which stops their processes. A `DELETE`
+//! that ends a session answers 204 (see [`session_end_is_no_content`]).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -18,7 +19,7 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::extract::Request;
-use axum::http::StatusCode;
+use axum::http::{Method, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::Response;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
@@ -26,7 +27,7 @@ use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, Stream
 use tokio_util::sync::CancellationToken;
 
 use crate::handler::CubbyHandler;
-use crate::{ServeError, ToolsetFactory};
+use crate::{McpOptions, ServeError, ToolsetFactory};
 
 /// Largest request body, in bytes.
 pub const MAX_BODY_BYTES: usize = 64 * 1024 * 1024;
@@ -40,6 +41,8 @@ pub struct HttpOptions {
     pub listen: SocketAddr,
     /// Bearer token required on every request (required off loopback).
     pub token: Option<String>,
+    /// What results and listings carry besides the text.
+    pub mcp: McpOptions,
 }
 
 /// Constant-time comparison of two byte strings.
@@ -69,6 +72,19 @@ async fn require_bearer(
     }
 }
 
+/// rmcp answers the `DELETE` that ends a session with 202 Accepted; the
+/// session is closed by then, and SPEC §6 (like the Python SDK, which logs
+/// "Session termination failed: 202") wants 200 or 204: 204 No Content, the
+/// body is empty. Other answers to a `DELETE` (400, 404, 405) pass as they are.
+async fn session_end_is_no_content(req: Request, next: Next) -> Response {
+    let delete = req.method() == Method::DELETE;
+    let mut response = next.run(req).await;
+    if delete && response.status() == StatusCode::ACCEPTED {
+        *response.status_mut() = StatusCode::NO_CONTENT;
+    }
+    response
+}
+
 /// Serves MCP over streamable HTTP until `shutdown` fires.
 ///
 /// # Errors
@@ -88,7 +104,8 @@ pub async fn serve_http(
             options.listen
         )));
     }
-    let shared = CubbyHandler::shared(factory).map_err(|e| ServeError(e.to_string()))?;
+    let shared =
+        CubbyHandler::shared(factory, options.mcp).map_err(|e| ServeError(e.to_string()))?;
     let listener = tokio::net::TcpListener::bind(options.listen)
         .await
         .map_err(|e| ServeError(format!("cannot listen on {}: {e}", options.listen)))?;
@@ -128,7 +145,9 @@ pub async fn serve_http(
         Arc::new(sessions),
         config,
     );
-    let mut app = Router::new().nest_service("/mcp", service);
+    let mut app = Router::new()
+        .nest_service("/mcp", service)
+        .layer(middleware::from_fn(session_end_is_no_content));
     if let Some(token) = options.token.filter(|t| !t.is_empty()) {
         let token = Arc::new(token);
         app = app.layer(middleware::from_fn(move |req: Request, next: Next| {

@@ -72,5 +72,5 @@ pub use sandbox::{
     local_sandbox, virtual_sandbox,
 };
 pub use tools::schema;
-pub use tools::{Annotations, ToolSpec};
+pub use tools::{Annotations, MAX_DESCRIPTION_CHARS, ToolSpec};
 pub use toolset::{CallOptions, MAX_ARGUMENT_BYTES, Toolset, ToolsetBuilder};

@@ -20,7 +20,7 @@ use crate::output::{Redactor, Secret, ToolOutput};
 use crate::policy::{COMMAND_TOOLS, Policy};
 use crate::process::{CancelToken, ProcessTable, RETAINED_LOG_BYTES, Subscriber};
 use crate::sandbox::{CommandEnv, Sandbox};
-use crate::tools::{Baseline, Ctx, Entry, ExecSettings, REGISTRY, RunState, ToolSpec};
+use crate::tools::{Baseline, Ctx, Describe, Entry, ExecSettings, REGISTRY, RunState, ToolSpec};
 use crate::web::{Configured, Resolver, SearchBackend, SystemResolver, WebSettings};
 
 /// Largest JSON argument document accepted, in bytes.
@@ -105,9 +105,21 @@ impl Toolset {
         self.inner.offered.iter().map(|e| e.name).collect()
     }
 
-    /// Definitions of the offered tools.
+    /// Definitions of the offered tools; their descriptions quote the
+    /// limits of this toolset and name only tools it offers.
     pub fn tools(&self) -> Vec<ToolSpec> {
-        self.inner.offered.iter().map(|e| (e.spec)()).collect()
+        let names = self.tool_names();
+        let describe = Describe::new(&self.inner.limits, &names);
+        self.inner
+            .offered
+            .iter()
+            .map(|e| (e.spec)(&describe))
+            .collect()
+    }
+
+    /// The limits in force.
+    pub fn limits(&self) -> &Limits {
+        &self.inner.limits
     }
 
     /// The policy in force.

@@ -132,8 +132,13 @@ pub struct Changes;
 
 impl Tool for Changes {
     const NAME: &'static str = "changes";
-    const DESCRIPTION: &'static str = "List what changed in the workspace since this session \
-        started, whoever changed it: `A path` (added), `M path` (modified), `D path` (deleted).";
+    fn description(_d: &super::Describe<'_>) -> String {
+        "List what changed in the sandboxed workspace since this session started, whoever \
+         changed it (your edits and what commands did): `A path` (added), `M path` (modified), \
+         `D path` (deleted); use it to review the session's work, instead of `git status`, \
+         which also shows what was changed before."
+            .to_string()
+    }
     const ANNOTATIONS: super::Annotations = READ_ONLY;
     type Params = Params;
     type Output = Output;

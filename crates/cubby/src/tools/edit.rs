@@ -59,10 +59,16 @@ pub struct EditFile;
 
 impl Tool for EditFile {
     const NAME: &'static str = "edit_file";
-    const DESCRIPTION: &'static str = "Replace exact text in a file. `find` must occur exactly \
-        once (copy it from read_file output, without the line numbers), or set `replace_all` \
-        to replace every occurrence. Requires a read_file of the file in this run. Returns a \
-        unified diff.";
+    fn description(d: &super::Describe<'_>) -> String {
+        format!(
+            "Replace exact text in a file of the sandboxed workspace and get a unified diff; {} \
+             edit tool. `find` must occur exactly once (copy it from read_file output, without \
+             the line numbers), or set `replace_all` to replace every occurrence. Needs a \
+             read_file of the file in this session. Files up to {}.",
+            super::PREFER,
+            super::size(d.limits.edit_file.max_bytes),
+        )
+    }
     const ANNOTATIONS: Annotations = Annotations {
         read_only: false,
         destructive: true,

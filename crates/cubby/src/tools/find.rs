@@ -108,9 +108,16 @@ pub struct Glob;
 
 impl Tool for Glob {
     const NAME: &'static str = "glob";
-    const DESCRIPTION: &'static str = "Find files by glob pattern (`**/*.rs`, `src/**/test_*.py`, \
-        `*.{js,ts}`). Returns matching file paths relative to the workspace root, sorted. \
-        .gitignore is respected and .git/ is never listed.";
+    fn description(d: &super::Describe<'_>) -> String {
+        format!(
+            "Find files of the sandboxed workspace by glob pattern (`**/*.rs`, \
+             `src/**/test_*.py`, `*.{{js,ts}}`); {} file-finding tool. Returns matching file \
+             paths relative to the workspace root, sorted, at most {} (the total is counted). \
+             .gitignore is respected and .git/ is never listed.",
+            super::PREFER,
+            super::thousands(d.limits.glob.max_matches as u64),
+        )
+    }
     const ANNOTATIONS: super::Annotations = READ_ONLY;
     type Params = GlobParams;
     type Output = ListOutput;
@@ -189,9 +196,16 @@ pub struct ListFiles;
 
 impl Tool for ListFiles {
     const NAME: &'static str = "list_files";
-    const DESCRIPTION: &'static str = "List files and directories recursively (directories end \
-        in `/`), relative to the workspace root, sorted. .gitignore is respected and .git/ is \
-        never listed; `depth` limits recursion and `glob` filters files.";
+    fn description(d: &super::Describe<'_>) -> String {
+        format!(
+            "List files and directories of the sandboxed workspace (directories end in `/`), \
+             sorted, relative to the root; {} listing tool and to `ls`. `depth` limits recursion \
+             (1: direct entries only) and `glob` filters files. At most {} entries are shown (the \
+             total is counted). .gitignore is respected and .git/ is never listed.",
+            super::PREFER,
+            super::thousands(d.limits.list_files.max_matches as u64),
+        )
+    }
     const ANNOTATIONS: super::Annotations = READ_ONLY;
     type Params = ListParams;
     type Output = ListOutput;

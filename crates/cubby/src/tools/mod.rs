@@ -155,13 +155,18 @@ pub struct Annotations {
     pub open_world: bool,
 }
 
+/// Longest tool description, in chars (SPEC §6: Claude Code cuts at 2,048).
+pub const MAX_DESCRIPTION_CHARS: usize = 2_000;
+
 /// A tool's definition: name, description and JSON Schemas.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct ToolSpec {
     /// The tool's name.
     pub name: &'static str,
-    /// What the model reads about it.
-    pub description: &'static str,
+    /// What the model reads about it: what it does and when to prefer it
+    /// (first sentence), then the limits in force. At most
+    /// [`MAX_DESCRIPTION_CHARS`].
+    pub description: String,
     /// JSON Schema of the arguments (`additionalProperties: false`).
     pub input_schema: Value,
     /// JSON Schema of the structured result.
@@ -170,10 +175,62 @@ pub struct ToolSpec {
     pub annotations: Annotations,
 }
 
+/// What a description is written from: the limits in force and the tools
+/// offered beside it (a description names only tools the model has).
+pub(crate) struct Describe<'a> {
+    pub limits: &'a Limits,
+    offered: &'a [&'static str],
+}
+
+impl<'a> Describe<'a> {
+    pub(crate) fn new(limits: &'a Limits, offered: &'a [&'static str]) -> Describe<'a> {
+        Describe { limits, offered }
+    }
+
+    /// Whether `tool` is offered in this toolset.
+    pub(crate) fn offers(&self, tool: &str) -> bool {
+        self.offered.contains(&tool)
+    }
+
+    /// `text` when `tool` is offered, else nothing.
+    pub(crate) fn with(&self, tool: &str, text: &'static str) -> &'static str {
+        if self.offers(tool) { text } else { "" }
+    }
+}
+
+/// The first sentence's second half for a tool that has a counterpart among
+/// a client's built-in tools.
+pub(crate) const PREFER: &str = "in this workspace, prefer it to your client's built-in";
+
+/// A byte size as a model reads it: `50 KiB`, `32 MiB`, `1,000 bytes`.
+pub(crate) fn size(bytes: u64) -> String {
+    const KIB: u64 = 1024;
+    const MIB: u64 = 1024 * 1024;
+    if bytes >= MIB && bytes % MIB == 0 {
+        format!("{} MiB", thousands(bytes / MIB))
+    } else if bytes >= KIB && bytes % KIB == 0 {
+        format!("{} KiB", thousands(bytes / KIB))
+    } else {
+        format!("{} bytes", thousands(bytes))
+    }
+}
+
+/// A duration in milliseconds as a model reads it: `30 s`, `1.5 s`, `500 ms`.
+pub(crate) fn millis(ms: u64) -> String {
+    if ms >= 1000 && ms % 1000 == 0 {
+        format!("{} s", thousands(ms / 1000))
+    } else if ms >= 1000 {
+        format!("{:.1} s", ms as f64 / 1000.0)
+    } else {
+        format!("{ms} ms")
+    }
+}
+
 /// One tool: typed params in, text plus typed output out.
 pub(crate) trait Tool {
     const NAME: &'static str;
-    const DESCRIPTION: &'static str;
+    /// What the model reads about the tool in this toolset.
+    fn description(d: &Describe<'_>) -> String;
     const ANNOTATIONS: Annotations;
     type Params: DeserializeOwned + JsonSchema;
     type Output: Serialize + JsonSchema;
@@ -197,14 +254,14 @@ pub(crate) const READ_ONLY: Annotations = Annotations {
 /// A registry entry: the spec and a type-erased handler.
 pub(crate) struct Entry {
     pub name: &'static str,
-    pub spec: fn() -> ToolSpec,
+    pub spec: fn(&Describe<'_>) -> ToolSpec,
     pub call: fn(&Ctx<'_>, Value) -> Result<ToolOutput>,
 }
 
-fn spec_of<T: Tool>() -> ToolSpec {
+fn spec_of<T: Tool>(d: &Describe<'_>) -> ToolSpec {
     ToolSpec {
         name: T::NAME,
-        description: T::DESCRIPTION,
+        description: T::description(d),
         input_schema: schema::input_schema::<T::Params>(),
         output_schema: schema::output_schema::<T::Output>(),
         annotations: T::ANNOTATIONS,
@@ -461,10 +518,230 @@ mod tests {
         assert_eq!(cut_line("héllo", 2), "hé… [line cut at 2 chars]");
     }
 
+    /// A toolset on `provider` ("virtual": no commands; "local") with this
+    /// policy and these limits.
+    fn toolset(
+        provider: &str,
+        policy: &crate::PolicyBuilder,
+        limits: Limits,
+        root: &std::path::Path,
+    ) -> crate::Toolset {
+        let sandbox = match provider {
+            "virtual" => crate::virtual_sandbox(crate::MemoryFs::new()),
+            _ => crate::local_sandbox(root).unwrap(),
+        };
+        crate::Toolset::builder(sandbox)
+            .policy(policy.build().unwrap())
+            .limits(limits)
+            .network(crate::config::NetworkConfig::default())
+            .track_changes(true)
+            .build()
+            .unwrap()
+    }
+
+    /// Limits other than the defaults, each of them.
+    fn changed_limits() -> Limits {
+        let mut l = Limits::default();
+        l.read_file.max_lines = 100;
+        l.read_file.max_bytes = 4096;
+        l.write_file.max_bytes = 1024 * 1024;
+        l.edit_file.max_bytes = 2 * 1024 * 1024;
+        l.glob.max_matches = 50;
+        l.list_files.max_matches = 70;
+        l.search.max_matches = 20;
+        l.run.timeout_ms = 5_000;
+        l.run.max_timeout_ms = 10_000;
+        l.run.max_output_bytes = 4096;
+        l.web_fetch.timeout_ms = 7_000;
+        l.web_fetch.max_output_chars = 3_000;
+        l.web_fetch.max_body_bytes = 1024 * 1024;
+        l.web_search.timeout_ms = 9_000;
+        l.web_search.max_results = 3;
+        l.web_search.max_result_chars = 1_500;
+        l.web_search.max_output_chars = 4_000;
+        l
+    }
+
+    /// Every configuration that changes what the descriptions say: limits,
+    /// modes that drop tools, a provider without commands, web tools on,
+    /// tools denied.
+    fn configurations(root: &std::path::Path) -> Vec<(&'static str, crate::Toolset)> {
+        use crate::Mode;
+        let mut default = crate::Policy::builder();
+        default.mode(Mode::WorkspaceWrite);
+        let mut read_only = crate::Policy::builder();
+        read_only.mode(Mode::ReadOnly);
+        let mut web = crate::Policy::builder();
+        web.mode(Mode::FullAccess)
+            .allow(["web_fetch", "web_search"]);
+        let mut denied = crate::Policy::builder();
+        denied.mode(Mode::WorkspaceWrite).deny([
+            "edit_file",
+            "process_logs",
+            "start_process",
+            "view_file",
+        ]);
+        vec![
+            (
+                "default",
+                toolset("local", &default, Limits::default(), root),
+            ),
+            (
+                "changed limits",
+                toolset("local", &web, changed_limits(), root),
+            ),
+            (
+                "read-only",
+                toolset("local", &read_only, Limits::default(), root),
+            ),
+            ("web tools", toolset("local", &web, Limits::default(), root)),
+            (
+                "no commands",
+                toolset("virtual", &default, Limits::default(), root),
+            ),
+            (
+                "denied tools",
+                toolset("local", &denied, Limits::default(), root),
+            ),
+        ]
+    }
+
+    #[test]
+    fn descriptions_fit_say_when_to_use_the_tool_and_name_only_offered_tools() {
+        let dir = tempfile::tempdir().unwrap();
+        for (config, t) in configurations(dir.path()) {
+            let offered = t.tool_names();
+            for spec in t.tools() {
+                let d = &spec.description;
+                let name = spec.name;
+                assert!(
+                    d.chars().count() <= MAX_DESCRIPTION_CHARS,
+                    "{config}: {name} has {} chars",
+                    d.chars().count()
+                );
+                // The first sentence says what it does and when to use it,
+                // and where it acts (the web tools act on the host).
+                let first = d.split(". ").next().unwrap();
+                assert!(
+                    first.contains("sandbox")
+                        || first.contains("this session")
+                        || name.starts_with("web_"),
+                    "{config}: {name}: {first}"
+                );
+                assert!(
+                    ["prefer it to", "use it", "instead of", "to open in"]
+                        .iter()
+                        .any(|w| first.contains(w)),
+                    "{config}: {name}: {first}"
+                );
+                for other in REGISTRY.iter().map(|e| e.name).filter(|n| n.contains('_')) {
+                    let named = d
+                        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                        .any(|w| w == other);
+                    assert!(
+                        !named || offered.contains(&other),
+                        "{config}: {name} names {other}, which is not offered: {d}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn descriptions_quote_the_limits_in_force() {
+        let dir = tempfile::tempdir().unwrap();
+        let all = configurations(dir.path());
+        let described = |config: &str, tool: &str| -> String {
+            let t = &all.iter().find(|(c, _)| *c == config).unwrap().1;
+            t.tools()
+                .into_iter()
+                .find(|s| s.name == tool)
+                .unwrap_or_else(|| panic!("{config}: no {tool}"))
+                .description
+        };
+        let expect = [
+            (
+                "default",
+                "read_file",
+                &["2,000 lines", "50 KiB", "2,000 chars"][..],
+            ),
+            (
+                "default",
+                "run",
+                &["16 KiB", "Timeout 30 s", "at most 120 s"],
+            ),
+            ("default", "search", &["at most 100 lines"]),
+            ("default", "glob", &["at most 1,000"]),
+            ("default", "list_files", &["At most 1,000 entries"]),
+            ("default", "write_file", &["32 MiB"]),
+            ("default", "edit_file", &["32 MiB"]),
+            (
+                "web tools",
+                "web_fetch",
+                &["20 s limit", "10,000 chars", "5 MiB"],
+            ),
+            (
+                "web tools",
+                "web_search",
+                &[
+                    "up to 5 results",
+                    "2,000 chars each",
+                    "10,000 in all",
+                    "20 s",
+                ],
+            ),
+            ("changed limits", "read_file", &["100 lines", "4 KiB"]),
+            (
+                "changed limits",
+                "run",
+                &["4 KiB", "Timeout 5 s", "at most 10 s"],
+            ),
+            ("changed limits", "search", &["at most 20 lines"]),
+            ("changed limits", "glob", &["at most 50"]),
+            ("changed limits", "list_files", &["At most 70 entries"]),
+            ("changed limits", "write_file", &["1 MiB"]),
+            ("changed limits", "edit_file", &["2 MiB"]),
+            (
+                "changed limits",
+                "web_fetch",
+                &["7 s limit", "3,000 chars", "1 MiB"],
+            ),
+            (
+                "changed limits",
+                "web_search",
+                &["up to 3 results", "1,500 chars each", "4,000 in all", "9 s"],
+            ),
+        ];
+        for (config, tool, quotes) in expect {
+            let d = described(config, tool);
+            for q in quotes {
+                assert!(d.contains(q), "{config}: {tool} does not say `{q}`: {d}");
+            }
+        }
+        // What a mode or a denial takes away is not pointed to.
+        assert!(!described("read-only", "read_file").contains("write_file"));
+        assert!(described("default", "read_file").contains("edit_file"));
+        assert!(!described("denied tools", "run").contains("process_logs"));
+        assert!(described("default", "run").contains("process_logs"));
+    }
+
+    #[test]
+    fn sizes_and_durations_read_well() {
+        assert_eq!(size(50 * 1024), "50 KiB");
+        assert_eq!(size(32 * 1024 * 1024), "32 MiB");
+        assert_eq!(size(1000), "1,000 bytes");
+        assert_eq!(size(1536), "1,536 bytes");
+        assert_eq!(millis(30_000), "30 s");
+        assert_eq!(millis(1_500), "1.5 s");
+        assert_eq!(millis(500), "500 ms");
+    }
+
     #[test]
     fn every_schema_is_a_closed_object() {
+        let names: Vec<&'static str> = REGISTRY.iter().map(|e| e.name).collect();
+        let limits = Limits::default();
         for e in &REGISTRY {
-            let spec = (e.spec)();
+            let spec = (e.spec)(&Describe::new(&limits, &names));
             assert_eq!(spec.name, e.name);
             assert_eq!(spec.input_schema["type"], "object", "{}", e.name);
             assert_eq!(

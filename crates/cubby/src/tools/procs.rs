@@ -107,9 +107,16 @@ pub struct StartProcess;
 
 impl Tool for StartProcess {
     const NAME: &'static str = "start_process";
-    const DESCRIPTION: &'static str = "Start a command in the background (a server, a watcher). \
-        With `port`, wait until it listens and return its URL. Read its output with \
-        process_logs; stop it with stop_process.";
+    fn description(d: &super::Describe<'_>) -> String {
+        let read = d.with("process_logs", " Read its output with process_logs.");
+        let stop = d.with("stop_process", " Stop it with stop_process.");
+        format!(
+            "Start a command in the background in the sandboxed workspace (a server, a \
+             watcher); use it instead of run for anything that does not end by itself. With \
+             `port`, wait (up to {} s) until it listens and return its URL.{read}{stop}",
+            PORT_WAIT.as_secs(),
+        )
+    }
     const ANNOTATIONS: Annotations = Annotations {
         read_only: false,
         destructive: true,
@@ -226,9 +233,15 @@ pub struct ProcessLogs;
 
 impl Tool for ProcessLogs {
     const NAME: &'static str = "process_logs";
-    const DESCRIPTION: &'static str = "Read a process's output from a cursor (default 0), up to \
-        32 KiB a call; returns the next cursor and the status (`running` / `exited N`). Works \
-        for background processes and for finished runs (`run-N`).";
+    fn description(_d: &super::Describe<'_>) -> String {
+        format!(
+            "Read the output of a process of this session (a background process, or a finished \
+             run `run-N`) from a cursor; use it to page output a run cut or to follow a server. \
+             Up to {} a call from `cursor` (default 0); returns the next cursor and the status \
+             (`running` / `exited N`).",
+            super::size(LOG_PAGE_BYTES as u64),
+        )
+    }
     const ANNOTATIONS: Annotations = READ_ONLY;
     type Params = LogsParams;
     type Output = LogsOutput;
@@ -296,8 +309,14 @@ pub struct StopProcess;
 
 impl Tool for StopProcess {
     const NAME: &'static str = "stop_process";
-    const DESCRIPTION: &'static str = "Stop a background process and everything it started: \
-        SIGTERM to the whole tree, SIGKILL after a 2 s grace. Returns its exit status.";
+    fn description(_d: &super::Describe<'_>) -> String {
+        format!(
+            "Stop a background process of this session and everything it started; use it when \
+             a server or watcher is no longer needed. SIGTERM to the whole tree, SIGKILL after a \
+             {} s grace. Returns its exit status.",
+            STOP_GRACE.as_secs(),
+        )
+    }
     const ANNOTATIONS: Annotations = Annotations {
         read_only: false,
         destructive: true,
@@ -362,8 +381,18 @@ pub struct ListProcesses;
 
 impl Tool for ListProcesses {
     const NAME: &'static str = "list_processes";
-    const DESCRIPTION: &'static str = "List the processes of this session (background processes \
-        and recent runs): name, pid, command, status and uptime.";
+    fn description(d: &super::Describe<'_>) -> String {
+        format!(
+            "List the processes of this session (background processes and recent runs): name, \
+             pid, command, status and uptime; use it to find a process's name{}.",
+            match (d.offers("process_logs"), d.offers("stop_process")) {
+                (true, true) => " for process_logs or stop_process",
+                (true, false) => " for process_logs",
+                (false, true) => " for stop_process",
+                (false, false) => "",
+            },
+        )
+    }
     const ANNOTATIONS: Annotations = READ_ONLY;
     type Params = NoParams;
     type Output = ListOutput;
@@ -430,8 +459,13 @@ pub struct WriteStdin;
 
 impl Tool for WriteStdin {
     const NAME: &'static str = "write_stdin";
-    const DESCRIPTION: &'static str = "Write text to the stdin of a background process started \
-        with `stdin: true`. Read its answer with process_logs.";
+    fn description(d: &super::Describe<'_>) -> String {
+        format!(
+            "Write text to the stdin of a background process of this session started with \
+             `stdin: true`; use it to answer a REPL or an interactive prompt.{}",
+            d.with("process_logs", " Read its answer with process_logs."),
+        )
+    }
     const ANNOTATIONS: Annotations = Annotations {
         read_only: false,
         destructive: false,
@@ -503,8 +537,11 @@ pub struct Preview;
 
 impl Tool for Preview {
     const NAME: &'static str = "preview";
-    const DESCRIPTION: &'static str = "Get a URL on the host that reaches a port a process in \
-        the sandbox listens on, to open in a browser or fetch.";
+    fn description(_d: &super::Describe<'_>) -> String {
+        "Get a URL on the host that reaches a port a process in the sandbox listens on; use it \
+         to open a server of the sandbox in a browser or fetch it from outside."
+            .to_string()
+    }
     const ANNOTATIONS: Annotations = READ_ONLY;
     type Params = PreviewParams;
     type Output = PreviewOutput;

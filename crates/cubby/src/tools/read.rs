@@ -37,7 +37,7 @@ pub struct Params {
     /// 1-based line number to start at (default 1).
     #[serde(default)]
     pub offset: Option<u64>,
-    /// Number of lines to return (default and maximum 2000).
+    /// Number of lines to return (default and most: the line limit in the tool description).
     #[serde(default)]
     pub limit: Option<u64>,
 }
@@ -77,10 +77,27 @@ pub struct ReadFile;
 
 impl Tool for ReadFile {
     const NAME: &'static str = "read_file";
-    const DESCRIPTION: &'static str = "Read a text file from the workspace. Returns numbered lines \
-        (at most 2000 lines or 50 KiB per call; use `offset` with the returned `next_offset` \
-        to read on), the file's sha256 and size. Binary files return metadata only. Reading a \
-        file is required before overwriting or editing it.";
+    fn description(d: &super::Describe<'_>) -> String {
+        let l = &d.limits.read_file;
+        format!(
+            "Read a file of the sandboxed workspace as numbered lines (`cat -n` style); {} \
+             file-reading tool. At most {} lines or {} a call, lines over {} chars cut; read on \
+             with `offset` = the returned `next_offset`. Returns the file's sha256 and size; \
+             binary files give metadata only{}.{}",
+            super::PREFER,
+            super::thousands(l.max_lines as u64),
+            super::size(l.max_bytes as u64),
+            super::thousands(crate::config::READ_MAX_LINE_CHARS as u64),
+            d.with("view_file", " (view images with view_file)"),
+            match (d.offers("write_file"), d.offers("edit_file")) {
+                (true, true) =>
+                    " Read a file before write_file overwrites it or edit_file changes it.",
+                (true, false) => " Read a file before write_file overwrites it.",
+                (false, true) => " Read a file before edit_file changes it.",
+                (false, false) => "",
+            },
+        )
+    }
     const ANNOTATIONS: super::Annotations = READ_ONLY;
     type Params = Params;
     type Output = Output;

@@ -36,7 +36,7 @@ pub struct Params {
     /// Working directory relative to the workspace root (default: the root).
     #[serde(default)]
     pub cwd: Option<String>,
-    /// Timeout in milliseconds (default 30000, at most 120000). On timeout the whole process tree is killed.
+    /// Timeout in milliseconds (default and most: see the tool description). On timeout the whole process tree is killed.
     #[serde(default)]
     pub timeout_ms: Option<u64>,
 }
@@ -147,10 +147,26 @@ fn seconds(d: Duration) -> String {
 
 impl Tool for Run {
     const NAME: &'static str = "run";
-    const DESCRIPTION: &'static str = "Run a shell command in the workspace and wait for it. \
-        Returns a verdict line (`OK exit=0 1.2s cwd=…`, `FAILED exit=N …`, `FAILED timeout …`, \
-        `FAILED signal=KILL …`) and the combined stdout+stderr, capped as head and tail (page \
-        the rest with process_logs). Stdin is closed; use start_process for servers.";
+    fn description(d: &super::Describe<'_>) -> String {
+        let l = &d.limits.run;
+        format!(
+            "Run a shell command in the sandboxed workspace and wait for it; {} shell or \
+             terminal tool: the command runs in the workspace's sandbox. Returns a verdict line \
+             (`OK exit=0 1.2s cwd=…`, `FAILED exit=N …`, `FAILED timeout …`, `FAILED \
+             signal=KILL …`), then the combined stdout+stderr, cut to {} as head and tail{}. \
+             Timeout {} unless `timeout_ms` says otherwise (at most {}); on timeout the whole \
+             process tree is killed. Stdin is closed{}.",
+            super::PREFER,
+            super::size(l.max_output_bytes as u64),
+            d.with("process_logs", " (page the rest with process_logs)"),
+            super::millis(l.timeout_ms),
+            super::millis(l.max_timeout_ms),
+            d.with(
+                "start_process",
+                "; start servers and watchers with start_process"
+            ),
+        )
+    }
     const ANNOTATIONS: Annotations = Annotations {
         read_only: false,
         destructive: true,

@@ -94,9 +94,18 @@ pub struct Search;
 
 impl Tool for Search {
     const NAME: &'static str = "search";
-    const DESCRIPTION: &'static str = "Search file contents (literal text by default, or a regex). \
-        Returns `path:line: text` per matching line, in path order, with the total count. \
-        .gitignore is respected; binary files are skipped. Narrow with `path` and `glob`.";
+    fn description(d: &super::Describe<'_>) -> String {
+        format!(
+            "Search the contents of the sandboxed workspace's files (literal text by default, \
+             or a regex); {} search tool and to grep. Returns `path:line: text` per matching \
+             line, in path order, at most {} lines, with the total count; `context` adds up to \
+             {} lines around each match. Narrow with `path` and `glob`. .gitignore is \
+             respected; binary files are skipped.",
+            super::PREFER,
+            super::thousands(d.limits.search.max_matches as u64),
+            crate::config::SEARCH_MAX_CONTEXT,
+        )
+    }
     const ANNOTATIONS: super::Annotations = READ_ONLY;
     type Params = Params;
     type Output = Output;

@@ -120,9 +120,20 @@ fn shown_image(
 
 impl Tool for ViewFile {
     const NAME: &'static str = "view_file";
-    const DESCRIPTION: &'static str = "View a file: images (PNG, JPEG, GIF, WebP) come back as \
-        an image (downscaled to at most 1568 px on the long edge); text files as read_file shows \
-        them; other files as metadata. The type is sniffed from the bytes. Limit 25 MB.";
+    fn description(d: &super::Describe<'_>) -> String {
+        format!(
+            "View a file of the sandboxed workspace: images (PNG, JPEG, GIF, WebP) come back as \
+             an image you can see; use it to look at images in this workspace. Images are \
+             downscaled to at most {MAX_IMAGE_EDGE_PX} px on the long edge; text files come back \
+             as read_file shows them, other files as metadata. The type is sniffed from the \
+             bytes. Files up to {}.{}",
+            super::size(MAX_VIEW_BYTES),
+            d.with(
+                "read_file",
+                " For text, read_file pages through long files."
+            ),
+        )
+    }
     const ANNOTATIONS: super::Annotations = READ_ONLY;
     type Params = Params;
     type Output = Output;

@@ -82,10 +82,21 @@ pub struct WebFetch;
 
 impl Tool for WebFetch {
     const NAME: &'static str = "web_fetch";
-    const DESCRIPTION: &'static str = "Fetch one web page (http or https) and return it as text: \
-        HTML converted to Markdown, other text as is, binary files as metadata only. One request, \
-        redirects followed (at most 5), 20 s limit, at most 10,000 chars. The configured domain \
-        lists decide which hosts are reachable; private and loopback addresses are refused.";
+    fn description(d: &super::Describe<'_>) -> String {
+        let l = &d.limits.web_fetch;
+        format!(
+            "Fetch one web page (http or https) and return it as text, HTML converted to \
+             Markdown; use it to read documentation or a page a search found. One request, \
+             redirects followed (at most {}), {} limit, at most {} chars of text and {} of body \
+             read; binary files give metadata only. The configured domain lists decide which \
+             hosts are reachable; private and loopback addresses are refused unless the \
+             configuration allows them.",
+            crate::config::WEB_FETCH_MAX_REDIRECTS,
+            super::millis(l.timeout_ms),
+            super::thousands(l.max_output_chars as u64),
+            super::size(l.max_body_bytes as u64),
+        )
+    }
     const ANNOTATIONS: Annotations = WEB;
     type Params = FetchParams;
     type Output = FetchOutput;
@@ -392,9 +403,19 @@ pub struct WebSearch;
 
 impl Tool for WebSearch {
     const NAME: &'static str = "web_search";
-    const DESCRIPTION: &'static str = "Search the web. Returns up to 5 results (title, URL, \
-        snippet), at most 2,000 chars each and 10,000 in all; results on hosts the domain lists \
-        do not allow are removed. Read a result with web_fetch.";
+    fn description(d: &super::Describe<'_>) -> String {
+        let l = &d.limits.web_search;
+        format!(
+            "Search the web through the configured search backend; use it to find pages{}. \
+             Returns up to {} results (title, URL, snippet), at most {} chars each and {} in \
+             all, {} limit; results on hosts the domain lists do not allow are removed.",
+            d.with("web_fetch", ", then read one with web_fetch"),
+            l.max_results,
+            super::thousands(l.max_result_chars as u64),
+            super::thousands(l.max_output_chars as u64),
+            super::millis(l.timeout_ms),
+        )
+    }
     const ANNOTATIONS: Annotations = WEB;
     type Params = SearchParams;
     type Output = SearchOutput;

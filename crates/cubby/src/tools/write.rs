@@ -127,9 +127,19 @@ pub(crate) fn commit(ctx: &Ctx<'_>, path: &WorkspacePath, content: &[u8]) -> Res
 
 impl Tool for WriteFile {
     const NAME: &'static str = "write_file";
-    const DESCRIPTION: &'static str = "Write a whole file (created with its parent directories, \
-        or replaced atomically). Overwriting an existing file requires a read_file of it in \
-        this run, and the file unchanged since. Prefer edit_file for changes to part of a file.";
+    fn description(d: &super::Describe<'_>) -> String {
+        format!(
+            "Write a whole file in the sandboxed workspace (created with its parent directories, \
+             or replaced atomically); {} file-writing tool. Overwriting an existing file needs a \
+             read_file of it in this session, and the file unchanged since. Content up to {}.{}",
+            super::PREFER,
+            super::size(d.limits.write_file.max_bytes),
+            d.with(
+                "edit_file",
+                " For a change to part of a file use edit_file."
+            ),
+        )
+    }
     const ANNOTATIONS: Annotations = Annotations {
         read_only: false,
         destructive: true,
