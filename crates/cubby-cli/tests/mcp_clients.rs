@@ -539,3 +539,205 @@ fn codex_cli_hands_the_model_cubbys_text() {
 fn claude_code_hands_the_model_cubbys_text_and_the_image() {
     scripted_session(Client::ClaudeCode);
 }
+
+// ---- the ergonomics benchmark ----
+
+/// Lines of the file the benchmark reads.
+const BENCH_LINES: usize = 200;
+/// Of those, the lines the benchmark's search matches (every 20th).
+const BENCH_MATCHES: usize = 10;
+/// Files in the directory the benchmark lists.
+const BENCH_ENTRIES: usize = 50;
+/// Lines of 80 bytes the benchmark's command prints: 10 KiB.
+const BENCH_OUTPUT_LINES: usize = 128;
+
+/// The benchmark's operations, in the order the sessions call them.
+const OPERATIONS: [&str; 5] = [
+    "read a 200-line file",
+    "search, 10 matches",
+    "list a directory of 50 entries",
+    "a failed edit",
+    "a command printing 10 KB",
+];
+
+/// The file the benchmark reads, searches and fails to edit.
+const BENCH_FILE: &str = "src/lines.rs";
+/// The `find` of the failed edit: like line 7, with one word changed.
+const BENCH_MISSING: &str = "pub fn item_007() -> u32 { 8 }";
+
+/// The benchmark's workspace: `src/lines.rs` (200 lines, 10 holding
+/// `needle`) and `dir/` (50 files).
+fn bench_workspace(ws: &Path) {
+    std::fs::create_dir_all(ws.join("src")).unwrap();
+    std::fs::create_dir_all(ws.join("dir")).unwrap();
+    let mut lines = String::new();
+    for i in 1..=BENCH_LINES {
+        if i % (BENCH_LINES / BENCH_MATCHES) == 0 {
+            writeln!(lines, "pub fn item_{i:03}() -> u32 {{ {i} }} // needle").unwrap();
+        } else {
+            writeln!(lines, "pub fn item_{i:03}() -> u32 {{ {i} }}").unwrap();
+        }
+    }
+    std::fs::write(ws.join(BENCH_FILE), lines).unwrap();
+    for i in 1..=BENCH_ENTRIES {
+        std::fs::write(ws.join(format!("dir/file_{i:02}.txt")), "x\n").unwrap();
+    }
+}
+
+/// A command that prints [`BENCH_OUTPUT_LINES`] lines of 80 bytes.
+fn bench_command() -> String {
+    format!("for i in $(seq 1 {BENCH_OUTPUT_LINES}); do printf 'line %03d %070d\\n' $i 0; done")
+}
+
+/// The servers the benchmark compares.
+#[derive(Clone, Copy, Debug)]
+enum Flavour {
+    /// cubby as configured by default: the text only.
+    CubbyText,
+    /// cubby with `[mcp] structured_content = true`.
+    CubbyStructured,
+    /// `@modelcontextprotocol/server-filesystem`.
+    Filesystem,
+}
+
+impl Flavour {
+    fn name(self) -> &'static str {
+        match self {
+            Flavour::CubbyText => "cubby (text, default)",
+            Flavour::CubbyStructured => "cubby (structured_content = true)",
+            Flavour::Filesystem => "server-filesystem",
+        }
+    }
+
+    /// The server, and the session's calls, one for each of [`OPERATIONS`]
+    /// (`None` where the server has no equivalent).
+    fn session(self, clients: &Clients, lab: &Lab) -> (Server, Vec<Option<Call>>) {
+        let ws = lab.ws();
+        match self {
+            Flavour::CubbyText | Flavour::CubbyStructured => {
+                let config = lab.path("cubby.toml");
+                let server = if matches!(self, Flavour::CubbyStructured) {
+                    std::fs::write(&config, "[mcp]\nstructured_content = true\n").unwrap();
+                    cubby(&ws, Some(&config))
+                } else {
+                    cubby(&ws, None)
+                };
+                let calls = vec![
+                    Some(call("read_file", json!({"path": BENCH_FILE}))),
+                    Some(call("search", json!({"query": "needle"}))),
+                    Some(call("list_files", json!({"path": "dir"}))),
+                    Some(call(
+                        "edit_file",
+                        json!({"path": BENCH_FILE, "find": BENCH_MISSING, "replace": "x"}),
+                    )),
+                    Some(call("run", json!({"command": bench_command()}))),
+                ];
+                (server, calls)
+            }
+            Flavour::Filesystem => {
+                let server = Server {
+                    name: "filesystem",
+                    command: PathBuf::from("node"),
+                    args: vec![path_str(&clients.server_filesystem_js()), path_str(&ws)],
+                };
+                let file = path_str(&ws.join(BENCH_FILE));
+                let calls = vec![
+                    Some(call("read_text_file", json!({"path": file}))),
+                    // search_files matches names, not contents.
+                    None,
+                    Some(call(
+                        "list_directory",
+                        json!({"path": path_str(&ws.join("dir"))}),
+                    )),
+                    Some(call(
+                        "edit_file",
+                        json!({"path": file, "edits": [{"oldText": BENCH_MISSING, "newText": "x"}]}),
+                    )),
+                    // No command tool.
+                    None,
+                ];
+                (server, calls)
+            }
+        }
+    }
+}
+
+/// Runs one benchmark session; the bytes the model got for each operation.
+fn bench_session(
+    clients: &Clients,
+    client: Client,
+    flavour: Flavour,
+    out: &Path,
+) -> Vec<Option<usize>> {
+    let lab = Lab::new();
+    bench_workspace(&lab.ws());
+    let (server, calls) = flavour.session(clients, &lab);
+    let model = FakeModel::start(Script {
+        server: server.name.into(),
+        calls: calls.iter().flatten().cloned().collect(),
+        answer: ANSWER.into(),
+    });
+    let run = run_client(client, clients, &lab, &server, &model);
+    check_run(client, &run, &model, ANSWER);
+    let mut results = model.results().into_iter();
+    let mut bytes = Vec::new();
+    for (op, call) in OPERATIONS.iter().zip(&calls) {
+        let Some(_) = call else {
+            bytes.push(None);
+            continue;
+        };
+        let seen = results
+            .next()
+            .flatten()
+            .unwrap_or_else(|| panic!("{}, {}: no result for {op}", client.name(), flavour.name()));
+        let file = format!("{:?}-{:?}-{}.txt", client, flavour, op.replace(' ', "-"));
+        std::fs::write(out.join(file), seen.text()).unwrap();
+        bytes.push(Some(seen.bytes()));
+    }
+    bytes
+}
+
+/// The ergonomics benchmark (`scripts/bench/ergonomics.sh`): for each
+/// client and server, the bytes the model receives for each operation,
+/// as a Markdown table on stdout; each result's text goes to
+/// `target/ergonomics/`.
+#[test]
+#[ignore = "a benchmark: scripts/bench/ergonomics.sh runs it"]
+fn ergonomics() {
+    let clients = clients();
+    let out = repo_root().join("target/ergonomics");
+    std::fs::create_dir_all(&out).unwrap();
+    let flavours = [
+        Flavour::CubbyText,
+        Flavour::CubbyStructured,
+        Flavour::Filesystem,
+    ];
+    let mut table = String::from("| client | operation |");
+    for flavour in flavours {
+        write!(table, " {} |", flavour.name()).unwrap();
+    }
+    table.push_str(" text / structured |\n|---|---|");
+    table.push_str(&"---:|".repeat(flavours.len() + 1));
+    for client in [Client::Codex, Client::ClaudeCode] {
+        let columns: Vec<Vec<Option<usize>>> = flavours
+            .iter()
+            .map(|f| bench_session(&clients, client, *f, &out))
+            .collect();
+        for (i, op) in OPERATIONS.iter().enumerate() {
+            write!(table, "\n| {} | {op} |", client.name()).unwrap();
+            for column in &columns {
+                match column[i] {
+                    Some(n) => write!(table, " {n} |").unwrap(),
+                    None => table.push_str(" n/a |"),
+                }
+            }
+            match (columns[0][i], columns[1][i]) {
+                (Some(text), Some(structured)) => {
+                    write!(table, " {:.2} |", text as f64 / structured as f64).unwrap()
+                }
+                _ => table.push_str(" |"),
+            }
+        }
+    }
+    println!("{table}");
+}
