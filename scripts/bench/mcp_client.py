@@ -29,8 +29,9 @@ cubby with `read_file` / `list_files` (depth 1) and workspace-relative paths.
 The same files and directories are asked for in the same order.
 
 Every answer must be a JSON-RPC result that is not `isError`; read answers
-must carry the file's exact content (structuredContent.content) and listing
-answers must name every entry of the directory. Any failure exits 1.
+must carry the file's exact content (structuredContent.content when the
+server sends it; else the text, cubby's numbered lines with the numbers taken
+off) and listing answers must name every entry of the directory. Any failure exits 1.
 
 Figures per workload are the median over all timed runs (rounds x repeats);
 server CPU per call is summed over the server's threads (schedstat); peak
@@ -299,6 +300,17 @@ def text_of(result):
     return "".join(b.get("text", "") for b in result.get("content", []) if b.get("type") == "text")
 
 
+def unnumbered(text):
+    """The content of `read_file`'s text (`cat -n` style lines), without a
+    final newline."""
+    lines = []
+    for line in text.split("\n"):
+        number, tab, rest = line.partition("\t")
+        if tab and number.strip().isdigit():
+            lines.append(rest)
+    return "\n".join(lines)
+
+
 def check_answer(label, check, msg):
     if "error" in msg:
         raise BenchError(f"{label}: JSON-RPC error {msg['error']}")
@@ -309,7 +321,11 @@ def check_answer(label, check, msg):
         raise BenchError(f"{label}: error result: {text_of(result)[:300]}")
     kind, expected = check
     if kind == "read":
-        got = (result.get("structuredContent") or {}).get("content")
+        if "structuredContent" in result:
+            got = (result.get("structuredContent") or {}).get("content")
+        else:
+            got = unnumbered(text_of(result))
+            expected = expected.rstrip("\n")
         if got != expected:
             raise BenchError(f"{label}: read returned {got!r:.80}, expected {expected!r:.80}")
     elif kind == "list":

@@ -1,6 +1,6 @@
 """Black-box test of cubby's MCP tools from the OpenAI Agents SDK (no model, no network).
 
-Usage: agents_sdk_client.py CUBBY_BIN WORKSPACE
+Usage: agents_sdk_client.py CUBBY_BIN WORKSPACE CONFIG
 
 1. ``agents.mcp.MCPServerStdio``: ``connect()``, ``list_tools()``,
    ``call_tool(...)``, ``cleanup()``.
@@ -11,7 +11,9 @@ Usage: agents_sdk_client.py CUBBY_BIN WORKSPACE
    Responses API tool payload (``Converter.convert_tools``).
 3. The strict function tools invoked as the runner does (``on_invoke_tool``
    with a model's JSON arguments, optional arguments sent as null), with
-   text results and with ``use_structured_content``.
+   text results, and with ``use_structured_content`` on a second server
+   started with CONFIG (``[mcp] structured_content = true``); the first runs
+   with cubby's defaults: text results only, no outputSchema.
 4. ``Runner.run`` with a scripted ``Model`` that calls the tools, so the SDK
    lists the tools, executes the calls and feeds the outputs back.
 
@@ -106,7 +108,7 @@ class ScriptedModel(Model):
 
 
 async def main():
-    cubby, workspace = sys.argv[1:3]
+    cubby, workspace, config = sys.argv[1:4]
     set_tracing_disabled(True)
     server = MCPServerStdio(
         params={"command": cubby, "args": ["mcp", "--root", workspace, "--provider", "local"]},
@@ -132,15 +134,17 @@ async def main():
             check(name in names, f"{name} missing from {names}")
         for t in tools:
             check(t.input_schema.get("type") == "object", f"{t.name} input schema")
-            check((t.output_schema or {}).get("type") == "object", f"{t.name} output schema")
+            check(t.output_schema is None, f"{t.name} has an output schema")
 
         r = await server.call_tool("write_file", {"path": "agents/notes.txt", "content": "one\ntwo\n"})
-        check(not r.is_error and r.structured_content["created"] is True, lambda: f"write_file {r}")
+        check(not r.is_error and text_of(r).startswith("Created `agents/notes.txt`"),
+              lambda: f"write_file {r}")
+        check(r.structured_content is None, lambda: f"write_file structured {r}")
         r = await server.call_tool("read_file", {"path": "agents/notes.txt"})
         check(not r.is_error and text_of(r) == "     1\tone\n     2\ttwo\n", lambda: f"read_file {r}")
-        check(r.structured_content["total_lines"] == 2, lambda: f"read_file structured {r}")
+        check(r.structured_content is None, lambda: f"read_file structured {r}")
         r = await server.call_tool("list_files", {})
-        check(not r.is_error and "agents/notes.txt" in r.structured_content["entries"],
+        check(not r.is_error and "agents/notes.txt" in text_of(r).splitlines(),
               lambda: f"list_files {r}")
         r = await server.call_tool("read_file", {"path": "missing.txt"})
         check(r.is_error and text_of(r).startswith("ERROR "), lambda: f"missing read_file {r}")
@@ -198,23 +202,64 @@ async def main():
         check("agents/strict.txt" in out_text(out), lambda: f"strict list_files {out!r}")
         out = await invoke("read_file", {"path": "missing.txt", "offset": None, "limit": None}, "f4")
         check(out_text(out).startswith("ERROR "), lambda: f"strict missing read_file {out!r}")
-        # With use_structured_content the model gets the structuredContent as
-        # JSON, and an error result still as its text.
+        # With use_structured_content set but no structuredContent sent,
+        # the model still gets the text.
         server.use_structured_content = True
         try:
             out = await invoke(
                 "read_file", {"path": "agents/strict.txt", "offset": None, "limit": None}, "f5"
             )
+            check(out_text(out) == "     1\tstrict\n", lambda: f"text-only read_file {out!r}")
+        finally:
+            server.use_structured_content = False
+
+        # A second server with structured content on: output schemas are
+        # listed, and with use_structured_content the model gets the
+        # structuredContent as JSON, an error result still as its text.
+        typed = MCPServerStdio(
+            params={"command": cubby,
+                    "args": ["mcp", "--root", workspace, "--provider", "local", "--config", config]},
+            name="cubby-structured",
+            cache_tools_list=True,
+            client_session_timeout_seconds=60,
+            use_structured_content=True,
+        )
+        await typed.connect()
+        try:
+            typed_tools = await typed.list_tools()
+            for t in typed_tools:
+                check((t.output_schema or {}).get("type") == "object", f"{t.name} output schema")
+            r = await typed.call_tool("read_file", {"path": "agents/strict.txt"})
+            check(not r.is_error and r.structured_content["total_lines"] == 1, lambda: f"typed {r}")
+            check(text_of(r) == "     1\tstrict\n", lambda: f"typed read_file text {r}")
+            typed_agent = Agent(name="cubby-typed", instructions="Use the tools.", mcp_servers=[typed])
+            typed_by_name = {
+                f.name: f
+                for f in await MCPUtil.get_function_tools(
+                    typed, convert_schemas_to_strict=True, run_context=ctx, agent=typed_agent
+                )
+            }
+
+            async def invoke_typed(name, args, call_id):
+                tool_ctx = ToolContext(context=None, tool_name=name, tool_call_id=call_id,
+                                       tool_arguments=json.dumps(args))
+                return await typed_by_name[name].on_invoke_tool(tool_ctx, json.dumps(args))
+
+            out = await invoke_typed(
+                "read_file", {"path": "agents/strict.txt", "offset": None, "limit": None}, "f6"
+            )
             data = json.loads(out_text(out))
             check(data["content"] == "strict\n" and data["total_lines"] == 1,
                   lambda: f"structured read_file {out!r}")
-            out = await invoke("list_files", {"path": None, "glob": None, "depth": None}, "f6")
+            out = await invoke_typed("list_files", {"path": None, "glob": None, "depth": None}, "f7")
             check("agents/strict.txt" in json.loads(out_text(out))["entries"],
                   lambda: f"structured list_files {out!r}")
-            out = await invoke("read_file", {"path": "missing.txt", "offset": None, "limit": None}, "f7")
+            out = await invoke_typed(
+                "read_file", {"path": "missing.txt", "offset": None, "limit": None}, "f8"
+            )
             check(out_text(out).startswith("ERROR "), lambda: f"structured missing read_file {out!r}")
         finally:
-            server.use_structured_content = False
+            await typed.cleanup()
 
         # 4. An agent run with a scripted model.
         calls = [

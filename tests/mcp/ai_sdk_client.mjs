@@ -5,22 +5,26 @@
 //   2. `client.tools()` (automatic schemas): each tool's JSON schema goes
 //      through `asSchema`, tools run with `tool.execute(args, {toolCallId,
 //      messages})`;
-//   3. `client.tools({ schemas })` with zod schemas built from cubby's own
-//      input and output schemas (`z.fromJSONSchema`): the SDK validates
-//      `structuredContent` against the output schema and returns it;
+//   3. on a second connection with CONFIG (`[mcp] structured_content =
+//      true`), `client.tools({ schemas })` with zod schemas built from
+//      cubby's own input and output schemas (`z.fromJSONSchema`): the SDK
+//      validates `structuredContent` against the output schema and returns it;
 //   4. `generateText` with a scripted mock model (`ai/test`) that calls the
 //      tools: the SDK hands every tool definition to the model, parses the
-//      calls, executes them and converts the results for the model;
-//   5. a second connection with `protocolVersionDiscovery: false`: the
+//      calls, executes them and converts the results for the model, which
+//      gets cubby's text (numbered lines, no JSON);
+//   5. a third connection with `protocolVersionDiscovery: false`: the
 //      `initialize` handshake instead of `server/discover`.
-// Usage: node ai_sdk_client.mjs CUBBY_BIN WORKSPACE
+// Connections 1 and 3 run with cubby's defaults: text results only, no
+// outputSchema.
+// Usage: node ai_sdk_client.mjs CUBBY_BIN WORKSPACE CONFIG
 import { createMCPClient } from "@ai-sdk/mcp";
 import { StdioMCPTransport } from "@ai-sdk/mcp/mcp-stdio";
 import { asSchema, generateText, stepCountIs } from "ai";
 import { scriptedModel } from "./scripted_model.mjs";
 import { z } from "zod";
 
-const [cubby, workspace] = process.argv.slice(2);
+const [cubby, workspace, config] = process.argv.slice(2);
 const check = (cond, what) => {
   if (!cond) throw new Error(`check failed: ${typeof what === "function" ? what() : what}`);
 };
@@ -54,7 +58,7 @@ try {
   for (const name of EXPECTED) check(names.includes(name), `${name} listed in ${show(names)}`);
   for (const t of defs) {
     check(t.inputSchema?.type === "object", `${t.name} input schema`);
-    check(t.outputSchema?.type === "object", `${t.name} output schema`);
+    check(t.outputSchema === undefined, () => `${t.name} has an output schema`);
   }
   const byName = Object.fromEntries(defs.map((t) => [t.name, t]));
 
@@ -73,20 +77,38 @@ try {
     );
   }
   const opts = (id) => ({ toolCallId: id, messages: [] });
+  const lines = (r) => textOf(r).split("\n");
   let r = await tools.write_file.execute({ path: "ai/notes.txt", content: "alpha\nbeta\n" }, opts("w1"));
-  check(!r.isError && r.structuredContent?.created === true, () => `write_file ${show(r)}`);
+  check(!r.isError && textOf(r).startsWith("Created `ai/notes.txt`"), () => `write_file ${show(r)}`);
+  check(r.structuredContent === undefined, () => `write_file structured ${show(r)}`);
   r = await tools.read_file.execute({ path: "ai/notes.txt" }, opts("r1"));
   check(!r.isError && textOf(r) === "     1\talpha\n     2\tbeta\n", () => `read_file ${show(r)}`);
-  check(r.structuredContent?.total_lines === 2, () => `read_file structured ${show(r)}`);
+  check(r.structuredContent === undefined, () => `read_file structured ${show(r)}`);
   r = await tools.list_files.execute({}, opts("l1"));
-  check(!r.isError && r.structuredContent?.entries?.includes("ai/notes.txt"), () => `list_files ${show(r)}`);
+  check(!r.isError && lines(r).includes("ai/notes.txt"), () => `list_files ${show(r)}`);
   r = await tools.read_file.execute({ path: "missing.txt" }, opts("e1"));
   check(r.isError === true && textOf(r).startsWith("ERROR "), () => `missing read_file ${show(r)}`);
 
-  // 3. Typed tools: zod schemas converted from cubby's JSON schemas; the SDK
-  //    validates structuredContent against the output schema.
+  // 3. Typed tools, on a connection with structured content on: zod schemas
+  //    converted from cubby's JSON schemas; the SDK validates
+  //    structuredContent against the output schema.
+  const structured = await createMCPClient({
+    transport: new StdioMCPTransport({
+      command: cubby,
+      args: ["mcp", "--root", workspace, "--provider", "local", "--config", config],
+      stderr: "ignore",
+    }),
+    clientName: "cubby-ai-sdk-test",
+  });
+  try {
+  const { tools: typedDefs } = await structured.listTools();
+  check(
+    show(typedDefs.map((t) => t.name)) === show(names),
+    () => `structured tools ${show(typedDefs.map((t) => t.name))}`,
+  );
+  for (const t of typedDefs) check(t.outputSchema?.type === "object", `${t.name} output schema`);
   const typed = Object.fromEntries(
-    defs.map((t) => [
+    typedDefs.map((t) => [
       t.name,
       { inputSchema: z.fromJSONSchema(t.inputSchema), outputSchema: z.fromJSONSchema(t.outputSchema) },
     ]),
@@ -99,7 +121,7 @@ try {
   check(typed.read_file.inputSchema.safeParse({ path: "x" }).success, "read_file input accepts a path");
   check(!typed.read_file.inputSchema.safeParse({}).success, "read_file input requires a path");
   check(!typed.read_file.inputSchema.safeParse({ path: "x", nope: 1 }).success, "read_file input is closed");
-  const typedTools = await client.tools({ schemas: typed });
+  const typedTools = await structured.tools({ schemas: typed });
   check(Object.keys(typedTools).length === defs.length, "typed tools");
   let v = await typedTools.write_file.execute({ path: "ai/typed.txt", content: "typed\n" }, opts("w2"));
   check(v.created === true && v.path === "ai/typed.txt" && v.size === 6, () => `typed write_file ${show(v)}`);
@@ -125,6 +147,10 @@ try {
   // An error result is returned as is (no output validation).
   v = await typedTools.read_file.execute({ path: "missing.txt" }, opts("e2"));
   check(v.isError === true && textOf(v).startsWith("ERROR "), () => `typed error ${show(v)}`);
+  check(v.structuredContent === undefined, () => `typed error structured ${show(v)}`);
+  } finally {
+    await structured.close();
+  }
 
   // 4. An agent loop with a scripted model: the SDK passes every tool to the
   //    model, validates and executes its calls, and feeds the results back.
@@ -157,14 +183,19 @@ try {
   const errors = result.steps.flatMap((s) => s.content.filter((p) => p.type === "tool-error"));
   check(errors.length === 0, () => `tool errors ${show(errors)}`);
   const out = (i) => result.steps[i].toolResults.find((x) => x.toolCallId === `call-${i}`)?.output;
-  check(out(0)?.structuredContent?.created === true, () => `loop write_file ${show(out(0))}`);
+  check(textOf(out(0)).startsWith("Created `ai/loop.txt`"), () => `loop write_file ${show(out(0))}`);
   check(textOf(out(1)) === "     1\tloop\n", () => `loop read_file ${show(out(1))}`);
-  check(out(2)?.structuredContent?.entries?.includes("ai/loop.txt"), () => `loop list_files ${show(out(2))}`);
+  check(lines(out(2)).includes("ai/loop.txt"), () => `loop list_files ${show(out(2))}`);
   check(out(3)?.isError === true && textOf(out(3)).startsWith("ERROR "), () => `loop error ${show(out(3))}`);
-  // What the model got back for the failed call (mcpToModelOutput).
-  const toolMsg = model.doGenerateCalls[calls.length].prompt.filter((m) => m.role === "tool").at(-1);
-  const failed = toolMsg?.content.find((p) => p.toolCallId === `call-${calls.length - 1}`);
-  check(failed && show(failed.output).includes("ERROR "), () => `model sees the error ${show(toolMsg)}`);
+  // What the model got back (mcpToModelOutput): cubby's text, not JSON of
+  // the structured value.
+  const toolParts = model.doGenerateCalls[calls.length].prompt
+    .filter((m) => m.role === "tool")
+    .flatMap((m) => m.content);
+  const given = (i) => show(toolParts.find((p) => p.toolCallId === `call-${i}`)?.output);
+  check(given(1).includes(show("     1\tloop\n").slice(1, -1)), () => `model sees the lines ${given(1)}`);
+  check(!given(1).includes("total_lines"), () => `model sees structured content ${given(1)}`);
+  check(given(calls.length - 1).includes("ERROR "), () => `model sees the error ${given(calls.length - 1)}`);
 
   console.log(`ok: ai sdk client (${defs.length} tools, protocol ${protocol})`);
 } finally {
@@ -192,11 +223,12 @@ try {
   check(Object.keys(tools).length === EXPECTED.length, () => `legacy tools ${show(Object.keys(tools))}`);
   const opts = (id) => ({ toolCallId: id, messages: [] });
   let r = await tools.read_file.execute({ path: "ai/notes.txt" }, opts("r"));
-  check(!r.isError && r.structuredContent?.content === "alpha\nbeta\n", () => `legacy read_file ${show(r)}`);
+  check(!r.isError && textOf(r) === "     1\talpha\n     2\tbeta\n", () => `legacy read_file ${show(r)}`);
+  check(r.structuredContent === undefined, () => `legacy read_file structured ${show(r)}`);
   r = await tools.write_file.execute({ path: "ai/notes.txt", content: "gamma\n" }, opts("w"));
-  check(!r.isError && r.structuredContent?.created === false, () => `legacy write_file ${show(r)}`);
+  check(!r.isError && textOf(r).startsWith("Wrote `ai/notes.txt`"), () => `legacy write_file ${show(r)}`);
   r = await tools.list_files.execute({}, opts("l"));
-  check(!r.isError && r.structuredContent?.total >= 4, () => `legacy list_files ${show(r)}`);
+  check(!r.isError && textOf(r).split("\n").includes("ai/typed.txt"), () => `legacy list_files ${show(r)}`);
   r = await tools.read_file.execute({ path: "missing.txt" }, opts("e"));
   check(r.isError === true && textOf(r).startsWith("ERROR "), () => `legacy error ${show(r)}`);
   console.log(`ok: ai sdk client over initialize (protocol ${protocol})`);

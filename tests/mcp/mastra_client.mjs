@@ -1,23 +1,25 @@
 // Lists and executes cubby's tools over stdio with Mastra's `MCPClient`
 // (`@mastra/mcp`), without a language model:
 //   1. two stdio servers: `cubby` (the default handshake, `server/discover`
-//      first) and `legacy` (`protocolVersion: "legacy"`: `initialize`, and
-//      `onToolError: "return"`);
+//      first; with CONFIG, `[mcp] structured_content = true`) and `legacy`
+//      (`protocolVersion: "legacy"`: `initialize`, and `onToolError:
+//      "return"`; cubby's defaults: text results only, no outputSchema);
 //   2. `listTools()` (namespaced `server_tool`), `listToolsets()` and
 //      `listToolDefinitions()`;
 //   3. `tool.execute(input, context)`: Mastra validates the input against
 //      the tool's JSON schema and a successful result's `structuredContent`
-//      against its output schema; an error result throws (or is returned
-//      with `onToolError: "return"`);
+//      against its output schema (`cubby`), or returns the result with
+//      cubby's text (`legacy`); an error result throws (or is returned with
+//      `onToolError: "return"`);
 //   4. a Mastra `Agent` with a scripted mock model (`ai/test`) posing as an
 //      OpenAI model, so Mastra applies its OpenAI schema compatibility layer
 //      to every tool, then executes the model's calls.
-// Usage: node mastra_client.mjs CUBBY_BIN WORKSPACE LEGACY_WORKSPACE
+// Usage: node mastra_client.mjs CUBBY_BIN WORKSPACE LEGACY_WORKSPACE CONFIG
 import { Agent } from "@mastra/core/agent";
 import { MCPClient } from "@mastra/mcp";
 import { scriptedModel } from "./scripted_model.mjs";
 
-const [cubby, workspace, legacyWorkspace] = process.argv.slice(2);
+const [cubby, workspace, legacyWorkspace, config] = process.argv.slice(2);
 const check = (cond, what) => {
   if (!cond) throw new Error(`check failed: ${typeof what === "function" ? what() : what}`);
 };
@@ -40,9 +42,9 @@ const EXPECTED = [
   "view_file", "run", "start_process", "process_logs", "stop_process",
   "list_processes", "write_stdin", "preview",
 ];
-const server = (root, extra) => ({
+const server = (root, extra, args = []) => ({
   command: cubby,
-  args: ["mcp", "--root", root, "--provider", "local"],
+  args: ["mcp", "--root", root, "--provider", "local", ...args],
   enableServerLogs: false,
   timeout: 60000,
   ...extra,
@@ -51,7 +53,7 @@ const server = (root, extra) => ({
 const mcp = new MCPClient({
   id: "cubby-mastra-test",
   servers: {
-    cubby: server(workspace, {}),
+    cubby: server(workspace, {}, ["--config", config]),
     legacy: server(legacyWorkspace, { protocolVersion: "legacy", onToolError: "return" }),
   },
 });
@@ -66,7 +68,8 @@ try {
   check(Object.keys(tools).length === 2 * EXPECTED.length, () => `tools ${show(Object.keys(tools))}`);
   for (const [id, t] of Object.entries(tools)) {
     check(t.id === id && typeof t.execute === "function", `${id} execute`);
-    check(t.inputSchema && t.outputSchema, `${id} schemas`);
+    check(t.inputSchema, `${id} input schema`);
+    if (id.startsWith("cubby_")) check(t.outputSchema, `${id} output schema`);
     check(t.mcp?.annotations && typeof t.mcp.annotations.readOnlyHint === "boolean", `${id} annotations`);
   }
   check(tools.cubby_read_file.mcp.annotations.readOnlyHint === true, "read_file read-only");
@@ -83,6 +86,10 @@ try {
       d?.inputSchema?.type === "object" && d?.outputSchema?.type === "object",
       () => `definition ${name} ${show(d)}`,
     );
+  }
+  for (const name of EXPECTED) {
+    const d = defs.legacy?.[name];
+    check(d?.inputSchema?.type === "object" && d.outputSchema === undefined, () => `legacy definition ${name} ${show(d)}`);
   }
   check((mcp.getServerInstructions().cubby ?? "").includes("workspace"), "server instructions");
   const protocols = mcp.getServerProtocolVersions();
@@ -131,13 +138,15 @@ try {
   );
   v = await tools.legacy_read_file.execute({ path: "missing.txt" }, {});
   check(v?.isError === true && textOf(v).startsWith("ERROR "), () => `legacy missing read_file ${show(v)}`);
+  // Without structured content Mastra returns the result: cubby's text.
   v = await tools.legacy_write_file.execute({ path: "legacy.txt", content: "old\n" }, {});
   ok(v, "legacy write_file");
-  check(v.created === true, () => `legacy write_file ${show(v)}`);
+  check(!v.isError && textOf(v).startsWith("Created `legacy.txt`"), () => `legacy write_file ${show(v)}`);
+  check(v.structuredContent === undefined, () => `legacy write_file structured ${show(v)}`);
   v = await tools.legacy_read_file.execute({ path: "legacy.txt" }, {});
-  check(v.content === "old\n", () => `legacy read_file ${show(v)}`);
+  check(textOf(v) === "     1\told\n", () => `legacy read_file ${show(v)}`);
   v = await tools.legacy_list_files.execute({}, {});
-  check(show(v.entries) === show(["legacy.txt"]), () => `legacy list_files ${show(v)}`);
+  check(textOf(v) === "legacy.txt", () => `legacy list_files ${show(v)}`);
 
   // 4. An agent loop with a scripted model that calls the tools.
   const calls = [

@@ -97,7 +97,8 @@ enum Command {
 /// Tool definition formats.
 #[derive(Debug, Clone, Copy, ValueEnum)]
 enum Format {
-    /// MCP `tools/list` entries: name, description, inputSchema, outputSchema, annotations.
+    /// MCP `tools/list` entries: name, description, inputSchema, annotations
+    /// (and outputSchema with `[mcp] structured_content = true`).
     Mcp,
     /// OpenAI Chat Completions function tools with strict schemas.
     Openai,
@@ -200,7 +201,7 @@ async fn termination() {
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Mcp { common } => {
-            let factory = setup::factory(&common, true)?;
+            let (factory, mcp) = setup::served(&common)?;
             // One session: its JSON work on one thread (no cross-thread
             // wake-ups between the guard, rmcp and the writer); tool calls
             // still run on the blocking pool, in parallel.
@@ -213,7 +214,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 // the session as stdin EOF does: the serving future and with
                 // it the sandbox are dropped (its placeholder stash emptied).
                 tokio::select! {
-                    served = cubby_mcp::serve_stdio(factory, input, output) => served,
+                    served = cubby_mcp::serve_stdio(factory, mcp, input, output) => served,
                     () = termination() => Ok(()),
                 }
             });
@@ -227,7 +228,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Serve { listen, common } => {
-            let factory = setup::factory(&common, true)?;
+            let (factory, mcp) = setup::served(&common)?;
             let token = std::env::var("CUBBY_TOKEN").ok().filter(|t| !t.is_empty());
             let rt = runtime()?;
             let served = rt.block_on(async move {
@@ -237,7 +238,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     termination().await;
                     stop.cancel();
                 });
-                let options = cubby_mcp::HttpOptions { listen, token };
+                let options = cubby_mcp::HttpOptions { listen, token, mcp };
                 let (ready, bound) = tokio::sync::oneshot::channel();
                 tokio::spawn(async move {
                     if let Ok(addr) = bound.await {
@@ -298,23 +299,30 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Doctor { common } => exec::doctor(&common),
         Command::Tools { format, common } => {
             // Tracking on, so that `changes` is listed; the snapshot thread dies with the process.
-            let toolset = setup::toolset(&common, true)?;
+            let (factory, mcp) = setup::served(&common)?;
+            let toolset = factory().map_err(|e| anyhow::anyhow!("{}", e.message()))?;
             let specs: Vec<Value> = toolset
                 .tools()
                 .into_iter()
                 .map(|t| match format {
-                    Format::Mcp => json!({
-                        "name": t.name,
-                        "description": t.description,
-                        "inputSchema": t.input_schema,
-                        "outputSchema": t.output_schema,
-                        "annotations": {
-                            "readOnlyHint": t.annotations.read_only,
-                            "destructiveHint": t.annotations.destructive,
-                            "idempotentHint": t.annotations.idempotent,
-                            "openWorldHint": t.annotations.open_world,
-                        },
-                    }),
+                    Format::Mcp => {
+                        let mut tool = json!({
+                            "name": t.name,
+                            "description": t.description,
+                            "inputSchema": t.input_schema,
+                            "annotations": {
+                                "readOnlyHint": t.annotations.read_only,
+                                "destructiveHint": t.annotations.destructive,
+                                "idempotentHint": t.annotations.idempotent,
+                                "openWorldHint": t.annotations.open_world,
+                            },
+                        });
+                        // As `tools/list` shows it (SPEC §2).
+                        if mcp.structured_content {
+                            tool["outputSchema"] = t.output_schema;
+                        }
+                        tool
+                    }
                     Format::Openai => json!({
                         "type": "function",
                         "function": {

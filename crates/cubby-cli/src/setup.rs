@@ -89,12 +89,26 @@ pub fn resolve(common: &Common) -> anyhow::Result<Setup> {
 /// Resolves the root, loads the config and opens the sandbox once; returns
 /// a factory that builds a fresh toolset (a new run) on each call.
 pub fn factory(common: &Common, track_changes: bool) -> anyhow::Result<cubby_mcp::ToolsetFactory> {
+    factory_of(resolve(common)?, track_changes)
+}
+
+/// What the MCP fronts serve: the factory of [`factory`] (changes tracked)
+/// and the config's `[mcp]` options.
+pub fn served(
+    common: &Common,
+) -> anyhow::Result<(cubby_mcp::ToolsetFactory, cubby_mcp::McpOptions)> {
+    let setup = resolve(common)?;
+    let options = cubby_mcp::McpOptions::from_config(&setup.config.mcp);
+    Ok((factory_of(setup, true)?, options))
+}
+
+fn factory_of(setup: Setup, track_changes: bool) -> anyhow::Result<cubby_mcp::ToolsetFactory> {
     let Setup {
         root,
         config,
         provider,
         policy,
-    } = resolve(common)?;
+    } = setup;
     let sandbox = sandbox(provider, &root, &policy, &config, None)?;
     let env = command_env(&config)?;
     let mut secrets = Vec::new();

@@ -146,11 +146,39 @@ fn tools_formats_are_valid_and_strict() {
                 }
             }
             if format == "mcp" {
-                assert_eq!(t["outputSchema"]["type"], "object");
+                // As `tools/list` shows them: no outputSchema by default.
+                assert!(t.get("outputSchema").is_none(), "{t}");
                 assert!(t["annotations"]["readOnlyHint"].is_boolean());
             }
         }
     }
+}
+
+#[test]
+fn tools_show_output_schemas_with_structured_content_on() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("cubby.toml"),
+        "[mcp]\nstructured_content = true\n",
+    )
+    .unwrap();
+    let out = cubby(dir.path(), &["tools", "--format", "mcp"]);
+    assert_eq!(out.status.code(), Some(0));
+    let tools: Vec<Value> = serde_json::from_str(&stdout(&out)).unwrap();
+    assert!(!tools.is_empty());
+    for t in &tools {
+        assert_eq!(t["outputSchema"]["type"], "object", "{t}");
+    }
+    // The other formats have no output schema to show.
+    let out = cubby(dir.path(), &["tools", "--format", "anthropic"]);
+    let tools: Vec<Value> = serde_json::from_str(&stdout(&out)).unwrap();
+    assert!(tools.iter().all(|t| t.get("outputSchema").is_none()));
+    // An unknown key under [mcp] is an error that names it.
+    std::fs::write(dir.path().join("cubby.toml"), "[mcp]\nstructured = true\n").unwrap();
+    let out = cubby(dir.path(), &["tools"]);
+    assert_ne!(out.status.code(), Some(0));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("structured"), "{stderr}");
 }
 
 #[test]

@@ -12,8 +12,10 @@
 //! and gets an error result, through the framework's tool objects too: its
 //! input schema conversion (zod, Mastra's schema layer, the Agents SDK's
 //! strict JSON schema), its output schema validation where it has one, and
-//! its agent loop driven by a scripted model. A client prints `ok: ...`
-//! when every check passed.
+//! its agent loop driven by a scripted model. Each runs cubby with its
+//! defaults (text results only, no outputSchema) and, on another
+//! connection, with `[mcp] structured_content = true` (a config file passed
+//! with `--config`). A client prints `ok: ...` when every check passed.
 //!
 //! The packages are installed the first time, at the pinned versions below:
 //! the Node ones with Node 22 (they need Node >= 22; the npm package `node`
@@ -156,16 +158,18 @@ fn node_client(script: &str, args: &[&Path], what: &str) {
 #[test]
 fn vercel_ai_sdk_mcp_client_lists_and_executes_the_tools() {
     let ws = workspace();
-    node_client("ai_sdk_client.mjs", &[ws.path()], "ai sdk client");
+    let (_dir, config) = common::structured_config();
+    node_client("ai_sdk_client.mjs", &[ws.path(), &config], "ai sdk client");
 }
 
 #[test]
 fn mastra_mcp_client_lists_and_executes_the_tools() {
     let ws = workspace();
     let legacy = tempfile::tempdir().unwrap();
+    let (_dir, config) = common::structured_config();
     node_client(
         "mastra_client.mjs",
-        &[ws.path(), legacy.path()],
+        &[ws.path(), legacy.path(), &config],
         "mastra client",
     );
 }
@@ -174,9 +178,11 @@ fn mastra_mcp_client_lists_and_executes_the_tools() {
 fn openai_agents_sdk_lists_and_executes_the_tools() {
     let ws = workspace();
     let mut cmd = Command::new(agents_python());
+    let (_dir, config) = common::structured_config();
     cmd.arg(repo_root().join("tests/mcp/agents_sdk_client.py"))
         .arg(env!("CARGO_BIN_EXE_cubby"))
         .arg(ws.path())
+        .arg(&config)
         // No trace export (it would need an API key and the network).
         .env("OPENAI_AGENTS_DISABLE_TRACING", "1");
     run_client(cmd, "agents sdk client");

@@ -1,5 +1,6 @@
 //! The TypeScript MCP SDK `Client` lists and calls cubby's tools over stdio
-//! (`tests/mcp/node_client.mjs`). The SDK is installed into
+//! (`tests/mcp/node_client.mjs`), with cubby's defaults (text results only)
+//! and with `[mcp] structured_content = true`. The SDK is installed into
 //! `target/mcp-node` with npm the first time this test runs.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -32,6 +33,18 @@ fn sdk_dir() -> PathBuf {
 
 #[test]
 fn typescript_sdk_client_over_stdio() {
+    run_client(None);
+}
+
+#[test]
+fn typescript_sdk_client_over_stdio_with_structured_content() {
+    let (_dir, config) = common::structured_config();
+    run_client(Some(&config));
+}
+
+fn run_client(config: Option<&std::path::Path>) {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _guard = LOCK.lock().unwrap_or_else(|p| p.into_inner());
     let modules = sdk_dir();
     let ws = tempfile::tempdir().unwrap();
     std::fs::write(ws.path().join("seed.txt"), "seed\n").unwrap();
@@ -43,6 +56,7 @@ fn typescript_sdk_client_over_stdio() {
         .arg(&script)
         .arg(env!("CARGO_BIN_EXE_cubby"))
         .arg(ws.path())
+        .args(config)
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -51,5 +65,10 @@ fn typescript_sdk_client_over_stdio() {
         out.status.success(),
         "node client failed:\n{stdout}\n{stderr}"
     );
-    assert!(stdout.contains("ok: node client"), "{stdout}\n{stderr}");
+    let want = if config.is_some() {
+        "ok: node client structured\n"
+    } else {
+        "ok: node client\n"
+    };
+    assert!(stdout.contains(want), "{stdout}\n{stderr}");
 }

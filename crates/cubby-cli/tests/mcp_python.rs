@@ -1,7 +1,9 @@
 //! The MCP server driven by the official Python SDK client
 //! (`tests/mcp/python_client.py`) over stdio and streamable HTTP, with the
 //! initialize handshake (`legacy`) and with the 2026-07-28 revision
-//! (`auto`: `server/discover` first).
+//! (`auto`: `server/discover` first); with the defaults (cubby's text only)
+//! and with `[mcp] structured_content = true` (structuredContent validated
+//! against outputSchema by the SDK).
 //!
 //! The SDK is installed by this test into `target/mcp-venv` (pip, from
 //! PyPI) the first time it runs.
@@ -33,12 +35,19 @@ fn workspace() -> tempfile::TempDir {
 }
 
 fn run_client(workspace: &Path, target: &str, mode: &str) {
+    run_client_with(workspace, target, mode, None);
+}
+
+/// Runs the client; `config` (a cubby.toml turning structured content on)
+/// tells it what to expect, and over stdio it passes it to `cubby mcp`.
+fn run_client_with(workspace: &Path, target: &str, mode: &str, config: Option<&Path>) {
     let out = Command::new(python())
         .arg(repo_root().join("tests/mcp/python_client.py"))
         .arg(env!("CARGO_BIN_EXE_cubby"))
         .arg(workspace)
         .arg(target)
         .arg(mode)
+        .args(config)
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -47,8 +56,9 @@ fn run_client(workspace: &Path, target: &str, mode: &str) {
         out.status.success(),
         "client failed ({target} {mode}):\n{stdout}\n{stderr}"
     );
+    let structured = if config.is_some() { " structured" } else { "" };
     assert!(
-        stdout.contains(&format!("ok: {target} {mode}")),
+        stdout.contains(&format!("ok: {target} {mode}{structured}\n")),
         "{stdout}\n{stderr}"
     );
 }
@@ -77,4 +87,19 @@ fn python_sdk_over_http_with_discover() {
     let ws = workspace();
     let server = Serve::start(ws.path());
     run_client(ws.path(), &server.url(), "auto");
+}
+
+#[test]
+fn python_sdk_over_stdio_with_structured_content() {
+    let ws = workspace();
+    let (_dir, config) = common::structured_config();
+    run_client_with(ws.path(), "stdio", "legacy", Some(&config));
+}
+
+#[test]
+fn python_sdk_over_http_with_structured_content() {
+    let ws = workspace();
+    let (_dir, config) = common::structured_config();
+    let server = Serve::start_with(ws.path(), &["--config".as_ref(), config.as_os_str()]);
+    run_client_with(ws.path(), &server.url(), "auto", Some(&config));
 }

@@ -21,11 +21,12 @@ use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
 use serde_json::Value;
 
 use crate::pool::FilePool;
-use crate::{SERVER_NAME, SERVER_VERSION, ToolsetFactory};
+use crate::{McpOptions, SERVER_NAME, SERVER_VERSION, ToolsetFactory};
 
 /// What every session of one server shares.
 pub(crate) struct Shared {
     factory: ToolsetFactory,
+    options: McpOptions,
     tools: Vec<Tool>,
     instructions: String,
     /// The run of requests that belong to no session.
@@ -137,17 +138,23 @@ fn to_object(v: &Value) -> Arc<JsonObject> {
     Arc::new(v.as_object().cloned().unwrap_or_default())
 }
 
-fn mcp_tool(spec: &cubby::ToolSpec) -> Tool {
+/// A tool as `tools/list` shows it: its `outputSchema` only when results
+/// carry `structuredContent` (the one goes with the other).
+fn mcp_tool(spec: &cubby::ToolSpec, options: McpOptions) -> Tool {
     let a = spec.annotations;
-    Tool::new(spec.name, spec.description, to_object(&spec.input_schema))
-        .with_raw_output_schema(to_object(&spec.output_schema))
+    let tool = Tool::new(spec.name, spec.description, to_object(&spec.input_schema))
         .with_annotations(
             ToolAnnotations::new()
                 .read_only(a.read_only)
                 .destructive(a.destructive)
                 .idempotent(a.idempotent)
                 .open_world(a.open_world),
-        )
+        );
+    if options.structured_content {
+        tool.with_raw_output_schema(to_object(&spec.output_schema))
+    } else {
+        tool
+    }
 }
 
 fn instructions(template: &Toolset) -> String {
@@ -173,12 +180,20 @@ impl CubbyHandler {
     /// # Errors
     ///
     /// Whatever building a toolset fails with.
-    pub(crate) fn shared(factory: ToolsetFactory) -> cubby::Result<Arc<Shared>> {
+    pub(crate) fn shared(
+        factory: ToolsetFactory,
+        options: McpOptions,
+    ) -> cubby::Result<Arc<Shared>> {
         let template = factory()?;
-        let tools = template.tools().iter().map(mcp_tool).collect();
+        let tools = template
+            .tools()
+            .iter()
+            .map(|spec| mcp_tool(spec, options))
+            .collect();
         let instructions = instructions(&template);
         Ok(Arc::new(Shared {
             factory,
+            options,
             tools,
             instructions,
             stateless: Mutex::new(Some(template)),
@@ -225,7 +240,8 @@ impl CubbyHandler {
         match self.toolset_of(true) {
             Ok(toolset) => {
                 let out = toolset.call_with(name, arguments, &CallOptions::default());
-                let mut result = ServerResult::from(CallToolResponse::from(to_result(out)));
+                let result = to_result(out, self.shared.options);
+                let mut result = ServerResult::from(CallToolResponse::from(result));
                 // As rmcp answers a peer on a revision before 2026-07-28,
                 // the only sessions direct calls come from.
                 result.strip_result_type_for_legacy_peer();
@@ -257,15 +273,18 @@ impl CubbyHandler {
     }
 }
 
-/// The MCP result of a tool output.
-fn to_result(out: ToolOutput) -> CallToolResult {
+/// The MCP result of a tool output: the text (and images), and the
+/// structured value only when `options` ask for it (SPEC §2).
+fn to_result(out: ToolOutput, options: McpOptions) -> CallToolResult {
     if out.is_error {
         CallToolResult::error(vec![ContentBlock::text(out.text)])
     } else {
         // Not `CallToolResult::structured`, which also renders the value as
         // a JSON text block that would be thrown away here.
         let mut r = CallToolResult::success(vec![ContentBlock::text(out.text)]);
-        r.structured_content = Some(out.structured);
+        if options.structured_content {
+            r.structured_content = Some(out.structured);
+        }
         for image in out.images {
             use base64::Engine as _;
             let data = base64::engine::general_purpose::STANDARD.encode(&image.bytes);
@@ -357,7 +376,8 @@ impl ServerHandler for CubbyHandler {
         };
         let name = request.name.to_string();
         if file_tool && runs_inline(&name, &arguments, alone) {
-            return Ok(to_result(toolset.call_with(&name, arguments, &options)).into());
+            let out = toolset.call_with(&name, arguments, &options);
+            return Ok(to_result(out, self.shared.options).into());
         }
         let call = move || toolset.call_with(&name, arguments, &options);
         let mut job: Pin<Box<dyn Future<Output = Result<ToolOutput, String>> + Send>> = if file_tool
@@ -382,7 +402,7 @@ impl ServerHandler for CubbyHandler {
                             ).await;
                         }
                     }
-                    return Ok(to_result(out).into());
+                    return Ok(to_result(out, self.shared.options).into());
                 }
                 Some(chunk) = rx.recv() => {
                     sent += chunk.len() as u64;

@@ -26,7 +26,7 @@ use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, Stream
 use tokio_util::sync::CancellationToken;
 
 use crate::handler::CubbyHandler;
-use crate::{ServeError, ToolsetFactory};
+use crate::{McpOptions, ServeError, ToolsetFactory};
 
 /// Largest request body, in bytes.
 pub const MAX_BODY_BYTES: usize = 64 * 1024 * 1024;
@@ -40,6 +40,8 @@ pub struct HttpOptions {
     pub listen: SocketAddr,
     /// Bearer token required on every request (required off loopback).
     pub token: Option<String>,
+    /// What results and listings carry besides the text.
+    pub mcp: McpOptions,
 }
 
 /// Constant-time comparison of two byte strings.
@@ -88,7 +90,8 @@ pub async fn serve_http(
             options.listen
         )));
     }
-    let shared = CubbyHandler::shared(factory).map_err(|e| ServeError(e.to_string()))?;
+    let shared =
+        CubbyHandler::shared(factory, options.mcp).map_err(|e| ServeError(e.to_string()))?;
     let listener = tokio::net::TcpListener::bind(options.listen)
         .await
         .map_err(|e| ServeError(format!("cannot listen on {}: {e}", options.listen)))?;

@@ -3,14 +3,17 @@
 //! This crate is the only place that knows the MCP SDK, so its churn stays
 //! out of the core. It maps a [`cubby::Toolset`] to MCP:
 //!
-//! - `tools/list`: every offered tool with its input schema, `outputSchema`
-//!   and annotations (`readOnlyHint`, `destructiveHint`, `idempotentHint`,
-//!   `openWorldHint`).
-//! - `tools/call`: the model-facing text as a text block, the structured
-//!   value as `structuredContent` (omitted on error results, which carry
-//!   `isError: true`), command output streamed as `notifications/progress`
-//!   while the call runs (when the client sent a progress token), and
-//!   `notifications/cancelled` killing the command's whole tree.
+//! - `tools/list`: every offered tool with its input schema and annotations
+//!   (`readOnlyHint`, `destructiveHint`, `idempotentHint`,
+//!   `openWorldHint`); its `outputSchema` only with
+//!   [`McpOptions::structured_content`].
+//! - `tools/call`: the model-facing text as a text block (images as image
+//!   blocks), error results with `isError: true`; the structured value as
+//!   `structuredContent` only with [`McpOptions::structured_content`] and
+//!   never on error results; command output streamed as
+//!   `notifications/progress` while the call runs (when the client sent a
+//!   progress token), and `notifications/cancelled` killing the command's
+//!   whole tree.
 //! - One run per session: each MCP session gets its own toolset (read
 //!   tracker, processes), created on its first call and ended — processes
 //!   killed — when the session ends. Stateless requests (the 2026-07-28
@@ -35,6 +38,27 @@ pub use stdio::serve_stdio;
 
 /// Builds a fresh toolset: one per run (MCP session).
 pub type ToolsetFactory = Arc<dyn Fn() -> cubby::Result<cubby::Toolset> + Send + Sync>;
+
+/// What the MCP fronts send besides the model-facing text (`[mcp]` in the
+/// config).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct McpOptions {
+    /// Send each successful result's `structuredContent` and each tool's
+    /// `outputSchema`. Off by default: the clients agents run in (Codex CLI
+    /// 0.171, Claude Code 2.1.332) hand the model `structuredContent` as
+    /// JSON instead of the text whenever it is present, so the model would
+    /// lose the line numbers, verdict lines and cut markers (SPEC §2).
+    pub structured_content: bool,
+}
+
+impl McpOptions {
+    /// The options a config file asks for.
+    pub fn from_config(config: &cubby::config::McpConfig) -> McpOptions {
+        McpOptions {
+            structured_content: config.structured_content,
+        }
+    }
+}
 
 /// Why a server could not start or stopped.
 #[derive(Debug)]

@@ -28,7 +28,7 @@ use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader
 use tokio::sync::mpsc;
 
 use crate::handler::{CubbyHandler, DIRECT_TOOLS};
-use crate::{ServeError, ToolsetFactory};
+use crate::{McpOptions, ServeError, ToolsetFactory};
 
 /// Largest message accepted on stdio, in bytes.
 pub const MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
@@ -340,6 +340,7 @@ fn encode(message: &TxJsonRpcMessage<RoleServer>) -> Option<Vec<u8>> {
 /// Building the first toolset, or an I/O failure of the streams.
 pub async fn serve_stdio<R, W>(
     factory: ToolsetFactory,
+    options: McpOptions,
     input: R,
     output: W,
 ) -> Result<(), ServeError>
@@ -347,7 +348,7 @@ where
     R: AsyncRead + Unpin + Send + 'static,
     W: AsyncWrite + Unpin + Send + 'static,
 {
-    let shared = CubbyHandler::shared(factory).map_err(|e| ServeError(e.to_string()))?;
+    let shared = CubbyHandler::shared(factory, options).map_err(|e| ServeError(e.to_string()))?;
     let handler = CubbyHandler::new(Arc::clone(&shared), true);
     let direct = handler.clone();
     let pool = Arc::clone(&shared);
@@ -568,7 +569,10 @@ mod tests {
 
     /// Runs a stdio session over in-memory pipes: sends `lines`, returns
     /// every answer by id.
-    async fn session(lines: &[String]) -> std::collections::HashMap<String, Value> {
+    async fn session(
+        lines: &[String],
+        options: McpOptions,
+    ) -> std::collections::HashMap<String, Value> {
         use tokio::io::AsyncReadExt;
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("a.txt"), "one\ntwo\n").unwrap();
@@ -579,7 +583,7 @@ mod tests {
             Arc::new(move || cubby::Toolset::builder(cubby::local_sandbox(&root)?).build());
         let (client_in, server_in) = tokio::io::duplex(1 << 20);
         let (server_out, mut client_out) = tokio::io::duplex(1 << 20);
-        let server = tokio::spawn(serve_stdio(factory, server_in, server_out));
+        let server = tokio::spawn(serve_stdio(factory, options, server_in, server_out));
         let mut client_in = client_in;
         for line in lines {
             client_in.write_all(line.as_bytes()).await.unwrap();
@@ -603,9 +607,16 @@ mod tests {
     }
 
     /// The same calls answered directly (no `_meta`) and through rmcp
-    /// (with an empty `_meta`), for each revision's session.
+    /// (with an empty `_meta`), for each revision's session, with
+    /// `structuredContent` off and on.
     #[tokio::test]
     async fn direct_answers_are_rmcps_answers() {
+        for structured_content in [false, true] {
+            direct_answers_are_rmcps_answers_with(McpOptions { structured_content }).await;
+        }
+    }
+
+    async fn direct_answers_are_rmcps_answers_with(options: McpOptions) {
         let calls = [
             json!({"name": "read_file", "arguments": {"path": "a.txt"}}),
             json!({"name": "read_file", "arguments": {"path": "missing.txt"}}),
@@ -634,13 +645,21 @@ mod tests {
                     );
                 }
             }
-            let answers = session(&lines).await;
+            let answers = session(&lines, options).await;
             for i in 0..calls.len() {
                 let direct = &answers[&format!("\"d{i}\"")];
                 let general = &answers[&format!("\"r{i}\"")];
                 assert_eq!(direct["result"], general["result"], "{version} call {i}");
                 assert_eq!(direct["error"], general["error"], "{version} call {i}");
                 assert!(direct.get("result").is_some() || direct.get("error").is_some());
+                if let Some(result) = direct.get("result") {
+                    let ok = result["isError"] != true;
+                    assert_eq!(
+                        result.get("structuredContent").is_some(),
+                        ok && options.structured_content,
+                        "{version} call {i}: {result}"
+                    );
+                }
             }
         }
     }

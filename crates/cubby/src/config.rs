@@ -492,6 +492,17 @@ pub struct EnvConfig {
     pub set: std::collections::BTreeMap<String, String>,
 }
 
+/// `[mcp]`: what the MCP fronts send besides the model-facing text.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct McpConfig {
+    /// Send each result's `structuredContent` and each tool's
+    /// `outputSchema` (for programs). Off by default: Codex CLI 0.171 and
+    /// Claude Code 2.1.332 hand the model `structuredContent` as JSON
+    /// instead of the text whenever it is present (SPEC §2).
+    pub structured_content: bool,
+}
+
 /// The whole config file (SPEC §6).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -532,6 +543,8 @@ pub struct Config {
     pub exec: ExecConfig,
     /// The `web_search` backend.
     pub web_search: WebSearchConfig,
+    /// The MCP fronts' options.
+    pub mcp: McpConfig,
 }
 
 impl Config {
@@ -670,6 +683,22 @@ decision = "deny"
         assert!(err.message().contains("max_timeout_ms"));
         let err = Config::from_toml("[limits.run]\nmax_output_bytes = 10", "c").unwrap_err();
         assert!(err.message().contains("256"));
+    }
+
+    #[test]
+    fn structured_content_is_off_unless_turned_on() {
+        assert!(!Config::default().mcp.structured_content);
+        let c = Config::from_toml("[mcp]\nstructured_content = false", "c").unwrap();
+        assert!(!c.mcp.structured_content);
+        let c = Config::from_toml("[mcp]\nstructured_content = true", "c").unwrap();
+        assert!(c.mcp.structured_content);
+        let err = Config::from_toml("[mcp]\nstructured = true", "c").unwrap_err();
+        assert!(err.message().contains("structured"), "{err}");
+        let err = Config::from_toml("[mcp]\nstructured_content = \"yes\"", "c").unwrap_err();
+        assert!(
+            err.message().contains("structured_content") || err.message().contains("bool"),
+            "{err}"
+        );
     }
 
     #[test]

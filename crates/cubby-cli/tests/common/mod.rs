@@ -40,10 +40,16 @@ impl Serve {
     /// Starts the server on `root` and returns once it listens (it prints
     /// its address after binding; connections queue from then on).
     pub fn start(root: &Path) -> Serve {
+        Serve::start_with(root, &[])
+    }
+
+    /// [`Serve::start`] with more arguments (`--config FILE`, …).
+    pub fn start_with(root: &Path, args: &[&std::ffi::OsStr]) -> Serve {
         let mut child = Command::new(env!("CARGO_BIN_EXE_cubby"))
             .args(["serve", "--listen", "127.0.0.1:0"])
             .args(["--provider", "local", "--root"])
             .arg(root)
+            .args(args)
             .env_remove("RUST_LOG")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -103,6 +109,15 @@ impl Drop for Serve {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// A config file (in a temporary directory of its own, outside any
+/// workspace) that turns on `structuredContent` and `outputSchema` over MCP.
+pub fn structured_config() -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("cubby.toml");
+    std::fs::write(&path, "[mcp]\nstructured_content = true\n").unwrap();
+    (dir, path)
 }
 
 /// One HTTP/1.1 request to `/mcp` (`Connection: close`); returns (status,
