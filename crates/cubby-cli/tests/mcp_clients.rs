@@ -10,8 +10,10 @@
 //! numbered lines, the diff, the `OK exit=0` verdict, `M path`), not the
 //! `structuredContent` JSON; that the workspace changed as scripted and
 //! nothing beside it did (the command also tries to write beside the
-//! workspace and in `HOME`). Claude Code also views a PNG: an image block
-//! reaches the model.
+//! workspace and in `HOME`). Claude Code also views two PNGs: a small one
+//! reaches the model as an image block as it is, one of 18 MB (within
+//! the pixel bound, over the bytes bound) as an image block re-encoded within
+//! 3.75 MB.
 //!
 //! The clients are pinned npm packages (their native binaries come with
 //! them), installed the first time into `target/mcp-clients` (a lock file
@@ -71,6 +73,15 @@ const COMMAND: &str = "printf 'ran\\n' > ran.txt; (printf x >> ../sentinel.txt; 
 /// The image Claude Code views, in pixels (within every bound: passed on
 /// as it is).
 const PICTURE: (u32, u32) = (64, 48);
+/// A picture of noise within the pixel bound whose PNG (RGBA, 16 bits a
+/// channel: about 18 MB) is over the bytes bound: cubby re-encodes it to
+/// fit. (Sent as it is, its 24 MB of base64 broke the MCP connection.)
+const BIG_PICTURE: (u32, u32) = (1500, 1500);
+/// The most bytes an image may have when it reaches the model (SPEC §5.1:
+/// ≤ 3.75 MB after re-encoding; Anthropic's API takes at most 5 MB).
+const MAX_IMAGE_BYTES: usize = 3_750_000;
+/// The longest edge of an image that reaches the model (SPEC §3).
+const MAX_IMAGE_EDGE_PX: u32 = 1568;
 /// The model's final answer.
 const ANSWER: &str = "The scripted session is over.";
 
@@ -362,6 +373,7 @@ fn session_script(view_picture: bool) -> Script {
     ];
     if view_picture {
         calls.push(call("view_file", json!({"path": "picture.png"})));
+        calls.push(call("view_file", json!({"path": "big.png"})));
     }
     Script {
         server: SERVER.into(),
@@ -377,12 +389,48 @@ fn picture() -> image::RgbImage {
     })
 }
 
-fn picture_png() -> Vec<u8> {
+fn png(img: &image::DynamicImage) -> Vec<u8> {
     let mut out = std::io::Cursor::new(Vec::new());
-    picture()
-        .write_to(&mut out, image::ImageFormat::Png)
-        .unwrap();
+    img.write_to(&mut out, image::ImageFormat::Png).unwrap();
     out.into_inner()
+}
+
+/// [`BIG_PICTURE`]: noise (xorshift), which PNG cannot compress, 16 bits a
+/// channel with alpha.
+fn big_picture() -> image::DynamicImage {
+    let mut state: u64 = 0x9e37_79b9_7f4a_7c15;
+    image::DynamicImage::ImageRgba16(image::ImageBuffer::from_fn(
+        BIG_PICTURE.0,
+        BIG_PICTURE.1,
+        |_, _| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            let [a, b, c, d, e, f, g, h] = state.to_le_bytes();
+            image::Rgba([
+                u16::from_le_bytes([a, b]),
+                u16::from_le_bytes([c, d]),
+                u16::from_le_bytes([e, f]),
+                u16::from_le_bytes([g, h]),
+            ])
+        },
+    ))
+}
+
+/// The one image of a result, decoded from base64: (media type, bytes).
+fn image_of(what: &str, step: &str, s: &Seen) -> (String, Vec<u8>) {
+    let [(media_type, data)] = s.images.as_slice() else {
+        let raw = s.raw.to_string();
+        panic!(
+            "{what}: {step} reached the model without one image block: {}",
+            &raw[..raw.len().min(2_000)]
+        );
+    };
+    use base64::Engine as _;
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(data)
+        .unwrap();
+    (media_type.clone(), bytes)
 }
 
 /// Every entry under `dir` with its content (`None` for a directory),
@@ -417,9 +465,15 @@ fn scripted_session(client: Client) {
     let lab = Lab::new();
     let view_picture = matches!(client, Client::ClaudeCode);
     std::fs::write(lab.ws().join(NOTES), NOTES_BEFORE).unwrap();
-    let png = picture_png();
+    let (small_png, big_png) = if view_picture {
+        (png(&picture().into()), png(&big_picture()))
+    } else {
+        (Vec::new(), Vec::new())
+    };
     if view_picture {
-        std::fs::write(lab.ws().join("picture.png"), &png).unwrap();
+        assert!(big_png.len() > MAX_IMAGE_BYTES, "{}", big_png.len());
+        std::fs::write(lab.ws().join("picture.png"), &small_png).unwrap();
+        std::fs::write(lab.ws().join("big.png"), &big_png).unwrap();
     }
     let model = FakeModel::start(session_script(view_picture));
     let run = run_client(client, &clients, &lab, &cubby(&lab.ws(), None), &model);
@@ -476,23 +530,36 @@ fn scripted_session(client: Client) {
     text_of(4, "run", &["OK exit=0 ", "\noutput:\nran-ok\n"]);
     text_of(5, "changes", &[&format!("M {NOTES}"), "A ran.txt"]);
     if view_picture {
-        let s = seen(6, "view_file");
-        let [(media_type, data)] = s.images.as_slice() else {
-            panic!(
-                "{what}: view_file reached the model without one image block: {}",
-                s.raw
-            );
-        };
-        assert_eq!(media_type, "image/png", "{}", s.raw);
-        use base64::Engine as _;
-        let bytes = base64::engine::general_purpose::STANDARD
-            .decode(data)
-            .unwrap();
+        // A small PNG reaches the model as it is.
+        let (media_type, bytes) = image_of(what, "view_file", &seen(6, "view_file"));
+        assert_eq!(media_type, "image/png");
         let shown = image::load_from_memory(&bytes).unwrap().to_rgb8();
         assert_eq!(
             shown,
             picture(),
             "{what}: the image the model got is not the picture"
+        );
+        // One over the bytes bound reaches it re-encoded, within the bounds.
+        let step = "view_file of an 18 MB PNG";
+        let (media_type, bytes) = image_of(what, step, &seen(7, step));
+        assert!(
+            bytes.len() <= MAX_IMAGE_BYTES,
+            "{what}: {step} reached the model as {} bytes",
+            bytes.len()
+        );
+        let format = image::guess_format(&bytes).unwrap();
+
+        assert_eq!(
+            format.to_mime_type(),
+            media_type,
+            "{what}: {step}: the media type is not the bytes'"
+        );
+        let shown = image::load_from_memory(&bytes).unwrap();
+        assert!(
+            shown.width().max(shown.height()) <= MAX_IMAGE_EDGE_PX,
+            "{what}: {step}: {}x{}",
+            shown.width(),
+            shown.height()
         );
     }
 
@@ -502,7 +569,8 @@ fn scripted_session(client: Client) {
         ("ran.txt".to_string(), Some(b"ran\n".to_vec())),
     ];
     if view_picture {
-        want.push(("picture.png".to_string(), Some(png)));
+        want.push(("picture.png".to_string(), Some(small_png)));
+        want.push(("big.png".to_string(), Some(big_png)));
     }
     want.sort();
     let got = tree(&lab.ws());
