@@ -179,6 +179,132 @@ fn stdio_survives_a_flood_of_bad_messages() {
     );
 }
 
+/// Most base64 characters an image block may carry: Anthropic's API takes
+/// images of up to 5 MB of base64 (SPEC §5.1: 3.75 MB before encoding).
+const MAX_IMAGE_BASE64_CHARS: usize = 5_000_000;
+
+/// A PNG of 16-bit RGBA noise, `edge` px square: about 8 bytes a pixel.
+fn noise_png(edge: u32) -> Vec<u8> {
+    let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
+    let samples: Vec<u16> = (0..edge as usize * edge as usize * 4)
+        .map(|_| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            (seed >> 16) as u16
+        })
+        .collect();
+    let img = image::ImageBuffer::<image::Rgba<u16>, _>::from_raw(edge, edge, samples).unwrap();
+    let mut out = std::io::Cursor::new(Vec::new());
+    img.write_to(&mut out, image::ImageFormat::Png).unwrap();
+    out.into_inner()
+}
+
+#[test]
+fn stdio_image_blocks_stay_within_the_clients_limits() {
+    use base64::Engine as _;
+    let dir = tempfile::tempdir().unwrap();
+    // Within the 1,568 px edge limit, but ~20 MB: as it is, 27 MB of base64,
+    // over Anthropic's 5 MB and rmcp's 16 MiB message cap.
+    let png = noise_png(1568);
+    assert!(png.len() > 19_000_000, "{}", png.len());
+    std::fs::write(dir.path().join("noise.png"), &png).unwrap();
+    let mut server = StdioServer::start(dir.path());
+    server.send(INIT.as_bytes());
+    server.wait_for(&json!("init"));
+    server.send(INITIALIZED.as_bytes());
+    server.send(br#"{"jsonrpc":"2.0","id":"view","method":"tools/call","params":{"name":"view_file","arguments":{"path":"noise.png"}}}"#);
+    let (answer, _) = server.wait_for(&json!("view"));
+    let result = &answer["result"];
+    assert_eq!(result["isError"], false, "{}", result["content"][0]);
+    let content = result["content"].as_array().unwrap();
+    assert_eq!(content.len(), 2, "a text block and an image block");
+    assert_eq!(content[0]["type"], "text");
+    let text = content[0]["text"].as_str().unwrap();
+    let block = &content[1];
+    assert_eq!(block["type"], "image");
+    let data = block["data"].as_str().unwrap();
+    assert!(
+        data.len() <= MAX_IMAGE_BASE64_CHARS,
+        "{} base64 characters: {text}",
+        data.len()
+    );
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(data)
+        .unwrap();
+    let format = image::guess_format(&bytes).unwrap();
+    assert_eq!(block["mimeType"], format.to_mime_type(), "{text}");
+    let img = image::load_from_memory_with_format(&bytes, format).unwrap();
+    assert!(img.width() <= 1568 && img.height() <= 1568);
+    assert!(
+        text.contains(&format!("shown as {}", format.to_mime_type())),
+        "{text}"
+    );
+    assert!(
+        server.child.try_wait().unwrap().is_none(),
+        "cubby mcp exited"
+    );
+}
+
+/// The decoding budget of `view_file` (SPEC §5.1: 256 MiB).
+const MAX_DECODE_BYTES: u64 = 256 * 1024 * 1024;
+/// What the server may hold beside the decoding budget while it views an
+/// image: the file's bytes, the downscaled image and its encoding.
+const VIEW_OVERHEAD_BYTES: u64 = 32 * 1024 * 1024;
+
+/// The peak resident memory of a process so far (`VmHWM`), in bytes.
+fn peak_rss(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let kb: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().strip_suffix("kB"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap();
+    kb * 1024
+}
+
+/// A valid 8-bit RGBA PNG of `edge`×`edge` black pixels, written row by
+/// row: a few hundred KB on disk, `edge² × 4` bytes decoded.
+fn black_png(edge: u32) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut encoder = png::Encoder::new(&mut out, edge, edge);
+    encoder.set_color(png::ColorType::Rgba);
+    encoder.set_depth(png::BitDepth::Eight);
+    encoder.set_compression(png::Compression::Fast);
+    let mut writer = encoder.write_header().unwrap();
+    let mut stream = writer.stream_writer().unwrap();
+    let row = vec![0u8; edge as usize * 4];
+    for _ in 0..edge {
+        stream.write_all(&row).unwrap();
+    }
+    stream.finish().unwrap();
+    writer.finish().unwrap();
+    out
+}
+
+#[test]
+fn stdio_view_file_stays_within_its_memory_bound() {
+    let dir = tempfile::tempdir().unwrap();
+    // The largest image view_file decodes: 8,000×8,000 px, 244 MiB of RGBA.
+    std::fs::write(dir.path().join("big.png"), black_png(8_000)).unwrap();
+    let mut server = StdioServer::start(dir.path());
+    server.send(INIT.as_bytes());
+    server.wait_for(&json!("init"));
+    server.send(INITIALIZED.as_bytes());
+    let before = peak_rss(server.child.id());
+    server.send(br#"{"jsonrpc":"2.0","id":"view","method":"tools/call","params":{"name":"view_file","arguments":{"path":"big.png"}}}"#);
+    let (answer, _) = server.wait_for(&json!("view"));
+    assert_eq!(answer["result"]["isError"], false, "{answer}");
+    assert_eq!(answer["result"]["content"][1]["type"], "image");
+    let grown = peak_rss(server.child.id()).saturating_sub(before);
+    assert!(
+        grown <= MAX_DECODE_BYTES + VIEW_OVERHEAD_BYTES,
+        "viewing an 8,000×8,000 px PNG grew the peak memory by {} MiB",
+        grown / (1024 * 1024)
+    );
+}
+
 #[test]
 fn http_survives_a_flood_of_bad_messages() {
     let dir = tempfile::tempdir().unwrap();

@@ -1,12 +1,32 @@
-//! `view_file`: images as image content, downscaled; text as `read_file`.
+//! `view_file`: images as image content, bounded; text as `read_file`.
 //!
 //! The media type is sniffed from the bytes, never taken from the name.
-//! PNG, JPEG, GIF and WebP come back as an image whose long edge is at most
-//! [`MAX_IMAGE_EDGE_PX`] (a larger one is decoded, resized and re-encoded:
-//! JPEG stays JPEG, the others become PNG); other text files are shown as
+//! PNG, JPEG, GIF and WebP come back as an image the model's API accepts:
+//!
+//! - the dimensions are read from the header first, and an image over
+//!   [`MAX_DECODE_EDGE_PX`] on either edge is refused before any pixel is
+//!   decoded;
+//! - decoding is bounded by `image::Limits` ([`MAX_DECODE_ALLOC_BYTES`]),
+//!   and the pixel buffer plus the scratch a decoder keeps beside it (see
+//!   [`scratch_bytes_per_px`]) are reserved against that budget before
+//!   decoding starts;
+//! - the image sent has a long edge of at most [`MAX_IMAGE_EDGE_PX`] and at
+//!   most [`MAX_IMAGE_BYTES`] encoded bytes: a larger one is downscaled and
+//!   re-encoded (JPEG stays JPEG, the others become PNG), and one that still
+//!   does not fit becomes a JPEG of decreasing quality, then smaller;
+//! - of an animated GIF, WebP or PNG only the first frame is sent.
+//!
+//! The result text says what was done: the original type, size and
+//! dimensions, and those of the image sent. Other text files are shown as
 //! `read_file` shows them; other binaries as metadata.
 
-use image::{ImageFormat, imageops::FilterType};
+use std::io::Cursor;
+
+use image::codecs::gif::GifDecoder;
+use image::codecs::jpeg::{JpegDecoder, JpegEncoder};
+use image::codecs::png::{CompressionType, PngDecoder, PngEncoder};
+use image::codecs::webp::WebPDecoder;
+use image::{DynamicImage, ImageDecoder, ImageError, ImageFormat};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -20,6 +40,41 @@ use crate::path::WorkspacePath;
 pub const MAX_VIEW_BYTES: u64 = 25 * 1024 * 1024;
 /// Longest edge of an image shown, in pixels.
 pub const MAX_IMAGE_EDGE_PX: u32 = 1568;
+/// Largest image sent, in encoded bytes. Anthropic's API takes images of up
+/// to 5 MB of base64 text; 3,750,000 bytes are 5,000,000 base64 characters.
+/// It also keeps a result far below rmcp's 16 MiB message cap.
+pub const MAX_IMAGE_BYTES: usize = 3_750_000;
+/// Longest edge, in pixels, of an image `view_file` decodes at all (both
+/// edges are bounded): larger ones are refused from their header.
+pub const MAX_DECODE_EDGE_PX: u32 = 8_000;
+/// Most bytes decoding one image may take: its pixel buffer and the
+/// decoder's scratch (`image::Limits::max_alloc`).
+pub const MAX_DECODE_ALLOC_BYTES: u64 = 256 * 1024 * 1024;
+/// JPEG qualities tried, best first, for an image that does not fit
+/// [`MAX_IMAGE_BYTES`] in its own format.
+const JPEG_QUALITIES: [u8; 4] = [85, 70, 55, 40];
+/// JPEG quality of an image shrunk below its shown size to fit
+/// [`MAX_IMAGE_BYTES`].
+const SHRUNK_JPEG_QUALITY: u8 = 70;
+/// Each shrinking step scales both edges by `SHRINK_NUM / SHRINK_DEN`.
+const SHRINK_NUM: u32 = 3;
+/// See [`SHRINK_NUM`].
+const SHRINK_DEN: u32 = 4;
+/// Shrinking stops at this long edge; a JPEG this small always fits
+/// [`MAX_IMAGE_BYTES`] (at most 64 × 64 × 3 bytes before compression).
+const MIN_SHRINK_EDGE_PX: u32 = 64;
+/// Scratch zune-jpeg keeps beside the pixels, per pixel: a progressive
+/// JPEG's coefficients, 2 bytes for each of up to 4 components.
+const JPEG_SCRATCH_BYTES_PER_PX: u64 = 8;
+/// Scratch the gif crate keeps beside the pixels, per pixel: the frame's
+/// palette indices, decoded before they are expanded to RGBA.
+const GIF_SCRATCH_BYTES_PER_PX: u64 = 1;
+/// Scratch image-webp keeps beside the pixels, per pixel: a lossless image
+/// without alpha is decoded as RGBA and then copied.
+const WEBP_SCRATCH_BYTES_PER_PX: u64 = 4;
+/// Scratch of an animated WebP's first frame: the frame's own RGBA buffer
+/// beside the decoder's.
+const ANIMATED_WEBP_SCRATCH_BYTES_PER_PX: u64 = 8;
 
 /// Arguments of `view_file`.
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -50,6 +105,14 @@ pub struct Output {
     pub shown_width: Option<u32>,
     /// Height of the image shown, after downscaling (images).
     pub shown_height: Option<u32>,
+    /// Media type of the image shown (images): the file's own, or the
+    /// format it was re-encoded to.
+    pub shown_media_type: Option<String>,
+    /// Encoded size in bytes of the image shown (images).
+    pub shown_size: Option<u64>,
+    /// True when the image is animated and only its first frame is shown
+    /// (images).
+    pub first_frame_only: Option<bool>,
     /// The `read_file` result (text files).
     pub text: Option<super::read::Output>,
     #[serde(skip)]
@@ -73,56 +136,374 @@ fn format_of(media_type: &str) -> Option<ImageFormat> {
 /// Width and height in pixels.
 type Dims = (u32, u32);
 
-/// Decodes, downscales when needed, re-encodes. Returns (image, original
-/// size, shown size).
-fn shown_image(
+/// The image sent and how it came from the file.
+struct Shown {
+    data: ImageData,
+    /// The file's dimensions.
+    original: Dims,
+    /// The dimensions of the image sent.
+    shown: Dims,
+    /// Only the first frame of an animation is sent.
+    first_frame_only: bool,
+    /// What was done to the file's image, in the order it was done.
+    steps: Vec<String>,
+}
+
+/// What the model is told to do with an image `view_file` cannot decode.
+const SHRINK_HINT: &str = "make a smaller copy with a command, if you can run one (for example \
+    `magick IN -resize 1568x1568 OUT.png`, or Python with Pillow), and view that";
+
+/// A decoder over the file's header, nothing decoded yet.
+struct Header<'a> {
+    decoder: Box<dyn ImageDecoder + 'a>,
+    animated: bool,
+}
+
+/// Limits of the header read: the allocation budget only, so that the
+/// dimensions can be read (and named in the refusal) before they are
+/// checked.
+fn header_limits() -> image::Limits {
+    let mut limits = image::Limits::default();
+    limits.max_alloc = Some(MAX_DECODE_ALLOC_BYTES);
+    limits
+}
+
+/// Limits of decoding: the pixel bound and the allocation budget.
+fn decode_limits() -> image::Limits {
+    let mut limits = header_limits();
+    limits.max_image_width = Some(MAX_DECODE_EDGE_PX);
+    limits.max_image_height = Some(MAX_DECODE_EDGE_PX);
+    limits
+}
+
+/// Reads the header only: the format's own decoder is built over the bytes
+/// and reads as far as the dimensions (the first frame's descriptor of a
+/// GIF, the chunks before the image data of a PNG).
+fn read_header(bytes: &[u8], format: ImageFormat) -> std::result::Result<Header<'_>, ImageError> {
+    let cursor = Cursor::new(bytes);
+    Ok(match format {
+        ImageFormat::Png => {
+            let decoder = PngDecoder::with_limits(cursor, header_limits())?;
+            let animated = decoder.is_apng()?;
+            Header {
+                decoder: Box::new(decoder),
+                animated,
+            }
+        }
+        ImageFormat::Jpeg => Header {
+            decoder: Box::new(JpegDecoder::new(cursor)?),
+            animated: false,
+        },
+        ImageFormat::Gif => Header {
+            decoder: Box::new(GifDecoder::new(cursor)?),
+            animated: gif_has_two_frames(bytes),
+        },
+        _ => {
+            let decoder = WebPDecoder::new(cursor)?;
+            let animated = decoder.has_animation();
+            Header {
+                decoder: Box::new(decoder),
+                animated,
+            }
+        }
+    })
+}
+
+/// True when a GIF holds a second frame. The frames' LZW data is skipped,
+/// not decompressed, so this costs a pass over the bytes and no pixels.
+fn gif_has_two_frames(bytes: &[u8]) -> bool {
+    let mut options = gif::DecodeOptions::new();
+    options.skip_frame_decoding(true);
+    let Ok(mut decoder) = options.read_info(bytes) else {
+        return false;
+    };
+    matches!(decoder.next_frame_info(), Ok(Some(_)))
+        && matches!(decoder.next_frame_info(), Ok(Some(_)))
+}
+
+/// Bytes per pixel a decoder allocates beside the pixel buffer, which
+/// `image::Limits` does not see (zune-jpeg's, the gif crate's and
+/// image-webp's scratch, from their code and measured; see
+/// docs/PERFORMANCE.md). The PNG decoder's rows are few, and a GIF frame
+/// smaller than the screen is reserved against the limits by `image`.
+fn scratch_bytes_per_px(format: ImageFormat, animated: bool) -> u64 {
+    match format {
+        ImageFormat::Jpeg => JPEG_SCRATCH_BYTES_PER_PX,
+        ImageFormat::Gif => GIF_SCRATCH_BYTES_PER_PX,
+        ImageFormat::WebP if animated => ANIMATED_WEBP_SCRATCH_BYTES_PER_PX,
+        ImageFormat::WebP => WEBP_SCRATCH_BYTES_PER_PX,
+        _ => 0,
+    }
+}
+
+/// `w×h px` with thousands separators, for messages.
+fn px((w, h): Dims) -> String {
+    format!("{}×{} px", thousands(u64::from(w)), thousands(u64::from(h)))
+}
+
+/// `n` bytes in MiB, rounded up, for messages.
+fn mib(n: u64) -> u64 {
+    n.div_ceil(1024 * 1024)
+}
+
+/// Decodes the file's image (the first frame of an animation) within the
+/// bounds: the dimensions from the header first, then the allocation
+/// budget, then the pixels.
+fn decode_bounded(
+    path: &WorkspacePath,
     bytes: &[u8],
     format: ImageFormat,
     media_type: &str,
-) -> Result<(ImageData, Dims, Dims)> {
-    let img = image::load_from_memory_with_format(bytes, format).map_err(|e| {
-        Error::new(
+) -> Result<(DynamicImage, bool)> {
+    let undecodable = |e: ImageError| match e {
+        ImageError::Limits(e) => Error::new(
+            ErrorKind::TooLarge,
+            format!(
+                "`{path}` ({media_type}) needs more memory to decode than view_file allows \
+                 ({} MiB): {e}; {SHRINK_HINT}",
+                mib(MAX_DECODE_ALLOC_BYTES)
+            ),
+        ),
+        e => Error::new(
             ErrorKind::Binary,
             format!("the file looks like {media_type} but cannot be decoded: {e}"),
-        )
-    })?;
+        ),
+    };
+    let Header {
+        mut decoder,
+        animated,
+    } = read_header(bytes, format).map_err(undecodable)?;
+    let (w, h) = decoder.dimensions();
+    if w > MAX_DECODE_EDGE_PX || h > MAX_DECODE_EDGE_PX {
+        return Err(Error::new(
+            ErrorKind::TooLarge,
+            format!(
+                "`{path}` is a {} {media_type}; view_file decodes images of at most {}; \
+                 {SHRINK_HINT}",
+                px((w, h)),
+                px((MAX_DECODE_EDGE_PX, MAX_DECODE_EDGE_PX)),
+            ),
+        ));
+    }
+    let pixels = decoder.total_bytes();
+    let scratch = scratch_bytes_per_px(format, animated)
+        .saturating_mul(u64::from(w))
+        .saturating_mul(u64::from(h));
+    let needed = pixels.saturating_add(scratch);
+    let mut limits = decode_limits();
+    if limits.reserve(needed).is_err() {
+        return Err(Error::new(
+            ErrorKind::TooLarge,
+            format!(
+                "`{path}` is a {} {media_type} that needs {} MiB to decode; view_file \
+                 decodes within {} MiB; {SHRINK_HINT}",
+                px((w, h)),
+                thousands(mib(needed)),
+                mib(MAX_DECODE_ALLOC_BYTES)
+            ),
+        ));
+    }
+    // What is left of the budget bounds the decoder's own allocations.
+    decoder.set_limits(limits).map_err(undecodable)?;
+    let img = DynamicImage::from_decoder(decoder).map_err(undecodable)?;
+    Ok((img, animated))
+}
+
+/// `(w, h)` scaled so that the long edge is `edge`, each at least 1 px.
+fn fit(w: u32, h: u32, edge: u32) -> Dims {
+    let scale = f64::from(edge) / f64::from(w.max(h));
+    let nw = ((f64::from(w) * scale).round() as u32).clamp(1, edge);
+    let nh = ((f64::from(h) * scale).round() as u32).clamp(1, edge);
+    (nw, nh)
+}
+
+/// The image with 8-bit channels (what PNG and JPEG are sent with).
+fn eight_bit(img: DynamicImage) -> DynamicImage {
+    match img {
+        DynamicImage::ImageLuma8(_)
+        | DynamicImage::ImageLumaA8(_)
+        | DynamicImage::ImageRgb8(_)
+        | DynamicImage::ImageRgba8(_) => img,
+        DynamicImage::ImageLuma16(_) => DynamicImage::ImageLuma8(img.to_luma8()),
+        DynamicImage::ImageLumaA16(_) => DynamicImage::ImageLumaA8(img.to_luma_alpha8()),
+        i if i.color().has_alpha() => DynamicImage::ImageRgba8(i.to_rgba8()),
+        i => DynamicImage::ImageRgb8(i.to_rgb8()),
+    }
+}
+
+/// The image without alpha, composited onto white (JPEG has no alpha).
+fn flattened(img: &DynamicImage) -> DynamicImage {
+    if !img.color().has_alpha() {
+        return img.clone();
+    }
+    let blend = |c: u8, a: u8| -> u8 {
+        let (c, a) = (u16::from(c), u16::from(a));
+        ((c * a + 255 * (255 - a) + 127) / 255) as u8
+    };
+    if let DynamicImage::ImageLumaA8(la) = img {
+        let out = image::GrayImage::from_fn(la.width(), la.height(), |x, y| {
+            let p = la.get_pixel(x, y).0;
+            image::Luma([blend(p[0], p[1])])
+        });
+        return DynamicImage::ImageLuma8(out);
+    }
+    let rgba = img.to_rgba8();
+    let out = image::RgbImage::from_fn(rgba.width(), rgba.height(), |x, y| {
+        let p = rgba.get_pixel(x, y).0;
+        image::Rgb([blend(p[0], p[3]), blend(p[1], p[3]), blend(p[2], p[3])])
+    });
+    DynamicImage::ImageRgb8(out)
+}
+
+fn encode_png(img: &DynamicImage) -> Result<Vec<u8>> {
+    let mut out = Vec::new();
+    let encoder = PngEncoder::new_with_quality(
+        &mut out,
+        CompressionType::Default,
+        image::codecs::png::FilterType::Adaptive,
+    );
+    img.write_with_encoder(encoder)
+        .map_err(|e| Error::internal(format!("cannot re-encode the image as PNG: {e}")))?;
+    Ok(out)
+}
+
+/// `img` (without alpha) as a JPEG of this quality.
+fn encode_jpeg(img: &DynamicImage, quality: u8) -> Result<Vec<u8>> {
+    let mut out = Vec::new();
+    let encoder = JpegEncoder::new_with_quality(&mut out, quality);
+    img.write_with_encoder(encoder)
+        .map_err(|e| Error::internal(format!("cannot re-encode the image as JPEG: {e}")))?;
+    Ok(out)
+}
+
+/// Encodes `img` (8-bit, at most [`MAX_IMAGE_EDGE_PX`] on the long edge)
+/// within [`MAX_IMAGE_BYTES`]: in its natural format (JPEG at the best
+/// quality tried for a JPEG, else PNG), then as JPEG of decreasing quality,
+/// then as a smaller JPEG. Returns the bytes, their media type and
+/// dimensions, and the steps taken (how it was encoded, and why when the
+/// limit forced it: `for_bytes` says the file's own bytes were over it).
+fn encode_within(
+    img: &DynamicImage,
+    from_jpeg: bool,
+    for_bytes: bool,
+) -> Result<(Vec<u8>, &'static str, Dims, Vec<String>)> {
+    let dims = (img.width(), img.height());
+    let to_fit = format!(
+        "to fit the {}-byte limit",
+        thousands(MAX_IMAGE_BYTES as u64)
+    );
+    if !from_jpeg {
+        let png = encode_png(img)?;
+        if png.len() <= MAX_IMAGE_BYTES {
+            let step = if for_bytes {
+                format!("re-encoded as PNG {to_fit}")
+            } else {
+                "re-encoded as PNG".to_string()
+            };
+            return Ok((png, "image/png", dims, vec![step]));
+        }
+    }
+    let opaque = flattened(img);
+    let mut steps = Vec::new();
+    if img.color().has_alpha() {
+        steps.push("transparency flattened onto white (JPEG has none)".to_string());
+    }
+    for quality in JPEG_QUALITIES {
+        let jpeg = encode_jpeg(&opaque, quality)?;
+        if jpeg.len() <= MAX_IMAGE_BYTES {
+            let forced = for_bytes || !from_jpeg || quality != JPEG_QUALITIES[0];
+            steps.push(if forced {
+                format!("re-encoded as JPEG at quality {quality} {to_fit}")
+            } else {
+                format!("re-encoded as JPEG at quality {quality}")
+            });
+            return Ok((jpeg, "image/jpeg", dims, steps));
+        }
+    }
+    let mut edge = dims.0.max(dims.1);
+    while edge > MIN_SHRINK_EDGE_PX {
+        edge = (edge * SHRINK_NUM / SHRINK_DEN).max(MIN_SHRINK_EDGE_PX);
+        let (w, h) = fit(dims.0, dims.1, edge);
+        let small = opaque.thumbnail_exact(w, h);
+        let jpeg = encode_jpeg(&small, SHRUNK_JPEG_QUALITY)?;
+        if jpeg.len() <= MAX_IMAGE_BYTES {
+            steps.push(format!(
+                "downscaled to {} and re-encoded as JPEG at quality \
+                 {SHRUNK_JPEG_QUALITY} {to_fit}",
+                px((w, h))
+            ));
+            return Ok((jpeg, "image/jpeg", (w, h), steps));
+        }
+    }
+    Err(Error::internal(format!(
+        "the image does not fit {} bytes even as a {MIN_SHRINK_EDGE_PX} px JPEG",
+        thousands(MAX_IMAGE_BYTES as u64)
+    )))
+}
+
+/// Decodes within the bounds and makes the image sent: the file's own
+/// bytes when they fit every limit, else downscaled and re-encoded.
+fn shown_image(
+    path: &WorkspacePath,
+    bytes: &[u8],
+    format: ImageFormat,
+    media_type: &str,
+) -> Result<Shown> {
+    let (img, animated) = decode_bounded(path, bytes, format, media_type)?;
     let (w, h) = (img.width(), img.height());
-    if w.max(h) <= MAX_IMAGE_EDGE_PX {
+    let too_wide = w.max(h) > MAX_IMAGE_EDGE_PX;
+    if !too_wide && !animated && bytes.len() <= MAX_IMAGE_BYTES {
         let data = ImageData {
             media_type: media_type.to_string(),
             bytes: bytes.to_vec(),
         };
-        return Ok((data, (w, h), (w, h)));
+        return Ok(Shown {
+            data,
+            original: (w, h),
+            shown: (w, h),
+            first_frame_only: false,
+            steps: Vec::new(),
+        });
     }
-    let scale = f64::from(MAX_IMAGE_EDGE_PX) / f64::from(w.max(h));
-    let nw = ((f64::from(w) * scale).round() as u32).clamp(1, MAX_IMAGE_EDGE_PX);
-    let nh = ((f64::from(h) * scale).round() as u32).clamp(1, MAX_IMAGE_EDGE_PX);
-    let small = img.resize_exact(nw, nh, FilterType::Triangle);
-    let (out_format, out_type) = match format {
-        ImageFormat::Jpeg => (ImageFormat::Jpeg, "image/jpeg"),
-        _ => (ImageFormat::Png, "image/png"),
-    };
-    let mut encoded = std::io::Cursor::new(Vec::new());
-    let small = if out_format == ImageFormat::Jpeg {
-        image::DynamicImage::ImageRgb8(small.to_rgb8())
+    let mut steps = Vec::new();
+    if animated {
+        steps.push("animated: only the first frame is shown".to_string());
+    }
+    let img = if too_wide {
+        let (nw, nh) = fit(w, h, MAX_IMAGE_EDGE_PX);
+        steps.push(format!(
+            "downscaled to {} (at most {} px on the long edge)",
+            px((nw, nh)),
+            thousands(u64::from(MAX_IMAGE_EDGE_PX))
+        ));
+        // Area averaging: allocates only the smaller image.
+        img.thumbnail_exact(nw, nh)
     } else {
-        small
+        img
     };
-    small
-        .write_to(&mut encoded, out_format)
-        .map_err(|e| Error::internal(format!("cannot re-encode the image: {e}")))?;
-    let data = ImageData {
-        media_type: out_type.to_string(),
-        bytes: encoded.into_inner(),
-    };
-    Ok((data, (w, h), (nw, nh)))
+    let img = eight_bit(img);
+    let (encoded, out_type, shown, more) =
+        encode_within(&img, format == ImageFormat::Jpeg, !too_wide && !animated)?;
+    steps.extend(more);
+    Ok(Shown {
+        data: ImageData {
+            media_type: out_type.to_string(),
+            bytes: encoded,
+        },
+        original: (w, h),
+        shown,
+        first_frame_only: animated,
+        steps,
+    })
 }
 
 impl Tool for ViewFile {
     const NAME: &'static str = "view_file";
     const DESCRIPTION: &'static str = "View a file: images (PNG, JPEG, GIF, WebP) come back as \
-        an image (downscaled to at most 1568 px on the long edge); text files as read_file shows \
-        them; other files as metadata. The type is sniffed from the bytes. Limit 25 MB.";
+        an image (at most 1568 px on the long edge and 3.75 MB, re-encoded to fit; the first \
+        frame of an animation; images over 8000 px on an edge are refused); text files as \
+        read_file shows them; other files as metadata. The type is sniffed from the bytes. \
+        Limit 25 MB.";
     const ANNOTATIONS: super::Annotations = READ_ONLY;
     type Params = Params;
     type Output = Output;
@@ -156,28 +537,41 @@ impl Tool for ViewFile {
             height: None,
             shown_width: None,
             shown_height: None,
+            shown_media_type: None,
+            shown_size: None,
+            first_frame_only: None,
             text: None,
             image: None,
         };
         if let Some(format) = format_of(&sniffed) {
-            let (image, (w, h), (sw, sh)) = shown_image(&bytes, format, &sniffed)?;
-            let text = if (w, h) == (sw, sh) {
-                format!(
-                    "`{path}`: {sniffed}, {w}×{h} px, {} bytes.",
-                    thousands(out.size)
-                )
+            let shown = shown_image(&path, &bytes, format, &sniffed)?;
+            let (w, h) = shown.original;
+            let (sw, sh) = shown.shown;
+            let mut text = format!(
+                "`{path}`: {sniffed}, {}, {} bytes",
+                px((w, h)),
+                thousands(out.size)
+            );
+            if shown.steps.is_empty() {
+                text.push('.');
             } else {
-                format!(
-                    "`{path}`: {sniffed}, {w}×{h} px, {} bytes; shown downscaled to {sw}×{sh} px.",
-                    thousands(out.size)
-                )
-            };
+                text.push_str(&format!(
+                    "; shown as {}, {}, {} bytes: {}.",
+                    shown.data.media_type,
+                    px((sw, sh)),
+                    thousands(shown.data.bytes.len() as u64),
+                    shown.steps.join("; ")
+                ));
+            }
             out.kind = "image".into();
             out.width = Some(w);
             out.height = Some(h);
             out.shown_width = Some(sw);
             out.shown_height = Some(sh);
-            out.image = Some(image);
+            out.shown_media_type = Some(shown.data.media_type.clone());
+            out.shown_size = Some(shown.data.bytes.len() as u64);
+            out.first_frame_only = Some(shown.first_frame_only);
+            out.image = Some(shown.data);
             return Ok((text, out));
         }
         if !looks_binary(head) {
