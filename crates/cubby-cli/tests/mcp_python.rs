@@ -56,6 +56,12 @@ fn run_client_with(workspace: &Path, target: &str, mode: &str, config: Option<&P
         out.status.success(),
         "client failed ({target} {mode}):\n{stdout}\n{stderr}"
     );
+    // The SDK ends an HTTP session with DELETE and logs this when the
+    // answer is neither 200 nor 204.
+    assert!(
+        !stderr.contains("Session termination failed"),
+        "{target} {mode}: {stderr}"
+    );
     let structured = if config.is_some() { " structured" } else { "" };
     assert!(
         stdout.contains(&format!("ok: {target} {mode}{structured}\n")),
@@ -102,4 +108,41 @@ fn python_sdk_over_http_with_structured_content() {
     let (_dir, config) = common::structured_config();
     let server = Serve::start_with(ws.path(), &["--config".as_ref(), config.as_os_str()]);
     run_client_with(ws.path(), &server.url(), "auto", Some(&config));
+}
+
+/// `DELETE` of a session, as a raw HTTP request: 204, and the session is
+/// gone (a request in it is 404); a `DELETE` without a session id is
+/// still refused.
+#[test]
+fn http_delete_ends_the_session_with_no_content() {
+    let ws = workspace();
+    let server = Serve::start(ws.path());
+    let init = br#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#;
+    let (status, head, _) = common::request(server.port, "POST", init, &[]);
+    assert_eq!(status, 200, "{head}");
+    let session = head
+        .lines()
+        .find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            k.eq_ignore_ascii_case("mcp-session-id")
+                .then(|| v.trim().to_string())
+        })
+        .unwrap();
+    let headers = [
+        ("Mcp-Session-Id", session.as_str()),
+        ("MCP-Protocol-Version", "2025-11-25"),
+    ];
+    let (status, head, body) = common::request(server.port, "DELETE", b"", &headers);
+    assert_eq!(status, 204, "{head}\n{body}");
+    assert!(body.is_empty(), "{body}");
+    let list = br#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#;
+    let (status, head, _) = common::request(server.port, "POST", list, &headers);
+    assert_eq!(status, 404, "{head}");
+    let (status, head, _) = common::request(
+        server.port,
+        "DELETE",
+        b"",
+        &[("MCP-Protocol-Version", "2025-11-25")],
+    );
+    assert_eq!(status, 400, "{head}");
 }

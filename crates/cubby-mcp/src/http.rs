@@ -10,7 +10,8 @@
 //! 3. Bodies over [`MAX_BODY_BYTES`] are refused (413).
 //!
 //! Each MCP session is its own run; sessions idle for
-//! [`SESSION_IDLE`] are closed, which stops their processes.
+//! [`SESSION_IDLE`] are closed, which stops their processes. A `DELETE`
+//! that ends a session answers 204 (see [`session_end_is_no_content`]).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -18,7 +19,7 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::extract::Request;
-use axum::http::StatusCode;
+use axum::http::{Method, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::Response;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
@@ -69,6 +70,19 @@ async fn require_bearer(
     } else {
         Err(StatusCode::UNAUTHORIZED)
     }
+}
+
+/// rmcp answers the `DELETE` that ends a session with 202 Accepted; the
+/// session is closed by then, and SPEC §6 (like the Python SDK, which logs
+/// "Session termination failed: 202") wants 200 or 204: 204 No Content, the
+/// body is empty. Other answers to a `DELETE` (400, 404, 405) pass as they are.
+async fn session_end_is_no_content(req: Request, next: Next) -> Response {
+    let delete = req.method() == Method::DELETE;
+    let mut response = next.run(req).await;
+    if delete && response.status() == StatusCode::ACCEPTED {
+        *response.status_mut() = StatusCode::NO_CONTENT;
+    }
+    response
 }
 
 /// Serves MCP over streamable HTTP until `shutdown` fires.
@@ -131,7 +145,9 @@ pub async fn serve_http(
         Arc::new(sessions),
         config,
     );
-    let mut app = Router::new().nest_service("/mcp", service);
+    let mut app = Router::new()
+        .nest_service("/mcp", service)
+        .layer(middleware::from_fn(session_end_is_no_content));
     if let Some(token) = options.token.filter(|t| !t.is_empty()) {
         let token = Arc::new(token);
         app = app.layer(middleware::from_fn(move |req: Request, next: Next| {

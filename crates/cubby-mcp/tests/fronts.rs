@@ -415,7 +415,9 @@ async fn both_fronts_answer_alike_with_structured_content_off_and_on() {
         let options = McpOptions { structured_content };
         let direct = over_stdio(options, false).await;
         let rmcp = over_stdio(options, true).await;
-        let (http, _) = over_http(options).await;
+        let (http, deleted) = over_http(options).await;
+        // Ending the session answers 200 or 204 (SPEC §6), not 202.
+        assert!(matches!(deleted, 200 | 204), "DELETE answered {deleted}");
         check_shape("stdio direct", &direct, options);
         check_shape("stdio rmcp", &rmcp, options);
         check_shape("http", &http, options);
