@@ -26,11 +26,10 @@
 
 mod common;
 
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::repo_root;
 
@@ -107,58 +106,14 @@ fn workspace() -> tempfile::TempDir {
     dir
 }
 
-fn signal_group(pgid: u32, signal: rustix::process::Signal) {
-    if let Some(pid) = rustix::process::Pid::from_raw(pgid as i32) {
-        let _ = rustix::process::kill_process_group(pid, signal);
-    }
-}
-
-fn group_alive(pgid: u32) -> bool {
-    rustix::process::Pid::from_raw(pgid as i32)
-        .is_some_and(|pid| rustix::process::test_kill_process_group(pid).is_ok())
-}
-
 /// Runs a client in its own process group (its cubby processes inherit it)
 /// and checks it printed `ok: {what}`. Ends the whole group if the client
 /// outlives [`CLIENT_DEADLINE`], and fails if anything it started outlives
 /// it by more than [`EXIT_GRACE`].
-fn run_client(mut cmd: Command, what: &str) {
-    let out = tempfile::NamedTempFile::new().unwrap();
-    let err = tempfile::NamedTempFile::new().unwrap();
-    let started = Instant::now();
-    let mut child = cmd
-        .stdin(Stdio::null())
-        .stdout(out.reopen().unwrap())
-        .stderr(err.reopen().unwrap())
-        .process_group(0)
-        .spawn()
-        .unwrap();
-    let pgid = child.id();
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break Some(status);
-        }
-        if started.elapsed() > CLIENT_DEADLINE {
-            signal_group(pgid, rustix::process::Signal::TERM);
-            std::thread::sleep(Duration::from_secs(2));
-            signal_group(pgid, rustix::process::Signal::KILL);
-            let _ = child.wait();
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let elapsed = started.elapsed();
-    let exited = Instant::now();
-    while group_alive(pgid) && exited.elapsed() < EXIT_GRACE {
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let lingered = group_alive(pgid);
-    if lingered {
-        signal_group(pgid, rustix::process::Signal::KILL);
-    }
-    let stdout = std::fs::read_to_string(out.path()).unwrap_or_default();
-    let stderr = std::fs::read_to_string(err.path()).unwrap_or_default();
-    let Some(status) = status else {
+fn run_client(cmd: Command, what: &str) {
+    let run = common::run_in_group(cmd, CLIENT_DEADLINE, EXIT_GRACE);
+    let (stdout, stderr) = (&run.stdout, &run.stderr);
+    let Some(status) = run.status else {
         panic!(
             "the {what} client did not finish in {}s:\n{stdout}\n{stderr}",
             CLIENT_DEADLINE.as_secs()
@@ -173,14 +128,14 @@ fn run_client(mut cmd: Command, what: &str) {
         "{stdout}\n{stderr}"
     );
     assert!(
-        !lingered,
+        !run.lingered,
         "processes of the {what} client were still running {}s after it exited",
         EXIT_GRACE.as_secs()
     );
     for line in stdout.lines() {
         println!("{line}");
     }
-    println!("{what}: {:.1}s", elapsed.as_secs_f64());
+    println!("{what}: {:.1}s", run.elapsed.as_secs_f64());
 }
 
 /// The scripts' shared helper (a scripted model), copied beside them.

@@ -1,13 +1,15 @@
 //! Helpers shared by the black-box tests of the `cubby` binary: the repo
 //! root, a `cubby serve` process on a loopback port of its own (port 0, the
-//! bound address read from its stderr), raw HTTP requests.
+//! bound address read from its stderr), raw HTTP requests, package installs,
+//! and a client run in a process group of its own.
 
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 /// The workspace's root directory.
@@ -217,4 +219,79 @@ pub fn python_venv(name: &str, packages: &[&str]) -> PathBuf {
         std::fs::write(&ready, &want).unwrap();
     }
     python
+}
+
+/// What [`run_in_group`] saw of a process and the ones it started.
+pub struct GroupRun {
+    /// The exit status; `None` when the deadline ended the process.
+    pub status: Option<ExitStatus>,
+    /// Everything it wrote on stdout.
+    pub stdout: String,
+    /// Everything it wrote on stderr.
+    pub stderr: String,
+    /// From the start to its exit (or to the deadline).
+    pub elapsed: Duration,
+    /// Whether processes of its group were still running `grace` after it
+    /// exited (they were killed then).
+    pub lingered: bool,
+}
+
+fn signal_group(pgid: u32, signal: rustix::process::Signal) {
+    if let Some(pid) = rustix::process::Pid::from_raw(pgid as i32) {
+        let _ = rustix::process::kill_process_group(pid, signal);
+    }
+}
+
+fn group_alive(pgid: u32) -> bool {
+    rustix::process::Pid::from_raw(pgid as i32)
+        .is_some_and(|pid| rustix::process::test_kill_process_group(pid).is_ok())
+}
+
+/// Runs `cmd` with stdin closed in a process group of its own (what it
+/// starts inherits the group, unless it makes its own). Ends the whole group
+/// (TERM, then KILL 2 s later) if the process outlives `deadline`; after it
+/// exits, waits up to `grace` for the rest of the group to end, and kills
+/// what is left. Its output goes through temporary files (removed on
+/// return), so that nothing blocks on a full pipe.
+pub fn run_in_group(mut cmd: Command, deadline: Duration, grace: Duration) -> GroupRun {
+    let out = tempfile::NamedTempFile::new().unwrap();
+    let err = tempfile::NamedTempFile::new().unwrap();
+    let started = Instant::now();
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(out.reopen().unwrap())
+        .stderr(err.reopen().unwrap())
+        .process_group(0)
+        .spawn()
+        .unwrap();
+    let pgid = child.id();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break Some(status);
+        }
+        if started.elapsed() > deadline {
+            signal_group(pgid, rustix::process::Signal::TERM);
+            std::thread::sleep(Duration::from_secs(2));
+            signal_group(pgid, rustix::process::Signal::KILL);
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let elapsed = started.elapsed();
+    let exited = Instant::now();
+    while group_alive(pgid) && exited.elapsed() < grace {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let lingered = group_alive(pgid);
+    if lingered {
+        signal_group(pgid, rustix::process::Signal::KILL);
+    }
+    GroupRun {
+        status,
+        stdout: std::fs::read_to_string(out.path()).unwrap_or_default(),
+        stderr: std::fs::read_to_string(err.path()).unwrap_or_default(),
+        elapsed,
+        lingered,
+    }
 }
