@@ -106,7 +106,7 @@ RUST_LOG=cubby_mcp=info NO_COLOR=1 "$CUBBY_BIN" serve --listen 127.0.0.1:0 \
 SERVER_PID=$!
 URL=""
 for _ in $(seq $((SERVER_START_TIMEOUT * 10))); do
-  URL="$(grep -oE 'serving MCP at http://127\.0\.0\.1:[1-9][0-9]*/mcp' "$SERVER_LOG" | head -n1 | sed 's/^serving MCP at //' || true)"
+  URL="$(grep -oE 'listening on http://127\.0\.0\.1:[1-9][0-9]*/mcp' "$SERVER_LOG" | head -n1 | sed 's/^listening on //' || true)"
   [ -n "$URL" ] && break
   kill -0 "$SERVER_PID" 2>/dev/null || { cat "$SERVER_LOG" >&2; die "cubby serve exited"; }
   sleep 0.1

@@ -242,7 +242,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 let (ready, bound) = tokio::sync::oneshot::channel();
                 tokio::spawn(async move {
                     if let Ok(addr) = bound.await {
-                        eprintln!("cubby: serving MCP at http://{addr}/mcp");
+                        eprintln!("cubby: listening on http://{addr}/mcp");
                     }
                 });
                 cubby_mcp::serve_http(factory, options, shutdown, Some(ready)).await

@@ -154,7 +154,7 @@ pub async fn serve_http(
             require_bearer(Arc::clone(&token), req, next)
         }));
     }
-    tracing::info!("serving MCP at http://{local}/mcp");
+    tracing::info!("listening on http://{local}/mcp");
     if let Some(ready) = ready {
         let _ = ready.send(local);
     }

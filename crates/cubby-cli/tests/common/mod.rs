@@ -22,7 +22,7 @@ pub fn repo_root() -> PathBuf {
 
 /// The line `cubby serve` prints on stderr once it listens, before the
 /// address.
-const SERVING_AT: &str = "cubby: serving MCP at http://";
+const SERVING_AT: &str = "cubby: listening on http://";
 
 /// Longest wait for `cubby serve` to say where it listens.
 const SERVE_START_WAIT: Duration = Duration::from_secs(60);

@@ -231,11 +231,22 @@ impl Reservations {
     /// Reserves the missing `path` with a placeholder of `kind`; returns
     /// the placeholder's inode.
     ///
+    /// When a placeholder of `path` is already reserved (a command starting
+    /// at the same time made it), this takes a use of it instead.
+    ///
     /// # Errors
     ///
     /// As `mkdir` (something may have appeared there meanwhile).
     pub(crate) fn reserve(&self, path: &WorkspacePath, kind: Kind) -> Result<u64> {
         let mut inner = lock(&self.inner);
+        // Another command's start reserved it between the caller's `claim`
+        // and this call (both looked at the missing path at once): share it.
+        if let Some(slot) = inner.map.get_mut(path)
+            && self.fs.is_placeholder(path, slot.ino)
+        {
+            slot.users += 1;
+            return Ok(slot.ino);
+        }
         if let Kind::File(content) = kind {
             let ino = self.fs.mkfile_placeholder(path, content)?;
             inner.map.insert(
@@ -768,6 +779,23 @@ mod tests {
         // Something that appeared meanwhile is not taken over.
         std::fs::write(dir.path().join("cubby.toml"), "x").unwrap();
         assert!(r.reserve(&toml, Kind::Dir).is_err());
+    }
+
+    #[test]
+    fn two_starts_reserving_one_missing_path_share_its_placeholder() {
+        // Commands starting at once both find `HEAD` missing and reserve it
+        // (a `claim` of each came before the other's `reserve`).
+        let _one = serial();
+        let (dir, fs) = workspace();
+        let r = Reservations::new(fs);
+        let head = WorkspacePath::parse("HEAD").unwrap();
+        let first = r.reserve(&head, Kind::for_path(&head)).unwrap();
+        let second = r.reserve(&head, Kind::for_path(&head)).unwrap();
+        assert_eq!(first, second);
+        r.release(&[(head.clone(), first)]);
+        assert_eq!(ino_at(&dir.path().join("HEAD")), Some(first), "still used");
+        r.release(&[(head, second)]);
+        assert_eq!(ino_at(&dir.path().join("HEAD")), None);
     }
 
     #[test]
