@@ -18,7 +18,11 @@ fn black_png(path: &Path, w: u32, h: u32, color: png::ColorType, depth: png::Bit
         png::ColorType::Rgba => 4,
         _ => 3,
     };
-    let bytes = if depth == png::BitDepth::Sixteen { 2 } else { 1 };
+    let bytes = if depth == png::BitDepth::Sixteen {
+        2
+    } else {
+        1
+    };
     let row = vec![0u8; w as usize * channels * bytes];
     let mut stream = writer.stream_writer().unwrap();
     for _ in 0..h {
@@ -52,7 +56,9 @@ fn gradient(w: u32, h: u32) -> image::RgbImage {
 }
 
 fn main() {
-    let dir = std::env::args().nth(1).expect("usage: view-images-bench DIR");
+    let dir = std::env::args()
+        .nth(1)
+        .expect("usage: view-images-bench DIR");
     let dir = Path::new(&dir);
     use png::{BitDepth::*, ColorType::*};
     black_png(&dir.join("png_rgba8_8000.png"), 8000, 8000, Rgba, Eight);
@@ -81,7 +87,6 @@ fn main() {
             (seed >> 16) as u16
         })
         .collect();
-    let noise =
-        image::ImageBuffer::<image::Rgba<u16>, _>::from_raw(1568, 1568, samples).unwrap();
+    let noise = image::ImageBuffer::<image::Rgba<u16>, _>::from_raw(1568, 1568, samples).unwrap();
     noise.save(dir.join("noise_1568.png")).unwrap();
 }
