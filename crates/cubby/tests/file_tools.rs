@@ -821,7 +821,6 @@ fn noise_jpeg(width: u32, height: u32) -> Vec<u8> {
 /// Asserts that `view_file` sent one image within the limits, whose declared
 /// media type is that of its bytes and whose dimensions are those reported.
 fn assert_bounded_image(out: &cubby::ToolOutput) -> image::DynamicImage {
-    eprintln!("TEXT {}", out.text);
     assert_eq!(out.images.len(), 1, "{}", out.text);
     let sent = &out.images[0];
     assert!(
@@ -967,6 +966,34 @@ fn jpeg_header_only(width: u16, height: u16) -> Vec<u8> {
     out
 }
 
+fn view_file_budgets_a_progressive_jpegs_coefficients(f: &dyn Fixture) {
+    // 5,000×5,000 px: 75,000,000 bytes of RGB. A progressive JPEG's decoder
+    // also keeps every coefficient (up to 8 bytes a pixel): over 256 MiB.
+    let baseline = jpeg_header_only(5_000, 5_000);
+    let mut progressive = baseline.clone();
+    let sof = progressive
+        .windows(2)
+        .position(|w| w == [0xff, 0xc0])
+        .unwrap();
+    progressive[sof + 1] = 0xc2;
+    f.put("progressive.jpg", &progressive);
+    f.put("baseline.jpg", &baseline);
+    let t = tools(f);
+    let msg = err(
+        &t,
+        "view_file",
+        json!({"path": "progressive.jpg"}),
+        "too_large",
+    );
+    for part in ["5,000×5,000 px", "within 256 MiB", "smaller copy"] {
+        assert!(msg.contains(part), "{part:?} not in {msg}");
+    }
+    // One scan is decoded a row of blocks at a time: within the budget, so
+    // this header with 16×16 px of data is decoded, not refused for size.
+    let out = t.call("view_file", json!({"path": "baseline.jpg"}));
+    assert!(!out.text.starts_with("ERROR too_large"), "{}", out.text);
+}
+
 /// A lossless WebP image (RIFF container) of `img`.
 fn webp(img: &image::RgbaImage) -> Vec<u8> {
     let mut out = Vec::new();
@@ -1041,7 +1068,6 @@ fn view_file_refuses_huge_headers_before_decoding(f: &dyn Fixture) {
     let t = tools(f);
     for (name, _) in &files {
         let msg = err(&t, "view_file", json!({"path": name}), "too_large");
-        eprintln!("TEXT {msg}");
         for part in ["60,000×60,000 px", "at most 8,000×8,000 px", "smaller copy"] {
             assert!(msg.contains(part), "{name}: {part:?} not in {msg}");
         }
@@ -1080,7 +1106,6 @@ fn view_file_refuses_a_decode_bomb(f: &dyn Fixture) {
     f.put("bomb.png", &bomb);
     let t = tools(f);
     let msg = err(&t, "view_file", json!({"path": "bomb.png"}), "too_large");
-    eprintln!("TEXT {msg}");
     for part in [
         "5,800×5,800 px",
         "257 MiB",
@@ -1898,6 +1923,7 @@ both!(
     view_file_reencodes_images_over_the_byte_limit,
     view_file_refuses_huge_headers_before_decoding,
     view_file_refuses_a_decode_bomb,
+    view_file_budgets_a_progressive_jpegs_coefficients,
     view_file_shows_the_first_frame_of_animations,
     read_redacts_before_the_long_line_cut,
     view_file_redacts_before_the_long_line_cut,

@@ -7,9 +7,9 @@
 //!   [`MAX_DECODE_EDGE_PX`] on either edge is refused before any pixel is
 //!   decoded;
 //! - decoding is bounded by `image::Limits` ([`MAX_DECODE_ALLOC_BYTES`]),
-//!   and the pixel buffer plus the scratch a decoder keeps beside it (see
-//!   [`scratch_bytes_per_px`]) are reserved against that budget before
-//!   decoding starts;
+//!   and the pixel buffer plus the scratch a decoder keeps beside it (which
+//!   the limits do not see: [`Header::scratch_per_px`]) are reserved
+//!   against that budget before decoding starts;
 //! - the image sent has a long edge of at most [`MAX_IMAGE_EDGE_PX`] and at
 //!   most [`MAX_IMAGE_BYTES`] encoded bytes: a larger one is downscaled and
 //!   re-encoded (JPEG stays JPEG, the others become PNG), and one that still
@@ -63,9 +63,11 @@ const SHRINK_DEN: u32 = 4;
 /// Shrinking stops at this long edge; a JPEG this small always fits
 /// [`MAX_IMAGE_BYTES`] (at most 64 × 64 × 3 bytes before compression).
 const MIN_SHRINK_EDGE_PX: u32 = 64;
-/// Scratch zune-jpeg keeps beside the pixels, per pixel: a progressive
-/// JPEG's coefficients, 2 bytes for each of up to 4 components.
-const JPEG_SCRATCH_BYTES_PER_PX: u64 = 8;
+/// Scratch zune-jpeg keeps beside the pixels of a JPEG of several scans
+/// (progressive, or components in separate scans), per pixel: every
+/// coefficient until the last scan, 2 bytes for each of up to 4
+/// components. A JPEG of one scan is decoded a row of blocks at a time.
+const MULTI_SCAN_JPEG_SCRATCH_BYTES_PER_PX: u64 = 8;
 /// Scratch the gif crate keeps beside the pixels, per pixel: the frame's
 /// palette indices, decoded before they are expanded to RGBA.
 const GIF_SCRATCH_BYTES_PER_PX: u64 = 1;
@@ -157,6 +159,11 @@ const SHRINK_HINT: &str = "make a smaller copy with a command, if you can run on
 struct Header<'a> {
     decoder: Box<dyn ImageDecoder + 'a>,
     animated: bool,
+    /// Bytes per pixel the decoder allocates beside the pixel buffer, which
+    /// `image::Limits` does not see (from the decoders' code, checked by
+    /// measurement: docs/PERFORMANCE.md). A PNG decoder's rows are few, and
+    /// a GIF frame smaller than the screen is reserved by `image` itself.
+    scratch_per_px: u64,
 }
 
 /// Limits of the header read: the allocation budget only, so that the
@@ -188,15 +195,22 @@ fn read_header(bytes: &[u8], format: ImageFormat) -> std::result::Result<Header<
             Header {
                 decoder: Box::new(decoder),
                 animated,
+                scratch_per_px: 0,
             }
         }
         ImageFormat::Jpeg => Header {
             decoder: Box::new(JpegDecoder::new(cursor)?),
             animated: false,
+            scratch_per_px: if jpeg_has_several_scans(bytes) {
+                MULTI_SCAN_JPEG_SCRATCH_BYTES_PER_PX
+            } else {
+                0
+            },
         },
         ImageFormat::Gif => Header {
             decoder: Box::new(GifDecoder::new(cursor)?),
             animated: gif_has_two_frames(bytes),
+            scratch_per_px: GIF_SCRATCH_BYTES_PER_PX,
         },
         _ => {
             let decoder = WebPDecoder::new(cursor)?;
@@ -204,6 +218,11 @@ fn read_header(bytes: &[u8], format: ImageFormat) -> std::result::Result<Header<
             Header {
                 decoder: Box::new(decoder),
                 animated,
+                scratch_per_px: if animated {
+                    ANIMATED_WEBP_SCRATCH_BYTES_PER_PX
+                } else {
+                    WEBP_SCRATCH_BYTES_PER_PX
+                },
             }
         }
     })
@@ -221,19 +240,43 @@ fn gif_has_two_frames(bytes: &[u8]) -> bool {
         && matches!(decoder.next_frame_info(), Ok(Some(_)))
 }
 
-/// Bytes per pixel a decoder allocates beside the pixel buffer, which
-/// `image::Limits` does not see (zune-jpeg's, the gif crate's and
-/// image-webp's scratch, from their code and measured; see
-/// docs/PERFORMANCE.md). The PNG decoder's rows are few, and a GIF frame
-/// smaller than the screen is reserved against the limits by `image`.
-fn scratch_bytes_per_px(format: ImageFormat, animated: bool) -> u64 {
-    match format {
-        ImageFormat::Jpeg => JPEG_SCRATCH_BYTES_PER_PX,
-        ImageFormat::Gif => GIF_SCRATCH_BYTES_PER_PX,
-        ImageFormat::WebP if animated => ANIMATED_WEBP_SCRATCH_BYTES_PER_PX,
-        ImageFormat::WebP => WEBP_SCRATCH_BYTES_PER_PX,
-        _ => 0,
+/// True unless the JPEG's first image is one scan: a progressive frame
+/// (SOF2, SOF6, SOF10, SOF14), or a second start of scan before the end of
+/// the image. The header segments (EXIF thumbnails included) are skipped by
+/// their lengths; in the entropy-coded data a 0xFF byte is followed by 0x00
+/// or a restart marker, so the next other marker is found by a scan.
+/// Malformed input counts as several scans: the larger estimate.
+fn jpeg_has_several_scans(bytes: &[u8]) -> bool {
+    let mut at = 2;
+    loop {
+        while bytes.get(at) == Some(&0xff) && bytes.get(at + 1) == Some(&0xff) {
+            at += 1;
+        }
+        let (Some(0xff), Some(&marker), Some(&hi), Some(&lo)) = (
+            bytes.get(at),
+            bytes.get(at + 1),
+            bytes.get(at + 2),
+            bytes.get(at + 3),
+        ) else {
+            return true;
+        };
+        if matches!(marker, 0xc2 | 0xc6 | 0xca | 0xce) {
+            return true;
+        }
+        at += 2 + usize::from(u16::from_be_bytes([hi, lo]));
+        if marker == 0xda {
+            break;
+        }
     }
+    while let Some(found) = bytes.get(at..).and_then(|rest| memchr::memchr(0xff, rest)) {
+        let ff = at + found;
+        match bytes.get(ff + 1) {
+            Some(0xda) => return true,
+            Some(0xd9) | None => return false,
+            _ => at = ff + 1,
+        }
+    }
+    false
 }
 
 /// `w×h px` with thousands separators, for messages.
@@ -272,13 +315,14 @@ fn decode_bounded(
     let Header {
         mut decoder,
         animated,
+        scratch_per_px,
     } = read_header(bytes, format).map_err(undecodable)?;
     let (w, h) = decoder.dimensions();
     if w > MAX_DECODE_EDGE_PX || h > MAX_DECODE_EDGE_PX {
         return Err(Error::new(
             ErrorKind::TooLarge,
             format!(
-                "`{path}` is a {} {media_type}; view_file decodes images of at most {}; \
+                "`{path}` is {} ({media_type}); view_file decodes images of at most {}; \
                  {SHRINK_HINT}",
                 px((w, h)),
                 px((MAX_DECODE_EDGE_PX, MAX_DECODE_EDGE_PX)),
@@ -286,7 +330,7 @@ fn decode_bounded(
         ));
     }
     let pixels = decoder.total_bytes();
-    let scratch = scratch_bytes_per_px(format, animated)
+    let scratch = scratch_per_px
         .saturating_mul(u64::from(w))
         .saturating_mul(u64::from(h));
     let needed = pixels.saturating_add(scratch);
@@ -295,7 +339,7 @@ fn decode_bounded(
         return Err(Error::new(
             ErrorKind::TooLarge,
             format!(
-                "`{path}` is a {} {media_type} that needs {} MiB to decode; view_file \
+                "`{path}` is {} ({media_type}) and needs {} MiB to decode; view_file \
                  decodes within {} MiB; {SHRINK_HINT}",
                 px((w, h)),
                 thousands(mib(needed)),
