@@ -62,9 +62,41 @@ fn needs_escape(c: char) -> bool {
 /// ([`crate::output::CallScope`]) before it is escaped, so that escaping
 /// cannot hide a secret (one holding a `"`, say) from the redaction.
 pub fn escape_name(bytes: &[u8]) -> Cow<'_, str> {
+    escape_name_unless(bytes, |_| false)
+}
+
+/// A name as a `search` line shows it (`path:line: text`, and
+/// `path-line- text` for context lines): [`escape_name`], and also quoted
+/// when the name holds a `:`, or — with `context` — a `-` followed by
+/// digits and another `-`. A name shown unquoted then ends at the first
+/// `:` of a match line (the first `-<digits>-` of a context line), so a
+/// file called `src/main.rs:1: fn x()` cannot pass for a hit in
+/// `src/main.rs`.
+pub fn escape_name_for_hits(bytes: &[u8], context: bool) -> Cow<'_, str> {
+    escape_name_unless(bytes, |plain| {
+        plain.contains(':') || (context && has_dash_number_dash(plain))
+    })
+}
+
+/// True when `s` holds `-<one or more ASCII digits>-`.
+fn has_dash_number_dash(s: &str) -> bool {
+    let b = s.as_bytes();
+    b.iter().enumerate().any(|(i, &c)| {
+        if c != b'-' {
+            return false;
+        }
+        let digits = b[i + 1..].iter().take_while(|d| d.is_ascii_digit()).count();
+        digits > 0 && b.get(i + 1 + digits) == Some(&b'-')
+    })
+}
+
+/// [`escape_name`], quoting also a plain (redacted) name for which
+/// `ambiguous` is true.
+fn escape_name_unless(bytes: &[u8], ambiguous: impl Fn(&str) -> bool) -> Cow<'_, str> {
     let bytes = crate::output::redact_bytes_for_cut(bytes);
     if let Ok(plain) = std::str::from_utf8(&bytes)
         && !plain.chars().any(needs_escape)
+        && !ambiguous(plain)
     {
         return match bytes {
             Cow::Borrowed(b) => Cow::Borrowed(std::str::from_utf8(b).unwrap_or_default()),
@@ -232,6 +264,11 @@ impl WorkspacePath {
         } else {
             escape_name(self.as_bytes()).into_owned()
         }
+    }
+
+    /// The path as a `search` line shows it: [`escape_name_for_hits`].
+    pub fn display_for_hits(&self, context: bool) -> String {
+        escape_name_for_hits(self.as_bytes(), context).into_owned()
     }
 
     /// The path of a directory as a listing shows it: [`display`](Self::display)

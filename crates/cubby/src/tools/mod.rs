@@ -54,6 +54,39 @@ pub(crate) fn sha256(bytes: &[u8]) -> Sha {
     Sha256::digest(bytes).into()
 }
 
+/// The sha256 and size of contents as the tools show them (SPEC §2,
+/// redaction): of the bytes with every secret replaced by its marker, the
+/// line feeds it held kept (as `read_file` shows them). A digest of the raw
+/// bytes of a file holding a secret would let the model confirm a guessed
+/// secret offline; the raw digest stays inside, for the stale guard.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Shown {
+    /// sha256 of the redacted contents.
+    pub sha: Sha,
+    /// Size of the redacted contents, in bytes.
+    pub size: u64,
+    /// True when a secret was redacted (the digest is not the file's).
+    pub redacted: bool,
+}
+
+impl Shown {
+    /// The digest of `bytes` as shown, `raw` being their sha256.
+    pub(crate) fn of(redactor: &crate::output::Redactor, bytes: &[u8], raw: Sha) -> Shown {
+        match redactor.redact_lines(bytes) {
+            std::borrow::Cow::Borrowed(b) => Shown {
+                sha: raw,
+                size: b.len() as u64,
+                redacted: false,
+            },
+            std::borrow::Cow::Owned(b) => Shown {
+                sha: sha256(&b),
+                size: b.len() as u64,
+                redacted: true,
+            },
+        }
+    }
+}
+
 /// sha256 of a whole file, streamed.
 pub(crate) fn sha256_file(fs: &dyn FileSystem, path: &WorkspacePath) -> Result<Sha> {
     let mut file = fs.open(path)?;

@@ -33,8 +33,13 @@ pub struct Output {
     pub created: bool,
     /// Size written, in bytes.
     pub size: u64,
-    /// sha256 of the new content, hex.
+    /// sha256 of the new content, hex; of its redacted form (as `read_file`
+    /// shows it) when `redacted`.
     pub sha256: String,
+    /// True when the content holds secrets (`sha256` is then of the
+    /// content as shown).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub redacted: bool,
 }
 
 /// The `write_file` tool.
@@ -163,6 +168,7 @@ impl Tool for WriteFile {
         guard_git_dir(ctx, &path)?;
         let existing = guard_overwrite(ctx, &path)?;
         let sha = commit(ctx, &path, params.content.as_bytes())?;
+        let digest = super::Shown::of(ctx.redactor, params.content.as_bytes(), sha);
         let size = params.content.len() as u64;
         let text = match existing {
             None => format!("Created `{path}` ({} bytes).", thousands(size)),
@@ -178,7 +184,8 @@ impl Tool for WriteFile {
                 path: path.display(),
                 created: existing.is_none(),
                 size,
-                sha256: hex(&sha),
+                sha256: hex(&digest.sha),
+                redacted: digest.redacted,
             },
         ))
     }
