@@ -374,6 +374,22 @@ mod tests {
     }
 
     #[test]
+    fn names_that_could_pass_for_a_hit_are_quoted_in_search_lines() {
+        let hit = |b: &[u8], context| escape_name_for_hits(b, context).into_owned();
+        assert_eq!(hit(b"src/main.rs", true), "src/main.rs");
+        assert_eq!(hit(b"src/main.rs:1: x", false), "\"src/main.rs:1: x\"");
+        assert_eq!(hit(b"a:b", true), "\"a:b\"");
+        // `-<digits>-` is a separator only where context lines are shown.
+        assert_eq!(hit(b"2024-01-15-post.md", false), "2024-01-15-post.md");
+        assert_eq!(hit(b"2024-01-15-post.md", true), "\"2024-01-15-post.md\"");
+        assert_eq!(hit(b"my-file-v2.rs", true), "my-file-v2.rs");
+        assert_eq!(hit(b"a-1", true), "a-1");
+        assert_eq!(hit(b"x\nD", false), "\"x\\nD\"");
+        // Listings are not changed.
+        assert_eq!(escape_name(b"a:b"), "a:b");
+    }
+
+    #[test]
     fn a_secret_in_a_name_is_redacted_before_it_is_escaped() {
         let r = crate::output::Redactor::new(&[crate::output::Secret {
             name: "PW".into(),
