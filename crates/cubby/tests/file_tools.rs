@@ -1158,6 +1158,20 @@ fn digests_of_redacted_files_confirm_no_guess(f: &dyn Fixture) {
         f.get("key.env").unwrap(),
         format!("# deploy v2\nAPI_KEY={SECRET}\n").as_bytes()
     );
+    // Overwriting says how big the file was as it was shown, not on disk
+    // (which would tell the secret's length).
+    let raw2 = format!("# deploy v2\nAPI_KEY={SECRET}\n");
+    let out = ok(
+        &t,
+        "write_file",
+        json!({"path": "key.env", "content": raw2}),
+    );
+    assert!(
+        out.text.contains(&format!("was {} bytes", shown2.len())),
+        "{}",
+        out.text
+    );
+    assert!(!out.text.contains(&format!("was {} bytes", raw2.len())));
     ok(&t, "read_file", json!({"path": "key.env"}));
     // Changed on disk after the read: stale.
     f.put("key.env", b"# deploy v2\nAPI_KEY=rotated\n");
@@ -1280,7 +1294,7 @@ fn parse_hit(line: &str, context: bool) -> Result<(Vec<u8>, u64, String), String
             .filter(|_| context)
             .unwrap_or(line.len());
         let end = colon.min(dash);
-        (line[..end].as_bytes().to_vec(), &line[end..])
+        (line.as_bytes()[..end].to_vec(), &line[end..])
     };
     let sep = rest.chars().next().ok_or_else(|| bad("no separator"))?;
     let (number, text) = rest[1..]

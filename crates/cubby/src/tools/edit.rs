@@ -106,8 +106,7 @@ impl Tool for EditFile {
         };
         let replace_all = params.replace_all.unwrap_or(false);
         let (new, count) = apply(&old, &params.find, &params.replace, replace_all, &path)?;
-        let sha = commit(ctx, &path, new.as_bytes())?;
-        let digest = super::Shown::of(ctx.redactor, new.as_bytes(), sha);
+        let digest = commit(ctx, &path, new.as_bytes())?;
         let shown = path.display();
         let diff = TextDiff::from_lines(&old, &new)
             .unified_diff()

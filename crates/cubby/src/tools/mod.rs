@@ -111,7 +111,9 @@ use std::io::Read as _;
 /// the `changes` baseline.
 #[derive(Default)]
 pub(crate) struct RunState {
-    reads: Mutex<HashMap<WorkspacePath, Sha>>,
+    /// The digest of the bytes on disk at the last read of each path, and
+    /// the size of its contents as shown then (redacted).
+    reads: Mutex<HashMap<WorkspacePath, (Sha, u64)>>,
     pub(crate) baseline: Option<Arc<Baseline>>,
 }
 
@@ -124,15 +126,17 @@ impl RunState {
         }
     }
 
-    /// Records that the model has seen `path` with this content.
-    pub(crate) fn record_read(&self, path: &WorkspacePath, sha: Sha) {
+    /// Records that the model has seen `path` with this content (`sha` of
+    /// its bytes), shown as `shown_size` bytes.
+    pub(crate) fn record_read(&self, path: &WorkspacePath, sha: Sha, shown_size: u64) {
         if let Ok(mut reads) = self.reads.lock() {
-            reads.insert(path.clone(), sha);
+            reads.insert(path.clone(), (sha, shown_size));
         }
     }
 
-    /// The digest recorded at the last read (or write) of `path`.
-    pub(crate) fn last_read(&self, path: &WorkspacePath) -> Option<Sha> {
+    /// The digest recorded at the last read (or write) of `path`, and the
+    /// size the model was shown then.
+    pub(crate) fn last_read(&self, path: &WorkspacePath) -> Option<(Sha, u64)> {
         self.reads.lock().ok().and_then(|r| r.get(path).copied())
     }
 

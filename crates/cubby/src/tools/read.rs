@@ -120,7 +120,7 @@ impl Tool for ReadFile {
         };
         let scan = scan(file.reader, &window, ctx.redactor)
             .map_err(|e| Error::from_io(&e, &path.display()))?;
-        ctx.run.record_read(&path, scan.sha);
+        ctx.run.record_read(&path, scan.sha, scan.shown.size);
         render(&path, scan, &window)
     }
 }

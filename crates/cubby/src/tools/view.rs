@@ -147,8 +147,8 @@ impl Tool for ViewFile {
         }
         let bytes = ctx.fs.read_to_vec(&path, MAX_VIEW_BYTES)?;
         let sha = sha256(&bytes);
-        ctx.run.record_read(&path, sha);
         let shown = Shown::of(ctx.redactor, &bytes, sha);
+        ctx.run.record_read(&path, sha, shown.size);
         let head = &bytes[..bytes.len().min(super::read::BINARY_SNIFF_BYTES)];
         let sniffed = super::read::media_type(head);
         let mut out = Output {
