@@ -62,9 +62,41 @@ fn needs_escape(c: char) -> bool {
 /// ([`crate::output::CallScope`]) before it is escaped, so that escaping
 /// cannot hide a secret (one holding a `"`, say) from the redaction.
 pub fn escape_name(bytes: &[u8]) -> Cow<'_, str> {
+    escape_name_unless(bytes, |_| false)
+}
+
+/// A name as a `search` line shows it (`path:line: text`, and
+/// `path-line- text` for context lines): [`escape_name`], and also quoted
+/// when the name holds a `:`, or — with `context` — a `-` followed by
+/// digits and another `-`. A name shown unquoted then ends at the first
+/// `:` of a match line (the first `-<digits>-` of a context line), so a
+/// file called `src/main.rs:1: fn x()` cannot pass for a hit in
+/// `src/main.rs`.
+pub fn escape_name_for_hits(bytes: &[u8], context: bool) -> Cow<'_, str> {
+    escape_name_unless(bytes, |plain| {
+        plain.contains(':') || (context && has_dash_number_dash(plain))
+    })
+}
+
+/// True when `s` holds `-<one or more ASCII digits>-`.
+fn has_dash_number_dash(s: &str) -> bool {
+    let b = s.as_bytes();
+    b.iter().enumerate().any(|(i, &c)| {
+        if c != b'-' {
+            return false;
+        }
+        let digits = b[i + 1..].iter().take_while(|d| d.is_ascii_digit()).count();
+        digits > 0 && b.get(i + 1 + digits) == Some(&b'-')
+    })
+}
+
+/// [`escape_name`], quoting also a plain (redacted) name for which
+/// `ambiguous` is true.
+fn escape_name_unless(bytes: &[u8], ambiguous: impl Fn(&str) -> bool) -> Cow<'_, str> {
     let bytes = crate::output::redact_bytes_for_cut(bytes);
     if let Ok(plain) = std::str::from_utf8(&bytes)
         && !plain.chars().any(needs_escape)
+        && !ambiguous(plain)
     {
         return match bytes {
             Cow::Borrowed(b) => Cow::Borrowed(std::str::from_utf8(b).unwrap_or_default()),
@@ -234,6 +266,11 @@ impl WorkspacePath {
         }
     }
 
+    /// The path as a `search` line shows it: [`escape_name_for_hits`].
+    pub fn display_for_hits(&self, context: bool) -> String {
+        escape_name_for_hits(self.as_bytes(), context).into_owned()
+    }
+
     /// The path of a directory as a listing shows it: [`display`](Self::display)
     /// with a `/` at the end (inside the quotes of a quoted one).
     pub fn display_dir(&self) -> String {
@@ -334,6 +371,22 @@ mod tests {
         let p = WorkspacePath::root().join_name(OsStr::from_bytes(b"d\ne"));
         assert_eq!(p.display(), "\"d\\ne\"");
         assert_eq!(p.display_dir(), "\"d\\ne/\"");
+    }
+
+    #[test]
+    fn names_that_could_pass_for_a_hit_are_quoted_in_search_lines() {
+        let hit = |b: &[u8], context| escape_name_for_hits(b, context).into_owned();
+        assert_eq!(hit(b"src/main.rs", true), "src/main.rs");
+        assert_eq!(hit(b"src/main.rs:1: x", false), "\"src/main.rs:1: x\"");
+        assert_eq!(hit(b"a:b", true), "\"a:b\"");
+        // `-<digits>-` is a separator only where context lines are shown.
+        assert_eq!(hit(b"2024-01-15-post.md", false), "2024-01-15-post.md");
+        assert_eq!(hit(b"2024-01-15-post.md", true), "\"2024-01-15-post.md\"");
+        assert_eq!(hit(b"my-file-v2.rs", true), "my-file-v2.rs");
+        assert_eq!(hit(b"a-1", true), "a-1");
+        assert_eq!(hit(b"x\nD", false), "\"x\\nD\"");
+        // Listings are not changed.
+        assert_eq!(escape_name(b"a:b"), "a:b");
     }
 
     #[test]

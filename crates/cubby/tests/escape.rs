@@ -1939,6 +1939,87 @@ fn hoard_inotify_and_fanotify(l: &Lab) -> Verdict {
     Ok(())
 }
 
+/// Python: System V shared memory through libc. `make(mb)` creates a
+/// private segment (its id, or -1), `fill(i, mb)` attaches it and writes
+/// every page (the address, or None), `ids()` lists the segments the IPC
+/// namespace holds.
+const SHM_PY: &str = "import ctypes, sys\nlibc = ctypes.CDLL(None, use_errno=True)\nlibc.shmget.argtypes = [ctypes.c_int, ctypes.c_size_t, ctypes.c_int]\nlibc.shmat.restype = ctypes.c_void_p\nlibc.shmat.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_int]\nlibc.shmdt.argtypes = [ctypes.c_void_p]\nlibc.shmctl.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_void_p]\nMIB = 1 << 20\ndef make(mb):\n  return libc.shmget(0, mb * MIB, 0o1600)\ndef fill(i, mb):\n  a = libc.shmat(i, None, 0)\n  if a is None or a == ctypes.c_void_p(-1).value:\n    return None\n  ctypes.memset(a, 1, mb * MIB)\n  return a\ndef ids():\n  return [l.split()[1] for l in open(\"/proc/sysvipc/shm\").readlines()[1:]]\n";
+
+/// Size of each System V segment the attack makes, in MiB.
+const SHM_SEGMENT_MB: u64 = 4;
+
+fn system_v_shared_memory_left_behind(l: &Lab) -> Verdict {
+    let _ = l;
+    // Control: on the host a segment outlives the process that made it
+    // (one written and detached, one never attached), and one larger than
+    // tmp_mb can be made; the control removes what it made.
+    let host = host_py(&format!(
+        "{SHM_PY}a = make({SHM_SEGMENT_MB})\nlibc.shmdt(fill(a, {SHM_SEGMENT_MB}))\nb = make({SHM_SEGMENT_MB})\nbig = make({})\nprint(a, b, big)",
+        2 * TEST_TMP_MB
+    ));
+    let made: Vec<i64> = host
+        .split_whitespace()
+        .filter_map(|n| n.parse().ok())
+        .collect();
+    let kept = host_py(&format!(
+        "{SHM_PY}seen = ids()\nmade = {made:?}\nprint(sum(str(i) in seen for i in made))\nfor i in made:\n  libc.shmctl(i, 0, None)"
+    ));
+    if made.len() != 3 || made.iter().any(|&i| i < 0) || kept.trim() != "3" {
+        return Err(format!("control: on the host made {host:?}, kept {kept:?}"));
+    }
+    let tight = lab_with(|o, _| o.limits.tmp_mb = TEST_TMP_MB);
+    // One command leaves segments behind...
+    let out = tight.sh(&py(&format!(
+        "{SHM_PY}a = make({SHM_SEGMENT_MB})\nlibc.shmdt(fill(a, {SHM_SEGMENT_MB}))\nb = make({SHM_SEGMENT_MB})\nprint(\"LEFT\", a, b, ids())"
+    )));
+    if !out.text.contains("LEFT") || out.text.contains("LEFT -1") {
+        return Err(format!("the first command made no segment: {}", out.text));
+    }
+    // ...which the next must not find.
+    let next = tight.sh(&py(&format!("{SHM_PY}print(\"SEEN\", ids())")));
+    if !next.text.contains("SEEN []") {
+        return Err(format!(
+            "segments survived their command ({}): {}",
+            out.text.trim(),
+            next.text
+        ));
+    }
+    // Held at once, segments stop at tmp_mb, and none is larger.
+    let bound = tight.sh(&py(&format!(
+        "{SHM_PY}big = make({})\nheld = []\nwhile len(held) < 64:\n  i = make({SHM_SEGMENT_MB})\n  if i < 0 or fill(i, {SHM_SEGMENT_MB}) is None:\n    break\n  held.append(i)\nprint(\"BOUND\", big, len(held) * {SHM_SEGMENT_MB})",
+        2 * TEST_TMP_MB
+    )));
+    let got: Vec<i64> = bound
+        .text
+        .split("BOUND")
+        .nth(1)
+        .unwrap_or_default()
+        .split_whitespace()
+        .filter_map(|n| n.parse().ok())
+        .collect();
+    if got.len() != 2 || got[0] >= 0 || got[1] as u64 > TEST_TMP_MB || got[1] == 0 {
+        return Err(format!(
+            "System V shared memory against tmp_mb = {TEST_TMP_MB} (a {} MiB segment, MiB held): {}",
+            2 * TEST_TMP_MB,
+            bound.text
+        ));
+    }
+    // And a command cannot lift the bounds.
+    let lift = tight.sh(
+        "echo 0 > /proc/sys/kernel/shm_rmid_forced; echo 999999999 > /proc/sys/kernel/shmall; \
+         cat /proc/sys/kernel/shm_rmid_forced /proc/sys/kernel/shmall",
+    );
+    let values: Vec<u64> = lift
+        .text
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .collect();
+    if values.len() != 2 || values[0] != 1 || values[1] == 999_999_999 {
+        return Err(format!("the IPC limits were lifted: {}", lift.text));
+    }
+    Ok(())
+}
+
 fn lease_on_a_host_file(l: &Lab) -> Verdict {
     let target = l.out("target.txt");
     let take_lease = format!(
@@ -2147,6 +2228,10 @@ const ATTACKS: &[(&str, Attack)] = &[
         hoard_inotify_and_fanotify,
     ),
     ("take a lease on a host file", lease_on_a_host_file),
+    (
+        "leave System V shared memory behind a command, past tmp_mb",
+        system_v_shared_memory_left_behind,
+    ),
 ];
 
 /// Runs every attack in a fresh lab; panics listing every escape.

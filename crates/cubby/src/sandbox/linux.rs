@@ -337,6 +337,15 @@ fn sandbox_sysctls(
 /// each (at most a [`TMP_MAX_SHARE_OF_MEMORY`]th of the host's memory),
 /// with [`TMP_INODES_PER_MB`] inodes a MiB.
 fn tmp_options(tmp_mb: u64) -> Result<CString> {
+    let size_mb = tmp_size_mb(tmp_mb);
+    let inodes = size_mb.saturating_mul(TMP_INODES_PER_MB);
+    CString::new(format!("mode=1777,size={size_mb}m,nr_inodes={inodes}")).map_err(start_error)
+}
+
+/// `tmp_mb`, at most a [`TMP_MAX_SHARE_OF_MEMORY`]th of the host's memory:
+/// the size of `/tmp`, of `/dev/shm` and of the sandbox's System V shared
+/// memory, each.
+fn tmp_size_mb(tmp_mb: u64) -> u64 {
     const KIB_PER_MIB: u64 = 1024;
     let memory_mb = std::fs::read_to_string("/proc/meminfo")
         .ok()
@@ -347,9 +356,46 @@ fn tmp_options(tmp_mb: u64) -> Result<CString> {
         })
         .map(|kib| kib / KIB_PER_MIB);
     let cap = memory_mb.map_or(u64::MAX, |m| (m / TMP_MAX_SHARE_OF_MEMORY).max(1));
-    let size_mb = tmp_mb.clamp(1, cap);
-    let inodes = size_mb.saturating_mul(TMP_INODES_PER_MB);
-    CString::new(format!("mode=1777,size={size_mb}m,nr_inodes={inodes}")).map_err(start_error)
+    tmp_mb.clamp(1, cap)
+}
+
+/// The page size assumed if the system cannot tell its own.
+const FALLBACK_PAGE_BYTES: u64 = 4096;
+
+/// System V message queues a sandbox may hold (`kernel.msgmni` of its IPC
+/// namespace), of at most [`SANDBOX_MSG_QUEUE_BYTES`] each: 4 MiB in all.
+const SANDBOX_MSG_QUEUES: u64 = 256;
+/// Bytes a System V message queue may hold (`kernel.msgmnb`, the kernel's
+/// default).
+const SANDBOX_MSG_QUEUE_BYTES: u64 = 16 * 1024;
+
+/// What the holder writes under `/proc/sys/kernel` for the sandbox's IPC
+/// namespace (see [`linux_sys::HolderPlan::ipc_sysctls`]): System V shared
+/// memory of at most `tmp_mb` MiB in all (`shmall`, in pages) and in one
+/// segment (`shmmax`), every segment removed when no process has it
+/// attached and, for one never attached, when the process that made it
+/// exits (`shm_rmid_forced`: a segment does not outlive its command's
+/// processes); message queues bounded by [`SANDBOX_MSG_QUEUES`] and
+/// [`SANDBOX_MSG_QUEUE_BYTES`].
+fn ipc_sysctls(limits: &SandboxLimits) -> Result<Vec<(CString, CString)>> {
+    const BYTES_PER_MIB: u64 = 1024 * 1024;
+    let bytes = tmp_size_mb(limits.tmp_mb).saturating_mul(BYTES_PER_MIB);
+    let page = super::sys::page_size().unwrap_or(FALLBACK_PAGE_BYTES);
+    [
+        ("shm_rmid_forced", 1),
+        ("shmmax", bytes),
+        ("shmall", bytes.div_ceil(page)),
+        ("msgmni", SANDBOX_MSG_QUEUES),
+        ("msgmnb", SANDBOX_MSG_QUEUE_BYTES),
+    ]
+    .into_iter()
+    .map(|(name, value)| {
+        Ok((
+            CString::new(format!("/proc/sys/kernel/{name}")).map_err(start_error)?,
+            CString::new(value.to_string()).map_err(start_error)?,
+        ))
+    })
+    .collect()
 }
 
 /// Removes the pids cgroups of cubby processes that no longer exist (a
@@ -852,11 +898,10 @@ impl LinuxSandbox {
     fn start_holder<T>(&self, overlap: impl FnOnce() -> T) -> Result<(Live, T)> {
         let root = self.fs.root_path().to_path_buf();
         let own_network = self.options.network != NetworkMode::On;
-        let mut flags = libc::CLONE_NEWUSER
-            | libc::CLONE_NEWNS
-            | libc::CLONE_NEWIPC
-            | libc::CLONE_NEWUTS
-            | libc::CLONE_NEWPID;
+        // The IPC namespace is not among these: the holder makes it first,
+        // in a user namespace of its own (see `HolderPlan::ipc_sysctls`).
+        let mut flags =
+            libc::CLONE_NEWUSER | libc::CLONE_NEWNS | libc::CLONE_NEWUTS | libc::CLONE_NEWPID;
         if own_network {
             flags |= libc::CLONE_NEWNET;
         }
@@ -993,8 +1038,11 @@ impl LinuxSandbox {
 
         let plan = Arc::new(HolderPlan {
             unshare_flags: flags,
-            uid_map: format!("{uid} {uid} 1\n").into_bytes(),
-            gid_map: format!("{gid} {gid} 1\n").into_bytes(),
+            outer_uid_map: format!("0 {uid} 1\n").into_bytes(),
+            outer_gid_map: format!("0 {gid} 1\n").into_bytes(),
+            uid_map: format!("{uid} 0 1\n").into_bytes(),
+            gid_map: format!("{gid} 0 1\n").into_bytes(),
+            ipc_sysctls: ipc_sysctls(&self.options.limits)?,
             private_tmp,
             tmp_options: tmp_options(self.options.limits.tmp_mb)?,
             sysctls,

@@ -114,13 +114,14 @@ pub(crate) enum HolderStep {
     Fork,
     Limits,
     ReadRules,
+    IpcLimits,
 }
 
 impl HolderStep {
     /// Names the step for an error message.
     pub(crate) fn describe(byte: u8) -> &'static str {
         match byte {
-            1 => "creating the user, mount, IPC, UTS and network namespaces",
+            1 => "creating the user, IPC, mount, UTS and network namespaces",
             2 => "mapping the user id into the user namespace",
             3 => "mapping the group id into the user namespace",
             4 => "making the mount tree private",
@@ -140,6 +141,7 @@ impl HolderStep {
             18 => "forking the first process of the sandbox's pid namespace",
             19 => "setting the sandbox's process, inotify and fanotify limits",
             20 => "opening what commands read (read_scope = \"system\")",
+            21 => "setting the sandbox's System V shared memory and message queue limits",
             _ => "setting up the sandbox",
         }
     }
@@ -172,9 +174,28 @@ pub(crate) struct Mask {
 /// Everything the holder needs, prepared by the parent.
 #[derive(Debug)]
 pub(crate) struct HolderPlan {
+    /// The namespaces of the sandbox, made together (the IPC namespace
+    /// apart, before them: see `ipc_sysctls`).
     pub unshare_flags: libc::c_int,
+    /// The outer user namespace's maps: its root is the invoking user.
+    pub outer_uid_map: Vec<u8>,
+    pub outer_gid_map: Vec<u8>,
+    /// The sandbox's user namespace's maps: the invoking user as itself,
+    /// through the outer namespace's root.
     pub uid_map: Vec<u8>,
     pub gid_map: Vec<u8>,
+    /// Files under `/proc/sys/kernel` and what to write there: the System V
+    /// IPC limits of the sandbox's IPC namespace. The kernel lets only
+    /// the root of the user namespace that owns an IPC namespace write
+    /// them (by uid, not by capability), and the sandbox's user namespace
+    /// maps the invoking user as itself, so it has no root unless that
+    /// user is root. The holder therefore first makes an outer user
+    /// namespace whose root is the invoking user, makes the IPC namespace
+    /// there and writes these as its root, and only then makes the
+    /// sandbox's user namespace inside it (with the other namespaces).
+    /// Commands hold no capability in the outer namespace (an ancestor of
+    /// theirs), and Landlock keeps them from writing `/proc/sys`.
+    pub ipc_sysctls: Vec<(CString, CString)>,
     pub private_tmp: bool,
     /// Mount options of the private `/tmp` and of `/dev/shm` (mode, size,
     /// inodes).
@@ -479,10 +500,31 @@ fn holder_main(plan: &HolderPlan) -> io::Result<()> {
         {
             return Err(holder_fail(report, HolderStep::Cgroup));
         }
-        if libc::unshare(plan.unshare_flags) != 0 {
+        // The outer user namespace and, owned by it, the sandbox's IPC
+        // namespace with its limits (see `HolderPlan::ipc_sysctls`).
+        if libc::unshare(libc::CLONE_NEWUSER) != 0 {
             return Err(holder_fail(report, HolderStep::Unshare));
         }
         // Absent on kernels before 3.19; then it is not needed either.
+        write_file(c"/proc/self/setgroups", b"deny");
+        if !write_file(c"/proc/self/uid_map", &plan.outer_uid_map) {
+            return Err(holder_fail(report, HolderStep::UidMap));
+        }
+        if !write_file(c"/proc/self/gid_map", &plan.outer_gid_map) {
+            return Err(holder_fail(report, HolderStep::GidMap));
+        }
+        if libc::unshare(libc::CLONE_NEWIPC) != 0 {
+            return Err(holder_fail(report, HolderStep::Unshare));
+        }
+        for (path, value) in &plan.ipc_sysctls {
+            if !write_file(path, value.as_bytes()) {
+                return Err(holder_fail(report, HolderStep::IpcLimits));
+            }
+        }
+        if libc::unshare(plan.unshare_flags) != 0 {
+            return Err(holder_fail(report, HolderStep::Unshare));
+        }
+        // Denied already, inherited from the outer namespace.
         write_file(c"/proc/self/setgroups", b"deny");
         if !write_file(c"/proc/self/uid_map", &plan.uid_map) {
             return Err(holder_fail(report, HolderStep::UidMap));

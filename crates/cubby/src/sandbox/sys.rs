@@ -262,6 +262,13 @@ unsafe fn signal_children(me: libc::pid_t, sig: libc::c_int) {
     }
 }
 
+/// The system's page size in bytes (`None` if it cannot tell).
+pub(crate) fn page_size() -> Option<u64> {
+    // SAFETY: sysconf reads a constant of the system; no memory is involved.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    u64::try_from(page).ok().filter(|&p| p > 0)
+}
+
 /// Decimal digits of a pid, on the stack.
 pub(crate) fn decimal(mut n: libc::pid_t) -> ([u8; 12], usize) {
     let mut out = [0u8; 12];

@@ -48,10 +48,14 @@ pub struct Output {
     pub replacements: u64,
     /// Unified diff of the change.
     pub diff: String,
-    /// sha256 of the new content, hex.
+    /// sha256 of the new content, hex; of its redacted form when `redacted`.
     pub sha256: String,
-    /// Size of the new content, in bytes.
+    /// Size of the new content, in bytes; of its redacted form when `redacted`.
     pub size: u64,
+    /// True when the new content holds secrets: `sha256` and `size` are
+    /// those of the content as `read_file` shows it.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub redacted: bool,
 }
 
 /// The `edit_file` tool.
@@ -108,7 +112,7 @@ impl Tool for EditFile {
         };
         let replace_all = params.replace_all.unwrap_or(false);
         let (new, count) = apply(&old, &params.find, &params.replace, replace_all, &path)?;
-        let sha = commit(ctx, &path, new.as_bytes())?;
+        let digest = commit(ctx, &path, new.as_bytes())?;
         let shown = path.display();
         let diff = TextDiff::from_lines(&old, &new)
             .unified_diff()
@@ -131,8 +135,9 @@ impl Tool for EditFile {
                 path: shown,
                 replacements: count,
                 diff,
-                sha256: hex(&sha),
-                size: new.len() as u64,
+                sha256: hex(&digest.sha),
+                size: digest.size,
+                redacted: digest.redacted,
             },
         ))
     }

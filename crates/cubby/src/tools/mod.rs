@@ -54,6 +54,39 @@ pub(crate) fn sha256(bytes: &[u8]) -> Sha {
     Sha256::digest(bytes).into()
 }
 
+/// The sha256 and size of contents as the tools show them (SPEC §2,
+/// redaction): of the bytes with every secret replaced by its marker, the
+/// line feeds it held kept (as `read_file` shows them). A digest of the raw
+/// bytes of a file holding a secret would let the model confirm a guessed
+/// secret offline; the raw digest stays inside, for the stale guard.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Shown {
+    /// sha256 of the redacted contents.
+    pub sha: Sha,
+    /// Size of the redacted contents, in bytes.
+    pub size: u64,
+    /// True when a secret was redacted (the digest is not the file's).
+    pub redacted: bool,
+}
+
+impl Shown {
+    /// The digest of `bytes` as shown, `raw` being their sha256.
+    pub(crate) fn of(redactor: &crate::output::Redactor, bytes: &[u8], raw: Sha) -> Shown {
+        match redactor.redact_lines(bytes) {
+            std::borrow::Cow::Borrowed(b) => Shown {
+                sha: raw,
+                size: b.len() as u64,
+                redacted: false,
+            },
+            std::borrow::Cow::Owned(b) => Shown {
+                sha: sha256(&b),
+                size: b.len() as u64,
+                redacted: true,
+            },
+        }
+    }
+}
+
 /// sha256 of a whole file, streamed.
 pub(crate) fn sha256_file(fs: &dyn FileSystem, path: &WorkspacePath) -> Result<Sha> {
     let mut file = fs.open(path)?;
@@ -78,7 +111,9 @@ use std::io::Read as _;
 /// the `changes` baseline.
 #[derive(Default)]
 pub(crate) struct RunState {
-    reads: Mutex<HashMap<WorkspacePath, Sha>>,
+    /// The digest of the bytes on disk at the last read of each path, and
+    /// the size of its contents as shown then (redacted).
+    reads: Mutex<HashMap<WorkspacePath, (Sha, u64)>>,
     pub(crate) baseline: Option<Arc<Baseline>>,
 }
 
@@ -91,15 +126,17 @@ impl RunState {
         }
     }
 
-    /// Records that the model has seen `path` with this content.
-    pub(crate) fn record_read(&self, path: &WorkspacePath, sha: Sha) {
+    /// Records that the model has seen `path` with this content (`sha` of
+    /// its bytes), shown as `shown_size` bytes.
+    pub(crate) fn record_read(&self, path: &WorkspacePath, sha: Sha, shown_size: u64) {
         if let Ok(mut reads) = self.reads.lock() {
-            reads.insert(path.clone(), sha);
+            reads.insert(path.clone(), (sha, shown_size));
         }
     }
 
-    /// The digest recorded at the last read (or write) of `path`.
-    pub(crate) fn last_read(&self, path: &WorkspacePath) -> Option<Sha> {
+    /// The digest recorded at the last read (or write) of `path`, and the
+    /// size the model was shown then.
+    pub(crate) fn last_read(&self, path: &WorkspacePath) -> Option<(Sha, u64)> {
         self.reads.lock().ok().and_then(|r| r.get(path).copied())
     }
 

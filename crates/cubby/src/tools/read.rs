@@ -61,10 +61,15 @@ pub struct Output {
     /// The `offset` for the next call, when there is more.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub next_offset: Option<u64>,
-    /// sha256 of the whole file, hex.
+    /// sha256 of the whole file, hex; of its redacted contents (as shown)
+    /// when `redacted`.
     pub sha256: String,
-    /// Size in bytes.
+    /// Size in bytes; of the redacted contents when `redacted`.
     pub size: u64,
+    /// True when secrets were redacted from the file: `sha256` and `size`
+    /// are those of the contents as shown, not of the bytes on disk.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub redacted: bool,
     /// True for a binary file (no content shown).
     pub binary: bool,
     /// Media type sniffed from the bytes (binary files).
@@ -82,8 +87,9 @@ impl Tool for ReadFile {
         format!(
             "Read a file of the sandboxed workspace as numbered lines (`cat -n` style); {} \
              file-reading tool. At most {} lines or {} a call, lines over {} chars cut; read on \
-             with `offset` = the returned `next_offset`. Returns the file's sha256 and size; \
-             binary files give metadata only{}.{}",
+             with `offset` = the returned `next_offset`. Returns the file's sha256 and size (of \
+             the contents as shown when secrets were redacted: `redacted`); binary files give \
+             metadata only{}.{}",
             super::PREFER,
             super::thousands(l.max_lines as u64),
             super::size(l.max_bytes as u64),
@@ -131,7 +137,7 @@ impl Tool for ReadFile {
         };
         let scan = scan(file.reader, &window, ctx.redactor)
             .map_err(|e| Error::from_io(&e, &path.display()))?;
-        ctx.run.record_read(&path, scan.sha);
+        ctx.run.record_read(&path, scan.sha, scan.shown.size);
         render(&path, scan, &window)
     }
 }
@@ -146,8 +152,10 @@ struct Window {
 
 /// What one pass over a file found.
 struct Scan {
+    /// sha256 of the bytes on disk (the stale guard's).
     sha: super::Sha,
-    size: u64,
+    /// The digest and size shown (of the redacted contents).
+    shown: super::Shown,
     binary: Option<String>,
     /// The kept lines, one after another (no separators).
     text: String,
@@ -219,7 +227,6 @@ fn scan(
     redactor: &Redactor,
 ) -> std::io::Result<Scan> {
     let mut hasher = Sha256::new();
-    let mut size = 0u64;
     // Fill the sniff buffer first.
     let mut head = vec![0u8; BINARY_SNIFF_BYTES];
     let mut filled = 0;
@@ -235,20 +242,25 @@ fn scan(
     // files an agent reads): reads then allocate 8 KiB, not 72 KiB.
     let more = filled == BINARY_SNIFF_BYTES;
     let mut buf = vec![0u8; if more { CHUNK_BYTES } else { 0 }];
+    // The digest shown is of the redacted contents: hashed from what the
+    // redacting stream gives, when there are secrets.
+    let mut shown = ShownHasher::new(redactor);
     if looks_binary(&head) {
         hasher.update(&head);
-        size += head.len() as u64;
+        shown.push(&head);
         loop {
             let n = reader.read(&mut buf)?;
             if n == 0 {
                 break;
             }
             hasher.update(&buf[..n]);
-            size += n as u64;
+            shown.push(&buf[..n]);
         }
+        shown.flush();
+        let sha = hasher.finalize().into();
         return Ok(Scan {
-            sha: hasher.finalize().into(),
-            size,
+            sha,
+            shown: shown.finish(sha),
             binary: Some(media_type(&head)),
             text: String::new(),
             lines: Vec::new(),
@@ -258,14 +270,12 @@ fn scan(
         });
     }
     let mut lines = LineCollector::new(window);
-    // The lines are cut from redacted bytes; the hash and size are the file's.
-    let mut redacting = (!redactor.is_empty()).then(|| redactor.stream_lines());
-    let mut feed = |lines: &mut LineCollector<'_>, bytes: &[u8]| match redacting.as_mut() {
-        Some(r) => lines.feed(&r.push(bytes)),
+    // The lines are cut from redacted bytes, and the digest shown is theirs.
+    let mut feed = |lines: &mut LineCollector<'_>, bytes: &[u8]| match shown.push(bytes) {
+        Some(redacted) => lines.feed(&redacted),
         None => lines.feed(bytes),
     };
     hasher.update(&head);
-    size += head.len() as u64;
     feed(&mut lines, &head);
     loop {
         let n = reader.read(&mut buf)?;
@@ -273,16 +283,16 @@ fn scan(
             break;
         }
         hasher.update(&buf[..n]);
-        size += n as u64;
         feed(&mut lines, &buf[..n]);
     }
-    if let Some(r) = redacting.as_mut() {
-        lines.feed(&r.finish());
+    if let Some(rest) = shown.flush() {
+        lines.feed(&rest);
     }
     lines.finish();
+    let sha = hasher.finalize().into();
     Ok(Scan {
-        sha: hasher.finalize().into(),
-        size,
+        sha,
+        shown: shown.finish(sha),
         binary: None,
         text: lines.text,
         lines: lines.kept,
@@ -290,6 +300,72 @@ fn scan(
         any_line_cut: lines.any_cut,
         stopped_at: lines.stopped_at,
     })
+}
+
+/// Hashes a file's contents as shown: through a line-keeping redacting
+/// stream when there are secrets, counting the bytes either way.
+struct ShownHasher {
+    /// The stream and a hasher of its output, when there are secrets.
+    redacting: Option<(crate::output::StreamRedactor, Sha256)>,
+    /// Bytes that came in.
+    raw_size: u64,
+    /// Bytes that came out (redacted).
+    size: u64,
+}
+
+impl ShownHasher {
+    fn new(redactor: &Redactor) -> ShownHasher {
+        ShownHasher {
+            redacting: (!redactor.is_empty()).then(|| (redactor.stream_lines(), Sha256::new())),
+            raw_size: 0,
+            size: 0,
+        }
+    }
+
+    /// Takes `bytes`; returns what the redacting stream lets out of them
+    /// (`None` without secrets: the bytes are shown as they are).
+    fn push(&mut self, bytes: &[u8]) -> Option<Vec<u8>> {
+        self.raw_size += bytes.len() as u64;
+        let (stream, hasher) = self.redacting.as_mut()?;
+        let out = stream.push(bytes);
+        hasher.update(&out);
+        self.size += out.len() as u64;
+        Some(out)
+    }
+
+    /// What the redacting stream still holds back, at the end (call once).
+    fn flush(&mut self) -> Option<Vec<u8>> {
+        let (stream, hasher) = self.redacting.as_mut()?;
+        let out = stream.finish();
+        hasher.update(&out);
+        self.size += out.len() as u64;
+        Some(out)
+    }
+
+    /// The digest shown, `raw` being the sha256 of what came in (after
+    /// [`flush`](Self::flush)).
+    fn finish(self, raw: super::Sha) -> super::Shown {
+        let unchanged = super::Shown {
+            sha: raw,
+            size: self.raw_size,
+            redacted: false,
+        };
+        match self.redacting {
+            Some((_, hasher)) => {
+                let sha: super::Sha = hasher.finalize().into();
+                if sha == raw {
+                    unchanged
+                } else {
+                    super::Shown {
+                        sha,
+                        size: self.size,
+                        redacted: true,
+                    }
+                }
+            }
+            None => unchanged,
+        }
+    }
 }
 
 /// Splits a byte stream into lines, keeping those in the window.
@@ -410,10 +486,15 @@ impl<'w> LineCollector<'w> {
 fn render(path: &WorkspacePath, scan: Scan, window: &Window) -> Result<(String, Output)> {
     if let Some(media_type) = scan.binary {
         let text = format!(
-            "`{path}` is a binary file ({media_type}, {} bytes, sha256 {}); its content is not \
+            "`{path}` is a binary file ({media_type}, {} bytes, sha256 {}{}); its content is not \
              shown. Use view_file for images.",
-            thousands(scan.size),
-            hex(&scan.sha)
+            thousands(scan.shown.size),
+            hex(&scan.shown.sha),
+            if scan.shown.redacted {
+                ", both of its contents with secrets redacted"
+            } else {
+                ""
+            }
         );
         return Ok((
             text,
@@ -425,8 +506,9 @@ fn render(path: &WorkspacePath, scan: Scan, window: &Window) -> Result<(String, 
                 total_lines: 0,
                 truncated: false,
                 next_offset: None,
-                sha256: hex(&scan.sha),
-                size: scan.size,
+                sha256: hex(&scan.shown.sha),
+                size: scan.shown.size,
+                redacted: scan.shown.redacted,
                 binary: true,
                 media_type: Some(media_type),
             },
@@ -478,8 +560,9 @@ fn render(path: &WorkspacePath, scan: Scan, window: &Window) -> Result<(String, 
             total_lines: scan.total_lines,
             truncated,
             next_offset,
-            sha256: hex(&scan.sha),
-            size: scan.size,
+            sha256: hex(&scan.shown.sha),
+            size: scan.shown.size,
+            redacted: scan.shown.redacted,
             binary: false,
             media_type: None,
         },

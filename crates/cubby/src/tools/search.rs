@@ -98,9 +98,11 @@ impl Tool for Search {
         format!(
             "Search the contents of the sandboxed workspace's files (literal text by default, \
              or a regex); {} search tool and to grep. Returns `path:line: text` per matching \
-             line, in path order, at most {} lines, with the total count; `context` adds up to \
-             {} lines around each match. Narrow with `path` and `glob`. .gitignore is \
-             respected; binary files are skipped.",
+             line (`path-line- text` for context lines), in path order, at most {} lines, with \
+             the total count; `context` adds up to {} lines around each match. A path holding \
+             `:` (with context, `-<digits>-`), a control character, `\"` or `\\` is shown in \
+             double quotes, escaped as git quotes paths. Narrow with `path` and `glob`. \
+             .gitignore is respected; binary files are skipped.",
             super::PREFER,
             super::thousands(d.limits.search.max_matches as u64),
             crate::config::SEARCH_MAX_CONTEXT,
@@ -200,6 +202,10 @@ fn search_files(
     let rx = Mutex::new(rx);
     let total = AtomicU64::new(0);
     let kept: Mutex<BTreeMap<usize, Vec<Hit>>> = Mutex::new(BTreeMap::new());
+    let keep = Keep {
+        cap,
+        context: context > 0,
+    };
     let worker = || {
         let _scope = CallScope::enter(redactor);
         let mut searcher = SearcherBuilder::new()
@@ -215,7 +221,7 @@ fn search_files(
             };
             let Ok((i, path)) = next else { break };
             let Some((hits, matched)) =
-                search_one(fs, redactor, &path, matcher, &mut searcher, &mut buf, cap)
+                search_one(fs, redactor, &path, matcher, &mut searcher, &mut buf, keep)
             else {
                 continue;
             };
@@ -287,6 +293,15 @@ fn prune(kept: &mut BTreeMap<usize, Vec<Hit>>, cap: usize) {
 /// streaming: both ways give the same result.
 const SLICE_MAX: usize = 64 * 1024;
 
+/// What [`search_one`] keeps of a file's hits.
+#[derive(Clone, Copy)]
+struct Keep {
+    /// Most matches kept.
+    cap: usize,
+    /// Whether context lines are shown.
+    context: bool,
+}
+
 /// Searches one file; `None` when it cannot be opened or read, or is binary.
 fn search_one(
     fs: &dyn FileSystem,
@@ -295,11 +310,13 @@ fn search_one(
     matcher: &RegexMatcher,
     searcher: &mut Searcher,
     buf: &mut Vec<u8>,
-    cap: usize,
+    keep: Keep,
 ) -> Option<(Vec<Hit>, u64)> {
+    let Keep { cap, context } = keep;
     let mut file = fs.open(path).ok()?;
     let mut sink = Collect {
         path,
+        context,
         shown: None,
         hits: Vec::new(),
         matched: 0,
@@ -364,6 +381,9 @@ fn read_small(reader: &mut dyn io::Read, buf: &mut Vec<u8>) -> Option<Option<usi
 
 struct Collect<'p> {
     path: &'p WorkspacePath,
+    /// Whether context lines are shown (`path` is then quoted when it
+    /// holds `-<digits>-` too).
+    context: bool,
     /// `path` as shown, made at the first hit.
     shown: Option<String>,
     hits: Vec<Hit>,
@@ -382,7 +402,7 @@ fn line_text(bytes: &[u8]) -> String {
 impl Collect<'_> {
     fn shown(&mut self) -> String {
         self.shown
-            .get_or_insert_with(|| self.path.display())
+            .get_or_insert_with(|| self.path.display_for_hits(self.context))
             .clone()
     }
 }

@@ -31,7 +31,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::read::{ReadFile, looks_binary};
-use super::{Ctx, READ_ONLY, Tool, hex, sha256, thousands};
+use super::{Ctx, READ_ONLY, Shown, Tool, hex, sha256, thousands};
 use crate::error::{Error, ErrorKind, Result};
 use crate::output::ImageData;
 use crate::path::WorkspacePath;
@@ -95,10 +95,14 @@ pub struct Output {
     pub media_type: String,
     /// `image`, `text` or `binary`.
     pub kind: String,
-    /// Size in bytes.
+    /// Size in bytes; of the redacted contents when `redacted`.
     pub size: u64,
-    /// sha256 of the file, hex.
+    /// sha256 of the file, hex; of its redacted contents when `redacted`.
     pub sha256: String,
+    /// True when secrets were redacted from the file: `sha256` and `size`
+    /// are those of the contents as shown, not of the bytes on disk.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub redacted: bool,
     /// Image width in pixels (images).
     pub width: Option<u32>,
     /// Image height in pixels (images).
@@ -579,15 +583,17 @@ impl Tool for ViewFile {
         }
         let bytes = ctx.fs.read_to_vec(&path, MAX_VIEW_BYTES)?;
         let sha = sha256(&bytes);
-        ctx.run.record_read(&path, sha);
+        let shown = Shown::of(ctx.redactor, &bytes, sha);
+        ctx.run.record_read(&path, sha, shown.size);
         let head = &bytes[..bytes.len().min(super::read::BINARY_SNIFF_BYTES)];
         let sniffed = super::read::media_type(head);
         let mut out = Output {
             path: path.display(),
             media_type: sniffed.clone(),
             kind: "binary".into(),
-            size: bytes.len() as u64,
-            sha256: hex(&sha),
+            size: shown.size,
+            sha256: hex(&shown.sha),
+            redacted: shown.redacted,
             width: None,
             height: None,
             shown_width: None,

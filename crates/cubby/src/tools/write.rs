@@ -9,10 +9,10 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::{Annotations, Ctx, Sha, Tool, hex, sha256, sha256_file, thousands};
+use super::{Annotations, Ctx, Shown, Tool, hex, sha256, sha256_file, thousands};
 use crate::error::{Error, ErrorKind, Result};
 use crate::path::WorkspacePath;
-use crate::sandbox::{EntryKind, Metadata};
+use crate::sandbox::EntryKind;
 
 /// Arguments of `write_file`.
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -33,18 +33,24 @@ pub struct Output {
     pub created: bool,
     /// Size written, in bytes.
     pub size: u64,
-    /// sha256 of the new content, hex.
+    /// sha256 of the new content, hex; of its redacted form (as `read_file`
+    /// shows it) when `redacted`.
     pub sha256: String,
+    /// True when the content holds secrets (`sha256` is then of the
+    /// content as shown).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub redacted: bool,
 }
 
 /// The `write_file` tool.
 pub struct WriteFile;
 
-/// Checks that `path` may be replaced: returns its metadata when it exists.
+/// Checks that `path` may be replaced: when it exists, returns its digest
+/// and the size it was shown with at its last read (`redacted` unset).
 ///
 /// Existing files must have been read in this run (`not_read`) and be
 /// unchanged since (`stale`).
-pub(crate) fn guard_overwrite(ctx: &Ctx<'_>, path: &WorkspacePath) -> Result<Option<Metadata>> {
+pub(crate) fn guard_overwrite(ctx: &Ctx<'_>, path: &WorkspacePath) -> Result<Option<Shown>> {
     let meta = match ctx.fs.metadata(path) {
         Ok(m) => m,
         Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
@@ -66,7 +72,7 @@ pub(crate) fn guard_overwrite(ctx: &Ctx<'_>, path: &WorkspacePath) -> Result<Opt
             ));
         }
     }
-    let Some(seen) = ctx.run.last_read(path) else {
+    let Some((seen, shown_size)) = ctx.run.last_read(path) else {
         return Err(Error::new(
             ErrorKind::NotRead,
             format!(
@@ -78,7 +84,13 @@ pub(crate) fn guard_overwrite(ctx: &Ctx<'_>, path: &WorkspacePath) -> Result<Opt
     if now != seen {
         return Err(stale(path));
     }
-    Ok(Some(meta))
+    // Unchanged since the read: as big as it was shown then (the size on
+    // disk of a redacted file would tell its secrets' length).
+    Ok(Some(Shown {
+        sha: now,
+        size: shown_size,
+        redacted: false,
+    }))
 }
 
 /// Refuses a write beneath `.git` unless `.git` is a directory already: the
@@ -116,13 +128,14 @@ fn stale(path: &WorkspacePath) -> Error {
 }
 
 /// Writes `content` to `path` and records it as read, so that a following
-/// edit needs no new read.
-pub(crate) fn commit(ctx: &Ctx<'_>, path: &WorkspacePath, content: &[u8]) -> Result<Sha> {
+/// edit needs no new read; the digest of `content` as the tools show it.
+pub(crate) fn commit(ctx: &Ctx<'_>, path: &WorkspacePath, content: &[u8]) -> Result<Shown> {
     ctx.run.before_mutation();
     ctx.fs.write_atomic(path, content)?;
     let sha = sha256(content);
-    ctx.run.record_read(path, sha);
-    Ok(sha)
+    let shown = Shown::of(ctx.redactor, content, sha);
+    ctx.run.record_read(path, sha, shown.size);
+    Ok(shown)
 }
 
 impl Tool for WriteFile {
@@ -172,7 +185,7 @@ impl Tool for WriteFile {
         ctx.policy.check_write(&path)?;
         guard_git_dir(ctx, &path)?;
         let existing = guard_overwrite(ctx, &path)?;
-        let sha = commit(ctx, &path, params.content.as_bytes())?;
+        let digest = commit(ctx, &path, params.content.as_bytes())?;
         let size = params.content.len() as u64;
         let text = match existing {
             None => format!("Created `{path}` ({} bytes).", thousands(size)),
@@ -188,7 +201,8 @@ impl Tool for WriteFile {
                 path: path.display(),
                 created: existing.is_none(),
                 size,
-                sha256: hex(&sha),
+                sha256: hex(&digest.sha),
+                redacted: digest.redacted,
             },
         ))
     }
