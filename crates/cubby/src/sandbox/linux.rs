@@ -230,9 +230,7 @@ fn quick_check() -> Vec<String> {
     if linux_sys::landlock_abi().is_none_or(|v| v < MIN_LANDLOCK_ABI) {
         missing.push("Landlock (kernel 5.13+ with `landlock` in the `lsm=` boot list)".to_string());
     }
-    let max_userns = std::fs::read_to_string("/proc/sys/user/max_user_namespaces")
-        .ok()
-        .and_then(|s| s.trim().parse::<u64>().ok());
+    let max_userns = read_number("/proc/sys/user/max_user_namespaces");
     if max_userns == Some(0) || !Path::new("/proc/self/ns/user").exists() {
         missing.push("user namespaces (sysctl user.max_user_namespaces is 0)".to_string());
     }
@@ -270,12 +268,15 @@ const TMP_INODES_PER_MB: u64 = 256;
 /// Neither `/tmp` nor `/dev/shm` may be larger than this fraction (1/n) of
 /// the host's memory, whatever `tmp_mb` says.
 const TMP_MAX_SHARE_OF_MEMORY: u64 = 4;
+/// What [`read_proc`] reads of a file: its first line is enough for the
+/// numbers, the kernel's release and `/proc/meminfo`'s `MemTotal`.
+const PROC_READ_BYTES: usize = 128;
 /// The first kernel whose `pid_max` is per pid namespace.
 const NAMESPACED_PID_MAX_SINCE: (u32, u32) = (6, 14);
 
 /// True when `kernel.pid_max` is per pid namespace (Linux 6.14+).
 pub(crate) fn namespaced_pid_max() -> bool {
-    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let release = read_proc("/proc/sys/kernel/osrelease").unwrap_or_default();
     let mut parts = release
         .trim()
         .split(|c: char| !c.is_ascii_digit())
@@ -288,7 +289,22 @@ pub(crate) fn namespaced_pid_max() -> bool {
 
 /// A number read from a file under `/proc`.
 fn read_number(path: &str) -> Option<u64> {
-    std::fs::read_to_string(path).ok()?.trim().parse().ok()
+    read_proc(path)?.trim().parse().ok()
+}
+
+/// The start of a file under `/proc` (at most [`PROC_READ_BYTES`]): one
+/// `open` and one `read`, where `read_to_string` also `stat`s and reads
+/// until the end.
+fn read_proc(path: &str) -> Option<String> {
+    let fd = rustix::fs::open(
+        path,
+        rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::CLOEXEC,
+        rustix::fs::Mode::empty(),
+    )
+    .ok()?;
+    let mut buf = [0u8; PROC_READ_BYTES];
+    let n = rustix::io::read(&fd, &mut buf).ok()?;
+    String::from_utf8(buf[..n].to_vec()).ok()
 }
 
 /// What the holder writes under `/proc/sys` for `limits` (see
@@ -345,8 +361,8 @@ fn sandbox_sysctls(
 /// with [`TMP_INODES_PER_MB`] inodes a MiB.
 fn tmp_options(tmp_mb: u64) -> Result<CString> {
     const KIB_PER_MIB: u64 = 1024;
-    let memory_mb = std::fs::read_to_string("/proc/meminfo")
-        .ok()
+    // `MemTotal` is its first line.
+    let memory_mb = read_proc("/proc/meminfo")
         .and_then(|m| {
             m.lines()
                 .find_map(|l| l.strip_prefix("MemTotal:"))
@@ -661,7 +677,6 @@ impl LinuxSandbox {
             readable_roots.push(canonical);
         }
         if options.mode != Mode::FullAccess {
-            let now = stores.current();
             let roots = std::iter::once(("the workspace", fs.root_path()))
                 .chain(
                     writable_roots
@@ -674,7 +689,7 @@ impl LinuxSandbox {
                         .map(|r| ("readable root", r.as_path())),
                 );
             for (what, dir) in roots {
-                if let Some(store) = HostStores::covering(&now, dir) {
+                if let Some(store) = stores.covering(dir) {
                     return Err(Error::new(
                         ErrorKind::Unsupported,
                         format!(

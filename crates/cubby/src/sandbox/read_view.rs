@@ -319,10 +319,25 @@ impl HostStores {
         out
     }
 
-    /// The credential store among `stores` (what [`HostStores::current`]
-    /// gave) that `path` lies in (or is), if any.
-    pub(crate) fn covering<'a>(stores: &'a [PathBuf], path: &Path) -> Option<&'a PathBuf> {
-        stores.iter().find(|store| path.starts_with(store))
+    /// The credential store that `path` (canonical, existing) lies in (or
+    /// is), if any: a `host_deny_read` entry above it, or a name of a
+    /// watched directory's list on its way there. By name, with no look at
+    /// the file system (what lies above an existing path exists).
+    pub(crate) fn covering(&self, path: &Path) -> Option<PathBuf> {
+        if let Some(exact) = self.exact.iter().find(|e| path.starts_with(e)) {
+            return Some(exact.clone());
+        }
+        self.watched.iter().find_map(|w| {
+            let rest = path.strip_prefix(&w.dir).ok()?;
+            let Some(Component::Normal(name)) = rest.components().next() else {
+                return None;
+            };
+            let text = name.to_str()?;
+            w.names
+                .iter()
+                .any(|p| matches(p, text))
+                .then(|| w.dir.join(name))
+        })
     }
 }
 
@@ -557,6 +572,38 @@ mod tests {
         LOOKS.with(|n| n.set(0));
         let found = stores.current();
         (LOOKS.with(std::cell::Cell::get), found)
+    }
+
+    #[test]
+    fn a_path_inside_a_store_is_told_by_name() {
+        let home = PathBuf::from("/nowhere/home/u");
+        let stores = HostStores::watching(
+            Vec::new(),
+            std::slice::from_ref(&home),
+            &[PathBuf::from("/nowhere/vault")],
+        );
+        LOOKS.with(|n| n.set(0));
+        let covering = |p: &str| stores.covering(Path::new(p));
+        assert_eq!(
+            covering("/nowhere/home/u/.ssh/keys"),
+            Some(home.join(".ssh"))
+        );
+        assert_eq!(
+            covering("/nowhere/home/u/.config/gh/work"),
+            Some(home.join(".config/gh"))
+        );
+        assert_eq!(
+            covering("/nowhere/home/u/.yarnrc.d"),
+            Some(home.join(".yarnrc.d"))
+        );
+        assert_eq!(
+            covering("/nowhere/vault/x"),
+            Some(PathBuf::from("/nowhere/vault"))
+        );
+        assert_eq!(covering("/nowhere/home/u/projects/app"), None);
+        assert_eq!(covering("/nowhere/home/u"), None);
+        assert_eq!(covering("/nowhere/home/u/.config/other"), None);
+        assert_eq!(LOOKS.with(std::cell::Cell::get), 0);
     }
 
     #[test]
