@@ -736,13 +736,10 @@ fn credential_stores_in_a_home(l: &Lab) -> Verdict {
 /// `/proc/self/mountinfo` (the last one there: the one on top).
 fn mount_options<'a>(mountinfo: &'a str, point: &Path) -> Option<&'a str> {
     let point = point.to_str()?;
-    mountinfo
-        .lines()
-        .filter_map(|line| {
-            let fields: Vec<&str> = line.split(' ').collect();
-            (fields.get(4) == Some(&point)).then(|| fields.get(5).copied())?
-        })
-        .last()
+    mountinfo.lines().rev().find_map(|line| {
+        let fields: Vec<&str> = line.split(' ').collect();
+        (fields.get(4) == Some(&point)).then(|| fields.get(5).copied())?
+    })
 }
 
 fn credential_masks_made_writable(l: &Lab) -> Verdict {
@@ -776,7 +773,7 @@ fn credential_masks_made_writable(l: &Lab) -> Verdict {
     // writes it (as a command could in the workspace).
     let twin = l.outside.join("twin-store");
     std::fs::write(&twin, "t").unwrap();
-    std::fs::set_permissions(&twin, std::fs::Permissions::from_mode(0)).unwrap();
+    std::fs::set_permissions(&twin, std::fs::Permissions::from_mode(0o000)).unwrap();
     std::fs::set_permissions(&twin, std::fs::Permissions::from_mode(0o600)).unwrap();
     std::fs::write(&twin, "written").unwrap();
     let m = marker("maskwrite");
