@@ -11,8 +11,12 @@
 //!    in rounds, each case a block of runs in turn.
 //! 2. Time to create a sandbox ready for its first command (open + start).
 //! 3. Memory per idle sandbox: IDLE_SANDBOXES started at once; the
-//!    proportional set size (PSS) of their holders plus this process's own
-//!    growth, divided by their number.
+//!    proportional set size (PSS) of their processes plus this process's
+//!    own growth, divided by their number. A process that shares its
+//!    parent's memory (`CLONE_VM`: the holder as pid 1 of the sandbox's pid
+//!    namespace and the process waiting for it) is one address space and
+//!    counted once (`kcmp`); the kernel's own growth (task stacks, page
+//!    tables: `/proc/meminfo`, machine-wide, so noisy) is shown beside it.
 //!
 //! Prints medians in milliseconds and the ratios.
 
@@ -144,6 +148,9 @@ fn main() {
     println!("  open + start (ready)            {create:8.3}");
     println!("  open + first /bin/true          {create_and_first:8.3}");
 
+    let kernel =
+        || kib_field("/proc/meminfo", "KernelStack:") + kib_field("/proc/meminfo", "PageTables:");
+    let kernel_before = kernel();
     let before = kib_field("/proc/self/status", "VmRSS:");
     let mut alive = Vec::new();
     for _ in 0..idle {
@@ -154,6 +161,7 @@ fn main() {
     // Let each holder fork its init ahead.
     std::thread::sleep(std::time::Duration::from_millis(500));
     let after = kib_field("/proc/self/status", "VmRSS:");
+    let kernel_after = kernel();
     // The holders are this process's children; each keeps an init forked
     // ahead (a grandchild): count every descendant.
     let mut parent_of = std::collections::HashMap::new();
@@ -182,20 +190,47 @@ fn main() {
         }
         false
     };
+    // Whether `pid` shares its address space with `ppid` (`kcmp`: 0 when
+    // both have the same `mm`).
+    #[allow(unsafe_code)]
+    let same_memory = |pid: u32, ppid: u32| {
+        const KCMP_VM: libc::c_long = 1;
+        // SAFETY: kcmp only compares two processes' kernel objects.
+        unsafe {
+            libc::syscall(
+                libc::SYS_kcmp,
+                pid as libc::c_long,
+                ppid as libc::c_long,
+                KCMP_VM,
+                0,
+                0,
+            ) == 0
+        }
+    };
     let mut holders_pss = 0.0;
     let mut processes = 0;
-    for &pid in parent_of.keys() {
+    let mut spaces = 0;
+    for (&pid, &ppid) in &parent_of {
         if descends(pid) {
             processes += 1;
+            if ppid != me && same_memory(pid, ppid) {
+                continue;
+            }
+            spaces += 1;
             holders_pss += kib_field(&format!("/proc/{pid}/smaps_rollup"), "Pss:");
         }
     }
     println!("{idle} idle sandboxes");
     println!(
-        "  PSS of their {processes} processes {:.1} MiB + server growth {:.1} MiB = {:.1} KiB per sandbox",
+        "  PSS of their {processes} processes ({spaces} address spaces) {:.1} MiB + server growth {:.1} MiB = {:.1} KiB per sandbox",
         holders_pss / 1024.0,
         (after - before) / 1024.0,
         (holders_pss + after - before) / idle as f64
+    );
+    println!(
+        "  kernel stacks and page tables (machine-wide) +{:.1} MiB = {:.1} KiB per sandbox",
+        (kernel_after - kernel_before) / 1024.0,
+        (kernel_after - kernel_before) / idle as f64
     );
     drop(alive);
     drop(sandbox);

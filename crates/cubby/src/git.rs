@@ -17,8 +17,14 @@
 //! setting it would misjudge as overridden still stays protected (fail
 //! closed). Each `linux` command start reads them again; the file tools'
 //! policy reads them when it is built ([`crate::policy::PolicyBuilder::git_of`]).
+//!
+//! Once per command start: the steps of one start share one reading
+//! ([`SurfaceRead`]) — for `cubby exec`, the policy, the sandbox's open and
+//! its one command — as long as it is at most [`SHARE_WINDOW`] old; a
+//! command that comes later reads the files again.
 
 use std::path::{Component, Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use crate::path::WorkspacePath;
 
@@ -71,6 +77,57 @@ impl Surface {
             }
         }
         out
+    }
+}
+
+/// How long one reading of the surface serves the later steps of the same
+/// command start (the policy, the sandbox's open, its first command): a
+/// step that comes later than this reads the files again.
+pub const SHARE_WINDOW: Duration = Duration::from_secs(1);
+
+/// Git's executable surface of one workspace as read at one moment, to be
+/// shared by the steps of one command start (see [`SHARE_WINDOW`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SurfaceRead {
+    root: PathBuf,
+    surface: Surface,
+    at: Instant,
+}
+
+impl SurfaceRead {
+    /// Reads the surface of the workspace at `root` (a canonical path) now.
+    pub fn now(root: &Path) -> SurfaceRead {
+        SurfaceRead {
+            root: root.to_path_buf(),
+            surface: surface(root),
+            at: Instant::now(),
+        }
+    }
+
+    /// The surface read.
+    pub fn surface(&self) -> &Surface {
+        &self.surface
+    }
+
+    /// The workspace it was read for.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// The surface read, owned.
+    pub fn into_surface(self) -> Surface {
+        self.surface
+    }
+
+    /// The surface, when it was read for `root` less than [`SHARE_WINDOW`]
+    /// ago.
+    pub fn fresh_for(&self, root: &Path) -> Option<&Surface> {
+        self.fresh_at(root, Instant::now())
+    }
+
+    fn fresh_at(&self, root: &Path, now: Instant) -> Option<&Surface> {
+        (self.root == root && now.saturating_duration_since(self.at) < SHARE_WINDOW)
+            .then_some(&self.surface)
     }
 }
 
@@ -521,6 +578,22 @@ mod tests {
         assert!(
             s.paths()
                 .contains(&p(".git/modules/a/b/modules/c/commondir"))
+        );
+    }
+
+    #[test]
+    fn a_reading_is_shared_only_within_its_window_and_root() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(dir.path()).unwrap();
+        std::fs::create_dir(root.join(".git")).unwrap();
+        let read = SurfaceRead::now(&root);
+        assert_eq!(read.fresh_for(&root), Some(read.surface()));
+        assert_eq!(read.fresh_for(&root.join("sub")), None);
+        let later = read.at + SHARE_WINDOW;
+        assert_eq!(read.fresh_at(&root, later), None);
+        assert!(
+            read.fresh_at(&root, later - Duration::from_millis(1))
+                .is_some()
         );
     }
 

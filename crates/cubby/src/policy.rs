@@ -223,6 +223,8 @@ pub struct Policy {
     deny: BTreeSet<String>,
     protected: Vec<PathRule>,
     deny_read: Vec<PathRule>,
+    /// Git's surface as read by [`PolicyBuilder::build`] (with `git_of`).
+    git: Option<crate::git::SurfaceRead>,
 }
 
 impl Default for Policy {
@@ -236,6 +238,7 @@ impl Default for Policy {
             deny: BTreeSet::new(),
             protected: b.protected.clone(),
             deny_read: Vec::new(),
+            git: None,
         }
     }
 }
@@ -345,6 +348,13 @@ impl Policy {
     /// The `deny_read` paths, parsed.
     pub fn deny_read_paths(&self) -> impl Iterator<Item = &WorkspacePath> {
         self.deny_read.iter().map(|r| &r.path)
+    }
+
+    /// Git's executable surface as [`PolicyBuilder::build`] read it (with
+    /// [`PolicyBuilder::git_of`]), for a sandbox opened right after to
+    /// share (see [`crate::git::SHARE_WINDOW`]).
+    pub fn git_surface(&self) -> Option<&crate::git::SurfaceRead> {
+        self.git.as_ref()
     }
 }
 
@@ -481,9 +491,12 @@ impl PolicyBuilder {
         for spec in &self.protected_specs {
             protected.push(PathRule::parse(spec)?);
         }
-        if let Some(root) = &self.git_root {
+        let git = self.git_root.as_ref().map(|root| {
             let root = std::fs::canonicalize(root).unwrap_or_else(|_| root.clone());
-            for path in crate::git::surface(&root).paths() {
+            crate::git::SurfaceRead::now(&root)
+        });
+        if let Some(read) = &git {
+            for path in read.surface().paths() {
                 if !protected.iter().any(|r| r.covers(&path)) {
                     protected.push(PathRule {
                         shown: path.display(),
@@ -503,6 +516,7 @@ impl PolicyBuilder {
             deny: self.deny.iter().cloned().collect(),
             protected,
             deny_read,
+            git,
         })
     }
 }

@@ -732,6 +732,89 @@ fn credential_stores_in_a_home(l: &Lab) -> Verdict {
     read_planted(&lab, &late)
 }
 
+/// The mount options of the mount at `point` in a command's
+/// `/proc/self/mountinfo` (the last one there: the one on top).
+fn mount_options<'a>(mountinfo: &'a str, point: &Path) -> Option<&'a str> {
+    let point = point.to_str()?;
+    mountinfo.lines().rev().find_map(|line| {
+        let fields: Vec<&str> = line.split(' ').collect();
+        (fields.get(4) == Some(&point)).then(|| fields.get(5).copied())?
+    })
+}
+
+fn credential_masks_made_writable(l: &Lab) -> Verdict {
+    // Each mask is an object on one small tmpfs, owned by the sandbox's
+    // user: on a writable mount a command could `chmod` it and write
+    // there (seen through every mask, and in every later command). Masks
+    // made by the holder (early stores) and by a command's init (late).
+    let _ = l;
+    let mut home = Home::new("maskwrite");
+    let chosen = |i: usize| matches!(HOME_STORES[i].0, ".npmrc" | ".aws" | ".netrc" | ".kube");
+    let early = plant_stores(&mut home, |i| chosen(i) && i % 2 == 0);
+    let lab = lab();
+    lab.sh("true");
+    let late = plant_stores(&mut home, |i| chosen(i) && i % 2 == 1);
+    let masked: Vec<PathBuf> = HOME_STORES
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| chosen(*i))
+        .map(|(_, (rel, _))| home.path.join(rel))
+        .filter(|p| {
+            early
+                .iter()
+                .chain(&late)
+                .any(|(planted, _)| planted.starts_with(p))
+        })
+        .collect();
+    if home.fresh && masked.len() != 4 {
+        return Err(format!("only {} stores planted", masked.len()));
+    }
+    // Control: outside, the same user changes the mode of such a file and
+    // writes it (as a command could in the workspace).
+    let twin = l.outside.join("twin-store");
+    std::fs::write(&twin, "t").unwrap();
+    std::fs::set_permissions(&twin, std::fs::Permissions::from_mode(0o000)).unwrap();
+    std::fs::set_permissions(&twin, std::fs::Permissions::from_mode(0o600)).unwrap();
+    std::fs::write(&twin, "written").unwrap();
+    let m = marker("maskwrite");
+    let mut script = String::new();
+    for p in &masked {
+        let p = p.display();
+        script.push_str(&format!(
+            "grep -F ' {p} ' /proc/self/mountinfo; chmod 0700 '{p}'; printf {m} > '{p}'; \
+             printf {m} > '{p}/f{m}'; "
+        ));
+    }
+    script.push_str("true");
+    let out = lab.sh(&script);
+    // A later command, and the masks again: nothing written shows, and
+    // their mode is still none (Landlock refuses the writes; the mode,
+    // owner and times are the mount's to refuse).
+    let mut look = String::new();
+    for p in &masked {
+        let p = p.display();
+        look.push_str(&format!(
+            "cat '{p}' '{p}'/*; ls -la '{p}'; stat -c 'mode %a' '{p}'; "
+        ));
+    }
+    look.push_str("true");
+    let seen = lab.sh(&look);
+    not_in(&seen, &m)?;
+    if seen.text.matches("mode 0\n").count() != masked.len() {
+        return Err(format!("a mask's mode changed: {}", seen.text));
+    }
+    for p in &masked {
+        let options = mount_options(&out.text, p)
+            .ok_or_else(|| format!("{}: no mount there: {}", p.display(), out.text))?;
+        for want in ["ro", "nosuid", "nodev", "noexec"] {
+            if !options.split(',').any(|o| o == want) {
+                return Err(format!("{}: mounted {options}, not {want}", p.display()));
+            }
+        }
+    }
+    Ok(())
+}
+
 fn credential_store_replaced_on_the_host(l: &Lab) -> Verdict {
     // A store masked when the sandbox started is rewritten the way tools
     // save (a new file renamed over it): the mask leaves with the old name.
@@ -2231,6 +2314,11 @@ const ATTACKS: &[(&str, Attack)] = &[
     (
         "leave System V shared memory behind a command, past tmp_mb",
         system_v_shared_memory_left_behind,
+    ),
+    // issue 13's performance work: one bind per mask, no remount
+    (
+        "chmod and write a credential store's mask",
+        credential_masks_made_writable,
     ),
 ];
 

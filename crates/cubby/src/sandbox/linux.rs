@@ -136,6 +136,12 @@ pub struct LinuxOptions {
     pub readable_roots: Vec<PathBuf>,
     /// rlimits.
     pub limits: SandboxLimits,
+    /// Git's executable surface as the caller read it a moment ago (the
+    /// policy's, [`Policy::git_surface`]): the sandbox's open and its first
+    /// command use it instead of reading the files again while it is
+    /// fresh ([`crate::git::SHARE_WINDOW`]). Taken by
+    /// [`LinuxSandbox::open`]. Default: none (read at the open).
+    pub git_surface: Option<crate::git::SurfaceRead>,
 }
 
 impl LinuxOptions {
@@ -157,6 +163,7 @@ impl LinuxOptions {
             read_scope: ReadScope::Host,
             readable_roots: Vec::new(),
             limits: SandboxLimits::default(),
+            git_surface: policy.git_surface().cloned(),
         }
     }
 }
@@ -223,9 +230,7 @@ fn quick_check() -> Vec<String> {
     if linux_sys::landlock_abi().is_none_or(|v| v < MIN_LANDLOCK_ABI) {
         missing.push("Landlock (kernel 5.13+ with `landlock` in the `lsm=` boot list)".to_string());
     }
-    let max_userns = std::fs::read_to_string("/proc/sys/user/max_user_namespaces")
-        .ok()
-        .and_then(|s| s.trim().parse::<u64>().ok());
+    let max_userns = read_number("/proc/sys/user/max_user_namespaces");
     if max_userns == Some(0) || !Path::new("/proc/self/ns/user").exists() {
         missing.push("user namespaces (sysctl user.max_user_namespaces is 0)".to_string());
     }
@@ -263,12 +268,15 @@ const TMP_INODES_PER_MB: u64 = 256;
 /// Neither `/tmp` nor `/dev/shm` may be larger than this fraction (1/n) of
 /// the host's memory, whatever `tmp_mb` says.
 const TMP_MAX_SHARE_OF_MEMORY: u64 = 4;
+/// What [`read_proc`] reads of a file: its first line is enough for the
+/// numbers, the kernel's release and `/proc/meminfo`'s `MemTotal`.
+const PROC_READ_BYTES: usize = 128;
 /// The first kernel whose `pid_max` is per pid namespace.
 const NAMESPACED_PID_MAX_SINCE: (u32, u32) = (6, 14);
 
 /// True when `kernel.pid_max` is per pid namespace (Linux 6.14+).
 pub(crate) fn namespaced_pid_max() -> bool {
-    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let release = read_proc("/proc/sys/kernel/osrelease").unwrap_or_default();
     let mut parts = release
         .trim()
         .split(|c: char| !c.is_ascii_digit())
@@ -281,7 +289,22 @@ pub(crate) fn namespaced_pid_max() -> bool {
 
 /// A number read from a file under `/proc`.
 fn read_number(path: &str) -> Option<u64> {
-    std::fs::read_to_string(path).ok()?.trim().parse().ok()
+    read_proc(path)?.trim().parse().ok()
+}
+
+/// The start of a file under `/proc` (at most [`PROC_READ_BYTES`]): one
+/// `open` and one `read`, where `read_to_string` also `stat`s and reads
+/// until the end.
+fn read_proc(path: &str) -> Option<String> {
+    let fd = rustix::fs::open(
+        path,
+        rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::CLOEXEC,
+        rustix::fs::Mode::empty(),
+    )
+    .ok()?;
+    let mut buf = [0u8; PROC_READ_BYTES];
+    let n = rustix::io::read(&fd, &mut buf).ok()?;
+    String::from_utf8(buf[..n].to_vec()).ok()
 }
 
 /// What the holder writes under `/proc/sys` for `limits` (see
@@ -347,8 +370,8 @@ fn tmp_options(tmp_mb: u64) -> Result<CString> {
 /// memory, each.
 fn tmp_size_mb(tmp_mb: u64) -> u64 {
     const KIB_PER_MIB: u64 = 1024;
-    let memory_mb = std::fs::read_to_string("/proc/meminfo")
-        .ok()
+    // `MemTotal` is its first line.
+    let memory_mb = read_proc("/proc/meminfo")
         .and_then(|m| {
             m.lines()
                 .find_map(|l| l.strip_prefix("MemTotal:"))
@@ -450,8 +473,9 @@ pub struct LinuxSandbox {
     /// The egress proxy's rules (network `allow`).
     egress: Option<Arc<Egress>>,
     /// Git's surface as read when the sandbox opened, for its first
-    /// command (later ones read it again).
-    git_at_open: Mutex<Option<crate::git::Surface>>,
+    /// command if it comes within [`crate::git::SHARE_WINDOW`] (later ones
+    /// read it again).
+    git_at_open: Mutex<Option<crate::git::SurfaceRead>>,
     /// The host's credential stores, masked for every command.
     stores: HostStores,
     /// With `read_scope = "system"`: what commands read (canonical).
@@ -637,8 +661,9 @@ impl LinuxSandbox {
     /// `unsupported` naming what is missing (Landlock, user namespaces,
     /// seccomp) or what cannot be enforced; `not_found` for a missing root
     /// or writable root.
-    pub fn open(root: &Path, options: LinuxOptions) -> Result<LinuxSandbox> {
+    pub fn open(root: &Path, mut options: LinuxOptions) -> Result<LinuxSandbox> {
         let fs = Arc::new(LocalFs::open(root)?);
+        let git_read = options.git_surface.take();
         if options.mode != Mode::FullAccess {
             let missing = quick_check();
             if !missing.is_empty() {
@@ -753,7 +778,7 @@ impl LinuxSandbox {
             stores,
             read_roots,
         };
-        sandbox.sweep_placeholders();
+        sandbox.sweep_placeholders(git_read);
         Ok(sandbox)
     }
 
@@ -845,16 +870,30 @@ impl LinuxSandbox {
 
     /// Removes empty placeholder directories (no mode bit but the owner's
     /// read and write ones) at protected paths: reservations left by a
-    /// cubby that was killed while a command ran.
-    fn sweep_placeholders(&self) {
+    /// cubby that was killed while a command ran. `read`: git's surface as
+    /// the caller read it, used when it is fresh.
+    fn sweep_placeholders(&self, read: Option<crate::git::SurfaceRead>) {
+        let root = self.fs.root_path();
+        let read = read
+            .filter(|r| r.fresh_for(root).is_some())
+            .unwrap_or_else(|| crate::git::SurfaceRead::now(root));
         let mut paths = self.options.protected.clone();
-        let surface = crate::git::surface(self.fs.root_path());
-        paths.extend(surface.paths());
-        *lock(&self.git_at_open) = Some(surface);
+        for path in read.surface().paths() {
+            if !paths.contains(&path) {
+                paths.push(path);
+            }
+        }
+        *lock(&self.git_at_open) = Some(read);
+        // Directories already looked at (and kept) on the way to an
+        // earlier path.
+        let mut kept: Vec<WorkspacePath> = Vec::new();
         for path in &paths {
             let mut prefix = WorkspacePath::root();
             for name in path.components() {
                 prefix = prefix.join_name(name);
+                if kept.contains(&prefix) {
+                    continue;
+                }
                 let Ok(meta) = self.fs.metadata(&prefix) else {
                     break;
                 };
@@ -871,28 +910,32 @@ impl LinuxSandbox {
                 };
                 if leftover {
                     self.fs.remove_placeholder(&prefix, meta.ino);
+                } else if meta.kind == EntryKind::Dir {
+                    kept.push(prefix.clone());
                 }
             }
         }
     }
 
     fn live(&self) -> Result<Arc<Live>> {
-        self.live_with(|| ()).map(|(live, ())| live)
+        self.live_with(|| ()).map(|(live, (), _)| live)
     }
 
-    /// The live sandbox, started if need be, and the result of `overlap`,
-    /// which runs while a new holder sets its namespaces up.
-    fn live_with<T>(&self, overlap: impl FnOnce() -> T) -> Result<(Arc<Live>, T)> {
+    /// The live sandbox, started if need be, the result of `overlap`,
+    /// which runs while a new holder sets its namespaces up, and whether
+    /// the holder was started just now (then it masked the credential
+    /// stores there are: the command that started it need not look again).
+    fn live_with<T>(&self, overlap: impl FnOnce() -> T) -> Result<(Arc<Live>, T, bool)> {
         let mut guard = lock(&self.live);
         if let Some(live) = guard.as_ref() {
             let live = live.clone();
             drop(guard);
-            return Ok((live, overlap()));
+            return Ok((live, overlap(), false));
         }
         let (live, out) = self.start_holder(overlap)?;
         let live = Arc::new(live);
         *guard = Some(live.clone());
-        Ok((live, out))
+        Ok((live, out, true))
     }
 
     fn start_holder<T>(&self, overlap: impl FnOnce() -> T) -> Result<(Live, T)> {
@@ -1236,7 +1279,10 @@ impl LinuxSandbox {
     /// directories above it too) and every credential store (`m`,
     /// absolute) — so that what appeared since the sandbox started, or was
     /// replaced (a mask leaves with the name it was on), is hidden as well.
-    fn mask_plan(&self) -> Result<Vec<Vec<u8>>> {
+    /// With `fresh_holder` (this command's start started the holder, which
+    /// masked the stores it found a moment ago) the stores are not looked
+    /// for again.
+    fn mask_plan(&self, fresh_holder: bool) -> Result<Vec<Vec<u8>>> {
         let mut plan = Vec::new();
         for path in &self.options.deny_read {
             if self.deny_read_exists(path)? {
@@ -1245,7 +1291,12 @@ impl LinuxSandbox {
                 plan.push(entry);
             }
         }
-        for store in self.stores.current() {
+        let stores = if fresh_holder {
+            Vec::new()
+        } else {
+            self.stores.current()
+        };
+        for store in stores {
             let mut entry = vec![linux_sys::ENTRY_STORE];
             entry.extend_from_slice(store.as_os_str().as_bytes());
             plan.push(entry);
@@ -1285,9 +1336,9 @@ impl LinuxSandbox {
         };
         // Confined check of the working directory, for a clear error.
         drop(self.fs.open_dir(&spec.cwd)?);
-        let (live, plan) = self.live_with(|| self.protect_plan())?;
+        let (live, plan, fresh_holder) = self.live_with(|| self.protect_plan())?;
         let (protect, mut lease) = plan?;
-        let masks = self.mask_plan()?;
+        let masks = self.mask_plan(fresh_holder)?;
         let payload = self.payload(spec, &protect, &masks, &live)?;
         let memfd = rustix::fs::memfd_create("cubby-command", rustix::fs::MemfdFlags::CLOEXEC)
             .map_err(|e| Error::internal(format!("memfd_create: {e}")))?;
@@ -1445,9 +1496,13 @@ impl LinuxSandbox {
             reserved: Vec::new(),
             live: None,
         };
-        // The first command uses what the sandbox read when it opened.
-        let first = lock(&self.git_at_open).take();
-        let surface = first.unwrap_or_else(|| crate::git::surface(self.fs.root_path()));
+        // The first command uses what the sandbox read when it opened, if
+        // it comes right after (`cubby exec`); later ones read it again.
+        let root = self.fs.root_path();
+        let surface = match lock(&self.git_at_open).take() {
+            Some(read) if read.fresh_for(root).is_some() => read.into_surface(),
+            _ => crate::git::surface(root),
+        };
         if surface.overflow {
             return Err(Error::new(
                 ErrorKind::Unsupported,

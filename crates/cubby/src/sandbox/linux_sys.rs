@@ -1781,6 +1781,9 @@ unsafe fn mask_one(path: *const libc::c_char) -> i32 {
         } else {
             MASK_FILE
         };
+        // A bind takes its source mount's flags: the mask tmpfs is
+        // read-only, nosuid, nodev and noexec already (`mask_paths`), and
+        // so is every mask bound from it, without a remount of its own.
         if libc::mount(
             source.as_ptr(),
             path,
@@ -1797,21 +1800,6 @@ unsafe fn mask_one(path: *const libc::c_char) -> i32 {
             } else {
                 errno
             };
-        }
-        if libc::mount(
-            std::ptr::null(),
-            path,
-            std::ptr::null(),
-            libc::MS_REMOUNT
-                | libc::MS_BIND
-                | libc::MS_RDONLY
-                | libc::MS_NOSUID
-                | libc::MS_NODEV
-                | libc::MS_NOEXEC,
-            std::ptr::null(),
-        ) != 0
-        {
-            return *libc::__errno_location();
         }
         0
     }

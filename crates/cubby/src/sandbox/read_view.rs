@@ -16,8 +16,10 @@
 //! **Homes**: every home directory in `/etc/passwd`, `/root`, each
 //! directory in `/home`, and `$HOME`; not `/` nor those beneath the
 //! system's own directories ([`NOT_HOMES`]: system accounts' homes such as
-//! `/usr/sbin` or `/bin`), nor, when the sandbox's `/tmp` is private, beneath
-//! `/tmp`.
+//! `/usr/sbin` or `/bin`; a home named there is skipped as named, one that
+//! leads there through a link once resolved), nor, when the sandbox's
+//! `/tmp` is private, beneath `/tmp`. Each name is looked at once, and a
+//! watched directory that is not in its parent's listing is not looked at.
 //!
 //! **System scope**: the system directories ([`SYSTEM_DIRS`]), each
 //! directory on `PATH` and its toolchain root ([`toolchain_root`]), rustup's
@@ -165,10 +167,14 @@ type DirKey = (u64, u64, i64, i64);
 struct Watched {
     dir: PathBuf,
     names: &'static [&'static str],
-    /// The watch of the directory holding this one, when that is its
-    /// parent: while the parent has not changed, a missing child is still
-    /// missing (no `stat` needed).
-    parent: Option<usize>,
+    /// The nearest watched directory above this one and the name in it
+    /// that leads here: while that directory's listing (current: unchanged
+    /// since a trusted scan, or read just now) has no such name, this one
+    /// is missing, and no `stat` is spent on it.
+    parent: Option<(usize, &'static str)>,
+    /// The names in this directory that lead to watched directories below
+    /// (whose presence its scan records).
+    children: Vec<&'static str>,
 }
 
 #[derive(Debug, Default, Clone)]
@@ -177,6 +183,8 @@ struct WatchState {
     /// Whether `key` was old enough at the scan to move at the next change.
     trusted: bool,
     matches: Vec<PathBuf>,
+    /// Which of [`Watched::children`] the last scan listed.
+    present: Vec<&'static str>,
 }
 
 /// The credential stores of this host (built-in and `host_deny_read`), and
@@ -200,12 +208,42 @@ impl HostStores {
                 dir: PathBuf::from(dir),
                 names,
                 parent: None,
+                children: Vec::new(),
             });
         }
-        for home in homes(host_tmp) {
+        HostStores::watching(watched, &homes(host_tmp), extra)
+    }
+
+    /// `watched` and the [`HOME_STORES`] of each of `homes`.
+    fn watching(mut watched: Vec<Watched>, homes: &[PathBuf], extra: &[PathBuf]) -> HostStores {
+        for home in homes {
             let at = watched.len();
-            for (sub, names) in HOME_STORES {
-                let single = !sub.is_empty() && !sub.contains('/');
+            for (i, (sub, names)) in HOME_STORES.iter().enumerate() {
+                // The nearest store directory above (the home at least),
+                // among those listed before this one.
+                let parent = (!sub.is_empty()).then(|| {
+                    let (j, above) = HOME_STORES[..i]
+                        .iter()
+                        .enumerate()
+                        .map(|(j, (above, _))| (j, *above))
+                        .filter(|(_, above)| {
+                            above.is_empty()
+                                || sub
+                                    .strip_prefix(above)
+                                    .is_some_and(|rest| rest.starts_with('/'))
+                        })
+                        .max_by_key(|(_, above)| above.len())
+                        .unwrap_or((0, ""));
+                    let rest = sub[above.len()..].trim_start_matches('/');
+                    let via = rest.split('/').next().unwrap_or(rest);
+                    (at + j, via)
+                });
+                if let Some((p, via)) = parent {
+                    let up: &mut Watched = &mut watched[p];
+                    if !up.children.contains(&via) {
+                        up.children.push(via);
+                    }
+                }
                 watched.push(Watched {
                     dir: if sub.is_empty() {
                         home.clone()
@@ -213,7 +251,8 @@ impl HostStores {
                         home.join(sub)
                     },
                     names,
-                    parent: single.then_some(at),
+                    parent,
+                    children: Vec::new(),
                 });
             }
         }
@@ -232,27 +271,39 @@ impl HostStores {
     pub(crate) fn current(&self) -> Vec<PathBuf> {
         let mut out = self.exact.clone();
         let mut state = lock(&self.state);
-        // Whether each watch is known unchanged since a trusted scan.
-        let mut stable = vec![false; self.watched.len()];
+        // Whether each watch's listing is current: unchanged since a
+        // trusted scan, or read now.
+        let mut known = vec![false; self.watched.len()];
         for (i, w) in self.watched.iter().enumerate() {
-            let st = &mut state[i];
-            if st.key.is_none() && w.parent.is_some_and(|p| stable[p]) {
-                stable[i] = true;
+            if let Some((p, via)) = w.parent
+                && known[p]
+                && !state[p].present.contains(&via)
+            {
+                // Not in its parent's listing: missing, and so is all it
+                // would hold.
+                state[i] = WatchState {
+                    trusted: true,
+                    ..WatchState::default()
+                };
+                known[i] = true;
                 continue;
             }
+            let st = &mut state[i];
+            #[cfg(test)]
+            tests::LOOKS.with(|n| n.set(n.get() + 1));
             let key = std::fs::metadata(&w.dir)
                 .ok()
                 .filter(std::fs::Metadata::is_dir)
                 .map(|m| (m.dev(), m.ino(), m.ctime(), m.ctime_nsec()));
             if key.is_some() && key == st.key && st.trusted {
-                stable[i] = true;
+                known[i] = true;
                 out.extend(st.matches.iter().cloned());
                 continue;
             }
             let scanned_at = SystemTime::now();
-            st.matches = match key {
-                Some(_) => scan(&w.dir, w.names),
-                None => Vec::new(),
+            (st.matches, st.present) = match key {
+                Some(_) => scan(&w.dir, w.names, &w.children),
+                None => (Vec::new(), Vec::new()),
             };
             st.trusted = key.is_none_or(|(_, _, secs, nsecs)| {
                 let changed = SystemTime::UNIX_EPOCH
@@ -262,41 +313,60 @@ impl HostStores {
                     .is_ok_and(|age| age > RACY_WINDOW)
             });
             st.key = key;
-            // A directory missing now has no entries: what it would hold is
-            // missing too.
-            stable[i] = key.is_none();
+            known[i] = true;
             out.extend(st.matches.iter().cloned());
         }
         out
     }
 
-    /// The credential store `path` lies in (or is), if any.
+    /// The credential store that `path` (canonical, existing) lies in (or
+    /// is), if any: a `host_deny_read` entry above it, or a name of a
+    /// watched directory's list on its way there. By name, with no look at
+    /// the file system (what lies above an existing path exists).
     pub(crate) fn covering(&self, path: &Path) -> Option<PathBuf> {
-        self.current()
-            .into_iter()
-            .find(|store| path.starts_with(store))
+        if let Some(exact) = self.exact.iter().find(|e| path.starts_with(e)) {
+            return Some(exact.clone());
+        }
+        self.watched.iter().find_map(|w| {
+            let rest = path.strip_prefix(&w.dir).ok()?;
+            let Some(Component::Normal(name)) = rest.components().next() else {
+                return None;
+            };
+            let text = name.to_str()?;
+            w.names
+                .iter()
+                .any(|p| matches(p, text))
+                .then(|| w.dir.join(name))
+        })
     }
 }
 
-/// The names in `dir` that match one of `names`. When `dir` cannot be
-/// listed but can be searched, the names without a `*` are tried (a
-/// command of the same user could open them as well).
-fn scan(dir: &Path, names: &[&str]) -> Vec<PathBuf> {
+/// The names in `dir` that match one of `names`, and which of `children`
+/// it holds. When `dir` cannot be listed but can be searched, the names
+/// without a `*` are tried (a command of the same user could open them as
+/// well), and every child counts as present.
+fn scan(
+    dir: &Path,
+    names: &[&str],
+    children: &[&'static str],
+) -> (Vec<PathBuf>, Vec<&'static str>) {
     let mut out = Vec::new();
+    let mut present = Vec::new();
     match std::fs::read_dir(dir) {
         Ok(entries) => {
             for entry in entries.flatten() {
                 let name = entry.file_name();
                 let Some(name) = name.to_str() else { continue };
-                if names.iter().any(|p| matches(p, name)) {
+                if let Some(child) = children.iter().find(|c| **c == name) {
+                    present.push(*child);
+                }
+                if out.len() < MAX_MATCHES_PER_DIR && names.iter().any(|p| matches(p, name)) {
                     out.push(dir.join(name));
-                    if out.len() >= MAX_MATCHES_PER_DIR {
-                        break;
-                    }
                 }
             }
         }
         Err(_) => {
+            present = children.to_vec();
             for name in names {
                 let literal = name.trim_end_matches('*');
                 if !literal.contains('*') {
@@ -308,7 +378,7 @@ fn scan(dir: &Path, names: &[&str]) -> Vec<PathBuf> {
             }
         }
     }
-    out
+    (out, present)
 }
 
 /// Whether `name` matches `pattern` (at most one `*`, any run).
@@ -323,7 +393,9 @@ fn matches(pattern: &str, name: &str) -> bool {
     }
 }
 
-/// Every home directory (see the module doc), each once, canonical.
+/// Every home directory (see the module doc), each once, canonical. Each
+/// name is looked at once (`/etc/passwd` names `/nonexistent` or `/bin`
+/// for several accounts); a missing one costs one failed `open`.
 fn homes(host_tmp: bool) -> Vec<PathBuf> {
     let mut found: Vec<PathBuf> = Vec::new();
     if let Ok(passwd) = std::fs::read_to_string("/etc/passwd") {
@@ -342,20 +414,58 @@ fn homes(host_tmp: bool) -> Vec<PathBuf> {
     if let Some(home) = std::env::var_os("HOME").filter(|h| !h.is_empty()) {
         found.push(PathBuf::from(home));
     }
+    let mut looked = HashSet::new();
     let mut seen = HashSet::new();
     let mut out = Vec::new();
     for home in found {
-        let Ok(canonical) = std::fs::canonicalize(&home) else {
+        // A name beneath the system's directories is a system account's
+        // home (`/usr/sbin`, `/bin`): skipped without a look.
+        if !looked.insert(home.clone()) || excluded_lexically(&home) {
+            continue;
+        }
+        let Some(canonical) = resolved_dir(&home) else {
             continue;
         };
         let excluded = canonical == Path::new("/")
             || NOT_HOMES.iter().any(|n| canonical.starts_with(n))
             || (!host_tmp && canonical.starts_with("/tmp"));
-        if !excluded && canonical.is_dir() && seen.insert(canonical.clone()) {
+        if !excluded && seen.insert(canonical.clone()) {
             out.push(canonical);
         }
     }
     out
+}
+
+/// Whether `home`, as written, is `/` or lies beneath [`NOT_HOMES`] (no
+/// `..` taken off: such a name is resolved and checked again).
+fn excluded_lexically(home: &Path) -> bool {
+    let plain = home
+        .components()
+        .all(|c| matches!(c, Component::RootDir | Component::Normal(_)));
+    plain && (home == Path::new("/") || NOT_HOMES.iter().any(|n| home.starts_with(n)))
+}
+
+/// The canonical path of the directory `path` leads to, when it is one:
+/// resolved by the kernel (an `O_PATH` open, then its `/proc/self/fd`
+/// link), where `realpath` reads a link per component and `is_dir` stats
+/// again.
+fn resolved_dir(path: &Path) -> Option<PathBuf> {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::ffi::OsStringExt;
+    let fd = rustix::fs::open(
+        path,
+        rustix::fs::OFlags::PATH | rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::CLOEXEC,
+        rustix::fs::Mode::empty(),
+    )
+    .ok()?;
+    match rustix::fs::readlink(format!("/proc/self/fd/{}", fd.as_raw_fd()), Vec::new()) {
+        Ok(link) => {
+            let p = PathBuf::from(std::ffi::OsString::from_vec(link.into_bytes()));
+            p.is_absolute().then_some(p)
+        }
+        // No `/proc`: the long way.
+        Err(_) => std::fs::canonicalize(path).ok(),
+    }
 }
 
 /// The user's home (`$HOME`), for `~/` in config paths.
@@ -452,6 +562,78 @@ pub(crate) fn system_scope(path_var: Option<&std::ffi::OsStr>) -> Vec<PathBuf> {
 mod tests {
     use super::*;
 
+    thread_local! {
+        /// Watched directories `stat`ed by [`HostStores::current`] on this
+        /// thread.
+        pub(super) static LOOKS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+    }
+
+    fn looks_of(stores: &HostStores) -> (usize, Vec<PathBuf>) {
+        LOOKS.with(|n| n.set(0));
+        let found = stores.current();
+        (LOOKS.with(std::cell::Cell::get), found)
+    }
+
+    #[test]
+    fn a_path_inside_a_store_is_told_by_name() {
+        let home = PathBuf::from("/nowhere/home/u");
+        let stores = HostStores::watching(
+            Vec::new(),
+            std::slice::from_ref(&home),
+            &[PathBuf::from("/nowhere/vault")],
+        );
+        LOOKS.with(|n| n.set(0));
+        let covering = |p: &str| stores.covering(Path::new(p));
+        assert_eq!(
+            covering("/nowhere/home/u/.ssh/keys"),
+            Some(home.join(".ssh"))
+        );
+        assert_eq!(
+            covering("/nowhere/home/u/.config/gh/work"),
+            Some(home.join(".config/gh"))
+        );
+        assert_eq!(
+            covering("/nowhere/home/u/.yarnrc.d"),
+            Some(home.join(".yarnrc.d"))
+        );
+        assert_eq!(
+            covering("/nowhere/vault/x"),
+            Some(PathBuf::from("/nowhere/vault"))
+        );
+        assert_eq!(covering("/nowhere/home/u/projects/app"), None);
+        assert_eq!(covering("/nowhere/home/u"), None);
+        assert_eq!(covering("/nowhere/home/u/.config/other"), None);
+        assert_eq!(LOOKS.with(std::cell::Cell::get), 0);
+    }
+
+    #[test]
+    fn a_home_without_store_directories_costs_one_look() {
+        let dir = tempfile::tempdir().unwrap();
+        let home = std::fs::canonicalize(dir.path()).unwrap();
+        std::fs::write(home.join("notes"), "n").unwrap();
+        let stores = HostStores::watching(Vec::new(), std::slice::from_ref(&home), &[]);
+        // None of `.config`, `.cargo`, `.cache`, `.local`, … is in the
+        // home's listing: only the home itself is looked at, every time.
+        for _ in 0..2 {
+            let (looks, found) = looks_of(&stores);
+            assert_eq!(looks, 1, "{found:?}");
+            assert!(found.is_empty(), "{found:?}");
+        }
+        // A store directory made later, two levels down, is found at the
+        // next look (the home changed, its listing is read again).
+        std::fs::create_dir_all(home.join(".config/gh")).unwrap();
+        std::fs::create_dir_all(home.join(".local/share/keyrings")).unwrap();
+        let (looks, found) = looks_of(&stores);
+        assert!(found.contains(&home.join(".config/gh")), "{found:?}");
+        assert!(
+            found.contains(&home.join(".local/share/keyrings")),
+            "{found:?}"
+        );
+        // The home, `.config` and `.local/share` (`.config/git` and
+        // `.config/containers` are not in `.config`'s listing): three.
+        assert_eq!(looks, 3, "{found:?}");
+    }
+
     #[test]
     fn patterns_match_one_run() {
         assert!(matches(".yarnrc*", ".yarnrc"));
@@ -499,6 +681,7 @@ mod tests {
                 dir: dir.path().to_path_buf(),
                 names: &[".npmrc", ".yarnrc*"],
                 parent: None,
+                children: Vec::new(),
             }],
             state: Mutex::new(vec![WatchState::default()]),
             exact: vec![PathBuf::from("/nowhere/listed")],
