@@ -143,7 +143,7 @@ fn format_of(media_type: &str) -> Option<ImageFormat> {
 type Dims = (u32, u32);
 
 /// The image sent and how it came from the file.
-struct Shown {
+struct ShownImage {
     data: ImageData,
     /// The file's dimensions.
     original: Dims,
@@ -496,7 +496,7 @@ fn shown_image(
     bytes: &[u8],
     format: ImageFormat,
     media_type: &str,
-) -> Result<Shown> {
+) -> Result<ShownImage> {
     let (img, animated) = decode_bounded(path, bytes, format, media_type)?;
     let (w, h) = (img.width(), img.height());
     let too_wide = w.max(h) > MAX_IMAGE_EDGE_PX;
@@ -505,7 +505,7 @@ fn shown_image(
             media_type: media_type.to_string(),
             bytes: bytes.to_vec(),
         };
-        return Ok(Shown {
+        return Ok(ShownImage {
             data,
             original: (w, h),
             shown: (w, h),
@@ -533,7 +533,7 @@ fn shown_image(
     let (encoded, out_type, shown, more) =
         encode_within(&img, format == ImageFormat::Jpeg, !too_wide && !animated)?;
     steps.extend(more);
-    Ok(Shown {
+    Ok(ShownImage {
         data: ImageData {
             media_type: out_type.to_string(),
             bytes: encoded,
