@@ -9,7 +9,50 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 use crate::policy::Mode;
-use crate::sandbox::ProviderKind;
+
+/// The environment variable the Brave key is read from by default.
+pub const BRAVE_API_KEY_ENV: &str = "BRAVE_API_KEY";
+
+/// Which provider a sandbox is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ProviderKind {
+    /// In memory; no commands.
+    Virtual,
+    /// A host directory; commands run as the host user.
+    Local,
+    /// A host directory; commands in namespaces with Landlock and seccomp.
+    Linux,
+    /// Another cubby over HTTP.
+    Remote,
+}
+
+impl ProviderKind {
+    /// The name used in config and flags.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ProviderKind::Virtual => "virtual",
+            ProviderKind::Local => "local",
+            ProviderKind::Linux => "linux",
+            ProviderKind::Remote => "remote",
+        }
+    }
+}
+
+impl std::str::FromStr for ProviderKind {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<ProviderKind> {
+        match s {
+            "virtual" => Ok(ProviderKind::Virtual),
+            "local" => Ok(ProviderKind::Local),
+            "linux" => Ok(ProviderKind::Linux),
+            "remote" => Ok(ProviderKind::Remote),
+            other => Err(Error::invalid_input(format!(
+                "unknown provider `{other}`; expected one of: virtual, local, linux, remote"
+            ))),
+        }
+    }
+}
 
 /// Default lines per `read_file` call (also the maximum a model may ask for).
 pub const READ_MAX_LINES: usize = 2_000;

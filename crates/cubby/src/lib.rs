@@ -53,6 +53,7 @@ pub mod config;
 mod error;
 pub mod exec_policy;
 pub mod git;
+mod net;
 pub mod output;
 mod path;
 pub mod policy;

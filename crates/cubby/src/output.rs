@@ -717,9 +717,30 @@ pub fn cap_head_tail(text: &str, max_bytes: usize, marker: impl FnOnce(u64) -> S
     capture.render(marker)
 }
 
+/// Formats a count with thousands separators (`12,345`).
+pub(crate) fn thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn thousands_separates() {
+        assert_eq!(thousands(0), "0");
+        assert_eq!(thousands(999), "999");
+        assert_eq!(thousands(1000), "1,000");
+        assert_eq!(thousands(1234567), "1,234,567");
+    }
 
     fn secrets(pairs: &[(&str, &str)]) -> Redactor {
         Redactor::new(

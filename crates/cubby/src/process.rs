@@ -30,7 +30,12 @@ use std::time::{Duration, Instant, SystemTime};
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::output::{AnsiStripper, HeadTail, Redactor, StreamRedactor};
-use crate::sandbox::sys::{SIGNAL_KILL_TREE, SIGNAL_STOP};
+
+/// The signal that asks a command's shim (`sandbox::sys`) to stop its
+/// command politely.
+pub(crate) const SIGNAL_STOP: rustix::process::Signal = rustix::process::Signal::TERM;
+/// The signal that asks a command's shim to kill its command's whole tree now.
+pub(crate) const SIGNAL_KILL_TREE: rustix::process::Signal = rustix::process::Signal::USR1;
 
 /// Bytes of output retained per process for `process_logs`.
 pub const RETAINED_LOG_BYTES: usize = 1024 * 1024;
@@ -267,7 +272,7 @@ impl Proc {
                 c.render(|n| {
                     format!(
                         "[{} bytes cut, use process_logs name={}]",
-                        crate::tools::thousands(n),
+                        crate::output::thousands(n),
                         self.name
                     )
                 }),

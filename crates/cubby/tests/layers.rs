@@ -343,11 +343,7 @@ fn library_modules_have_no_cycle() {
                 )
             })
             .collect();
-        panic!(
-            "import cycle {}:\n{}",
-            cycle.join(" → "),
-            sites.join("\n")
-        );
+        panic!("import cycle {}:\n{}", cycle.join(" → "), sites.join("\n"));
     }
 }
 
@@ -445,6 +441,9 @@ fn crates_depend_only_downward() {
             }
         }
     }
-    assert!(seen >= 3, "found only {seen} cubby dependencies: the parser is broken");
+    assert!(
+        seen >= 3,
+        "found only {seen} cubby dependencies: the parser is broken"
+    );
     assert!(bad.is_empty(), "{}", bad.join("\n"));
 }

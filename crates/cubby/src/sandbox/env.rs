@@ -79,7 +79,7 @@ pub const NON_INTERACTIVE_ENV: [(&str, &str); 7] = [
 
 /// Variables that belong to cubby on the host and never reach a command:
 /// the HTTP front's bearer token and the default search backend key.
-pub const HOST_ONLY_ENV: [&str; 2] = ["CUBBY_TOKEN", crate::web::BRAVE_API_KEY_ENV];
+pub const HOST_ONLY_ENV: [&str; 2] = ["CUBBY_TOKEN", crate::config::BRAVE_API_KEY_ENV];
 
 /// True when commands get `name` from cubby's environment without being
 /// told: one of [`INHERITED`], a locale `LC_*` or a `*_CA_BUNDLE`.

@@ -69,10 +69,10 @@ use super::seccomp::Sockets;
 use super::{EntryKind, ExecSpec, FileSystem, LocalFs, LocalSandbox, ProviderKind, Sandbox};
 use crate::config::{NetworkMode, ReadScope, SandboxLimits};
 use crate::error::{Error, ErrorKind, Result};
+use crate::net::{Egress, EgressOptions, EgressProxy, Resolver};
 use crate::path::WorkspacePath;
 use crate::policy::{Mode, Policy};
 use crate::process::{Spawned, lock};
-use crate::web::{Egress, EgressOptions, EgressProxy, Resolver};
 
 /// Capacity asked for a command's output pipe.
 const OUTPUT_PIPE_BYTES: usize = 1024 * 1024;

@@ -33,6 +33,7 @@ use std::ffi::OsString;
 use std::io::Read;
 use std::sync::Arc;
 
+pub use crate::config::ProviderKind;
 pub use env::{CommandEnv, HOST_ONLY_ENV};
 pub use host::LocalSandbox;
 pub use linux::{Capabilities, InheritedChild, LinuxOptions, LinuxSandbox};
@@ -147,47 +148,6 @@ impl<T: FileSystem + ?Sized> FileSystem for Arc<T> {
     }
     fn write_atomic(&self, path: &WorkspacePath, content: &[u8]) -> Result<()> {
         (**self).write_atomic(path, content)
-    }
-}
-
-/// Which provider a sandbox is.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum ProviderKind {
-    /// In memory; no commands.
-    Virtual,
-    /// A host directory; commands run as the host user.
-    Local,
-    /// A host directory; commands in namespaces with Landlock and seccomp.
-    Linux,
-    /// Another cubby over HTTP.
-    Remote,
-}
-
-impl ProviderKind {
-    /// The name used in config and flags.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ProviderKind::Virtual => "virtual",
-            ProviderKind::Local => "local",
-            ProviderKind::Linux => "linux",
-            ProviderKind::Remote => "remote",
-        }
-    }
-}
-
-impl std::str::FromStr for ProviderKind {
-    type Err = crate::Error;
-    fn from_str(s: &str) -> Result<ProviderKind> {
-        match s {
-            "virtual" => Ok(ProviderKind::Virtual),
-            "local" => Ok(ProviderKind::Local),
-            "linux" => Ok(ProviderKind::Linux),
-            "remote" => Ok(ProviderKind::Remote),
-            other => Err(crate::Error::invalid_input(format!(
-                "unknown provider `{other}`; expected one of: virtual, local, linux, remote"
-            ))),
-        }
     }
 }
 

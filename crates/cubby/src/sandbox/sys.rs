@@ -36,11 +36,6 @@ static SHIM_FLAGS: AtomicU32 = AtomicU32::new(0);
 const FLAG_TERM: u32 = 1;
 const FLAG_KILL: u32 = 2;
 
-/// The signal that asks a shim to stop its command politely.
-pub(crate) const SIGNAL_STOP: rustix::process::Signal = rustix::process::Signal::TERM;
-/// The signal that asks a shim to kill its command's whole tree now.
-pub(crate) const SIGNAL_KILL_TREE: rustix::process::Signal = rustix::process::Signal::USR1;
-
 /// Pause between kill passes while descendants are still dying.
 const KILL_PASS_PAUSE_NS: libc::c_long = 1_000_000;
 
@@ -55,8 +50,8 @@ extern "C" fn on_signal(sig: libc::c_int) {
 
 /// Arranges for `cmd` to run under a reaper shim, in the directory `cwd_fd`.
 ///
-/// The pid `spawn` reports is the shim's: signal it with [`SIGNAL_STOP`] or
-/// [`SIGNAL_KILL_TREE`], never with `SIGKILL` (that would orphan the tree to
+/// The pid `spawn` reports is the shim's: signal it with [`SIGNAL_STOP`](crate::process::SIGNAL_STOP) or
+/// [`SIGNAL_KILL_TREE`](crate::process::SIGNAL_KILL_TREE), never with `SIGKILL` (that would orphan the tree to
 /// init). Its exit status is the command's.
 pub(crate) fn run_under_shim(cmd: &mut Command, cwd_fd: RawFd) {
     // SAFETY: the closure runs in the child between fork and exec. It only

@@ -31,6 +31,7 @@ pub(crate) use changes::Baseline;
 use crate::config::Limits;
 use crate::error::{Error, ErrorKind, Result};
 use crate::output::ToolOutput;
+pub(crate) use crate::output::thousands;
 use crate::path::WorkspacePath;
 use crate::policy::Policy;
 use crate::sandbox::FileSystem;
@@ -351,19 +352,6 @@ pub(crate) static REGISTRY: [Entry; 17] = [
     entry::<web::WebSearch>(),
 ];
 
-/// Formats a count with thousands separators (`12,345`).
-pub(crate) fn thousands(n: u64) -> String {
-    let digits = n.to_string();
-    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
-}
-
 /// Parses an optional path argument; `None` is the root.
 pub(crate) fn parse_dir_arg(path: Option<&str>) -> Result<WorkspacePath> {
     match path {
@@ -540,14 +528,6 @@ pub mod schema {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn thousands_separates() {
-        assert_eq!(thousands(0), "0");
-        assert_eq!(thousands(999), "999");
-        assert_eq!(thousands(1000), "1,000");
-        assert_eq!(thousands(1234567), "1,234,567");
-    }
 
     #[test]
     fn cut_line_respects_char_boundaries() {

@@ -12,14 +12,13 @@
 //!    hop, held to the URL rules again; the sixth is a `limit` error;
 //! 5. otherwise the body is read up to the cap and returned.
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::sync::Arc;
 
-use super::address::{Host, WebUrl};
-use super::rules::NetRules;
-use super::{Resolver, check_https, client_builder, describe, read_body};
+use super::{check_https, client_builder, describe, read_body};
 use crate::config::WEB_FETCH_MAX_REDIRECTS;
 use crate::error::{Error, ErrorKind, Result, truncate_for_message};
+use crate::net::{Host, NetRules, Resolver, WebUrl, address_refusal, resolve};
 
 /// What one `web_fetch` brought back.
 #[derive(Debug)]
@@ -147,50 +146,6 @@ pub(crate) async fn checked_addresses(
         .into_iter()
         .map(|ip| SocketAddr::new(ip.to_canonical(), port))
         .collect())
-}
-
-/// The addresses of `host`: an IP literal is its own answer.
-///
-/// # Errors
-///
-/// `network` when the name does not resolve or has no address.
-pub(crate) async fn resolve(host: &Host, resolver: &Arc<dyn Resolver>) -> Result<Vec<IpAddr>> {
-    let ips: Vec<IpAddr> = match host {
-        Host::Ip(ip) => vec![*ip],
-        Host::Domain(name) => {
-            let resolver = resolver.clone();
-            let query = name.clone();
-            let answer = tokio::task::spawn_blocking(move || resolver.resolve(&query))
-                .await
-                .map_err(|_| Error::internal("the resolver failed unexpectedly"))?;
-            answer.map_err(|e| {
-                Error::new(
-                    ErrorKind::Network,
-                    format!("`{name}` cannot be resolved: {e}; check the host name"),
-                )
-            })?
-        }
-    };
-    if ips.is_empty() {
-        return Err(Error::new(
-            ErrorKind::Network,
-            format!("`{host}` has no addresses; check the host name"),
-        ));
-    }
-    Ok(ips)
-}
-
-/// Why `ip` (an address of `host`) may not be reached, in words.
-pub(crate) fn address_refusal(host: &Host, ip: IpAddr, rules: &NetRules) -> Option<String> {
-    let range = rules.address_refusal(ip)?;
-    let what = match host {
-        Host::Ip(_) => format!("`{host}` is"),
-        Host::Domain(_) => format!("`{host}` resolves to {ip},"),
-    };
-    Some(format!(
-        "{what} a {range} address; cubby reaches only public addresses \
-         unless `network.allowed_cidrs` lists the range"
-    ))
 }
 
 /// The error for a failed request to `url`.

@@ -29,25 +29,20 @@
 //! to the domain lists or the refused ranges (a SearXNG instance usually runs
 //! on loopback).
 
-mod address;
 mod fetch;
 mod html;
-mod proxy;
-mod rules;
 mod search;
 
 use std::future::Future;
-use std::net::{IpAddr, ToSocketAddrs};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-pub use address::MAX_URL_CHARS;
-pub(crate) use address::WebUrl;
+pub use crate::net::MAX_URL_CHARS;
+pub(crate) use crate::net::NetRules;
+pub(crate) use crate::net::WebUrl;
+pub use crate::net::{EgressOptions, Injection, MAX_EGRESS_CONNECTIONS, Resolver, SystemResolver};
 pub(crate) use fetch::{Fetched, fetch};
 pub(crate) use html::{decode, fragment_text, sniff_html, to_markdown};
-pub(crate) use proxy::{Egress, EgressProxy};
-pub use proxy::{EgressOptions, Injection, MAX_EGRESS_CONNECTIONS};
-pub(crate) use rules::NetRules;
 pub use search::{
     BRAVE_API_KEY_ENV, BRAVE_ENDPOINT, BraveSearch, SearchBackend, SearchFuture, SearchHit,
     SearxngSearch,
@@ -62,32 +57,6 @@ use crate::process::CancelToken;
 pub const USER_AGENT: &str = concat!("cubby/", env!("CARGO_PKG_VERSION"), " (web tools)");
 /// How often a running request looks at its cancel token.
 const CANCEL_POLL: Duration = Duration::from_millis(20);
-
-/// Turns a host name into addresses for `web_fetch`.
-///
-/// Every address a resolver returns is checked against the refused ranges
-/// and `allowed_cidrs` before anything connects, and the connection goes to
-/// exactly those addresses; a resolver cannot widen what is reachable. The
-/// default is [`SystemResolver`]; tests and embedders may pin names.
-pub trait Resolver: Send + Sync {
-    /// The addresses of `host`: a lower-case ASCII domain name, possibly
-    /// with a trailing dot. Called on a blocking thread.
-    ///
-    /// # Errors
-    ///
-    /// Any I/O error; the model sees it as a `network` error.
-    fn resolve(&self, host: &str) -> std::io::Result<Vec<IpAddr>>;
-}
-
-/// The operating system's resolver (`getaddrinfo`).
-#[derive(Clone, Copy, Debug, Default)]
-pub struct SystemResolver;
-
-impl Resolver for SystemResolver {
-    fn resolve(&self, host: &str) -> std::io::Result<Vec<IpAddr>> {
-        Ok((host, 0u16).to_socket_addrs()?.map(|a| a.ip()).collect())
-    }
-}
 
 /// What the web tools of one toolset work with.
 pub(crate) struct WebSettings {
@@ -123,7 +92,7 @@ impl WebSettings {
 pub(crate) fn validate_config(network: &NetworkConfig, search: &WebSearchConfig) -> Result<()> {
     NetRules::from_config(network)?;
     for entry in &network.inject {
-        proxy::check_injection(&Injection {
+        crate::net::check_injection(&Injection {
             name: entry.secret.clone(),
             value: "checked".into(),
             hosts: entry.hosts.clone(),

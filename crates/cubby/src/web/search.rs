@@ -21,8 +21,7 @@ use crate::output::Secret;
 
 /// The Brave Search API's web search endpoint.
 pub const BRAVE_ENDPOINT: &str = "https://api.search.brave.com/res/v1/web/search";
-/// The environment variable the Brave key is read from by default.
-pub const BRAVE_API_KEY_ENV: &str = "BRAVE_API_KEY";
+pub use crate::config::BRAVE_API_KEY_ENV;
 /// Most results asked of Brave in one call (the API's maximum).
 const BRAVE_MAX_COUNT: usize = 20;
 /// Largest backend answer read, in bytes.

@@ -47,9 +47,8 @@ use tokio::net::TcpStream;
 use tokio::sync::{Semaphore, watch};
 
 use super::address::{Host, WebUrl, parse_domain};
-use super::fetch::{address_refusal, resolve};
 use super::rules::{NetRules, covers};
-use super::{Resolver, SystemResolver};
+use super::{Resolver, SystemResolver, address_refusal, resolve};
 use crate::config::NetworkConfig;
 use crate::error::{Error, ErrorKind, Result, truncate_for_message};
 

@@ -1,0 +1,97 @@
+//! The network layer below the sandbox: web addresses, the `[network]`
+//! rules, name resolution and the egress proxy.
+//!
+//! The Linux provider's commands reach the network only through the egress
+//! proxy ([`EgressProxy`]); the web tools (`crate::web`, a layer above the
+//! sandbox) fetch through the same rules and resolver. Nothing here knows a
+//! tool or a sandbox.
+//!
+//! - `address.rs`: parsing and checking URLs and host names.
+//! - `rules.rs`: [`NetRules`], the compiled `[network]` section (allowed and
+//!   denied domains, refused address ranges, `allowed_cidrs`).
+//! - `proxy.rs`: the egress proxy and its secret injection.
+
+mod address;
+mod proxy;
+mod rules;
+
+use std::net::{IpAddr, ToSocketAddrs};
+use std::sync::Arc;
+
+use crate::error::{Error, ErrorKind, Result};
+
+pub use address::MAX_URL_CHARS;
+pub(crate) use address::{Host, WebUrl};
+pub(crate) use proxy::{Egress, EgressProxy, check_injection};
+pub use proxy::{EgressOptions, Injection, MAX_EGRESS_CONNECTIONS};
+pub(crate) use rules::NetRules;
+
+/// Turns a host name into addresses for `web_fetch`.
+///
+/// Every address a resolver returns is checked against the refused ranges
+/// and `allowed_cidrs` before anything connects, and the connection goes to
+/// exactly those addresses; a resolver cannot widen what is reachable. The
+/// default is [`SystemResolver`]; tests and embedders may pin names.
+pub trait Resolver: Send + Sync {
+    /// The addresses of `host`: a lower-case ASCII domain name, possibly
+    /// with a trailing dot. Called on a blocking thread.
+    ///
+    /// # Errors
+    ///
+    /// Any I/O error; the model sees it as a `network` error.
+    fn resolve(&self, host: &str) -> std::io::Result<Vec<IpAddr>>;
+}
+
+/// The operating system's resolver (`getaddrinfo`).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SystemResolver;
+
+impl Resolver for SystemResolver {
+    fn resolve(&self, host: &str) -> std::io::Result<Vec<IpAddr>> {
+        Ok((host, 0u16).to_socket_addrs()?.map(|a| a.ip()).collect())
+    }
+}
+
+/// The addresses of `host`: an IP literal is its own answer.
+///
+/// # Errors
+///
+/// `network` when the name does not resolve or has no address.
+pub(crate) async fn resolve(host: &Host, resolver: &Arc<dyn Resolver>) -> Result<Vec<IpAddr>> {
+    let ips: Vec<IpAddr> = match host {
+        Host::Ip(ip) => vec![*ip],
+        Host::Domain(name) => {
+            let resolver = resolver.clone();
+            let query = name.clone();
+            let answer = tokio::task::spawn_blocking(move || resolver.resolve(&query))
+                .await
+                .map_err(|_| Error::internal("the resolver failed unexpectedly"))?;
+            answer.map_err(|e| {
+                Error::new(
+                    ErrorKind::Network,
+                    format!("`{name}` cannot be resolved: {e}; check the host name"),
+                )
+            })?
+        }
+    };
+    if ips.is_empty() {
+        return Err(Error::new(
+            ErrorKind::Network,
+            format!("`{host}` has no addresses; check the host name"),
+        ));
+    }
+    Ok(ips)
+}
+
+/// Why `ip` (an address of `host`) may not be reached, in words.
+pub(crate) fn address_refusal(host: &Host, ip: IpAddr, rules: &NetRules) -> Option<String> {
+    let range = rules.address_refusal(ip)?;
+    let what = match host {
+        Host::Ip(_) => format!("`{host}` is"),
+        Host::Domain(_) => format!("`{host}` resolves to {ip},"),
+    };
+    Some(format!(
+        "{what} a {range} address; cubby reaches only public addresses \
+         unless `network.allowed_cidrs` lists the range"
+    ))
+}
