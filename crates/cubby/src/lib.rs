@@ -50,6 +50,7 @@
 #![deny(missing_docs)]
 
 pub mod config;
+mod config_file;
 mod error;
 pub mod exec_policy;
 pub mod git;

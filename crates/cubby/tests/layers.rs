@@ -26,6 +26,7 @@ const LAYERS: &[&str] = &[
     "process",
     "sandbox",
     "web",
+    "config_file",
     "tools",
     "toolset",
 ];
