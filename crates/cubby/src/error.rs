@@ -135,87 +135,6 @@ impl Error {
     pub(crate) fn internal(message: impl Into<String>) -> Error {
         Error::new(ErrorKind::Internal, message)
     }
-
-    /// Maps an I/O error met while working on `path` to the kind the model
-    /// should see.
-    pub(crate) fn from_io(err: &std::io::Error, path: &str) -> Error {
-        use std::io::ErrorKind as Io;
-        let shown = if path.is_empty() { "." } else { path };
-        match err.raw_os_error() {
-            // ELOOP: a symbolic link on the way; EXDEV: RESOLVE_BENEATH refused a climb out.
-            Some(libc_errno::ELOOP) | Some(libc_errno::EXDEV) => Error::path_escape(shown),
-            Some(libc_errno::ENOTDIR) => Error::new(
-                ErrorKind::NotFound,
-                format!("`{shown}` does not exist: a component of it is not a directory"),
-            ),
-            Some(libc_errno::EISDIR) => Error::new(
-                ErrorKind::IsDirectory,
-                format!("`{shown}` is a directory; use list_files to see what it holds"),
-            ),
-            Some(libc_errno::ENAMETOOLONG) => Error::invalid_input(format!(
-                "path `{}` is too long; use a shorter path",
-                truncate_for_message(shown)
-            )),
-            _ => match err.kind() {
-                Io::NotFound => Error::new(
-                    ErrorKind::NotFound,
-                    format!(
-                        "`{shown}` does not exist; use list_files or glob to find the right path"
-                    ),
-                ),
-                Io::PermissionDenied => {
-                    Error::denied(format!("the operating system refused access to `{shown}`"))
-                }
-                Io::StorageFull | Io::QuotaExceeded => Error::new(
-                    ErrorKind::Limit,
-                    format!("no space left to write `{shown}`"),
-                ),
-                Io::FileTooLarge => Error::new(
-                    ErrorKind::TooLarge,
-                    format!("`{shown}` is larger than the file system allows"),
-                ),
-                _ => Error::internal(format!("I/O error on `{shown}`: {err}")),
-            },
-        }
-    }
-
-    /// The error for a path that leaves the root or passes through a link.
-    pub(crate) fn path_escape(path: &str) -> Error {
-        Error::new(
-            ErrorKind::PathEscape,
-            format!(
-                "`{}` is outside the workspace or passes through a symbolic link; \
-                 pass a path relative to the workspace root, without `..` that climbs out \
-                 and without symbolic links",
-                truncate_for_message(path)
-            ),
-        )
-    }
-}
-
-/// Most characters of an input echoed in a message.
-pub(crate) const MAX_ECHO_CHARS: usize = 200;
-
-/// Keeps messages short when the input was huge.
-///
-/// The input is redacted first with the current call's redactor
-/// ([`crate::output::CallScope`]): the cut never shows a prefix of a secret
-/// that the redaction of the whole message could no longer recognise.
-pub(crate) fn truncate_for_message(s: &str) -> String {
-    let s = crate::output::redact_for_cut(s);
-    match s.char_indices().nth(MAX_ECHO_CHARS) {
-        None => s.into_owned(),
-        Some((at, _)) => format!("{}…", &s[..at]),
-    }
-}
-
-/// The errno values this module distinguishes (Linux numbering).
-mod libc_errno {
-    pub const ENOTDIR: i32 = rustix::io::Errno::NOTDIR.raw_os_error();
-    pub const EISDIR: i32 = rustix::io::Errno::ISDIR.raw_os_error();
-    pub const ELOOP: i32 = rustix::io::Errno::LOOP.raw_os_error();
-    pub const EXDEV: i32 = rustix::io::Errno::XDEV.raw_os_error();
-    pub const ENAMETOOLONG: i32 = rustix::io::Errno::NAMETOOLONG.raw_os_error();
 }
 
 impl fmt::Display for Error {
@@ -249,15 +168,5 @@ mod tests {
                 .iter()
                 .all(|n| n.chars().all(|c| c.is_ascii_lowercase() || c == '_'))
         );
-    }
-
-    #[test]
-    fn io_errors_map_to_contract_kinds() {
-        let eloop = std::io::Error::from_raw_os_error(libc_errno::ELOOP);
-        assert_eq!(Error::from_io(&eloop, "a").kind(), ErrorKind::PathEscape);
-        let exdev = std::io::Error::from_raw_os_error(libc_errno::EXDEV);
-        assert_eq!(Error::from_io(&exdev, "a").kind(), ErrorKind::PathEscape);
-        let enoent = std::io::Error::from(std::io::ErrorKind::NotFound);
-        assert_eq!(Error::from_io(&enoent, "a").kind(), ErrorKind::NotFound);
     }
 }

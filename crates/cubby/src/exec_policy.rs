@@ -19,7 +19,8 @@
 use std::sync::Arc;
 
 use crate::config::{ExecDecision, ExecRule};
-use crate::error::{Error, Result, truncate_for_message};
+use crate::error::{Error, Result};
+use crate::output::truncate_for_message;
 use crate::path::WorkspacePath;
 
 /// What a `before_run` callback decides.

@@ -730,6 +730,22 @@ pub(crate) fn thousands(n: u64) -> String {
     out
 }
 
+/// Most characters of an input echoed in a message.
+pub(crate) const MAX_ECHO_CHARS: usize = 200;
+
+/// Keeps messages short when the input was huge.
+///
+/// The input is redacted first with the current call's redactor
+/// ([`crate::output::CallScope`]): the cut never shows a prefix of a secret
+/// that the redaction of the whole message could no longer recognise.
+pub(crate) fn truncate_for_message(s: &str) -> String {
+    let s = redact_for_cut(s);
+    match s.char_indices().nth(MAX_ECHO_CHARS) {
+        None => s.into_owned(),
+        Some((at, _)) => format!("{}…", &s[..at]),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

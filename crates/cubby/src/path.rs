@@ -20,7 +20,8 @@ use std::fmt::Write as _;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
 
-use crate::error::{Error, ErrorKind, Result, truncate_for_message};
+use crate::error::{Error, ErrorKind, Result};
+use crate::output::truncate_for_message;
 
 /// Longest path, in bytes, a model may pass (Linux `PATH_MAX`).
 pub const MAX_PATH_BYTES: usize = 4096;
@@ -305,9 +306,88 @@ impl fmt::Display for WorkspacePath {
     }
 }
 
+/// The errors of working on a path (here, above the call scope's redactor
+/// that their messages' cuts use).
+impl Error {
+    /// Maps an I/O error met while working on `path` to the kind the model
+    /// should see.
+    pub(crate) fn from_io(err: &std::io::Error, path: &str) -> Error {
+        use std::io::ErrorKind as Io;
+        let shown = if path.is_empty() { "." } else { path };
+        match err.raw_os_error() {
+            // ELOOP: a symbolic link on the way; EXDEV: RESOLVE_BENEATH refused a climb out.
+            Some(libc_errno::ELOOP) | Some(libc_errno::EXDEV) => Error::path_escape(shown),
+            Some(libc_errno::ENOTDIR) => Error::new(
+                ErrorKind::NotFound,
+                format!("`{shown}` does not exist: a component of it is not a directory"),
+            ),
+            Some(libc_errno::EISDIR) => Error::new(
+                ErrorKind::IsDirectory,
+                format!("`{shown}` is a directory; use list_files to see what it holds"),
+            ),
+            Some(libc_errno::ENAMETOOLONG) => Error::invalid_input(format!(
+                "path `{}` is too long; use a shorter path",
+                truncate_for_message(shown)
+            )),
+            _ => match err.kind() {
+                Io::NotFound => Error::new(
+                    ErrorKind::NotFound,
+                    format!(
+                        "`{shown}` does not exist; use list_files or glob to find the right path"
+                    ),
+                ),
+                Io::PermissionDenied => {
+                    Error::denied(format!("the operating system refused access to `{shown}`"))
+                }
+                Io::StorageFull | Io::QuotaExceeded => Error::new(
+                    ErrorKind::Limit,
+                    format!("no space left to write `{shown}`"),
+                ),
+                Io::FileTooLarge => Error::new(
+                    ErrorKind::TooLarge,
+                    format!("`{shown}` is larger than the file system allows"),
+                ),
+                _ => Error::internal(format!("I/O error on `{shown}`: {err}")),
+            },
+        }
+    }
+
+    /// The error for a path that leaves the root or passes through a link.
+    pub(crate) fn path_escape(path: &str) -> Error {
+        Error::new(
+            ErrorKind::PathEscape,
+            format!(
+                "`{}` is outside the workspace or passes through a symbolic link; \
+                 pass a path relative to the workspace root, without `..` that climbs out \
+                 and without symbolic links",
+                truncate_for_message(path)
+            ),
+        )
+    }
+}
+
+/// The errno values `Error::from_io` distinguishes (Linux numbering).
+mod libc_errno {
+    pub const ENOTDIR: i32 = rustix::io::Errno::NOTDIR.raw_os_error();
+    pub const EISDIR: i32 = rustix::io::Errno::ISDIR.raw_os_error();
+    pub const ELOOP: i32 = rustix::io::Errno::LOOP.raw_os_error();
+    pub const EXDEV: i32 = rustix::io::Errno::XDEV.raw_os_error();
+    pub const ENAMETOOLONG: i32 = rustix::io::Errno::NAMETOOLONG.raw_os_error();
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn io_errors_map_to_contract_kinds() {
+        let eloop = std::io::Error::from_raw_os_error(libc_errno::ELOOP);
+        assert_eq!(Error::from_io(&eloop, "a").kind(), ErrorKind::PathEscape);
+        let exdev = std::io::Error::from_raw_os_error(libc_errno::EXDEV);
+        assert_eq!(Error::from_io(&exdev, "a").kind(), ErrorKind::PathEscape);
+        let enoent = std::io::Error::from(std::io::ErrorKind::NotFound);
+        assert_eq!(Error::from_io(&enoent, "a").kind(), ErrorKind::NotFound);
+    }
 
     fn ok(s: &str) -> String {
         WorkspacePath::parse(s)

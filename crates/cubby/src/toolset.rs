@@ -241,7 +241,7 @@ impl Toolset {
             }
             return Err(Error::invalid_input(format!(
                 "there is no tool named `{}`; available tools: {}",
-                crate::error::truncate_for_message(name),
+                crate::output::truncate_for_message(name),
                 self.tool_names().join(", ")
             )));
         };

@@ -18,7 +18,8 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-use crate::error::{Error, Result, truncate_for_message};
+use crate::error::{Error, Result};
+use crate::output::truncate_for_message;
 
 /// Longest URL `web_fetch` accepts, in chars (SPEC §3).
 pub const MAX_URL_CHARS: usize = 2_048;

@@ -50,7 +50,8 @@ use super::address::{Host, WebUrl, parse_domain};
 use super::rules::{NetRules, covers};
 use super::{Resolver, SystemResolver, address_refusal, resolve};
 use crate::config::NetworkConfig;
-use crate::error::{Error, ErrorKind, Result, truncate_for_message};
+use crate::error::{Error, ErrorKind, Result};
+use crate::output::truncate_for_message;
 
 /// Connections (and tunnels) one sandbox may hold open through the proxy.
 pub const MAX_EGRESS_CONNECTIONS: usize = 256;

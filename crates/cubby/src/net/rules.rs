@@ -22,7 +22,8 @@ use ipnet::IpNet;
 
 use super::address::{Host, parse_domain};
 use crate::config::NetworkConfig;
-use crate::error::{Error, ErrorKind, Result, truncate_for_message};
+use crate::error::{Error, ErrorKind, Result};
+use crate::output::truncate_for_message;
 
 /// The `[network]` rules, parsed once.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

@@ -11,8 +11,9 @@ use similar::TextDiff;
 
 use super::write::{commit, guard_overwrite};
 use super::{Annotations, Ctx, Tool, hex, thousands};
-use crate::error::{Error, ErrorKind, Result, truncate_for_message};
+use crate::error::{Error, ErrorKind, Result};
 use crate::output::cap_head_tail;
+use crate::output::truncate_for_message;
 use crate::path::WorkspacePath;
 
 /// Most line numbers listed in an `ambiguous_match` error.

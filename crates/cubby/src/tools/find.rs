@@ -148,7 +148,7 @@ impl Tool for Glob {
         let mut text = if entries.is_empty() {
             format!(
                 "No files match `{}`.",
-                crate::error::truncate_for_message(&params.pattern)
+                crate::output::truncate_for_message(&params.pattern)
             )
         } else {
             entries.join("\n")

@@ -311,7 +311,7 @@ fn call_of<T: Tool>(ctx: &Ctx<'_>, args: Value) -> Result<ToolOutput> {
         Error::invalid_input(format!(
             "arguments for {} do not fit its schema: {}; see the tool's input schema",
             T::NAME,
-            crate::error::truncate_for_message(&e.to_string())
+            crate::output::truncate_for_message(&e.to_string())
         ))
     })?;
     let (text, mut output) = T::call(ctx, params)?;
@@ -380,7 +380,7 @@ pub(crate) fn pattern_error(what: &str, pattern: &str, err: impl std::fmt::Displ
         ErrorKind::InvalidInput,
         format!(
             "{what} `{}` is not valid: {err}; fix the pattern and call again",
-            crate::error::truncate_for_message(pattern)
+            crate::output::truncate_for_message(pattern)
         ),
     )
 }

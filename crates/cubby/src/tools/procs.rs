@@ -37,7 +37,7 @@ fn not_found(name: &str) -> Error {
         ErrorKind::NotFound,
         format!(
             "there is no process named `{}`; list_processes shows the processes of this session",
-            crate::error::truncate_for_message(name)
+            crate::output::truncate_for_message(name)
         ),
     )
 }
@@ -57,7 +57,7 @@ fn valid_name(name: &str) -> Result<()> {
     } else {
         Err(Error::invalid_input(format!(
             "process name `{}` is not valid; use 1 to {MAX_NAME_CHARS} letters, digits, `-`, `_` or `.`",
-            crate::error::truncate_for_message(name)
+            crate::output::truncate_for_message(name)
         )))
     }
 }
@@ -425,7 +425,7 @@ impl Tool for ListProcesses {
                         p.pid,
                         p.status,
                         p.uptime_ms as f64 / 1000.0,
-                        crate::error::truncate_for_message(&p.command)
+                        crate::output::truncate_for_message(&p.command)
                     )
                 })
                 .collect::<Vec<_>>()

@@ -483,7 +483,7 @@ fn render(query: &str, found: Found, cap: usize, files_searched: u64) -> (String
     if found.total == 0 {
         text = format!(
             "No matches for `{}` in {} files.",
-            crate::error::truncate_for_message(query),
+            crate::output::truncate_for_message(query),
             thousands(files_searched)
         );
     } else if truncated {

@@ -13,7 +13,8 @@ use serde::{Deserialize, Serialize};
 
 use super::read::{looks_binary, media_type};
 use super::{Annotations, Ctx, Tool, thousands};
-use crate::error::{Error, ErrorKind, Result, truncate_for_message};
+use crate::error::{Error, ErrorKind, Result};
+use crate::output::truncate_for_message;
 use crate::process::CancelToken;
 use crate::web::{self, Fetched, SearchHit, WebUrl};
 

@@ -17,8 +17,9 @@ use std::sync::Arc;
 
 use super::{check_https, client_builder, describe, read_body};
 use crate::config::WEB_FETCH_MAX_REDIRECTS;
-use crate::error::{Error, ErrorKind, Result, truncate_for_message};
+use crate::error::{Error, ErrorKind, Result};
 use crate::net::{Host, NetRules, Resolver, WebUrl, address_refusal, resolve};
+use crate::output::truncate_for_message;
 
 /// What one `web_fetch` brought back.
 #[derive(Debug)]

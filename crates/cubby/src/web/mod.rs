@@ -273,7 +273,7 @@ pub(crate) fn describe(err: &reqwest::Error) -> String {
             break;
         }
     }
-    crate::error::truncate_for_message(&message)
+    crate::output::truncate_for_message(&message)
 }
 
 #[cfg(test)]

@@ -16,8 +16,9 @@ use serde::{Deserialize, Serialize};
 
 use super::{check_https, client_builder, describe, read_body};
 use crate::config::{SearchBackendKind, WebSearchConfig};
-use crate::error::{Error, ErrorKind, Result, truncate_for_message};
+use crate::error::{Error, ErrorKind, Result};
 use crate::output::Secret;
+use crate::output::truncate_for_message;
 
 /// The Brave Search API's web search endpoint.
 pub const BRAVE_ENDPOINT: &str = "https://api.search.brave.com/res/v1/web/search";
