@@ -9,6 +9,8 @@
 //! are not imports), and so are unit-test modules (`#[cfg(test)] mod tests`:
 //! test code sits above every layer and may build a whole toolset).
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 

@@ -36,7 +36,7 @@
 //!   `allow`, every socket but `AF_UNIX`, `AF_INET`, `AF_INET6`); so do
 //!   terminal-injecting `ioctl`s and set-ID bits in a file mode.
 //! - **Network** `allow`: the namespace has loopback only; the holder opens
-//!   a listener there for the host-side egress proxy (`web/proxy.rs`), and
+//!   a listener there for the host-side egress proxy (`net/proxy.rs`), and
 //!   commands get `HTTP_PROXY`/`HTTPS_PROXY` and placeholders for injected
 //!   secrets.
 //! - **Bounds per sandbox** from [`SandboxLimits`]: the processes of the
