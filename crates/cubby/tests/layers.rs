@@ -132,6 +132,7 @@ fn file_edges(
     file: &Path,
     top: &str,
     depth: usize,
+    modules: &[&str],
     reexports: &BTreeMap<String, String>,
 ) -> Vec<Edge> {
     let text = std::fs::read_to_string(file).expect("source is UTF-8");
@@ -194,7 +195,7 @@ fn file_edges(
             rest = after;
         }
         for target in targets {
-            let module = if LAYERS.contains(&target.as_str()) {
+            let module = if modules.contains(&target.as_str()) {
                 Some(target.clone())
             } else {
                 reexports.get(&target).cloned()
@@ -215,26 +216,39 @@ fn file_edges(
     edges
 }
 
-/// Every import in the library that leaves its file's top-level module.
-fn library_edges() -> Vec<Edge> {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let lib = std::fs::read_to_string(src.join("lib.rs")).expect("lib.rs");
-    let reexports = root_reexports(&lib);
+/// Every import in the crate whose sources are in `src` (root `root_file`)
+/// that leaves its file's top-level module. With `layers`, every top-level
+/// module must be in it; without, the modules are the crate's own files and
+/// directories.
+fn crate_edges(src: &Path, root_file: &str, layers: Option<&[&str]>) -> Vec<Edge> {
+    let root = std::fs::read_to_string(src.join(root_file)).expect("crate root");
+    let reexports = root_reexports(&root);
     let mut files = Vec::new();
-    rust_files(&src, &mut files);
+    rust_files(src, &mut files);
+    let tops: Vec<String> = files
+        .iter()
+        .map(|f| {
+            let rel = f.strip_prefix(src).expect("under src");
+            let first = rel.iter().next().expect("a component");
+            first.to_string_lossy().trim_end_matches(".rs").to_string()
+        })
+        .filter(|t| *t != root_file.trim_end_matches(".rs"))
+        .collect();
+    let own: Vec<&str> = tops.iter().map(String::as_str).collect();
+    let modules = layers.unwrap_or(&own);
     let mut edges = Vec::new();
     for file in &files {
-        let rel = file.strip_prefix(&src).expect("under src");
+        let rel = file.strip_prefix(src).expect("under src");
         let parts: Vec<String> = rel
             .iter()
             .map(|p| p.to_string_lossy().into_owned())
             .collect();
-        if parts == ["lib.rs"] {
+        if parts == [root_file] {
             continue; // The root: it declares and re-exports, above every layer.
         }
         let top = parts[0].trim_end_matches(".rs").to_string();
         assert!(
-            LAYERS.contains(&top.as_str()),
+            modules.contains(&top.as_str()),
             "{}: top-level module `{top}` is not in the layer table of tests/layers.rs \
              (add it where it belongs, and to docs/ARCHITECTURE.md)",
             file.display()
@@ -244,9 +258,42 @@ fn library_edges() -> Vec<Edge> {
         } else {
             parts.len()
         };
-        edges.extend(file_edges(file, &top, depth, &reexports));
+        edges.extend(file_edges(file, &top, depth, modules, &reexports));
     }
     edges
+}
+
+/// Every import in the library that leaves its file's top-level module.
+fn library_edges() -> Vec<Edge> {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    crate_edges(&src, "lib.rs", Some(LAYERS))
+}
+
+/// The cycle report for `edges`, naming a file and line per step.
+fn cycle_report(edges: &[Edge]) -> Option<String> {
+    let cycle = find_cycle(edges)?;
+    let sites: Vec<String> = cycle
+        .windows(2)
+        .map(|pair| {
+            let e = edges
+                .iter()
+                .find(|e| e.from == pair[0] && e.to == pair[1])
+                .expect("an edge of the cycle");
+            format!(
+                "  {} → {} at {}:{}: {}",
+                pair[0],
+                pair[1],
+                e.file.display(),
+                e.line,
+                e.text
+            )
+        })
+        .collect();
+    Some(format!(
+        "import cycle {}:\n{}",
+        cycle.join(" → "),
+        sites.join("\n")
+    ))
 }
 
 /// A cycle among `edges`' modules, as a path that returns to its start.
@@ -327,27 +374,27 @@ fn library_modules_import_only_downward() {
 
 #[test]
 fn library_modules_have_no_cycle() {
-    let edges = library_edges();
-    if let Some(cycle) = find_cycle(&edges) {
-        let sites: Vec<String> = cycle
-            .windows(2)
-            .map(|pair| {
-                let e = edges
-                    .iter()
-                    .find(|e| e.from == pair[0] && e.to == pair[1])
-                    .expect("an edge of the cycle");
-                format!(
-                    "  {} → {} at {}:{}: {}",
-                    pair[0],
-                    pair[1],
-                    e.file.display(),
-                    e.line,
-                    e.text
-                )
-            })
-            .collect();
-        panic!("import cycle {}:\n{}", cycle.join(" → "), sites.join("\n"));
+    if let Some(report) = cycle_report(&library_edges()) {
+        panic!("{report}");
     }
+}
+
+#[test]
+fn the_other_crates_modules_have_no_cycle() {
+    let here = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut seen = 0;
+    for (name, root_file) in [("cubby-mcp", "lib.rs"), ("cubby-cli", "main.rs")] {
+        let dir = CRATES.iter().find(|(c, _)| *c == name).expect("listed").1;
+        let edges = crate_edges(&here.join(dir).join("src"), root_file, None);
+        seen += edges.len();
+        if let Some(report) = cycle_report(&edges) {
+            panic!("{name}: {report}");
+        }
+    }
+    assert!(
+        seen > 0,
+        "no module imports found in the other crates: the parser is broken"
+    );
 }
 
 #[test]
@@ -367,7 +414,7 @@ fn the_scanner_sees_each_kind_of_path() {
          fn g() { crate::sandbox::x(); }\n",
     )
     .expect("write probe");
-    let edges = file_edges(&file, "path", 2, &reexports);
+    let edges = file_edges(&file, "path", 2, LAYERS, &reexports);
     std::fs::remove_dir_all(&dir).expect("remove temp dir");
     let seen: Vec<(String, usize)> = edges.iter().map(|e| (e.to.clone(), e.line)).collect();
     assert_eq!(
