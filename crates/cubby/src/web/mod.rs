@@ -2,9 +2,9 @@
 //!
 //! ```text
 //! web_fetch url
-//!   │ WebUrl::parse: the one strict URL/host parser         address.rs
-//!   │ NetRules::check_host: domain lists (denied)           rules.rs
-//!   │ Resolver (system, or a hook) → every address checked  rules.rs
+//!   │ WebUrl::parse: the one strict URL/host parser     net/address.rs
+//!   │ NetRules::check_host: domain lists (denied)       net/rules.rs
+//!   │ Resolver (system, or a hook) → every address checked  net/rules.rs
 //!   │   against the refused ranges and `allowed_cidrs` (network)
 //!   │ one GET to exactly the checked addresses (no proxy,   fetch.rs
 //!   │   no automatic redirects, no retry); a redirect goes
@@ -20,8 +20,10 @@
 //! the call's time limit and cancellation; dropping the request's future
 //! aborts it.
 //!
-//! The egress proxy (`proxy.rs`) applies the same domain lists and address
-//! rules to commands of a `linux` sandbox whose network mode is `allow`.
+//! The egress proxy (`net/proxy.rs`) applies the same domain lists and address
+//! rules to commands of a `linux` sandbox whose network mode is `allow`. The
+//! addresses, rules, resolver and proxy live in `crate::net`, below the
+//! sandbox; this module re-exports their public types at their old paths.
 //!
 //! # Limitations
 //!
