@@ -68,9 +68,19 @@ struct StdioServer {
 
 impl StdioServer {
     fn start(root: &std::path::Path) -> StdioServer {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_cubby"))
+        StdioServer::start_with(root, None)
+    }
+
+    /// With `config` (a file outside `root`) as `--config`.
+    fn start_with(root: &std::path::Path, config: Option<&std::path::Path>) -> StdioServer {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_cubby"));
+        command
             .args(["mcp", "--provider", "local", "--root"])
-            .arg(root)
+            .arg(root);
+        if let Some(config) = config {
+            command.arg("--config").arg(config);
+        }
+        let mut child = command
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
@@ -126,11 +136,21 @@ impl Drop for StdioServer {
     }
 }
 
+/// With the stdio fast path (the default) and without it (`[mcp]
+/// fast_path = false`: every call through rmcp's dispatch).
 #[test]
 fn stdio_survives_a_flood_of_bad_messages() {
+    stdio_survives_a_flood_of_bad_messages_with(None);
+    let conf = tempfile::tempdir().unwrap();
+    let file = conf.path().join("cubby.toml");
+    std::fs::write(&file, "[mcp]\nfast_path = false\n").unwrap();
+    stdio_survives_a_flood_of_bad_messages_with(Some(&file));
+}
+
+fn stdio_survives_a_flood_of_bad_messages_with(config: Option<&std::path::Path>) {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("a.txt"), "alive\n").unwrap();
-    let mut server = StdioServer::start(dir.path());
+    let mut server = StdioServer::start_with(dir.path(), config);
     // Garbage before the handshake is answered or dropped, not fatal.
     for msg in malformed(60) {
         server.send(&msg);

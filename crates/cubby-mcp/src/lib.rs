@@ -25,6 +25,7 @@
 
 #![deny(missing_docs)]
 
+mod direct;
 mod handler;
 mod http;
 mod pool;
@@ -39,9 +40,9 @@ pub use stdio::serve_stdio;
 /// Builds a fresh toolset: one per run (MCP session).
 pub type ToolsetFactory = Arc<dyn Fn() -> cubby::Result<cubby::Toolset> + Send + Sync>;
 
-/// What the MCP fronts send besides the model-facing text (`[mcp]` in the
-/// config).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+/// What the MCP fronts send besides the model-facing text, and how the
+/// stdio front answers (`[mcp]` in the config).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct McpOptions {
     /// Send each successful result's `structuredContent` and each tool's
     /// `outputSchema`. Off by default: the clients agents run in (Codex CLI
@@ -49,6 +50,16 @@ pub struct McpOptions {
     /// JSON instead of the text whenever it is present, so the model would
     /// lose the line numbers, verdict lines and cut markers (SPEC §2).
     pub structured_content: bool,
+    /// Let the stdio front answer plain `read_file` and `list_files` calls
+    /// itself (`direct.rs`), past rmcp's dispatch: the same answers, a
+    /// task and a context fewer per call. On by default.
+    pub fast_path: bool,
+}
+
+impl Default for McpOptions {
+    fn default() -> McpOptions {
+        McpOptions::from_config(&cubby::config::McpConfig::default())
+    }
 }
 
 impl McpOptions {
@@ -56,6 +67,7 @@ impl McpOptions {
     pub fn from_config(config: &cubby::config::McpConfig) -> McpOptions {
         McpOptions {
             structured_content: config.structured_content,
+            fast_path: config.fast_path,
         }
     }
 }

@@ -21,13 +21,14 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use rmcp::ServiceExt;
-use rmcp::model::{CallToolRequest, ClientRequest, JsonRpcMessage, JsonRpcRequest, RequestId};
+use rmcp::model::{CallToolRequest, ClientRequest, JsonRpcMessage, JsonRpcRequest};
 use rmcp::service::{RoleServer, RxJsonRpcMessage, TxJsonRpcMessage};
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::sync::mpsc;
 
-use crate::handler::{CubbyHandler, DIRECT_TOOLS};
+use crate::direct::{Route, route};
+use crate::handler::CubbyHandler;
 use crate::{McpOptions, ServeError, ToolsetFactory};
 
 /// Largest message accepted on stdio, in bytes.
@@ -296,34 +297,6 @@ fn parse_for_rmcp(line: &[u8]) -> Result<RxJsonRpcMessage<RoleServer>, Option<St
     })
 }
 
-/// Who answers a `tools/call`.
-enum Route {
-    /// The guard itself, bypassing rmcp's dispatch (a task, a context and a
-    /// cancellation token per request): the id, tool name and arguments.
-    Direct(RequestId, String, Value),
-    /// rmcp.
-    Rmcp(JsonRpcRequest<CallToolRequest>),
-}
-
-/// Direct only in a `legacy` session (see [`Lifecycle`]), for one of
-/// [`DIRECT_TOOLS`], with no `_meta` anywhere in the line (progress tokens
-/// and the 2026-07-28 per-request fields stay with rmcp).
-fn route(request: JsonRpcRequest<CallToolRequest>, line: &[u8], legacy: bool) -> Route {
-    const META: &[u8] = b"\"_meta\"";
-    let params = &request.request.params;
-    if !legacy
-        || !DIRECT_TOOLS.contains(&params.name.as_ref())
-        || params.input_responses.is_some()
-        || params.request_state.is_some()
-        || line.windows(META.len()).any(|w| w == META)
-    {
-        return Route::Rmcp(request);
-    }
-    let params = request.request.params;
-    let arguments = params.arguments.map(Value::Object).unwrap_or(Value::Null);
-    Route::Direct(request.id, params.name.into_owned(), arguments)
-}
-
 /// One outgoing message as a line.
 fn encode(message: &TxJsonRpcMessage<RoleServer>) -> Option<Vec<u8>> {
     let mut line = Vec::with_capacity(ANSWER_CAPACITY);
@@ -348,6 +321,7 @@ where
     R: AsyncRead + Unpin + Send + 'static,
     W: AsyncWrite + Unpin + Send + 'static,
 {
+    let fast_path = options.fast_path;
     let shared = CubbyHandler::shared(factory, options).map_err(|e| ServeError(e.to_string()))?;
     let handler = CubbyHandler::new(Arc::clone(&shared), true);
     let direct = handler.clone();
@@ -397,7 +371,7 @@ where
                             Err(line) => answer(line).await,
                             Ok(request) => {
                                 calls_in_flight.fetch_add(1, Ordering::Relaxed);
-                                match route(request, line, seen.legacy()) {
+                                match route(request, line, seen.legacy(), fast_path) {
                                     Route::Direct(id, name, arguments) => {
                                         if !pipelining && direct.direct_inline(&name, &arguments) {
                                             let answer = direct.direct_answer(id, &name, arguments);
@@ -612,7 +586,13 @@ mod tests {
     #[tokio::test]
     async fn direct_answers_are_rmcps_answers() {
         for structured_content in [false, true] {
-            direct_answers_are_rmcps_answers_with(McpOptions { structured_content }).await;
+            for fast_path in [true, false] {
+                direct_answers_are_rmcps_answers_with(McpOptions {
+                    structured_content,
+                    fast_path,
+                })
+                .await;
+            }
         }
     }
 

@@ -422,7 +422,10 @@ fn same(a_front: &str, a: &Answers, b_front: &str, b: &Answers) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn both_fronts_answer_alike_with_structured_content_off_and_on() {
     for structured_content in [false, true] {
-        let options = McpOptions { structured_content };
+        let options = McpOptions {
+            structured_content,
+            ..McpOptions::default()
+        };
         let direct = over_stdio(options, false).await;
         let rmcp = over_stdio(options, true).await;
         let (http, deleted) = over_http(options).await;
@@ -444,6 +447,7 @@ async fn the_default_sends_no_structured_content() {
         &answers,
         McpOptions {
             structured_content: false,
+            ..McpOptions::default()
         },
     );
 }

@@ -533,8 +533,9 @@ pub struct EnvConfig {
     pub set: std::collections::BTreeMap<String, String>,
 }
 
-/// `[mcp]`: what the MCP fronts send besides the model-facing text.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+/// `[mcp]`: what the MCP fronts send besides the model-facing text, and
+/// how the stdio front answers.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct McpConfig {
     /// Send each result's `structuredContent` and each tool's
@@ -542,6 +543,19 @@ pub struct McpConfig {
     /// Claude Code 2.1.332 hand the model `structuredContent` as JSON
     /// instead of the text whenever it is present (SPEC §2).
     pub structured_content: bool,
+    /// Let the stdio front answer plain `read_file` and `list_files` calls
+    /// itself, past rmcp's dispatch (the same answers, faster). On by
+    /// default; off sends every call through rmcp.
+    pub fast_path: bool,
+}
+
+impl Default for McpConfig {
+    fn default() -> McpConfig {
+        McpConfig {
+            structured_content: false,
+            fast_path: true,
+        }
+    }
 }
 
 /// The whole config file (SPEC §6).

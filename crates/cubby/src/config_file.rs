@@ -124,6 +124,14 @@ decision = "deny"
     }
 
     #[test]
+    fn the_fast_path_is_on_unless_turned_off() {
+        assert!(Config::default().mcp.fast_path);
+        assert!(Config::from_toml("[mcp]\n", "c").unwrap().mcp.fast_path);
+        let c = Config::from_toml("[mcp]\nfast_path = false", "c").unwrap();
+        assert!(!c.mcp.fast_path);
+    }
+
+    #[test]
     fn structured_content_is_off_unless_turned_on() {
         assert!(!Config::default().mcp.structured_content);
         let c = Config::from_toml("[mcp]\nstructured_content = false", "c").unwrap();
