@@ -219,7 +219,11 @@ impl Reservations {
     /// removed or replaced on the host meanwhile); returns its inode.
     /// `None`: not reserved, the caller looks at what is there.
     pub(crate) fn claim(&self, path: &WorkspacePath) -> Option<u64> {
-        let mut inner = lock(&self.inner);
+        self.take_use(&mut lock(&self.inner), path)
+    }
+
+    /// [`claim`](Self::claim) with the lock held.
+    fn take_use(&self, inner: &mut Inner, path: &WorkspacePath) -> Option<u64> {
         let slot = inner.map.get_mut(path)?;
         if self.fs.is_placeholder(path, slot.ino) {
             slot.users += 1;
@@ -241,11 +245,8 @@ impl Reservations {
         let mut inner = lock(&self.inner);
         // Another command's start reserved it between the caller's `claim`
         // and this call (both looked at the missing path at once): share it.
-        if let Some(slot) = inner.map.get_mut(path)
-            && self.fs.is_placeholder(path, slot.ino)
-        {
-            slot.users += 1;
-            return Ok(slot.ino);
+        if let Some(ino) = self.take_use(&mut inner, path) {
+            return Ok(ino);
         }
         if let Kind::File(content) = kind {
             let ino = self.fs.mkfile_placeholder(path, content)?;
