@@ -9,6 +9,10 @@
 #
 # Environment:
 #   CUBBY_BENCH_JSON  raw figures (default target/bench/mcp.json).
+#   CUBBY_BENCH_CUBBY     a cubby binary to measure instead of building
+#                         target/release/cubby.
+#   CUBBY_BENCH_BASELINE  another cubby binary (an earlier build), run
+#                         alternately with the others and compared.
 #
 # Needs python3 (stdlib only), cargo, node >= 20 and npm. The reference server
 # is installed (pinned, idempotently) into target/bench-node; with an older
@@ -63,9 +67,13 @@ REF_ENTRY=$REF_DIR/$("$NODE" -p "const b = require('$REF_DIR/package.json').bin;
 log "$REF_PACKAGE $REF_VERSION: $REF_ENTRY"
 
 # --- cubby -----------------------------------------------------------------------
-log "cargo build --release -p cubby-cli"
-cargo build --release -p cubby-cli
-CUBBY=$repo/target/release/cubby
+if [[ -n ${CUBBY_BENCH_CUBBY:-} ]]; then
+  CUBBY=$CUBBY_BENCH_CUBBY
+else
+  log "cargo build --release -p cubby-cli"
+  cargo build --release -p cubby-cli
+  CUBBY=$repo/target/release/cubby
+fi
 
 # --- fixture: 200 small files in 21 directories ------------------------------------
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/cubby-mcp-bench.XXXXXX")
@@ -100,9 +108,14 @@ cat "$CUBBY" "$NODE" >/dev/null # warm the page cache for both binaries
 
 # --- run both, side by side --------------------------------------------------------
 log "$(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg)"
+baseline=()
+if [[ -n ${CUBBY_BENCH_BASELINE:-} ]]; then
+  baseline=(--baseline "$(printf '%q mcp --root %q --provider local' "$CUBBY_BENCH_BASELINE" "$FIXTURE")")
+fi
 python3 "$repo/scripts/bench/mcp_client.py" \
   --fixture "$FIXTURE" \
   --reference "$(printf '%q %q %q' "$NODE" "$REF_ENTRY" "$FIXTURE")" \
   --cubby "$(printf '%q mcp --root %q --provider local' "$CUBBY" "$FIXTURE")" \
   --json "$JSON_OUT" \
+  "${baseline[@]}" \
   "$@"

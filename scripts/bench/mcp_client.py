@@ -379,7 +379,7 @@ def cubby_calls(_root, tools, files, dirs, reads, lists):
     return read, lst
 
 
-SERVERS = {"reference": reference_calls, "cubby": cubby_calls}
+SERVERS = {"reference": reference_calls, "cubby": cubby_calls, "baseline": cubby_calls}
 
 
 def run_once(label, argv, root, files, dirs, args, tmpdir, round_no):
@@ -504,11 +504,29 @@ def print_table(summary, argv_by_label, args, files, dirs):
     return all(ok for _n, ok, _v in targets)
 
 
+def print_baseline(summary, argv_by_label):
+    """cubby against an earlier build of itself (--baseline), same workload, same run."""
+    base, cub = summary["baseline"], summary["cubby"]
+    print()
+    print(f"baseline: {shlex.join(argv_by_label['baseline'])}")
+    print("| workload | baseline calls/s | cubby calls/s | cubby/baseline | baseline CPU µs/call | cubby CPU µs/call |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for w in WORKLOADS:
+        b, c = base["workloads"][w], cub["workloads"][w]
+        print(f"| {w} | {b['calls_per_s_median']:,.0f} | {c['calls_per_s_median']:,.0f} | "
+              f"{c['calls_per_s_median'] / b['calls_per_s_median']:.2f}× | "
+              f"{b['server_cpu_us_per_call_median']:.0f} | {c['server_cpu_us_per_call_median']:.0f} |")
+    print(f"| peak RSS MiB | {base['peak_rss_mib']:.1f} | {cub['peak_rss_mib']:.1f} | "
+          f"{cub['peak_rss_mib'] / base['peak_rss_mib']:.2f} | | |")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--fixture", required=True, help="directory both servers serve")
     ap.add_argument("--reference", required=True, help="reference server command (shlex-split)")
     ap.add_argument("--cubby", required=True, help="cubby server command (shlex-split)")
+    ap.add_argument("--baseline", help="another cubby build's server command (shlex-split), run alternately "
+                    "with the others and compared with --cubby (e.g. main before a restructure)")
     ap.add_argument("--reads", type=int, default=1000)
     ap.add_argument("--lists", type=int, default=100)
     ap.add_argument("--rounds", type=int, default=3, help="fresh server processes per server")
@@ -522,10 +540,12 @@ def main():
     root = os.path.realpath(args.fixture)
     files, dirs = scan_fixture(root)
     argv_by_label = {"reference": shlex.split(args.reference), "cubby": shlex.split(args.cubby)}
-    runs = {"reference": [], "cubby": []}
+    if args.baseline:
+        argv_by_label["baseline"] = shlex.split(args.baseline)
+    runs = {label: [] for label in argv_by_label}
     with tempfile.TemporaryDirectory(prefix="cubby-mcp-bench-") as tmpdir:
         for round_no in range(args.rounds):
-            for label in ("reference", "cubby"):
+            for label in argv_by_label:
                 r = run_once(label, argv_by_label[label], root, files, dirs, args, tmpdir, round_no)
                 runs[label].append(r)
                 rates = ", ".join(
@@ -535,6 +555,8 @@ def main():
                       file=sys.stderr, flush=True)
     summary = {label: summarize(runs[label]) for label in runs}
     ok = print_table(summary, argv_by_label, args, files, dirs)
+    if "baseline" in summary:
+        print_baseline(summary, argv_by_label)
     if args.json:
         os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
         with open(args.json, "w") as f:

@@ -9,6 +9,10 @@
 #                     Default: a temp dir, removed at the end.
 #   CUBBY_BENCH_RUNS  timed runs per command (default 30; 3 warmup runs first).
 #   CUBBY_BENCH_JSON  hyperfine JSON export (default target/bench/search.json).
+#   CUBBY_BENCH_CUBBY     a cubby binary to measure instead of building
+#                         target/release/cubby.
+#   CUBBY_BENCH_BASELINE  another cubby binary (an earlier build), timed in
+#                         the same hyperfine run and compared.
 #
 # Needs python3 and cargo; installs ripgrep and hyperfine with apt-get when
 # missing. Exits non-zero when a tool fails or when cubby and rg disagree on
@@ -41,9 +45,14 @@ if ((${#missing[@]})); then
 fi
 
 # --- build -----------------------------------------------------------------
-log "cargo build --release -p cubby-cli"
-cargo build --release -p cubby-cli
-CUBBY=$repo/target/release/cubby
+if [[ -n ${CUBBY_BENCH_CUBBY:-} ]]; then
+  CUBBY=$CUBBY_BENCH_CUBBY
+else
+  log "cargo build --release -p cubby-cli"
+  cargo build --release -p cubby-cli
+  CUBBY=$repo/target/release/cubby
+fi
+BASELINE=${CUBBY_BENCH_BASELINE:-}
 
 # --- tree ------------------------------------------------------------------
 cleanup=
@@ -89,28 +98,39 @@ done
 # --- benchmark -------------------------------------------------------------
 mkdir -p "$(dirname "$JSON_OUT")"
 log "hyperfine: $RUNS runs per command, 3 warmup"
+cmds=("$CUBBY call search '{\"query\":\"{lit}\"}' --root $TREE" "rg -F {lit} $TREE")
+if [[ -n $BASELINE ]]; then
+  cmds+=("$BASELINE call search '{\"query\":\"{lit}\"}' --root $TREE")
+fi
 hyperfine -N --warmup 3 --runs "$RUNS" --output=null \
-  -L lit "$NEEDLE,$COMMON" \
-  "$CUBBY call search '{\"query\":\"{lit}\"}' --root $TREE" \
-  "rg -F {lit} $TREE" \
+  -L lit "$NEEDLE,$COMMON" "${cmds[@]}" \
   --export-json "$JSON_OUT"
 
 # --- table -----------------------------------------------------------------
-python3 - "$JSON_OUT" "$NEEDLE" "$COMMON" <<'EOF'
+python3 - "$JSON_OUT" "$CUBBY" "$BASELINE" "$NEEDLE" "$COMMON" <<'EOF'
 import json, sys
 
-path, *lits = sys.argv[1:]
+path, cubby, baseline, *lits = sys.argv[1:]
 results = json.load(open(path))["results"]
-def median_ms(tool, lit):
+def median_ms(program, lit):
     for r in results:
-        if r["parameters"]["lit"] == lit and r["command"].split()[0].rsplit("/", 1)[-1] == tool:
+        if r["parameters"]["lit"] == lit and r["command"].split()[0] == program:
             return r["median"] * 1000
-    sys.exit(f"search.sh: no {tool} result for {lit} in {path}")
+    sys.exit(f"search.sh: no {program} result for {lit} in {path}")
 print()
-print(f"| literal | cubby median (ms) | rg median (ms) | cubby/rg |")
-print(f"|---|---:|---:|---:|")
+if baseline:
+    print(f"baseline: {baseline}")
+    print(f"| literal | cubby median (ms) | rg median (ms) | cubby/rg | baseline median (ms) | cubby/baseline |")
+    print(f"|---|---:|---:|---:|---:|---:|")
+else:
+    print(f"| literal | cubby median (ms) | rg median (ms) | cubby/rg |")
+    print(f"|---|---:|---:|---:|")
 for lit in lits:
-    c, r = median_ms("cubby", lit), median_ms("rg", lit)
-    print(f"| `{lit}` | {c:.1f} | {r:.1f} | {c / r:.2f}x |")
+    c, r = median_ms(cubby, lit), median_ms("rg", lit)
+    row = f"| `{lit}` | {c:.1f} | {r:.1f} | {c / r:.2f}x |"
+    if baseline:
+        b = median_ms(baseline, lit)
+        row += f" {b:.1f} | {c / b:.2f}x |"
+    print(row)
 print(f"\nhyperfine JSON: {path}")
 EOF
