@@ -49,6 +49,7 @@
 
 #![deny(missing_docs)]
 
+pub mod artifact;
 pub mod config;
 mod config_file;
 mod error;

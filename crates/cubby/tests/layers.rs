@@ -27,6 +27,7 @@ const LAYERS: &[&str] = &[
     "net",
     "process",
     "sandbox",
+    "artifact",
     "web",
     "config_file",
     "tools",

@@ -1,0 +1,334 @@
+//! The content-addressed store on disk (SPEC §5.1):
+//! `<dir>/sha256/<first two hex digits>/<64 hex digits>`.
+//!
+//! Bytes are written to a temporary file of this process under `<dir>/tmp`
+//! while they are hashed, then `fsync`ed and renamed to their digest's name,
+//! and the directory is `fsync`ed: a crash leaves either nothing or the whole
+//! blob, never a torn one under a digest's name. Equal bytes are stored
+//! once. The store holds no names, types or runs: those are the run's
+//! ([`super::Artifacts`]); several runs, and several cubby processes, may
+//! share one store.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{Read, Write};
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use sha2::{Digest, Sha256};
+
+use super::media::{HEAD_BYTES, TAIL_BYTES};
+use crate::error::{Error, ErrorKind, Result};
+
+/// Bytes read and written at a time.
+const CHUNK_BYTES: usize = 64 * 1024;
+
+/// Temporary files of this process: `<pid>.<n>`.
+static NEXT_TEMP: AtomicU64 = AtomicU64::new(0);
+
+/// What [`Store::put`] stored.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Stored {
+    /// Lower-case hex sha256 of the bytes.
+    pub sha256: String,
+    /// How many bytes.
+    pub size: u64,
+    /// The first [`HEAD_BYTES`] bytes (for the media type).
+    pub head: Vec<u8>,
+    /// The last [`TAIL_BYTES`] bytes (where an image ends).
+    pub tail: Vec<u8>,
+}
+
+/// A content-addressed store in a directory of the host.
+#[derive(Debug)]
+pub struct Store {
+    dir: PathBuf,
+}
+
+fn internal(what: &str, path: &Path, e: &std::io::Error) -> Error {
+    Error::new(
+        ErrorKind::Internal,
+        format!("artifact store: cannot {what} {}: {e}", path.display()),
+    )
+}
+
+/// True when `s` is 64 lower-case hex digits.
+pub fn is_digest(s: &str) -> bool {
+    s.len() == 64 && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+}
+
+impl Store {
+    /// Opens (creating it, mode 0700) the store in `dir`, and removes the
+    /// temporary files that processes no longer running left there.
+    ///
+    /// # Errors
+    ///
+    /// `internal` when the directories cannot be made.
+    pub fn open(dir: &Path) -> Result<Store> {
+        for sub in ["sha256", "tmp"] {
+            let path = dir.join(sub);
+            fs::create_dir_all(&path).map_err(|e| internal("create", &path, &e))?;
+        }
+        fs::set_permissions(dir, fs::Permissions::from_mode(0o700))
+            .map_err(|e| internal("set the mode of", dir, &e))?;
+        let store = Store {
+            dir: dir.to_path_buf(),
+        };
+        store.sweep();
+        Ok(store)
+    }
+
+    /// Removes temporary files whose process is gone.
+    fn sweep(&self) {
+        let Ok(entries) = fs::read_dir(self.dir.join("tmp")) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            let pid = name
+                .to_str()
+                .and_then(|n| n.split('.').next())
+                .and_then(|p| p.parse::<i32>().ok());
+            let alive = pid.is_some_and(|pid| {
+                rustix::process::Pid::from_raw(pid)
+                    .is_some_and(|p| rustix::process::test_kill_process(p).is_ok())
+            });
+            if !alive {
+                let _ = fs::remove_file(entry.path());
+            }
+        }
+    }
+
+    /// Where the blob of `sha256` is.
+    ///
+    /// # Errors
+    ///
+    /// `invalid_input` when `sha256` is not 64 lower-case hex digits.
+    pub fn path_of(&self, sha256: &str) -> Result<PathBuf> {
+        if !is_digest(sha256) {
+            return Err(Error::new(
+                ErrorKind::InvalidInput,
+                "an artifact digest is 64 lower-case hex digits",
+            ));
+        }
+        Ok(self.dir.join("sha256").join(&sha256[..2]).join(sha256))
+    }
+
+    /// Opens the blob of `sha256` for reading.
+    ///
+    /// # Errors
+    ///
+    /// `not_found` when the store holds no such blob.
+    pub fn open_blob(&self, sha256: &str) -> Result<File> {
+        let path = self.path_of(sha256)?;
+        File::open(&path).map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => Error::new(
+                ErrorKind::NotFound,
+                format!("no artifact has the digest {sha256}"),
+            ),
+            _ => internal("open", &path, &e),
+        })
+    }
+
+    /// Stores what `reader` gives, at most `max` bytes.
+    ///
+    /// # Errors
+    ///
+    /// `limit` when `reader` gives more than `max` bytes (nothing is kept);
+    /// `internal` on an I/O failure of the store; the reader's own error as
+    /// `internal` too.
+    pub fn put(&self, reader: &mut dyn Read, max: u64) -> Result<Stored> {
+        let n = NEXT_TEMP.fetch_add(1, Ordering::Relaxed);
+        let temp = self
+            .dir
+            .join("tmp")
+            .join(format!("{}.{n}", std::process::id()));
+        let mut file = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&temp)
+            .map_err(|e| internal("create", &temp, &e))?;
+        let result = self.fill(&mut file, &temp, reader, max);
+        drop(file);
+        match result {
+            Ok(stored) => self.settle(&temp, stored),
+            Err(e) => {
+                let _ = fs::remove_file(&temp);
+                Err(e)
+            }
+        }
+    }
+
+    /// Copies and hashes into the temporary file, then `fsync`s it.
+    fn fill(
+        &self,
+        file: &mut File,
+        temp: &Path,
+        reader: &mut dyn Read,
+        max: u64,
+    ) -> Result<Stored> {
+        let mut hasher = Sha256::new();
+        let mut head =
+            Vec::with_capacity(HEAD_BYTES.min(usize::try_from(max).unwrap_or(HEAD_BYTES)));
+        let mut tail: Vec<u8> = Vec::with_capacity(TAIL_BYTES);
+        let mut size: u64 = 0;
+        let mut buf = vec![0u8; CHUNK_BYTES];
+        loop {
+            let got = match reader.read(&mut buf) {
+                Ok(0) => break,
+                Ok(got) => got,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    return Err(Error::new(
+                        ErrorKind::Internal,
+                        format!("artifact store: cannot read the artifact's bytes: {e}"),
+                    ));
+                }
+            };
+            size += got as u64;
+            if size > max {
+                return Err(Error::new(
+                    ErrorKind::Limit,
+                    format!(
+                        "the artifact grew past the {max} bytes reserved for it while it was stored (it changed while being published); publish it again when it no longer changes"
+                    ),
+                ));
+            }
+            let chunk = &buf[..got];
+            hasher.update(chunk);
+            file.write_all(chunk)
+                .map_err(|e| internal("write", temp, &e))?;
+            if head.len() < HEAD_BYTES {
+                let take = (HEAD_BYTES - head.len()).min(chunk.len());
+                head.extend_from_slice(&chunk[..take]);
+            }
+            let keep = chunk.len().min(TAIL_BYTES);
+            tail.extend_from_slice(&chunk[chunk.len() - keep..]);
+            if tail.len() > TAIL_BYTES {
+                tail.drain(..tail.len() - TAIL_BYTES);
+            }
+        }
+        file.sync_all().map_err(|e| internal("sync", temp, &e))?;
+        let digest: [u8; 32] = hasher.finalize().into();
+        let mut sha256 = String::with_capacity(64);
+        for b in digest {
+            sha256.push_str(&format!("{b:02x}"));
+        }
+        Ok(Stored {
+            sha256,
+            size,
+            head,
+            tail,
+        })
+    }
+
+    /// Gives the temporary file its digest's name (or drops it when the
+    /// store holds those bytes already) and makes the name durable.
+    fn settle(&self, temp: &Path, stored: Stored) -> Result<Stored> {
+        let target = self.path_of(&stored.sha256)?;
+        let parent = target.parent().unwrap_or(&self.dir).to_path_buf();
+        fs::create_dir_all(&parent).map_err(|e| internal("create", &parent, &e))?;
+        if target.exists() {
+            let _ = fs::remove_file(temp);
+            return Ok(stored);
+        }
+        fs::set_permissions(temp, fs::Permissions::from_mode(0o400))
+            .map_err(|e| internal("set the mode of", temp, &e))?;
+        fs::rename(temp, &target).map_err(|e| internal("rename into", &target, &e))?;
+        File::open(&parent)
+            .and_then(|d| d.sync_all())
+            .map_err(|e| internal("sync", &parent, &e))?;
+        Ok(stored)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn equal_bytes_are_stored_once_under_their_digest() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let a = store.put(&mut &b"hello\n"[..], 100).unwrap();
+        let b = store.put(&mut &b"hello\n"[..], 100).unwrap();
+        assert_eq!(a, b);
+        // sha256("hello\n")
+        assert_eq!(
+            a.sha256,
+            "5891b5b522d5df086d0ff0b110fbd9d21bb4fc7163af34d08286a2e846f6be03"
+        );
+        let blobs: Vec<_> = walk(&dir.path().join("sha256"));
+        assert_eq!(blobs.len(), 1, "{blobs:?}");
+        assert_eq!(
+            fs::read(store.path_of(&a.sha256).unwrap()).unwrap(),
+            b"hello\n"
+        );
+        assert_eq!(fs::read_dir(dir.path().join("tmp")).unwrap().count(), 0);
+    }
+
+    #[test]
+    fn more_bytes_than_reserved_keep_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let e = store.put(&mut &[7u8; 1000][..], 999).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Limit);
+        assert!(walk(&dir.path().join("sha256")).is_empty());
+        assert_eq!(fs::read_dir(dir.path().join("tmp")).unwrap().count(), 0);
+    }
+
+    #[test]
+    fn head_and_tail_are_the_ends_of_the_bytes() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let bytes: Vec<u8> = (0..200_000u32).map(|i| (i % 251) as u8).collect();
+        let s = store.put(&mut &bytes[..], 1 << 20).unwrap();
+        assert_eq!(s.size, 200_000);
+        assert_eq!(s.head, bytes[..HEAD_BYTES]);
+        assert_eq!(s.tail, bytes[bytes.len() - TAIL_BYTES..]);
+    }
+
+    #[test]
+    fn digests_are_checked_before_they_name_a_path() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        for bad in ["../../etc/passwd", "", &"A".repeat(64), &"0".repeat(63)] {
+            assert_eq!(
+                store.path_of(bad).unwrap_err().kind(),
+                ErrorKind::InvalidInput
+            );
+        }
+        let e = store.open_blob(&"0".repeat(64)).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::NotFound);
+    }
+
+    #[test]
+    fn temporary_files_of_dead_processes_are_swept() {
+        let dir = tempfile::tempdir().unwrap();
+        drop(Store::open(dir.path()).unwrap());
+        // A pid that cannot exist (above the kernel's pid_max limit).
+        let dead = dir.path().join("tmp").join("2147483647.0");
+        let mine = dir
+            .path()
+            .join("tmp")
+            .join(format!("{}.999999", std::process::id()));
+        fs::write(&dead, b"torn").unwrap();
+        fs::write(&mine, b"in flight").unwrap();
+        drop(Store::open(dir.path()).unwrap());
+        assert!(!dead.exists());
+        assert!(mine.exists());
+    }
+
+    fn walk(dir: &Path) -> Vec<PathBuf> {
+        let mut out = Vec::new();
+        for e in fs::read_dir(dir).unwrap().flatten() {
+            if e.file_type().unwrap().is_dir() {
+                out.extend(walk(&e.path()));
+            } else {
+                out.push(e.path());
+            }
+        }
+        out
+    }
+}
