@@ -68,7 +68,8 @@
 //! | `seccomp.rs` | the seccomp filters, classic BPF |
 //! | `wire.rs` | the protocol between the server and the fork-side programs |
 //! | `holder.rs`, `init.rs`, `command.rs` | the three fork-side programs, one each |
-//! | `mask.rs`, `syscalls.rs` | fork-side masks of hidden paths; syscall wrappers the three share |
+//! | `mask.rs`, `loopback.rs` | fork-side masks of hidden paths; the loopback and the egress proxy's listener |
+//! | `syscalls.rs` | async-signal-safe syscall wrappers the three share |
 
 mod cgroup;
 mod client;
@@ -76,6 +77,7 @@ mod command;
 mod holder;
 mod init;
 mod landlock;
+mod loopback;
 mod mask;
 mod options;
 mod placeholder;
