@@ -31,7 +31,7 @@ use std::time::{Duration, Instant, SystemTime};
 use crate::error::{Error, ErrorKind, Result};
 use crate::output::{AnsiStripper, HeadTail, Redactor, StreamRedactor};
 
-/// The signal that asks a command's shim (`sandbox::sys`) to stop its
+/// The signal that asks a command's shim (`sandbox::local::shim`) to stop its
 /// command politely.
 pub(crate) const SIGNAL_STOP: rustix::process::Signal = rustix::process::Signal::TERM;
 /// The signal that asks a command's shim to kill its command's whole tree now.
@@ -386,7 +386,7 @@ pub trait ProcessHandle: Send + Sync {
     fn wait(&self) -> std::io::Result<ExitStatus>;
 }
 
-/// A command under the reaper shim (`sandbox/sys.rs`): the shim's pid is
+/// A command under the reaper shim (`sandbox/local/shim.rs`): the shim's pid is
 /// what gets signalled and waited for.
 pub struct ShimChild {
     pid: u32,

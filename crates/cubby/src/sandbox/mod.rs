@@ -19,15 +19,9 @@
 //! Landlock, seccomp) for commands.
 
 pub mod env;
-mod host;
 mod linux;
-mod linux_sys;
 mod local;
 mod memory;
-mod read_view;
-mod reserve;
-mod seccomp;
-pub(crate) mod sys;
 
 use std::ffi::OsString;
 use std::io::Read;
@@ -35,9 +29,8 @@ use std::sync::Arc;
 
 pub use crate::config::ProviderKind;
 pub use env::{CommandEnv, HOST_ONLY_ENV};
-pub use host::LocalSandbox;
 pub use linux::{Capabilities, InheritedChild, LinuxOptions, LinuxSandbox};
-pub use local::LocalFs;
+pub use local::{LocalFs, LocalSandbox};
 pub use memory::MemoryFs;
 
 use crate::error::Result;

@@ -4,7 +4,7 @@
 //! must not be creatable by a command, and Landlock cannot refuse the
 //! creation of one name in a writable directory. So while a command runs,
 //! the missing path is *reserved*: an empty directory (mode
-//! [`PLACEHOLDER_MODE`](super::local::PLACEHOLDER_MODE)) that the command's mount namespace binds
+//! [`PLACEHOLDER_MODE`](crate::sandbox::local::PLACEHOLDER_MODE)) that the command's mount namespace binds
 //! read-only onto itself — a mount point cannot be removed or renamed, and
 //! nothing can be created in it. The host's git does not list empty
 //! directories. Commands running at once share a reservation; it leaves the
@@ -49,12 +49,12 @@ use std::sync::{Arc, Mutex, Weak};
 
 use rustix::fs::{AtFlags, Mode, OFlags};
 
-use super::local::Unstash;
-use super::local::is_placeholder_mode;
-use super::{DirEntry, FileSystem, LocalFs, Metadata, OpenFile};
+use super::placeholder::{Placeholders, Unstash};
 use crate::error::Result;
 use crate::path::WorkspacePath;
 use crate::process::lock;
+use crate::sandbox::local::is_placeholder_mode;
+use crate::sandbox::{DirEntry, FileSystem, LocalFs, Metadata, OpenFile};
 
 /// Stashes made by this process (part of each stash's name).
 static STASHES: AtomicU64 = AtomicU64::new(0);
@@ -62,7 +62,7 @@ static STASHES: AtomicU64 = AtomicU64::new(0);
 /// What stands in for a missing protected path.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Kind {
-    /// An empty directory of mode [`PLACEHOLDER_MODE`](super::local::PLACEHOLDER_MODE)
+    /// An empty directory of mode [`PLACEHOLDER_MODE`](crate::sandbox::local::PLACEHOLDER_MODE)
     /// (stashed for reuse).
     Dir,
     /// A read-only file with this content, which git reads as it would the
@@ -842,7 +842,7 @@ mod tests {
         assert_eq!(std::fs::read(&at).unwrap(), b".");
         assert_eq!(
             std::fs::symlink_metadata(&at).unwrap().mode() & 0o7777,
-            crate::sandbox::local::PLACEHOLDER_FILE_MODE
+            super::super::placeholder::PLACEHOLDER_FILE_MODE
         );
         assert!(r.holds(&common));
         r.release(&[(common, ino)]);

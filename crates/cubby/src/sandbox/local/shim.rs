@@ -1,4 +1,6 @@
-//! The reaper shim: the only `unsafe` code of the host providers.
+//! The reaper shim of the `local` provider (its only `unsafe` code), and
+//! the async-signal-safe helpers it shares with the `linux` provider's
+//! fork-side programs ([`signal_set`], [`decimal`], [`page_size`]).
 //!
 //! Every command runs under a small shim process that cubby forks between
 //! `fork` and `exec` of the command (in `pre_exec`), in four stages:

@@ -1,6 +1,17 @@
-//! The `local` provider: the confined [`LocalFs`] plus host processes run
-//! under the reaper shim (see `sys.rs`), so every command's whole tree can
-//! be killed. Commands run as the host user: this is not an OS boundary.
+//! The `local` provider: a host directory for the file tools and host
+//! processes for commands. Commands run as the host user: this is not an
+//! OS boundary.
+//!
+//! - `mod.rs`: [`LocalSandbox`], the provider (its `Sandbox` impl starts
+//!   each command under the reaper shim, so its whole tree can be killed).
+//! - `fs.rs`: [`LocalFs`], the host directory confined by `openat2`; the
+//!   `linux` provider's file tools use it too.
+//! - `shim.rs`: the reaper shim, forked between `fork` and `exec` of each
+//!   command (the provider's only `unsafe` code), and small async-signal-
+//!   safe helpers the `linux` provider's fork-side programs share.
+
+mod fs;
+pub(crate) mod shim;
 
 use std::os::fd::AsRawFd;
 use std::path::Path;
@@ -8,7 +19,10 @@ use std::process::{Command, Stdio};
 
 use rustix::pipe::{PipeFlags, pipe_with};
 
-use super::{ExecSpec, FileSystem, LocalFs, ProviderKind, Sandbox, sys};
+pub use fs::LocalFs;
+pub(crate) use fs::{PLACEHOLDER_MODE, ParentFd, io_err, is_placeholder_mode, kind_of};
+
+use super::{ExecSpec, FileSystem, ProviderKind, Sandbox};
 use crate::error::{Error, ErrorKind, Result};
 use crate::path::WorkspacePath;
 use crate::process::Spawned;
@@ -78,7 +92,7 @@ impl Sandbox for LocalSandbox {
             None
         };
         use std::os::unix::process::CommandExt;
-        sys::run_under_shim(&mut cmd, dir.as_raw_fd());
+        shim::run_under_shim(&mut cmd, dir.as_raw_fd());
         let child = cmd.spawn().map_err(|e| match e.kind() {
             std::io::ErrorKind::NotFound => Error::new(
                 ErrorKind::Unsupported,

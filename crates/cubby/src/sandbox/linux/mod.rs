@@ -1,0 +1,736 @@
+//! The `linux` provider: the confined [`LocalFs`] for the file tools, and
+//! commands that run in namespaces under Landlock, seccomp and rlimits.
+//!
+//! A sandbox starts lazily, with the first command: a *holder* process
+//! (forked once; see `holder.rs`) creates the user, mount, IPC, UTS and
+//! network namespaces and keeps them alive, with the sandbox's seccomp
+//! filter installed and the capability bounding set empty. Each command
+//! then runs in them, in its own mount and pid namespaces (an init forked
+//! ahead), and execs under a Landlock ruleset compiled here once per
+//! sandbox. Killing the command's pid-namespace init kills every
+//! descendant.
+//!
+//! What is compiled to the kernel, per [`LinuxOptions`]:
+//!
+//! - **Landlock**: the whole file system readable and executable (with
+//!   `read_scope = "system"`, a second layer per command narrows reads to
+//!   what `read_view.rs` lists and the command's `/proc`); writable
+//!   only beneath the workspace root, the private `/tmp` and `/dev/shm`,
+//!   the configured writable roots (none of them in `read-only` mode), and
+//!   a few devices (`/dev/null`, `/dev/zero`, …). Signals and abstract unix
+//!   sockets are scoped to the command.
+//! - **Mounts**: every mount read-only, the root and the writable roots
+//!   bound back writable (Landlock does not cover modes, owners, times or
+//!   extended attributes); protected paths bound read-only over themselves
+//!   in each command's mount namespace (a missing one is reserved by an
+//!   empty directory that is in the workspace only while a command runs;
+//!   see `reserve.rs`); `deny_read` paths and the host's credential stores
+//!   (`read_view.rs`) hidden behind empty unreadable objects, by the holder
+//!   and, for what appeared later, by each command's init, the directories
+//!   above a `deny_read` path pinned; a private `/tmp`; a
+//!   `/dev` of the sandbox's own with only a few of the host's devices.
+//! - **seccomp**: `ptrace`, `process_vm_*`, `mount` and the new mount API,
+//!   `bpf`, `io_uring_*`, `kexec_*`, module loading, `perf_event_open`, key
+//!   management, `setns`, new user namespaces and more return `EPERM`;
+//!   with network off, so does every socket that is not `AF_UNIX` (with
+//!   `allow`, every socket but `AF_UNIX`, `AF_INET`, `AF_INET6`); so do
+//!   terminal-injecting `ioctl`s and set-ID bits in a file mode.
+//! - **Network** `allow`: the namespace has loopback only; the holder opens
+//!   a listener there for the host-side egress proxy (`net/proxy.rs`), and
+//!   commands get `HTTP_PROXY`/`HTTPS_PROXY` and placeholders for injected
+//!   secrets.
+//! - **Bounds per sandbox** from [`SandboxLimits`]: the processes of the
+//!   whole sandbox by the `pid_max` of its pid namespace (Linux 6.14+;
+//!   every command's pid namespace nests there) or a pids cgroup when
+//!   cubby can make one, and by `RLIMIT_NPROC`, which the kernel counts
+//!   per user namespace for a user other than root; `/tmp` and `/dev/shm`
+//!   of `tmp_mb` each (freed with the sandbox); a quarter of the user's
+//!   inotify and fanotify limits. Other rlimits are per process.
+//!
+//! `full-access` runs commands unconfined (as the `local` provider does).
+//!
+//! # Files
+//!
+//! One job each; the plan is pure, the rest applies it.
+//!
+//! | file | job |
+//! |---|---|
+//! | `mod.rs` | [`LinuxSandbox`]: open, start (facts → plan → holder), commands, the `Sandbox` impl |
+//! | `options.rs` | [`LinuxOptions`], from a policy |
+//! | `probe.rs` | [`Capabilities`] (`cubby doctor`), the quick check at open, the machine's facts for the plan |
+//! | `plan.rs` | the pure plan: (inputs, facts) → namespaces, limits, mounts, masks, devices, Landlock rules, socket families; golden-tested |
+//! | `cgroup.rs` | the pids cgroup where `pid_max` is not per namespace |
+//! | `client.rs` | the server's side of a live sandbox: the holder, commands, their start and status |
+//! | `protect.rs` | per command: protected paths bound, pinned or reserved |
+//! | `reserve.rs`, `placeholder.rs` | reservations of missing protected paths and their placeholders |
+//! | `read_view.rs` | credential stores and `read_scope = "system"` |
+//! | `landlock.rs` | the Landlock ruleset (compiled once) and the read layer (fork-side) |
+//! | `seccomp.rs` | the seccomp filters, classic BPF |
+//! | `wire.rs` | the protocol between the server and the fork-side programs |
+//! | `holder.rs`, `init.rs`, `command.rs` | the three fork-side programs, one each |
+//! | `mask.rs`, `loopback.rs` | fork-side masks of hidden paths; the loopback and the egress proxy's listener |
+//! | `syscalls.rs` | async-signal-safe syscall wrappers the three share |
+
+mod cgroup;
+mod client;
+mod command;
+mod holder;
+mod init;
+mod landlock;
+mod loopback;
+mod mask;
+mod options;
+mod placeholder;
+mod plan;
+mod probe;
+mod protect;
+mod read_view;
+mod reserve;
+mod seccomp;
+mod syscalls;
+mod wire;
+
+use std::ffi::CString;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use rustix::pipe::{PipeFlags, pipe_with};
+
+pub use client::InheritedChild;
+pub use options::LinuxOptions;
+pub use probe::Capabilities;
+
+use super::{EntryKind, ExecSpec, FileSystem, LocalFs, LocalSandbox, ProviderKind, Sandbox};
+use crate::config::{NetworkMode, ReadScope};
+use crate::error::{Error, ErrorKind, Result};
+use crate::net::{Egress, EgressProxy, Resolver};
+use crate::path::WorkspacePath;
+use crate::policy::Mode;
+use crate::process::{Spawned, lock};
+use client::{InheritedInner, Lease, Live};
+use holder::HolderPlan;
+use plan::{Facts, ProcessBound, SANDBOX_TMP};
+use read_view::HostStores;
+use reserve::{Reservations, WithoutReservations};
+use wire::{ENTRY_DENY_READ, ENTRY_STORE, MSG_LANDLOCK, MSG_RUN, Msg};
+
+/// Capacity asked for a command's output pipe.
+const OUTPUT_PIPE_BYTES: usize = 1024 * 1024;
+
+/// The `linux` provider.
+pub struct LinuxSandbox {
+    fs: Arc<LocalFs>,
+    host: LocalSandbox,
+    options: LinuxOptions,
+    writable_roots: Vec<PathBuf>,
+    live: Mutex<Option<Arc<Live>>>,
+    /// Whether the holder keeps an init forked ahead (see
+    /// [`LinuxSandbox::spawn_inherited`]).
+    fork_ahead: std::sync::atomic::AtomicBool,
+    /// Missing protected paths reserved for running commands.
+    reservations: Arc<Reservations>,
+    /// What the file tools see: the workspace without those reservations.
+    view: WithoutReservations,
+    /// The egress proxy's rules (network `allow`).
+    egress: Option<Arc<Egress>>,
+    /// Git's surface as read when the sandbox opened, for its first
+    /// command if it comes within [`crate::git::SHARE_WINDOW`] (later ones
+    /// read it again).
+    git_at_open: Mutex<Option<crate::git::SurfaceRead>>,
+    /// The host's credential stores, masked for every command.
+    stores: HostStores,
+    /// With `read_scope = "system"`: what commands read (canonical).
+    read_roots: Vec<PathBuf>,
+}
+
+impl std::fmt::Debug for LinuxSandbox {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LinuxSandbox")
+            .field("root", &self.fs.root_path())
+            .field("options", &self.options)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A path as a C string.
+fn cstring(path: &Path) -> Result<CString> {
+    CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| Error::invalid_input(format!("`{}` contains a NUL byte", path.display())))
+}
+
+/// An error of the sandbox's start.
+fn start_error(what: impl std::fmt::Display) -> Error {
+    Error::new(
+        ErrorKind::Unsupported,
+        format!("the linux sandbox cannot start: {what}"),
+    )
+}
+
+impl LinuxSandbox {
+    /// Opens `root` as a `linux` sandbox, after checking that this machine
+    /// can enforce `options`. Nothing is started until the first command.
+    ///
+    /// # Errors
+    ///
+    /// `unsupported` naming what is missing (Landlock, user namespaces,
+    /// seccomp) or what cannot be enforced; `not_found` for a missing root
+    /// or writable root.
+    pub fn open(root: &Path, mut options: LinuxOptions) -> Result<LinuxSandbox> {
+        let fs = Arc::new(LocalFs::open(root)?);
+        let git_read = options.git_surface.take();
+        if options.mode != Mode::FullAccess {
+            let missing = probe::quick_check();
+            if !missing.is_empty() {
+                return Err(start_error(format!(
+                    "this machine lacks {}. Run `cubby doctor` for details; \
+                     `--provider local` runs commands without OS isolation",
+                    missing.join(", ")
+                )));
+            }
+        }
+        let egress = if options.network == NetworkMode::Allow && options.mode != Mode::FullAccess {
+            Some(Arc::new(Egress::new(&options.egress)?))
+        } else {
+            None
+        };
+        let mut writable_roots = Vec::new();
+        for w in &options.writable_roots {
+            let abs = if w.is_absolute() {
+                w.clone()
+            } else {
+                fs.root_path().join(w)
+            };
+            let canonical = std::fs::canonicalize(&abs).map_err(|e| {
+                Error::new(
+                    ErrorKind::NotFound,
+                    format!("writable root `{}` cannot be opened: {e}", w.display()),
+                )
+            })?;
+            writable_roots.push(canonical);
+        }
+        let host_deny_read = options
+            .host_deny_read
+            .iter()
+            .map(|p| read_view::expand_home(p))
+            .collect::<Vec<_>>();
+        if let Some(p) = host_deny_read.iter().find(|p| !p.is_absolute()) {
+            return Err(Error::invalid_input(format!(
+                "host_deny_read entry `{}` must be an absolute path or start with `~/`",
+                p.display()
+            )));
+        }
+        let stores = HostStores::new(&host_deny_read, fs.root_path() == Path::new(SANDBOX_TMP));
+        let mut readable_roots = Vec::new();
+        for r in &options.readable_roots {
+            let r = read_view::expand_home(r);
+            let abs = if r.is_absolute() {
+                r.clone()
+            } else {
+                fs.root_path().join(&r)
+            };
+            let canonical = std::fs::canonicalize(&abs).map_err(|e| {
+                Error::new(
+                    ErrorKind::NotFound,
+                    format!("readable root `{}` cannot be opened: {e}", r.display()),
+                )
+            })?;
+            readable_roots.push(canonical);
+        }
+        if options.mode != Mode::FullAccess {
+            let roots = std::iter::once(("the workspace", fs.root_path()))
+                .chain(
+                    writable_roots
+                        .iter()
+                        .map(|w| ("writable root", w.as_path())),
+                )
+                .chain(
+                    readable_roots
+                        .iter()
+                        .map(|r| ("readable root", r.as_path())),
+                );
+            for (what, dir) in roots {
+                if let Some(store) = stores.covering(dir) {
+                    return Err(Error::new(
+                        ErrorKind::Unsupported,
+                        format!(
+                            "{what} `{}` lies in `{}`, a credential store that commands may not \
+                             read (SPEC §4); choose a directory outside it",
+                            dir.display(),
+                            store.display()
+                        ),
+                    ));
+                }
+            }
+        }
+        let read_roots = match options.read_scope {
+            ReadScope::Host => Vec::new(),
+            ReadScope::System => {
+                let mut roots = read_view::system_scope(std::env::var_os("PATH").as_deref());
+                for dir in std::iter::once(fs.root_path())
+                    .chain(writable_roots.iter().map(PathBuf::as_path))
+                    .chain(readable_roots.iter().map(PathBuf::as_path))
+                {
+                    if !roots.iter().any(|r| r == dir) {
+                        roots.push(dir.to_path_buf());
+                    }
+                }
+                roots
+            }
+        };
+        let reservations = Reservations::new(fs.clone());
+        let sandbox = LinuxSandbox {
+            host: LocalSandbox::open(fs.root_path())?,
+            view: WithoutReservations(reservations.clone()),
+            reservations,
+            fs,
+            options,
+            writable_roots,
+            live: Mutex::new(None),
+            fork_ahead: std::sync::atomic::AtomicBool::new(true),
+            egress,
+            git_at_open: Mutex::new(None),
+            stores,
+            read_roots,
+        };
+        sandbox.sweep_placeholders(git_read);
+        Ok(sandbox)
+    }
+
+    /// Resolves the names commands reach through the egress proxy with
+    /// `resolver` instead of the system's (tests, embedders that pin names).
+    /// Call before the first command; the addresses it returns are held to
+    /// the address rules like any other.
+    #[must_use]
+    pub fn with_resolver(mut self, resolver: Arc<dyn Resolver>) -> LinuxSandbox {
+        if let Some(egress) = self.egress.as_mut().and_then(Arc::get_mut) {
+            egress.set_resolver(resolver);
+        }
+        self
+    }
+
+    /// Empties and removes the placeholder stash of every `linux` sandbox
+    /// of this process (see `reserve.rs`). Call it before the process
+    /// exits: a sandbox that is never dropped (held by a thread still
+    /// running a tool call, or leaked) would leave its stash in the temp
+    /// dir until the next start reclaims it. The sandboxes keep working,
+    /// without a stash.
+    pub fn empty_stashes() {
+        reserve::empty_stashes();
+    }
+
+    /// The options this sandbox enforces.
+    pub fn options(&self) -> &LinuxOptions {
+        &self.options
+    }
+
+    /// Starts the sandbox now rather than at the first command (for
+    /// measuring, or to fail early).
+    ///
+    /// # Errors
+    ///
+    /// `unsupported` when the namespaces cannot be set up.
+    pub fn start(&self) -> Result<()> {
+        if self.options.mode != Mode::FullAccess {
+            self.live()?;
+        }
+        Ok(())
+    }
+
+    /// Starts a command with stdio inherited from this process (for
+    /// `cubby exec`). The returned child is the reaper shim; its exit
+    /// status is the command's.
+    ///
+    /// # Errors
+    ///
+    /// As for [`Sandbox::exec`].
+    pub fn spawn_inherited(&self, spec: &ExecSpec) -> Result<InheritedChild> {
+        if self.options.mode == Mode::FullAccess {
+            let Some((program, args)) = spec.argv.split_first() else {
+                return Err(Error::invalid_input("empty command"));
+            };
+            let mut cmd = Command::new(program);
+            // The spec's environment and nothing of cubby's (SPEC §4).
+            cmd.args(args)
+                .env_clear()
+                .envs(spec.env.iter().map(|(k, v)| (k, v)))
+                .current_dir(self.fs.root_path().join(spec.cwd.as_path()));
+            return Ok(InheritedChild {
+                child: InheritedInner::Host(client::spawn(&mut cmd, program)?),
+                _lease: None,
+            });
+        }
+        // The one command of `cubby exec`: an init forked ahead for a next
+        // one would only compete with it for the CPU.
+        self.fork_ahead.store(false, Ordering::Relaxed);
+        let dup = |fd: std::os::fd::BorrowedFd<'_>| {
+            rustix::io::fcntl_dupfd_cloexec(fd, 0)
+                .map_err(|e| Error::internal(format!("cannot pass stdio: {e}")))
+        };
+        let stdio = [
+            dup(std::io::stdin().as_fd())?,
+            dup(std::io::stdout().as_fd())?,
+            dup(std::io::stderr().as_fd())?,
+        ];
+        // `cubby exec` exits without dropping the sandbox: no stash, whose
+        // placeholders would outlive it; its command's placeholders are made
+        // for it and removed when it ends.
+        self.reservations.without_stash();
+        let (child, lease) = self.start_command(spec, stdio)?;
+        Ok(InheritedChild {
+            child: InheritedInner::Sandboxed(Box::new(child)),
+            _lease: Some(lease),
+        })
+    }
+
+    fn live(&self) -> Result<Arc<Live>> {
+        self.live_with(|| ()).map(|(live, (), _)| live)
+    }
+
+    /// The live sandbox, started if need be, the result of `overlap`,
+    /// which runs while a new holder sets its namespaces up, and whether
+    /// the holder was started just now (then it masked the credential
+    /// stores there are: the command that started it need not look again).
+    fn live_with<T>(&self, overlap: impl FnOnce() -> T) -> Result<(Arc<Live>, T, bool)> {
+        let mut guard = lock(&self.live);
+        if let Some(live) = guard.as_ref() {
+            let live = live.clone();
+            drop(guard);
+            return Ok((live, overlap(), false));
+        }
+        let (live, out) = self.start_holder(overlap)?;
+        let live = Arc::new(live);
+        *guard = Some(live.clone());
+        Ok((live, out, true))
+    }
+
+    /// Starts the holder: the facts read from the machine, the plan made
+    /// from them (pure: `plan.rs`), then the holder spawned with it. While
+    /// the holder sets up, the Landlock base is compiled and `overlap`
+    /// runs; then the holder's own directories finish the ruleset, which
+    /// goes to the holder.
+    fn start_holder<T>(&self, overlap: impl FnOnce() -> T) -> Result<(Live, T)> {
+        let root = self.fs.root_path();
+        let fork_ahead = self.fork_ahead.load(Ordering::Relaxed);
+        let inputs = plan::Inputs {
+            root,
+            writable_roots: &self.writable_roots,
+            read_roots: &self.read_roots,
+            options: &self.options,
+            fork_ahead,
+            proxy_listener: self.egress.is_some(),
+        };
+        let mut plan = plan::plan(&inputs, &self.holder_facts()?)?;
+        let landlock_rules = std::mem::take(&mut plan.landlock);
+        let private_tmp = plan.private_tmp;
+        let cgroup = match plan.processes {
+            ProcessBound::Cgroup => cgroup::make_cgroup(self.options.limits.processes),
+            ProcessBound::PidMax | ProcessBound::None => None,
+        };
+        let spawned = self.spawn_holder(plan, cgroup.as_deref(), &landlock_rules, overlap);
+        let (holder, sock, proxy, extra_env, landlock, out) = match spawned {
+            Ok(ready) => ready,
+            Err(e) => {
+                if let Some(dir) = &cgroup {
+                    let _ = std::fs::remove_dir(dir);
+                }
+                return Err(e);
+            }
+        };
+        let live = Live {
+            holder: Mutex::new(holder),
+            sock,
+            send: Mutex::new(()),
+            next_id: AtomicU64::new(1),
+            cgroup,
+            private_tmp,
+            _proxy: proxy,
+            extra_env,
+        };
+        let setup = Msg {
+            kind: MSG_LANDLOCK,
+            arg: 0,
+            id: 0,
+            len: 0,
+        };
+        wire::send(&live.sock, &live.send, setup, &[landlock.as_fd()])?;
+        Ok((live, out))
+    }
+
+    /// Spawns the holder of `plan` and waits until it is ready; returns it,
+    /// the server's end of its socket, the egress proxy and its variables,
+    /// the finished Landlock ruleset and the result of `overlap`.
+    #[allow(clippy::type_complexity)]
+    fn spawn_holder<T>(
+        &self,
+        plan: plan::Plan,
+        cgroup: Option<&Path>,
+        landlock_rules: &plan::LandlockRules,
+        overlap: impl FnOnce() -> T,
+    ) -> Result<(
+        std::process::Child,
+        OwnedFd,
+        Option<EgressProxy>,
+        Vec<(String, String)>,
+        OwnedFd,
+        T,
+    )> {
+        let (sock, holder_sock) = rustix::net::socketpair(
+            rustix::net::AddressFamily::UNIX,
+            rustix::net::SocketType::SEQPACKET,
+            rustix::net::SocketFlags::CLOEXEC,
+            None,
+        )
+        .map_err(start_error)?;
+        let (report_r, report_w) = pipe_with(PipeFlags::CLOEXEC).map_err(start_error)?;
+        let holder_plan = Arc::new(HolderPlan::new(
+            plan,
+            cgroup,
+            holder_sock.as_raw_fd(),
+            report_w.as_raw_fd(),
+        )?);
+        let mut cmd = Command::new("/");
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        holder::run_as_holder(&mut cmd, holder_plan);
+        // Returns as soon as the holder has forked (it closes std's pipe
+        // first); its readiness comes on the report pipe.
+        let spawned = cmd.spawn();
+        drop(cmd);
+        drop(holder_sock);
+        drop(report_w);
+        let base = landlock::base(landlock_rules);
+        let out = overlap();
+        let mut report = [0u8; wire::REPORT_BYTES];
+        let n = rustix::io::read(&report_r, &mut report).unwrap_or(0);
+        let ready = (|| {
+            let holder = match spawned {
+                Ok(child) if n == 0 => child,
+                Ok(mut child) => {
+                    let _ = child.wait();
+                    return Err(wire::holder_error(&report, n));
+                }
+                Err(e) if n > 0 => {
+                    let _ = e;
+                    return Err(wire::holder_error(&report, n));
+                }
+                Err(e) => return Err(start_error(e)),
+            };
+            let (proxy, extra_env) = match &self.egress {
+                Some(egress) => {
+                    let listener = wire::recv_listener(&sock)?;
+                    let proxy = EgressProxy::start(listener, egress.clone())?;
+                    let env = egress.command_env(proxy.port());
+                    (Some(proxy), env)
+                }
+                None => (None, Vec::new()),
+            };
+            let holder_root = landlock::holder_root(holder.id());
+            let landlock = landlock::finish(base?, landlock_rules, &holder_root)?;
+            Ok((holder, proxy, extra_env, landlock))
+        })();
+        match ready {
+            Ok((holder, proxy, extra_env, landlock)) => {
+                Ok((holder, sock, proxy, extra_env, landlock, out))
+            }
+            Err(e) => {
+                // Ends the holder.
+                let _ = rustix::net::shutdown(&sock, rustix::net::Shutdown::Both);
+                Err(e)
+            }
+        }
+    }
+
+    /// What the plan depends on, read now: the machine's facts, the
+    /// `deny_read` paths there are and the credential stores there are.
+    fn holder_facts(&self) -> Result<Facts> {
+        let dirs: Vec<&Path> = std::iter::once(self.fs.root_path())
+            .chain(self.writable_roots.iter().map(PathBuf::as_path))
+            .collect();
+        let mut facts = probe::machine_facts(&dirs);
+        for path in &self.options.deny_read {
+            if self.deny_read_exists(path)? {
+                facts.deny_read_present.push(path.clone());
+            }
+        }
+        // The credential stores there are now; each command's init masks
+        // those that appear later (`mask_plan`).
+        facts.stores = self.stores.current();
+        Ok(facts)
+    }
+
+    /// Whether a `deny_read` path is there to hide now.
+    ///
+    /// # Errors
+    ///
+    /// `unsupported` for one that cannot be hidden: a symbolic link or a
+    /// special file, or one reached through a link (commands never start
+    /// with it readable for want of a name to mount on).
+    fn deny_read_exists(&self, path: &WorkspacePath) -> Result<bool> {
+        match self.fs.metadata(path) {
+            Ok(meta) if matches!(meta.kind, EntryKind::Dir | EntryKind::File) => Ok(true),
+            Ok(_) => Err(start_error(format!(
+                "deny_read path `{path}` is a symbolic link or special file; \
+                 cubby can hide only files and directories"
+            ))),
+            Err(e) if e.kind() == ErrorKind::NotFound => Ok(false),
+            Err(e) => Err(start_error(format!(
+                "deny_read path `{path}` cannot be hidden: {e}"
+            ))),
+        }
+    }
+
+    /// What a command's init masks on top of the holder's masks, if not
+    /// masked already (it tells a mask by its device): every `deny_read`
+    /// path that exists (`d`, relative to the root; the init pins the
+    /// directories above it too) and every credential store (`m`,
+    /// absolute) — so that what appeared since the sandbox started, or was
+    /// replaced (a mask leaves with the name it was on), is hidden as well.
+    /// With `fresh_holder` (this command's start started the holder, which
+    /// masked the stores it found a moment ago) the stores are not looked
+    /// for again.
+    fn mask_plan(&self, fresh_holder: bool) -> Result<Vec<Vec<u8>>> {
+        let mut plan = Vec::new();
+        for path in &self.options.deny_read {
+            if self.deny_read_exists(path)? {
+                plan.push(wire::mask_entry(ENTRY_DENY_READ, path.as_path()));
+            }
+        }
+        let stores = if fresh_holder {
+            Vec::new()
+        } else {
+            self.stores.current()
+        };
+        for store in stores {
+            plan.push(wire::mask_entry(ENTRY_STORE, &store));
+        }
+        Ok(plan)
+    }
+
+    /// Asks the holder to start `spec` with `stdio` (stdin, stdout,
+    /// stderr); returns the command and the lease on what it holds.
+    fn start_command(
+        &self,
+        spec: &ExecSpec,
+        stdio: [OwnedFd; 3],
+    ) -> Result<(client::SandboxChild, Lease)> {
+        let Some(program) = spec.argv.first() else {
+            return Err(Error::invalid_input("empty command"));
+        };
+        // Confined check of the working directory, for a clear error.
+        drop(self.fs.open_dir(&spec.cwd)?);
+        let (live, plan, fresh_holder) = self.live_with(|| self.protect_plan())?;
+        let (protect, lease) = plan?;
+        let masks = self.mask_plan(fresh_holder)?;
+        let cwd: &[u8] = if spec.cwd.is_root() {
+            b""
+        } else {
+            spec.cwd.as_path().as_os_str().as_bytes()
+        };
+        let env = Self::command_env(spec, &live);
+        let payload = wire::encode_run(cwd, &protect, &masks, &spec.argv, &env)?;
+        let memfd = rustix::fs::memfd_create("cubby-command", rustix::fs::MemfdFlags::CLOEXEC)
+            .map_err(|e| Error::internal(format!("memfd_create: {e}")))?;
+        let mut written = 0;
+        while written < payload.len() {
+            match rustix::io::write(&memfd, &payload[written..]) {
+                Ok(n) => written += n,
+                Err(rustix::io::Errno::INTR) => {}
+                Err(e) => return Err(Error::internal(format!("cannot write the request: {e}"))),
+            }
+        }
+        let id = live.next_id.fetch_add(1, Ordering::Relaxed);
+        // The command's own socket: its init answers on it.
+        let (chan, theirs) = rustix::net::socketpair(
+            rustix::net::AddressFamily::UNIX,
+            rustix::net::SocketType::SEQPACKET,
+            rustix::net::SocketFlags::CLOEXEC,
+            None,
+        )
+        .map_err(|e| Error::internal(format!("socketpair: {e}")))?;
+        let request = Msg {
+            kind: MSG_RUN,
+            arg: 0,
+            id,
+            len: payload.len() as u64,
+        };
+        let fds = [
+            memfd.as_fd(),
+            stdio[0].as_fd(),
+            stdio[1].as_fd(),
+            stdio[2].as_fd(),
+            theirs.as_fd(),
+        ];
+        wire::send(&live.sock, &live.send, request, &fds)?;
+        drop(stdio);
+        drop(theirs);
+        client::await_start(live, chan, program, lease)
+    }
+
+    /// The command's environment: the spec's, then `TMPDIR` and the
+    /// proxy's variables; nothing of this process's environment (SPEC §4).
+    fn command_env(spec: &ExecSpec, live: &Live) -> Vec<(std::ffi::OsString, std::ffi::OsString)> {
+        let mut env: Vec<(std::ffi::OsString, std::ffi::OsString)> = spec.env.clone();
+        let mut set = |k: &str, v: &str| {
+            env.retain(|(name, _)| name != k);
+            env.push((k.into(), v.into()));
+        };
+        if live.private_tmp {
+            set("TMPDIR", SANDBOX_TMP);
+        }
+        for (k, v) in &live.extra_env {
+            set(k, v);
+        }
+        env
+    }
+}
+
+impl Sandbox for LinuxSandbox {
+    fn kind(&self) -> ProviderKind {
+        ProviderKind::Linux
+    }
+
+    fn fs(&self) -> &dyn FileSystem {
+        &self.view
+    }
+
+    fn supports_commands(&self) -> bool {
+        true
+    }
+
+    fn exec(&self, spec: &ExecSpec) -> Result<Spawned> {
+        if self.options.mode == Mode::FullAccess {
+            return self.host.exec(spec);
+        }
+        let io = |e: rustix::io::Errno| Error::internal(format!("cannot make a pipe: {e}"));
+        let (out_r, out_w) = pipe_with(PipeFlags::CLOEXEC).map_err(io)?;
+        let err_w = rustix::io::fcntl_dupfd_cloexec(&out_w, 0).map_err(io)?;
+        let _ = rustix::pipe::fcntl_setpipe_size(&out_r, OUTPUT_PIPE_BYTES);
+        let (stdin_r, stdin_w) = if spec.stdin {
+            let (r, w) = pipe_with(PipeFlags::CLOEXEC).map_err(io)?;
+            (r, Some(w))
+        } else {
+            // An empty pipe (end of input at once), not the host's
+            // /dev/null: a command may change the mode, owner and times of
+            // what its descriptors lead to, and /dev/null is root's.
+            let (r, w) = pipe_with(PipeFlags::CLOEXEC).map_err(io)?;
+            drop(w);
+            (r, None)
+        };
+        let (child, lease) = self.start_command(spec, [stdin_r, out_w, err_w])?;
+        Ok(Spawned {
+            child: Box::new(child),
+            output: out_r,
+            stdin: stdin_w,
+            on_exit: Some(Box::new(move || drop(lease))),
+        })
+    }
+
+    fn show_cwd(&self, cwd: &WorkspacePath) -> String {
+        self.host.show_cwd(cwd)
+    }
+}

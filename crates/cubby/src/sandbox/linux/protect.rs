@@ -1,0 +1,218 @@
+//! Protected paths for each command of a `linux` sandbox: which paths its
+//! init binds read-only (the configured ones and git's executable surface),
+//! which directories above them it pins, and which missing ones are
+//! reserved by placeholders while it runs (`reserve.rs`); and the sweep, at
+//! the sandbox's open, of placeholders a killed cubby left behind.
+
+use super::LinuxSandbox;
+use super::client::Lease;
+use super::placeholder::{PLACEHOLDER_FILE_MODE, Placeholders};
+use super::reserve::Kind;
+use crate::error::{Error, ErrorKind, Result};
+use crate::path::WorkspacePath;
+use crate::process::lock;
+use crate::sandbox::local::is_placeholder_mode;
+use crate::sandbox::{EntryKind, FileSystem};
+
+impl LinuxSandbox {
+    /// Removes empty placeholder directories (no mode bit but the owner's
+    /// read and write ones) at protected paths: reservations left by a
+    /// cubby that was killed while a command ran. `read`: git's surface as
+    /// the caller read it, used when it is fresh.
+    pub(super) fn sweep_placeholders(&self, read: Option<crate::git::SurfaceRead>) {
+        let root = self.fs.root_path();
+        let read = read
+            .filter(|r| r.fresh_for(root).is_some())
+            .unwrap_or_else(|| crate::git::SurfaceRead::now(root));
+        let mut paths = self.options.protected.clone();
+        for path in read.surface().paths() {
+            if !paths.contains(&path) {
+                paths.push(path);
+            }
+        }
+        *lock(&self.git_at_open) = Some(read);
+        // Directories already looked at (and kept) on the way to an
+        // earlier path.
+        let mut kept: Vec<WorkspacePath> = Vec::new();
+        for path in &paths {
+            let mut prefix = WorkspacePath::root();
+            for name in path.components() {
+                prefix = prefix.join_name(name);
+                if kept.contains(&prefix) {
+                    continue;
+                }
+                let Ok(meta) = self.fs.metadata(&prefix) else {
+                    break;
+                };
+                let leftover = match (meta.kind, Kind::for_path(&prefix)) {
+                    (EntryKind::Dir, _) => {
+                        is_placeholder_mode(meta.mode)
+                            && self.fs.read_dir(&prefix).is_ok_and(|e| e.is_empty())
+                    }
+                    // A file placeholder: read-only, its content.
+                    (EntryKind::File, Kind::File(content)) => {
+                        meta.mode & !PLACEHOLDER_FILE_MODE == 0 && meta.size == content.len() as u64
+                    }
+                    _ => false,
+                };
+                if leftover {
+                    self.fs.remove_placeholder(&prefix, meta.ino);
+                } else if meta.kind == EntryKind::Dir {
+                    kept.push(prefix.clone());
+                }
+            }
+        }
+    }
+
+    /// What each command's init binds, in order (a directory before what
+    /// lies beneath it): every protected path read-only — the configured
+    /// ones and git's executable surface as the host's files show it now
+    /// ([`crate::git::surface`], read again at every command, so that a
+    /// `core.hooksPath` the user set meanwhile is covered) — a missing one
+    /// reserved by a placeholder; and every directory of the workspace
+    /// above one bound onto itself, writable, so that no command can
+    /// rename or remove it to put another tree in its place (a mount point
+    /// is `EBUSY`). A `.git` gitfile is bound read-only.
+    pub(super) fn protect_plan(&self) -> Result<(Vec<(String, bool)>, Lease)> {
+        let mut lease = Lease {
+            reservations: self.reservations.clone(),
+            reserved: Vec::new(),
+            live: None,
+        };
+        // The first command uses what the sandbox read when it opened, if
+        // it comes right after (`cubby exec`); later ones read it again.
+        let root = self.fs.root_path();
+        let surface = match lock(&self.git_at_open).take() {
+            Some(read) if read.fresh_for(root).is_some() => read.into_surface(),
+            _ => crate::git::surface(root),
+        };
+        if surface.overflow {
+            return Err(Error::new(
+                ErrorKind::Unsupported,
+                format!(
+                    "the workspace holds more than {} git directories (submodules, worktrees); \
+                     cubby cannot keep all their configs and hooks read-only for commands",
+                    crate::git::MAX_GIT_DIRS
+                ),
+            ));
+        }
+        let mut paths: Vec<WorkspacePath> = self.options.protected.clone();
+        for path in surface.paths() {
+            if !paths.iter().any(|p| path.starts_with(p)) {
+                paths.push(path);
+            }
+        }
+        let mut binds: Vec<(WorkspacePath, bool)> = Vec::new();
+        // Read-only wins over a pin of the same directory.
+        let add = |path: &WorkspacePath, writable: bool, binds: &mut Vec<(WorkspacePath, bool)>| {
+            match binds.iter_mut().find(|(p, _)| p == path) {
+                Some((_, w)) => *w &= writable,
+                None => binds.push((path.clone(), writable)),
+            }
+        };
+        // Directories already looked at on the way to an earlier path.
+        let mut dirs: Vec<WorkspacePath> = Vec::new();
+        'paths: for path in &paths {
+            if lease.reserved.iter().any(|(r, _)| path.starts_with(r)) {
+                continue;
+            }
+            let mut prefix = WorkspacePath::root();
+            for name in path.components() {
+                prefix = prefix.join_name(name);
+                if prefix != *path && dirs.contains(&prefix) {
+                    continue;
+                }
+                // Reserved already (by a running command, or lingering).
+                if let Some(ino) = self.reservations.claim(&prefix) {
+                    lease.reserved.push((prefix.clone(), ino));
+                    add(&prefix, false, &mut binds);
+                    continue 'paths;
+                }
+                match self.fs.metadata(&prefix) {
+                    Ok(m) if m.kind == EntryKind::Symlink => {
+                        return Err(Error::new(
+                            ErrorKind::Unsupported,
+                            format!(
+                                "protected path `{prefix}` is a symbolic link; cubby cannot keep \
+                                 it read-only for commands. Replace it with the directory or \
+                                 file itself"
+                            ),
+                        ));
+                    }
+                    Ok(_) if prefix == *path => {
+                        add(&prefix, false, &mut binds);
+                        break;
+                    }
+                    // A directory above a protected path: pinned.
+                    Ok(m) if m.kind == EntryKind::Dir => {
+                        add(&prefix, true, &mut binds);
+                        dirs.push(prefix.clone());
+                    }
+                    // A file on the way (a `.git` gitfile): nothing can be
+                    // created beneath it, and it must not change.
+                    Ok(_) => {
+                        add(&prefix, false, &mut binds);
+                        break;
+                    }
+                    Err(e) if e.kind() == ErrorKind::NotFound => {
+                        let ino = self
+                            .reservations
+                            .reserve(&prefix, Kind::for_path(&prefix))?;
+                        lease.reserved.push((prefix.clone(), ino));
+                        add(&prefix, false, &mut binds);
+                        break;
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        // Parents first: a bind of a directory would otherwise cover (with
+        // `MS_REC`, copy) what was bound beneath it in a different order.
+        binds.sort_by_key(|(p, _)| p.components().count());
+        let protect = binds
+            .into_iter()
+            .map(|(p, w)| (p.as_path().to_string_lossy().into_owned(), w))
+            .collect();
+        Ok((protect, lease))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::fmt::Write;
+
+    use super::super::plan::golden;
+    use super::*;
+    use crate::policy::Policy;
+    use crate::sandbox::LinuxOptions;
+
+    #[test]
+    fn protected_paths_are_bound_pinned_or_reserved() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::create_dir_all(root.join(".git/hooks")).unwrap();
+        std::fs::write(root.join(".git/config"), "[core]\n").unwrap();
+        std::fs::create_dir_all(root.join("ci")).unwrap();
+        std::fs::write(root.join("ci/deploy.sh"), "").unwrap();
+        let mut policy = Policy::builder();
+        policy.protect("ci/deploy.sh").protect("tools/release/");
+        let options = LinuxOptions::from_policy(&policy.build().unwrap());
+        let sandbox = LinuxSandbox::open(root, options).unwrap();
+        let (binds, lease) = sandbox.protect_plan().unwrap();
+        let mut text = String::new();
+        for (path, pinned) in &binds {
+            let how = if *pinned { "pin" } else { "read-only" };
+            writeln!(text, "{how} {path}").unwrap();
+        }
+        for (path, _) in &lease.reserved {
+            writeln!(text, "reserved {path}").unwrap();
+        }
+        golden("protect", &text);
+        assert!(
+            root.join("tools").exists(),
+            "reserved while the lease lives"
+        );
+        drop(lease);
+        assert!(!root.join("tools").exists(), "released with the lease");
+    }
+}
