@@ -66,13 +66,16 @@ use super::local::{PLACEHOLDER_FILE_MODE, is_placeholder_mode};
 use super::read_view::{self, HostStores};
 use super::reserve::{Kind, Reservations, WithoutReservations};
 use super::seccomp::Sockets;
-use super::{EntryKind, ExecSpec, FileSystem, LocalFs, LocalSandbox, ProviderKind, Sandbox};
+use super::{
+    EntryKind, ExecSpec, ExitStatus, FileSystem, LocalFs, LocalSandbox, ProcessHandle,
+    ProviderKind, Sandbox, Spawned,
+};
 use crate::config::{NetworkMode, ReadScope, SandboxLimits};
 use crate::error::{Error, ErrorKind, Result};
 use crate::net::{Egress, EgressOptions, EgressProxy, Resolver};
 use crate::path::WorkspacePath;
 use crate::policy::{Mode, Policy};
-use crate::process::{Spawned, lock};
+use crate::sync::lock;
 
 /// Capacity asked for a command's output pipe.
 const OUTPUT_PIPE_BYTES: usize = 1024 * 1024;
@@ -595,7 +598,7 @@ impl SandboxChild {
     }
 }
 
-impl crate::process::ProcessHandle for SandboxChild {
+impl ProcessHandle for SandboxChild {
     fn id(&self) -> u32 {
         self.pid
     }
@@ -607,8 +610,7 @@ impl crate::process::ProcessHandle for SandboxChild {
         // Killing a pid namespace's init kills everything in it.
         self.signal(rustix::process::Signal::KILL);
     }
-    fn wait(&self) -> std::io::Result<std::process::ExitStatus> {
-        use std::os::unix::process::ExitStatusExt;
+    fn wait(&self) -> ExitStatus {
         let mut status = lock(&self.status);
         if status.is_none() {
             // The init reports before it exits; killed, it reports nothing
@@ -626,9 +628,7 @@ impl crate::process::ProcessHandle for SandboxChild {
             *status = Some(reported);
             lock(&self.pidfd).take();
         }
-        Ok(std::process::ExitStatus::from_raw(
-            status.unwrap_or(KILLED_STATUS),
-        ))
+        ExitStatus::from_wait_status(status.unwrap_or(KILLED_STATUS))
     }
 }
 
@@ -829,7 +829,7 @@ impl LinuxSandbox {
     /// # Errors
     ///
     /// As for [`Sandbox::exec`].
-    pub fn spawn_inherited(&self, spec: &ExecSpec) -> Result<InheritedChild> {
+    fn spawn_inherited(&self, spec: &ExecSpec) -> Result<InheritedChild> {
         if self.options.mode == Mode::FullAccess {
             let Some((program, args)) = spec.argv.split_first() else {
                 return Err(Error::invalid_input("empty command"));
@@ -841,7 +841,7 @@ impl LinuxSandbox {
                 .envs(spec.env.iter().map(|(k, v)| (k, v)))
                 .current_dir(self.fs.root_path().join(spec.cwd.as_path()));
             return Ok(InheritedChild {
-                child: InheritedInner::Host(spawn(&mut cmd, program)?),
+                child: InheritedInner::host(spawn(&mut cmd, program)?),
                 _lease: None,
             });
         }
@@ -1595,39 +1595,66 @@ impl LinuxSandbox {
 }
 
 /// A command started by [`LinuxSandbox::spawn_inherited`]; what it holds
-/// in the sandbox is released when this is dropped (after [`wait`]).
-///
-/// [`wait`]: InheritedChild::wait
-pub struct InheritedChild {
+/// in the sandbox is released when this is dropped (after it is waited
+/// for).
+struct InheritedChild {
     child: InheritedInner,
     _lease: Option<Lease>,
 }
 
 enum InheritedInner {
-    Host(Child),
+    /// `full-access`: a host process in this process's group (the
+    /// terminal's foreground job), so signals reach it alone.
+    Host {
+        pid: u32,
+        child: Mutex<Child>,
+    },
     Sandboxed(Box<SandboxChild>),
 }
 
-impl InheritedChild {
-    /// Waits for the command to exit; its status is the command's.
-    ///
-    /// # Errors
-    ///
-    /// As [`Child::wait`].
-    pub fn wait(&mut self) -> std::io::Result<std::process::ExitStatus> {
-        use crate::process::ProcessHandle;
-        match &mut self.child {
-            InheritedInner::Host(c) => c.wait(),
-            InheritedInner::Sandboxed(c) => c.wait(),
+impl InheritedInner {
+    fn host(child: Child) -> InheritedInner {
+        InheritedInner::Host {
+            pid: child.id(),
+            child: Mutex::new(child),
         }
     }
 
-    /// The pid shown for it.
-    pub fn id(&self) -> u32 {
-        use crate::process::ProcessHandle;
+    /// Sends `sig` to a `full-access` command.
+    fn signal_host(pid: u32, sig: rustix::process::Signal) {
+        if let Some(pid) = rustix::process::Pid::from_raw(pid as i32) {
+            let _ = rustix::process::kill_process(pid, sig);
+        }
+    }
+}
+
+impl ProcessHandle for InheritedChild {
+    fn id(&self) -> u32 {
         match &self.child {
-            InheritedInner::Host(c) => c.id(),
+            InheritedInner::Host { pid, .. } => *pid,
             InheritedInner::Sandboxed(c) => c.id(),
+        }
+    }
+    fn stop(&self) {
+        match &self.child {
+            InheritedInner::Host { pid, .. } => {
+                InheritedInner::signal_host(*pid, rustix::process::Signal::TERM);
+            }
+            InheritedInner::Sandboxed(c) => c.stop(),
+        }
+    }
+    fn kill_tree(&self) {
+        match &self.child {
+            InheritedInner::Host { pid, .. } => {
+                InheritedInner::signal_host(*pid, rustix::process::Signal::KILL);
+            }
+            InheritedInner::Sandboxed(c) => c.kill_tree(),
+        }
+    }
+    fn wait(&self) -> ExitStatus {
+        match &self.child {
+            InheritedInner::Host { child, .. } => lock(child).wait().into(),
+            InheritedInner::Sandboxed(c) => c.wait(),
         }
     }
 }
@@ -1791,12 +1818,16 @@ impl Sandbox for LinuxSandbox {
             (r, None)
         };
         let (child, lease) = self.start_command(spec, [stdin_r, out_w, err_w])?;
-        Ok(Spawned {
-            child: Box::new(child),
-            output: out_r,
-            stdin: stdin_w,
-            on_exit: Some(Box::new(move || drop(lease))),
-        })
+        Ok(Spawned::from_pipes(
+            Box::new(child),
+            out_r,
+            stdin_w,
+            Some(Box::new(move || drop(lease))),
+        ))
+    }
+
+    fn exec_attached(&self, spec: &ExecSpec) -> Result<Box<dyn ProcessHandle>> {
+        Ok(Box::new(self.spawn_inherited(spec)?))
     }
 
     fn show_cwd(&self, cwd: &WorkspacePath) -> String {

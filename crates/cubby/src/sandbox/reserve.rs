@@ -54,7 +54,7 @@ use super::local::is_placeholder_mode;
 use super::{DirEntry, FileSystem, LocalFs, Metadata, OpenFile};
 use crate::error::Result;
 use crate::path::WorkspacePath;
-use crate::process::lock;
+use crate::sync::lock;
 
 /// Stashes made by this process (part of each stash's name).
 static STASHES: AtomicU64 = AtomicU64::new(0);
