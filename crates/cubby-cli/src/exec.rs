@@ -1,19 +1,22 @@
 //! `cubby exec` (one command in the sandbox, stdio and exit code passed
-//! through) and `cubby doctor` (what isolation this machine offers).
+//! through) and `cubby doctor` (what isolation this machine offers), both
+//! through the provider-neutral `Sandbox` trait and probe.
 
-use std::os::unix::process::ExitStatusExt;
 use std::process::ExitCode;
 
 use anyhow::bail;
 use cubby::sandbox::env::{NON_INTERACTIVE_ENV, Source};
-use cubby::sandbox::{Capabilities, CommandEnv, ExecSpec};
-use cubby::{LinuxSandbox, Mode, NetworkMode, ProviderKind, WorkspacePath};
+use cubby::sandbox::{CommandEnv, ExecSpec, ExitStatus};
+use cubby::{Mode, NetworkMode, ProviderKind, WorkspacePath};
 
 use crate::Common;
 use crate::setup;
 
 /// Exit code when the command could not be started at all.
 const EXIT_NOT_STARTED: u8 = 125;
+/// Added to a signal's number for the exit code of a command it killed
+/// (as shells report it).
+const EXIT_SIGNAL_BASE: i32 = 128;
 
 /// Runs `command` under the policy; returns its exit code (128 + the
 /// signal when it was killed by one).
@@ -38,106 +41,60 @@ pub fn run(
     // The one environment of commands (SPEC §4); `cubby exec` is
     // interactive, so without the fixed variables of `run`.
     let env = setup::command_env(&setup.config)?.build(std::env::vars_os(), false);
-    let status = match setup.provider {
-        ProviderKind::Linux => {
-            let options = setup::linux_options(&setup.policy, &setup.config, network);
-            let sandbox = LinuxSandbox::open(&setup.root, options)
-                .map_err(|e| anyhow::anyhow!("{}", e.message()))?;
-            let spec = ExecSpec {
-                argv: command,
-                cwd,
-                env,
-                stdin: true,
-            };
-            let mut child = match sandbox.spawn_inherited(&spec) {
-                Ok(child) => child,
-                Err(e) => {
-                    eprintln!("cubby: {}", e.message());
-                    return Ok(ExitCode::from(EXIT_NOT_STARTED));
-                }
-            };
-            let status = child.wait()?;
-            // The command's reservations (placeholders at missing protected
-            // paths) go with it; the sandbox itself is not torn down: waiting
-            // for the holder to exit would only delay our own exit, and it
-            // ends by itself when this process closes its socket.
-            drop(child);
-            std::mem::forget(sandbox);
-            status
-        }
-        ProviderKind::Local => {
-            tracing::warn!("provider `local`: the command runs unconfined, as your user");
-            let Some((program, args)) = command.split_first() else {
-                bail!("no command given");
-            };
-            std::process::Command::new(program)
-                .args(args)
-                .env_clear()
-                .envs(env)
-                .current_dir(setup.root.join(cwd.as_path()))
-                .status()?
-        }
-        other => bail!(
+    let sandbox = setup::sandbox(
+        setup.provider,
+        &setup.root,
+        &setup.policy,
+        &setup.config,
+        network,
+    )?;
+    if !sandbox.supports_commands() {
+        bail!(
             "the {} provider runs no commands; use --provider linux",
-            other.as_str()
-        ),
+            sandbox.kind().as_str()
+        );
+    }
+    let spec = ExecSpec {
+        argv: command,
+        cwd,
+        env,
+        stdin: true,
     };
-    let code = match (status.code(), status.signal()) {
-        (Some(c), _) => c,
-        (None, Some(sig)) => 128 + sig,
-        _ => 1,
+    let child = match sandbox.exec_attached(&spec) {
+        Ok(child) => child,
+        Err(e) => {
+            eprintln!("cubby: {}", e.message());
+            return Ok(ExitCode::from(EXIT_NOT_STARTED));
+        }
+    };
+    let status = child.wait();
+    // What the command held (placeholders at missing protected paths) goes
+    // with it; the sandbox itself is not torn down: waiting for it to end
+    // (the `linux` provider's holder) would only delay our own exit, and it
+    // ends by itself when this process exits.
+    drop(child);
+    std::mem::forget(sandbox);
+    let code = match status {
+        ExitStatus::Exited(c) => c,
+        ExitStatus::Signaled(sig) => EXIT_SIGNAL_BASE + sig,
+        ExitStatus::Lost(reason) => bail!("{reason}"),
     };
     Ok(ExitCode::from(code.clamp(0, 255) as u8))
 }
 
-/// Prints each capability and what cubby will do with it; exit 1 when the
-/// `linux` provider cannot start here.
+/// Prints what this machine offers the provider asked for (the `linux`
+/// provider when the config cannot be read) and what cubby will do with
+/// it; exit 1 when the provider cannot start here or the config is wrong.
 pub fn doctor(common: &Common) -> anyhow::Result<ExitCode> {
-    let caps = Capabilities::probe();
-    let yes_no = |r: &Result<(), String>| match r {
-        Ok(()) => "yes".to_string(),
-        Err(e) => format!("no ({e})"),
-    };
-    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
-    println!("kernel:           {}", kernel.trim());
-    match caps.landlock_abi {
-        Some(v) => println!("landlock:         yes, ABI {v}"),
-        None => println!("landlock:         no"),
-    }
-    println!("user namespaces:  {}", yes_no(&caps.user_namespaces));
-    println!("seccomp filters:  {}", yes_no(&caps.seccomp));
-    println!(
-        "pid_max per ns:   {}",
-        if caps.namespaced_pid_max {
-            "yes (the sandbox's pid namespace, where each command's nests, gets pid_max for limits.sandbox.processes)"
-        } else {
-            "no (kernel before 6.14)"
-        }
-    );
-    match &caps.pids_cgroup {
-        Some(dir) => println!(
-            "pids cgroup:      yes, {}{}",
-            dir.display(),
-            if caps.namespaced_pid_max {
-                " (not needed: pid_max is per namespace)"
-            } else {
-                " (each sandbox gets pids.max)"
-            }
-        ),
-        None => println!("pids cgroup:      no"),
-    }
-    println!(
-        "running as root:  {}",
-        if !caps.root {
-            "no (RLIMIT_NPROC also bounds processes)"
-        } else if caps.namespaced_pid_max || caps.pids_cgroup.is_some() {
-            "yes (RLIMIT_NPROC does not bind root; the above bounds a fork bomb)"
-        } else {
-            "yes (RLIMIT_NPROC does not bind root and nothing else bounds a fork bomb here)"
-        }
-    );
-    let missing = caps.missing();
     let setup = setup::resolve(common);
+    let provider = setup
+        .as_ref()
+        .map(|s| s.provider)
+        .unwrap_or(ProviderKind::Linux);
+    let probe = cubby::sandbox::probe(provider);
+    for (label, value) in &probe.facts {
+        println!("{:<LABEL_WIDTH$}{value}", format!("{label}:"));
+    }
     let mode = setup.as_ref().map(|s| s.policy.mode()).unwrap_or_default();
     let env_ok = match setup
         .as_ref()
@@ -153,31 +110,39 @@ pub fn doctor(common: &Common) -> anyhow::Result<ExitCode> {
             false
         }
     };
-    if missing.is_empty() {
+    let kind = probe.kind.as_str();
+    if !probe.ready() {
         println!(
-            "cubby will:       run commands (provider linux, mode {}) in user, mount, pid, IPC, UTS \
-             and network namespaces, under Landlock, seccomp and rlimits{}",
+            "cubby will:       refuse to start the {kind} provider: missing {}. {}",
+            probe.missing.join(", "),
+            probe.instead
+        );
+        return Ok(ExitCode::from(1));
+    }
+    match &probe.commands {
+        Some(how) => println!(
+            "cubby will:       run commands (provider {kind}, mode {}) {how}{}",
             mode.as_str(),
             if mode == Mode::FullAccess {
                 " (full-access: unconfined)"
             } else {
                 ""
             }
-        );
-        Ok(if env_ok {
-            ExitCode::SUCCESS
-        } else {
-            ExitCode::from(1)
-        })
-    } else {
-        println!(
-            "cubby will:       refuse to start the linux provider: missing {}. \
-             `--provider local` runs commands without OS isolation.",
-            missing.join(", ")
-        );
-        Ok(ExitCode::from(1))
+        ),
+        None => println!(
+            "cubby will:       run no commands (provider {kind}, mode {}): the file tools only",
+            mode.as_str()
+        ),
     }
+    Ok(if env_ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
 }
+
+/// Width of the label column of `cubby doctor` (`label:` and padding).
+const LABEL_WIDTH: usize = 18;
 
 /// Prints what commands get of this process's environment and what they do
 /// not (SPEC §4): names only, never a value.

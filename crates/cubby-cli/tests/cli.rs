@@ -569,6 +569,86 @@ fn exec_cannot_push_input_into_the_callers_terminal() {
     assert_eq!(pushed, "", "cubby exec: {printed}");
 }
 
+/// `cubby exec` passes the command's stdout and stderr through apart and
+/// untouched and gives its exit code (128 + the signal that killed it), on
+/// every provider that runs commands, through the one `Sandbox` contract; a
+/// command that cannot start is 125 on each of them; a provider without
+/// commands is refused.
+#[test]
+fn exec_passes_streams_and_exit_codes_through_on_every_provider() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases: [&[&str]; 3] = [
+        &["--provider", "linux"],
+        &["--provider", "linux", "--mode", "full-access"],
+        &["--provider", "local"],
+    ];
+    let exec = |flags: &[&str], command: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_cubby"))
+            .args(["exec", "--root"])
+            .arg(dir.path())
+            .args(flags)
+            .arg("--")
+            .args(command)
+            .env_remove("RUST_LOG")
+            .output()
+            .unwrap()
+    };
+    for flags in cases {
+        let out = exec(
+            flags,
+            &["sh", "-c", "printf 'out\\033[1m\\n'; echo err >&2; exit 7"],
+        );
+        assert_eq!(out.status.code(), Some(7), "{flags:?}: {out:?}");
+        assert_eq!(out.stdout, b"out\x1b[1m\n", "{flags:?}: {out:?}");
+        assert!(
+            String::from_utf8_lossy(&out.stderr).ends_with("err\n"),
+            "{flags:?}: {out:?}"
+        );
+        let out = exec(flags, &["sh", "-c", "kill -TERM $$"]);
+        assert_eq!(out.status.code(), Some(128 + 15), "{flags:?}: {out:?}");
+        let out = exec(flags, &["/nonexistent/cubby-no-such-program"]);
+        assert_eq!(out.status.code(), Some(125), "{flags:?}: {out:?}");
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("cubby-no-such-program"),
+            "{flags:?}: {out:?}"
+        );
+    }
+    let out = exec(&["--provider", "virtual"], &["true"]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("runs no commands"),
+        "{out:?}"
+    );
+}
+
+/// `cubby doctor` reports on the provider asked for: `linux` (the default)
+/// with the kernel's facts, `local` with what it is (host processes, no OS
+/// boundary; nothing to refuse), `virtual` with no commands.
+#[test]
+fn doctor_reports_on_the_provider_asked_for() {
+    let dir = tempfile::tempdir().unwrap();
+    let doctor = |flags: &[&str]| cubby_with_keys(dir.path(), &["doctor"], flags);
+    let out = doctor(&[]);
+    let text = stdout(&out);
+    assert!(text.contains("\nlandlock:   "), "{text}");
+    assert!(
+        text.contains("(provider linux, mode ") || text.contains("start the linux provider"),
+        "{text}"
+    );
+    let out = doctor(&["--provider", "local"]);
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    assert!(!text.contains("landlock:"), "{text}");
+    assert!(
+        text.contains("run commands (provider local, mode workspace-write) as host processes"),
+        "{text}"
+    );
+    let out = doctor(&["--provider", "virtual"]);
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    assert!(text.contains("run no commands (provider virtual"), "{text}");
+}
+
 /// Under `cubby exec` on a terminal the command is the terminal's
 /// foreground job: it may set terminal modes (a background job would be
 /// stopped by `SIGTTOU`, and `cubby exec` would wait for ever).

@@ -45,8 +45,8 @@ fn exec_wait(sandbox: &dyn Sandbox, argv: &[&str]) {
     };
     let spawned = sandbox.exec(&spec).unwrap();
     drop(spawned.output);
-    let status = spawned.child.wait().unwrap();
-    assert!(status.success());
+    let status = spawned.handle.wait();
+    assert!(status.success(), "{status:?}");
     if let Some(release) = spawned.on_exit {
         release();
     }

@@ -61,6 +61,7 @@ mod path;
 pub mod policy;
 pub mod process;
 pub mod sandbox;
+mod sync;
 mod tools;
 mod toolset;
 pub mod web;

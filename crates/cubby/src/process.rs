@@ -1,41 +1,39 @@
 //! The processes of one run: spawning under the reaper shim, bounded capture,
 //! paging, stopping.
 //!
-//! Every command (a `run` or a `start_process`) becomes a [`Proc`]: a reader
-//! thread pulls its combined stdout+stderr (one pipe for both, so the kernel
-//! keeps the arrival order), strips ANSI escapes, redacts secrets (safe across
-//! pipe reads), and appends the result to a retained window (a ring, default
-//! 1 MiB) and, for `run`, to a head+tail capture. Memory per process is
-//! bounded whatever the command prints. Subscribers receive each shaped
-//! chunk as it arrives.
+//! Every command (a `run` or a `start_process`) becomes a [`Proc`] from what
+//! its provider handed back ([`Spawned`], the contract of `sandbox/exec.rs`):
+//! a reader thread pulls its combined stdout+stderr (one stream for both:
+//! the `local` and `linux` providers give one pipe, so the kernel keeps the
+//! arrival order), strips ANSI escapes, redacts secrets (safe across reads),
+//! and appends the result to a retained window (a ring, default 1 MiB) and,
+//! for `run`, to a head+tail capture. Memory per process is bounded whatever
+//! the command prints: reads are of a fixed size. Subscribers receive each
+//! shaped chunk as it arrives. At the end of the stream the reader waits for
+//! the command's [`ExitStatus`] and records it as a [`Status`].
 //!
 //! # Caveats
 //!
-//! - Stopping sends the shim `SIGTERM` (forwarded to the command's group and
-//!   every orphan), then, after the grace, `SIGUSR1`: the shim kills the whole
-//!   tree — daemons and double-forks included — and exits. The shim itself is
-//!   never sent `SIGKILL`, which would hand the tree to init.
+//! - Stopping asks the handle to stop (the `local` provider's shim gets
+//!   `SIGTERM`, forwarded to the command's group and every orphan), then,
+//!   after the grace, to kill the tree (the shim gets `SIGUSR1`: it kills the
+//!   whole tree — daemons and double-forks included — and exits; the shim
+//!   itself is never sent `SIGKILL`, which would hand the tree to init).
 //! - If the server process itself is killed with `SIGKILL`, its shims and
 //!   their commands outlive it.
 //! - Finished processes are kept so their logs can be paged, up to
 //!   [`MAX_FINISHED_PROCESSES`]; older ones are forgotten.
 
 use std::collections::{BTreeMap, VecDeque};
-use std::io::Read;
-use std::os::fd::OwnedFd;
-use std::process::{Child, ExitStatus};
+use std::io::{Read, Write};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::output::{AnsiStripper, HeadTail, Redactor, StreamRedactor};
-
-/// The signal that asks a command's shim (`sandbox::local::shim`) to stop its
-/// command politely.
-pub(crate) const SIGNAL_STOP: rustix::process::Signal = rustix::process::Signal::TERM;
-/// The signal that asks a command's shim to kill its command's whole tree now.
-pub(crate) const SIGNAL_KILL_TREE: rustix::process::Signal = rustix::process::Signal::USR1;
+use crate::sandbox::{ExitStatus, ProcessHandle, Spawned};
+use crate::sync::lock;
 
 /// Bytes of output retained per process for `process_logs`.
 pub const RETAINED_LOG_BYTES: usize = 1024 * 1024;
@@ -47,7 +45,7 @@ pub const STOP_GRACE: Duration = Duration::from_secs(2);
 const KILL_RESEND: Duration = Duration::from_millis(100);
 /// Longest wait for a killed tree to be reaped.
 const KILL_WAIT: Duration = Duration::from_secs(10);
-/// Size of one read from a command's pipe.
+/// Size of one read from a command's output stream.
 const READ_CHUNK_BYTES: usize = 256 * 1024;
 
 /// A cancellation flag shared between a caller and a running call.
@@ -205,7 +203,8 @@ pub struct Proc {
     pub name: String,
     /// The command line as the model gave it.
     pub command: String,
-    /// The pid of the shim that owns the command's tree.
+    /// The number its provider shows for it (the pid of the shim or init
+    /// that owns the command's tree, on this machine's providers).
     pub pid: u32,
     /// When it started.
     pub started: Instant,
@@ -215,7 +214,7 @@ pub struct Proc {
     changed: Condvar,
     child: Arc<dyn ProcessHandle>,
     reaped: AtomicBool,
-    stdin: Mutex<Option<std::fs::File>>,
+    stdin: Mutex<Option<Box<dyn Write + Send>>>,
 }
 
 impl std::fmt::Debug for Proc {
@@ -225,12 +224,6 @@ impl std::fmt::Debug for Proc {
             .field("pid", &self.pid)
             .finish()
     }
-}
-
-/// Locks `m`, recovering the data of a poisoned lock (a panicking
-/// holder never leaves these structures half-written).
-pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl Proc {
@@ -341,7 +334,6 @@ impl Proc {
     /// `invalid_input` when the process was started without `stdin: true`;
     /// `limit` when it is not reading.
     pub fn write_stdin(&self, input: &[u8]) -> Result<usize> {
-        use std::io::Write;
         let mut guard = lock(&self.stdin);
         let Some(pipe) = guard.as_mut() else {
             return Err(Error::invalid_input(format!(
@@ -368,73 +360,6 @@ impl Proc {
         }
         Ok(written)
     }
-}
-
-/// A started command as its provider controls it.
-pub trait ProcessHandle: Send + Sync {
-    /// The pid shown for it (the reaper shim's, or the pid-namespace init's).
-    fn id(&self) -> u32;
-    /// Asks the command to stop (`SIGTERM` to its process group).
-    fn stop(&self);
-    /// Kills the command's whole tree now.
-    fn kill_tree(&self);
-    /// Waits until it has exited; its status is the command's.
-    ///
-    /// # Errors
-    ///
-    /// When the status cannot be had.
-    fn wait(&self) -> std::io::Result<ExitStatus>;
-}
-
-/// A command under the reaper shim (`sandbox/local/shim.rs`): the shim's pid is
-/// what gets signalled and waited for.
-pub struct ShimChild {
-    pid: u32,
-    child: Mutex<Child>,
-}
-
-impl ShimChild {
-    /// Wraps the `Child` of a command spawned under the shim.
-    pub fn new(child: Child) -> ShimChild {
-        ShimChild {
-            pid: child.id(),
-            child: Mutex::new(child),
-        }
-    }
-
-    fn signal(&self, sig: rustix::process::Signal) {
-        if let Some(pid) = rustix::process::Pid::from_raw(self.pid as i32) {
-            let _ = rustix::process::kill_process(pid, sig);
-        }
-    }
-}
-
-impl ProcessHandle for ShimChild {
-    fn id(&self) -> u32 {
-        self.pid
-    }
-    fn stop(&self) {
-        self.signal(SIGNAL_STOP);
-    }
-    fn kill_tree(&self) {
-        self.signal(SIGNAL_KILL_TREE);
-    }
-    fn wait(&self) -> std::io::Result<ExitStatus> {
-        lock(&self.child).wait()
-    }
-}
-
-/// What a provider hands back for a spawned command.
-pub struct Spawned {
-    /// The command's handle.
-    pub child: Box<dyn ProcessHandle>,
-    /// Read end of the combined stdout+stderr pipe.
-    pub output: OwnedFd,
-    /// Write end of the stdin pipe, when asked for.
-    pub stdin: Option<OwnedFd>,
-    /// Called once the process has been reaped (providers release what the
-    /// command held).
-    pub on_exit: Option<Box<dyn FnOnce() + Send>>,
 }
 
 /// Options for tracking a spawned process.
@@ -500,14 +425,10 @@ impl ProcessTable {
 
     /// Registers a spawned process and starts its reader.
     pub(crate) fn track(&self, spawned: Spawned, track: Track) -> Result<Arc<Proc>> {
-        let stdin = spawned.stdin.map(|fd| {
-            let _ = rustix::fs::fcntl_setfl(&fd, rustix::fs::OFlags::NONBLOCK);
-            std::fs::File::from(fd)
-        });
         let proc = Arc::new(Proc {
             name: track.name.clone(),
             command: track.command,
-            pid: spawned.child.id(),
+            pid: spawned.handle.id(),
             reaped: AtomicBool::new(false),
             started: Instant::now(),
             started_at: SystemTime::now(),
@@ -523,8 +444,8 @@ impl ProcessTable {
                 output_closed: false,
             }),
             changed: Condvar::new(),
-            child: Arc::from(spawned.child),
-            stdin: Mutex::new(stdin),
+            child: Arc::from(spawned.handle),
+            stdin: Mutex::new(spawned.stdin),
         });
         {
             let mut procs = lock(&self.procs);
@@ -541,7 +462,7 @@ impl ProcessTable {
         let reader = Reader {
             on_exit: spawned.on_exit,
             proc: proc.clone(),
-            pipe: std::fs::File::from(spawned.output),
+            output: spawned.output,
             stripper: AnsiStripper::default(),
             redactor: self.redactor.stream(),
             subscribers: self.subscribers.clone(),
@@ -597,7 +518,7 @@ impl Drop for ProcessTable {
 struct Reader {
     on_exit: Option<Box<dyn FnOnce() + Send>>,
     proc: Arc<Proc>,
-    pipe: std::fs::File,
+    output: Box<dyn Read + Send>,
     stripper: AnsiStripper,
     redactor: StreamRedactor,
     subscribers: Arc<Mutex<Vec<Subscriber>>>,
@@ -608,7 +529,7 @@ impl Reader {
     fn run(mut self) {
         let mut buf = vec![0u8; READ_CHUNK_BYTES];
         loop {
-            match self.pipe.read(&mut buf) {
+            match self.output.read(&mut buf) {
                 Ok(0) => break,
                 Ok(n) => {
                     let stripped = self.stripper.push(&buf[..n]);
@@ -632,15 +553,13 @@ impl Reader {
             Some(self.proc.child.wait())
         };
         let status = match waited {
-            Some(Ok(s)) => {
-                use std::os::unix::process::ExitStatusExt;
-                match (s.code(), s.signal()) {
-                    (Some(c), _) => Status::Exited(c),
-                    (None, Some(sig)) => Status::Signaled(sig),
-                    _ => Status::Exited(-1),
-                }
+            Some(ExitStatus::Exited(c)) => Status::Exited(c),
+            Some(ExitStatus::Signaled(sig)) => Status::Signaled(sig),
+            Some(ExitStatus::Lost(reason)) => {
+                tracing::warn!(name = %self.proc.name, %reason, "the end of a command is unknown");
+                Status::Exited(-1)
             }
-            _ => Status::Exited(-1),
+            None => Status::Exited(-1),
         };
         *lock(&self.proc.stdin) = None;
         if let Some(release) = self.on_exit.take() {
@@ -716,5 +635,348 @@ mod tests {
         assert_eq!(bytes, "aé".as_bytes());
         let (bytes, _) = r.read(0, 6);
         assert_eq!(bytes, "aé€".as_bytes());
+    }
+}
+
+/// A contract test of this module: the process table and the `run` tool
+/// driven through [`Sandbox::exec`](crate::sandbox::Sandbox::exec) by a
+/// provider whose "command" is a thread of this process writing to an
+/// in-memory stream, with a status of cubby's own — no pipe, no pid, no
+/// kernel process — as a provider that runs commands elsewhere (over HTTP,
+/// in a VM) would hand them back. The `local` and `linux` providers
+/// implement the same trait and return the same [`Spawned`].
+///
+/// This provider confines nothing: it is a test double of the command
+/// contract only and must never stand in for a sandbox in a security test.
+#[cfg(test)]
+mod contract_tests {
+    use std::io::{self, Read, Write};
+    use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+    use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
+    use std::sync::{Arc, Mutex};
+    use std::thread::JoinHandle;
+    use std::time::Duration;
+
+    use serde_json::json;
+
+    use super::{ProcessTable, Status, Track};
+    use crate::output::Redactor;
+    use crate::sandbox::{
+        ExecSpec, ExitStatus, FileSystem, MemoryFs, ProcessHandle, ProviderKind, Sandbox, Spawned,
+    };
+    use crate::sync::lock;
+
+    /// Chunks in flight between a "command" and its reader (and in its
+    /// stdin): the stream itself holds at most this many.
+    const STREAM_CHUNKS: usize = 4;
+    /// Size of one chunk a "command" prints in the floods below.
+    const FLOOD_CHUNK_BYTES: usize = 64 * 1024;
+
+    /// The reading end of a "command"'s output.
+    struct Stream {
+        rx: Receiver<Vec<u8>>,
+        chunk: Vec<u8>,
+        at: usize,
+    }
+
+    impl Read for Stream {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            while self.at == self.chunk.len() {
+                match self.rx.recv() {
+                    Ok(chunk) => (self.chunk, self.at) = (chunk, 0),
+                    // Every sender gone: the end of the stream.
+                    Err(_) => return Ok(0),
+                }
+            }
+            let n = buf.len().min(self.chunk.len() - self.at);
+            buf[..n].copy_from_slice(&self.chunk[self.at..self.at + n]);
+            self.at += n;
+            Ok(n)
+        }
+    }
+
+    /// A "command"'s stdin: never blocks, `WouldBlock` when full.
+    struct Sink(SyncSender<Vec<u8>>);
+
+    impl Write for Sink {
+        fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+            match self.0.try_send(buf.to_vec()) {
+                Ok(()) => Ok(buf.len()),
+                Err(TrySendError::Full(_)) => Err(io::ErrorKind::WouldBlock.into()),
+                Err(TrySendError::Disconnected(_)) => Err(io::ErrorKind::BrokenPipe.into()),
+            }
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// What the handle asked of a "command".
+    #[derive(Default)]
+    struct Signals {
+        stop: AtomicBool,
+        kill: AtomicBool,
+    }
+
+    /// What a "command" sees: its output, its stdin, the handle's requests.
+    struct Io {
+        out: SyncSender<Vec<u8>>,
+        stdin: Option<Receiver<Vec<u8>>>,
+        signals: Arc<Signals>,
+    }
+
+    impl Io {
+        fn print(&self, bytes: &[u8]) {
+            let _ = self.out.send(bytes.to_vec());
+        }
+        fn killed(&self) -> bool {
+            self.signals.kill.load(Ordering::SeqCst)
+        }
+        fn stopped(&self) -> bool {
+            self.signals.stop.load(Ordering::SeqCst)
+        }
+    }
+
+    type Script = Arc<dyn Fn(&ExecSpec, &Io) -> ExitStatus + Send + Sync>;
+
+    struct ThreadHandle {
+        id: u32,
+        signals: Arc<Signals>,
+        thread: Mutex<Option<JoinHandle<ExitStatus>>>,
+    }
+
+    impl ProcessHandle for ThreadHandle {
+        fn id(&self) -> u32 {
+            self.id
+        }
+        fn stop(&self) {
+            self.signals.stop.store(true, Ordering::SeqCst);
+        }
+        fn kill_tree(&self) {
+            self.signals.kill.store(true, Ordering::SeqCst);
+        }
+        fn wait(&self) -> ExitStatus {
+            match lock(&self.thread).take() {
+                Some(thread) => thread
+                    .join()
+                    .unwrap_or_else(|_| ExitStatus::Lost("the command thread panicked".into())),
+                None => ExitStatus::Lost("waited for twice".into()),
+            }
+        }
+    }
+
+    /// Stands in for a provider that runs commands elsewhere: each command
+    /// is `script` on a thread.
+    struct ThreadSandbox {
+        fs: MemoryFs,
+        script: Script,
+        next_id: AtomicU32,
+    }
+
+    impl ThreadSandbox {
+        fn new(script: impl Fn(&ExecSpec, &Io) -> ExitStatus + Send + Sync + 'static) -> Self {
+            ThreadSandbox {
+                fs: MemoryFs::new(),
+                script: Arc::new(script),
+                next_id: AtomicU32::new(1),
+            }
+        }
+    }
+
+    impl Sandbox for ThreadSandbox {
+        fn kind(&self) -> ProviderKind {
+            ProviderKind::Remote
+        }
+        fn fs(&self) -> &dyn FileSystem {
+            &self.fs
+        }
+        fn supports_commands(&self) -> bool {
+            true
+        }
+        fn exec(&self, spec: &ExecSpec) -> crate::Result<Spawned> {
+            let (out, rx) = sync_channel(STREAM_CHUNKS);
+            let (stdin, stdin_rx) = if spec.stdin {
+                let (tx, rx) = sync_channel(STREAM_CHUNKS);
+                (Some(Box::new(Sink(tx)) as Box<dyn Write + Send>), Some(rx))
+            } else {
+                (None, None)
+            };
+            let signals = Arc::new(Signals::default());
+            let io = Io {
+                out,
+                stdin: stdin_rx,
+                signals: signals.clone(),
+            };
+            let (script, spec) = (self.script.clone(), spec.clone());
+            let thread = std::thread::spawn(move || {
+                let status = script(&spec, &io);
+                if io.killed() {
+                    ExitStatus::Signaled(libc::SIGKILL)
+                } else {
+                    status
+                }
+            });
+            Ok(Spawned {
+                handle: Box::new(ThreadHandle {
+                    id: self.next_id.fetch_add(1, Ordering::Relaxed),
+                    signals,
+                    thread: Mutex::new(Some(thread)),
+                }),
+                output: Box::new(Stream {
+                    rx,
+                    chunk: Vec::new(),
+                    at: 0,
+                }),
+                stdin,
+                on_exit: None,
+            })
+        }
+    }
+
+    /// The last argument of a `run` command's argv: the command line.
+    fn command_line(spec: &ExecSpec) -> &str {
+        spec.argv.last().map(String::as_str).unwrap_or("")
+    }
+
+    fn table() -> ProcessTable {
+        ProcessTable::new(Redactor::default(), Arc::new(Mutex::new(Vec::new())))
+    }
+
+    fn track(retained: usize) -> Track {
+        Track {
+            name: "p".into(),
+            command: "p".into(),
+            capture_bytes: Some(256),
+            retained_bytes: retained,
+            call_subscriber: None,
+        }
+    }
+
+    fn spec(stdin: bool) -> ExecSpec {
+        ExecSpec {
+            argv: vec!["p".into()],
+            cwd: crate::path::WorkspacePath::root(),
+            env: Vec::new(),
+            stdin,
+        }
+    }
+
+    /// `run` reads the stream as it comes (ANSI stripped, a secret split
+    /// across two chunks redacted) and reports the status it was handed.
+    #[test]
+    fn run_reads_any_byte_stream_and_reports_cubbys_status() {
+        let sandbox = ThreadSandbox::new(|spec, io| {
+            if command_line(spec) != "greet" {
+                return ExitStatus::Exited(0);
+            }
+            io.print(b"hello \x1b[31mwor");
+            io.print(b"ld\x1b[0m key=s3cr");
+            io.print(b"et-value\n");
+            ExitStatus::Exited(3)
+        });
+        let tools = crate::Toolset::builder(Arc::new(sandbox))
+            .secret("KEY", "s3cret-value")
+            .track_changes(false)
+            .build()
+            .unwrap();
+        let out = tools.call("run", json!({"command": "greet"}));
+        assert!(out.text.starts_with("FAILED exit=3 "), "{}", out.text);
+        assert!(out.text.contains("hello world key="), "{}", out.text);
+        assert!(!out.text.contains("s3cret-value"), "{}", out.text);
+        assert!(!out.text.contains('\x1b'), "{:?}", out.text);
+        let out = tools.call("run", json!({"command": "ok"}));
+        assert!(out.text.starts_with("OK exit=0 "), "{}", out.text);
+    }
+
+    /// On timeout `run` kills the tree through the handle, whatever the
+    /// command prints meanwhile, and keeps only its head and tail.
+    #[test]
+    fn run_kills_a_flooding_command_through_its_handle() {
+        let sandbox = ThreadSandbox::new(|_, io| {
+            let chunk = vec![b'x'; FLOOD_CHUNK_BYTES];
+            while !io.killed() {
+                io.print(&chunk);
+            }
+            ExitStatus::Exited(0)
+        });
+        let tools = crate::Toolset::builder(Arc::new(sandbox))
+            .track_changes(false)
+            .build()
+            .unwrap();
+        let out = tools.call("run", json!({"command": "flood", "timeout_ms": 300}));
+        assert!(out.text.starts_with("FAILED timeout 0.3s"), "{}", out.text);
+        let cut = out.structured["cut_bytes"].as_u64().unwrap();
+        assert!(cut > 0, "{}", out.structured);
+        assert!(
+            out.text.len() < 2 * crate::config::RUN_MAX_OUTPUT_BYTES,
+            "{} bytes",
+            out.text.len()
+        );
+    }
+
+    /// The retained window stays at its size however much is printed; an
+    /// unknown end is recorded as exit -1, after the output is drained.
+    #[test]
+    fn a_lost_status_after_a_long_stream_is_exit_minus_one() {
+        const TOTAL: usize = 64 * FLOOD_CHUNK_BYTES;
+        let sandbox = ThreadSandbox::new(|_, io| {
+            for i in 0..TOTAL / FLOOD_CHUNK_BYTES {
+                io.print(&vec![b'a' + (i % 26) as u8; FLOOD_CHUNK_BYTES]);
+            }
+            ExitStatus::Lost("the machine went away".into())
+        });
+        let procs = table();
+        let released = Arc::new(AtomicBool::new(false));
+        let mut spawned = sandbox.exec(&spec(false)).unwrap();
+        let flag = released.clone();
+        spawned.on_exit = Some(Box::new(move || flag.store(true, Ordering::SeqCst)));
+        let proc = procs.track(spawned, track(1024)).unwrap();
+        assert!(proc.wait_until(None, None));
+        assert_eq!(proc.status(), Status::Exited(-1));
+        assert!(released.load(Ordering::SeqCst));
+        assert_eq!(proc.output_end(), TOTAL as u64);
+        let (text, from, next, dropped) = proc.read_log(0, usize::MAX);
+        assert_eq!((from, next), (TOTAL as u64 - 1024, TOTAL as u64));
+        assert_eq!(dropped, TOTAL as u64 - 1024);
+        assert_eq!(text, "l".repeat(1024));
+    }
+
+    /// Stdin is a byte sink: what is written arrives, a full sink answers
+    /// at once with fewer bytes, and stop reaches the command.
+    #[test]
+    fn stdin_is_a_sink_that_never_blocks_and_stop_reaches_the_command() {
+        let sandbox = ThreadSandbox::new(|_, io| {
+            let stdin = io.stdin.as_ref().expect("stdin asked for");
+            let first = stdin.recv().unwrap_or_default();
+            io.print(&first);
+            // Then stop reading until asked to stop.
+            while !io.stopped() {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            ExitStatus::Signaled(libc::SIGTERM)
+        });
+        let procs = table();
+        let proc = procs
+            .track(sandbox.exec(&spec(true)).unwrap(), track(1024))
+            .unwrap();
+        assert_eq!(proc.write_stdin(b"ping\n").unwrap(), 5);
+        while proc.output_end() < 5 {
+            proc.wait_until(
+                Some(std::time::Instant::now() + Duration::from_millis(10)),
+                None,
+            );
+        }
+        assert_eq!(proc.read_log(0, 100).0, "ping\n");
+        let mut accepted = 0;
+        for _ in 0..2 * STREAM_CHUNKS {
+            accepted += proc.write_stdin(b"more").unwrap();
+        }
+        assert_eq!(accepted, 4 * STREAM_CHUNKS, "the sink holds what it holds");
+        proc.stop(Duration::from_secs(10));
+        assert_eq!(proc.status(), Status::Signaled(libc::SIGTERM));
+        assert!(
+            proc.write_stdin(b"late").is_err(),
+            "stdin closes at the end"
+        );
     }
 }

@@ -17,6 +17,7 @@ use std::path::{Path, PathBuf};
 /// The library's top-level modules, lowest first. A module may import only
 /// modules earlier in this list.
 const LAYERS: &[&str] = &[
+    "sync",
     "error",
     "output",
     "path",
@@ -25,8 +26,8 @@ const LAYERS: &[&str] = &[
     "config",
     "exec_policy",
     "net",
-    "process",
     "sandbox",
+    "process",
     "artifact",
     "web",
     "config_file",

@@ -17,11 +17,20 @@
 //! [`MemoryFs`] (the `virtual` provider, in memory) for files;
 //! [`LocalSandbox`] (host processes) and [`LinuxSandbox`] (namespaces,
 //! Landlock, seccomp) for commands.
+//!
+//! Commands follow one contract (`sandbox/exec.rs`): an [`ExecSpec`] in, a
+//! [`Spawned`] out — a [`ProcessHandle`] (stop, kill the tree, wait for
+//! cubby's own [`ExitStatus`]), the output as a byte stream and stdin as a
+//! byte sink — so that a provider need not run its commands on this kernel.
+//! What a provider needs of this machine before it opens is its [`probe`]
+//! (`cubby doctor`).
 
 pub mod env;
+mod exec;
 mod linux;
 mod local;
 mod memory;
+mod probe;
 
 use std::ffi::OsString;
 use std::io::Read;
@@ -29,9 +38,11 @@ use std::sync::Arc;
 
 pub use crate::config::ProviderKind;
 pub use env::{CommandEnv, HOST_ONLY_ENV};
-pub use linux::{Capabilities, InheritedChild, LinuxOptions, LinuxSandbox};
+pub use exec::{ExecSpec, ExitStatus, ProcessHandle, Spawned};
+pub use linux::{Capabilities, LinuxOptions, LinuxSandbox};
 pub use local::{LocalFs, LocalSandbox};
 pub use memory::MemoryFs;
+pub use probe::{Probe, probe};
 
 use crate::error::Result;
 use crate::path::WorkspacePath;
@@ -144,21 +155,6 @@ impl<T: FileSystem + ?Sized> FileSystem for Arc<T> {
     }
 }
 
-/// A command to start in a sandbox.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ExecSpec {
-    /// Program and arguments (already wrapped in the shell).
-    pub argv: Vec<String>,
-    /// Working directory, confined to the root.
-    pub cwd: WorkspacePath,
-    /// The command's whole environment, made by [`CommandEnv::build`]: the
-    /// provider adds only its own variables (the `linux` provider's
-    /// `TMPDIR` and proxy variables) and nothing of cubby's environment.
-    pub env: Vec<(OsString, OsString)>,
-    /// Give the process a stdin pipe (otherwise stdin is `/dev/null`).
-    pub stdin: bool,
-}
-
 /// Where the tools act: a file system plus capabilities.
 pub trait Sandbox: Send + Sync {
     /// Which provider this is.
@@ -168,23 +164,44 @@ pub trait Sandbox: Send + Sync {
     /// True when the provider can run commands.
     fn supports_commands(&self) -> bool;
 
-    /// Starts a command whose whole process tree the sandbox can kill.
+    /// Starts a command whose whole process tree the sandbox can kill, its
+    /// output and stdin handed back as streams (the contract is in
+    /// `sandbox/exec.rs`: [`Spawned`]).
     ///
     /// # Errors
     ///
     /// `unsupported` on providers without commands.
-    fn exec(&self, spec: &ExecSpec) -> Result<crate::process::Spawned> {
+    fn exec(&self, spec: &ExecSpec) -> Result<Spawned> {
         let _ = spec;
-        Err(crate::Error::new(
-            crate::ErrorKind::Unsupported,
-            format!("the {} provider runs no commands", self.kind().as_str()),
-        ))
+        Err(runs_no_commands(self.kind()))
+    }
+
+    /// Starts a command connected to this process's own stdin, stdout and
+    /// stderr (`cubby exec`: a raw passthrough, the command the terminal's
+    /// foreground job). A provider of this machine hands the descriptors
+    /// over; one that runs commands elsewhere pumps them. [`ExecSpec::stdin`]
+    /// is ignored: the command reads this process's stdin.
+    ///
+    /// # Errors
+    ///
+    /// `unsupported` on providers without commands.
+    fn exec_attached(&self, spec: &ExecSpec) -> Result<Box<dyn ProcessHandle>> {
+        let _ = spec;
+        Err(runs_no_commands(self.kind()))
     }
 
     /// How a working directory is shown in verdict lines.
     fn show_cwd(&self, cwd: &WorkspacePath) -> String {
         format!("/{}", cwd.as_path().display())
     }
+}
+
+/// The error of starting a command on a provider without commands.
+fn runs_no_commands(kind: ProviderKind) -> crate::Error {
+    crate::Error::new(
+        crate::ErrorKind::Unsupported,
+        format!("the {} provider runs no commands", kind.as_str()),
+    )
 }
 
 /// A sandbox made of a file system and no command runner: the `virtual`

@@ -17,7 +17,8 @@ use super::wire::{self, MSG_EXEC_FAILED, MSG_EXITED, MSG_FORK_FAILED, MSG_STARTE
 use crate::error::{Error, ErrorKind, Result};
 use crate::net::EgressProxy;
 use crate::path::WorkspacePath;
-use crate::process::lock;
+use crate::sync::lock;
+use crate::sandbox::{ExitStatus, ProcessHandle};
 
 /// A started sandbox: the holder, its socket, and what answers arrive.
 pub(super) struct Live {
@@ -77,7 +78,7 @@ impl SandboxChild {
     }
 }
 
-impl crate::process::ProcessHandle for SandboxChild {
+impl ProcessHandle for SandboxChild {
     fn id(&self) -> u32 {
         self.pid
     }
@@ -89,8 +90,7 @@ impl crate::process::ProcessHandle for SandboxChild {
         // Killing a pid namespace's init kills everything in it.
         self.signal(rustix::process::Signal::KILL);
     }
-    fn wait(&self) -> std::io::Result<std::process::ExitStatus> {
-        use std::os::unix::process::ExitStatusExt;
+    fn wait(&self) -> ExitStatus {
         let mut status = lock(&self.status);
         if status.is_none() {
             // The init reports before it exits; killed, it reports nothing
@@ -108,9 +108,7 @@ impl crate::process::ProcessHandle for SandboxChild {
             *status = Some(reported);
             lock(&self.pidfd).take();
         }
-        Ok(std::process::ExitStatus::from_raw(
-            status.unwrap_or(KILLED_STATUS),
-        ))
+        ExitStatus::from_wait_status(status.unwrap_or(KILLED_STATUS))
     }
 }
 
@@ -164,38 +162,67 @@ pub(super) fn await_start(
     }
 }
 
-///
-/// [`wait`]: InheritedChild::wait
-pub struct InheritedChild {
+/// A command started by [`super::LinuxSandbox::spawn_inherited`]; what it
+/// holds in the sandbox is released when this is dropped (after it is
+/// waited for).
+pub(super) struct InheritedChild {
     pub(super) child: InheritedInner,
     pub(super) _lease: Option<Lease>,
 }
 
 pub(super) enum InheritedInner {
-    Host(Child),
+    /// `full-access`: a host process in this process's group (the
+    /// terminal's foreground job), so signals reach it alone.
+    Host {
+        pid: u32,
+        child: Mutex<Child>,
+    },
     Sandboxed(Box<SandboxChild>),
 }
 
-impl InheritedChild {
-    /// Waits for the command to exit; its status is the command's.
-    ///
-    /// # Errors
-    ///
-    /// As [`Child::wait`].
-    pub fn wait(&mut self) -> std::io::Result<std::process::ExitStatus> {
-        use crate::process::ProcessHandle;
-        match &mut self.child {
-            InheritedInner::Host(c) => c.wait(),
-            InheritedInner::Sandboxed(c) => c.wait(),
+impl InheritedInner {
+    pub(super) fn host(child: Child) -> InheritedInner {
+        InheritedInner::Host {
+            pid: child.id(),
+            child: Mutex::new(child),
         }
     }
 
-    /// The pid shown for it.
-    pub fn id(&self) -> u32 {
-        use crate::process::ProcessHandle;
+    /// Sends `sig` to a `full-access` command.
+    fn signal_host(pid: u32, sig: rustix::process::Signal) {
+        if let Some(pid) = rustix::process::Pid::from_raw(pid as i32) {
+            let _ = rustix::process::kill_process(pid, sig);
+        }
+    }
+}
+
+impl ProcessHandle for InheritedChild {
+    fn id(&self) -> u32 {
         match &self.child {
-            InheritedInner::Host(c) => c.id(),
+            InheritedInner::Host { pid, .. } => *pid,
             InheritedInner::Sandboxed(c) => c.id(),
+        }
+    }
+    fn stop(&self) {
+        match &self.child {
+            InheritedInner::Host { pid, .. } => {
+                InheritedInner::signal_host(*pid, rustix::process::Signal::TERM);
+            }
+            InheritedInner::Sandboxed(c) => c.stop(),
+        }
+    }
+    fn kill_tree(&self) {
+        match &self.child {
+            InheritedInner::Host { pid, .. } => {
+                InheritedInner::signal_host(*pid, rustix::process::Signal::KILL);
+            }
+            InheritedInner::Sandboxed(c) => c.kill_tree(),
+        }
+    }
+    fn wait(&self) -> ExitStatus {
+        match &self.child {
+            InheritedInner::Host { child, .. } => lock(child).wait().into(),
+            InheritedInner::Sandboxed(c) => c.wait(),
         }
     }
 }

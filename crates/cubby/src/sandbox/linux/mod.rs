@@ -100,7 +100,7 @@ use std::sync::{Arc, Mutex};
 
 use rustix::pipe::{PipeFlags, pipe_with};
 
-pub use client::InheritedChild;
+use client::InheritedChild;
 pub use options::LinuxOptions;
 pub use probe::Capabilities;
 
@@ -110,7 +110,8 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::net::{Egress, EgressProxy, Resolver};
 use crate::path::WorkspacePath;
 use crate::policy::Mode;
-use crate::process::{Spawned, lock};
+use crate::sync::lock;
+use super::{ExitStatus, ProcessHandle, Spawned};
 use client::{InheritedInner, Lease, Live};
 use holder::HolderPlan;
 use plan::{Facts, ProcessBound, SANDBOX_TMP};
@@ -347,7 +348,7 @@ impl LinuxSandbox {
     /// # Errors
     ///
     /// As for [`Sandbox::exec`].
-    pub fn spawn_inherited(&self, spec: &ExecSpec) -> Result<InheritedChild> {
+    fn spawn_inherited(&self, spec: &ExecSpec) -> Result<InheritedChild> {
         if self.options.mode == Mode::FullAccess {
             let Some((program, args)) = spec.argv.split_first() else {
                 return Err(Error::invalid_input("empty command"));
@@ -359,7 +360,7 @@ impl LinuxSandbox {
                 .envs(spec.env.iter().map(|(k, v)| (k, v)))
                 .current_dir(self.fs.root_path().join(spec.cwd.as_path()));
             return Ok(InheritedChild {
-                child: InheritedInner::Host(client::spawn(&mut cmd, program)?),
+                child: InheritedInner::host(client::spawn(&mut cmd, program)?),
                 _lease: None,
             });
         }
@@ -722,12 +723,16 @@ impl Sandbox for LinuxSandbox {
             (r, None)
         };
         let (child, lease) = self.start_command(spec, [stdin_r, out_w, err_w])?;
-        Ok(Spawned {
-            child: Box::new(child),
-            output: out_r,
-            stdin: stdin_w,
-            on_exit: Some(Box::new(move || drop(lease))),
-        })
+        Ok(Spawned::from_pipes(
+            Box::new(child),
+            out_r,
+            stdin_w,
+            Some(Box::new(move || drop(lease))),
+        ))
+    }
+
+    fn exec_attached(&self, spec: &ExecSpec) -> Result<Box<dyn ProcessHandle>> {
+        Ok(Box::new(self.spawn_inherited(spec)?))
     }
 
     fn show_cwd(&self, cwd: &WorkspacePath) -> String {

@@ -32,7 +32,7 @@ use std::path::{Component, Path, PathBuf};
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime};
 
-use crate::process::lock;
+use crate::sync::lock;
 
 /// Credential stores in every home directory: a directory (relative to the
 /// home) and the names in it. A `*` matches any run of characters.

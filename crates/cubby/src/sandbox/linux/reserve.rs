@@ -52,7 +52,7 @@ use rustix::fs::{AtFlags, Mode, OFlags};
 use super::placeholder::{Placeholders, Unstash};
 use crate::error::Result;
 use crate::path::WorkspacePath;
-use crate::process::lock;
+use crate::sync::lock;
 use crate::sandbox::local::is_placeholder_mode;
 use crate::sandbox::{DirEntry, FileSystem, LocalFs, Metadata, OpenFile};
 

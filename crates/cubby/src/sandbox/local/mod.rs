@@ -15,20 +15,90 @@ pub(crate) mod shim;
 
 use std::os::fd::AsRawFd;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
 
 use rustix::pipe::{PipeFlags, pipe_with};
 
 pub use fs::LocalFs;
 pub(crate) use fs::{PLACEHOLDER_MODE, ParentFd, io_err, is_placeholder_mode, kind_of};
 
-use super::{ExecSpec, FileSystem, ProviderKind, Sandbox};
+use super::{ExecSpec, ExitStatus, FileSystem, ProcessHandle, ProviderKind, Sandbox, Spawned};
 use crate::error::{Error, ErrorKind, Result};
 use crate::path::WorkspacePath;
-use crate::process::Spawned;
+use crate::sync::lock;
 
 /// Capacity asked for the output pipe.
 const OUTPUT_PIPE_BYTES: usize = 1024 * 1024;
+
+/// The signal that asks a command's shim (`shim.rs`) to stop its command
+/// politely.
+pub(crate) const SIGNAL_STOP: rustix::process::Signal = rustix::process::Signal::TERM;
+/// The signal that asks a command's shim to kill its command's whole tree now.
+pub(crate) const SIGNAL_KILL_TREE: rustix::process::Signal = rustix::process::Signal::USR1;
+
+/// A command under the reaper shim (`shim.rs`): the shim's pid is what gets
+/// signalled and waited for.
+pub(crate) struct ShimChild {
+    pid: u32,
+    child: Mutex<Child>,
+}
+
+impl ShimChild {
+    /// Wraps the `Child` of a command spawned under the shim.
+    pub(crate) fn new(child: Child) -> ShimChild {
+        ShimChild {
+            pid: child.id(),
+            child: Mutex::new(child),
+        }
+    }
+}
+
+/// Sends `sig` to the process `pid` (a no-op for a pid that cannot be one).
+fn signal(pid: u32, sig: rustix::process::Signal) {
+    if let Some(pid) = rustix::process::Pid::from_raw(pid as i32) {
+        let _ = rustix::process::kill_process(pid, sig);
+    }
+}
+
+impl ProcessHandle for ShimChild {
+    fn id(&self) -> u32 {
+        self.pid
+    }
+    fn stop(&self) {
+        signal(self.pid, SIGNAL_STOP);
+    }
+    fn kill_tree(&self) {
+        signal(self.pid, SIGNAL_KILL_TREE);
+    }
+    fn wait(&self) -> ExitStatus {
+        lock(&self.child).wait().into()
+    }
+}
+
+/// A host command attached to this process's terminal (`cubby exec` on the
+/// `local` provider): no shim, so that it shares this process's group and
+/// is the terminal's foreground job with it. Its descendants are therefore
+/// out of reach: `kill_tree` kills the command alone.
+struct AttachedChild {
+    pid: u32,
+    child: Mutex<Child>,
+}
+
+impl ProcessHandle for AttachedChild {
+    fn id(&self) -> u32 {
+        self.pid
+    }
+    fn stop(&self) {
+        signal(self.pid, rustix::process::Signal::TERM);
+    }
+    fn kill_tree(&self) {
+        signal(self.pid, rustix::process::Signal::KILL);
+    }
+    fn wait(&self) -> ExitStatus {
+        lock(&self.child).wait().into()
+    }
+}
 
 /// The `local` provider.
 #[derive(Debug)]
@@ -103,12 +173,31 @@ impl Sandbox for LocalSandbox {
         // The parent's copies of the child's ends close here.
         drop(cmd);
         drop(dir);
-        Ok(Spawned {
-            child: Box::new(crate::process::ShimChild::new(child)),
-            output: out_r,
-            stdin: stdin_w,
-            on_exit: None,
-        })
+        Ok(Spawned::from_pipes(
+            Box::new(ShimChild::new(child)),
+            out_r,
+            stdin_w,
+            None,
+        ))
+    }
+
+    fn exec_attached(&self, spec: &ExecSpec) -> Result<Box<dyn ProcessHandle>> {
+        let Some((program, args)) = spec.argv.split_first() else {
+            return Err(Error::invalid_input("empty command"));
+        };
+        // The spec's environment and nothing of cubby's (SPEC §4); stdio
+        // inherited.
+        let child = Command::new(program)
+            .args(args)
+            .env_clear()
+            .envs(spec.env.iter().map(|(k, v)| (k, v)))
+            .current_dir(self.fs.root_path().join(spec.cwd.as_path()))
+            .spawn()
+            .map_err(|e| spawn_error(e, program))?;
+        Ok(Box::new(AttachedChild {
+            pid: child.id(),
+            child: Mutex::new(child),
+        }))
     }
 
     fn show_cwd(&self, cwd: &WorkspacePath) -> String {

@@ -52,8 +52,8 @@ extern "C" fn on_signal(sig: libc::c_int) {
 
 /// Arranges for `cmd` to run under a reaper shim, in the directory `cwd_fd`.
 ///
-/// The pid `spawn` reports is the shim's: signal it with [`SIGNAL_STOP`](crate::process::SIGNAL_STOP) or
-/// [`SIGNAL_KILL_TREE`](crate::process::SIGNAL_KILL_TREE), never with `SIGKILL` (that would orphan the tree to
+/// The pid `spawn` reports is the shim's: signal it with [`SIGNAL_STOP`](super::SIGNAL_STOP) or
+/// [`SIGNAL_KILL_TREE`](super::SIGNAL_KILL_TREE), never with `SIGKILL` (that would orphan the tree to
 /// init). Its exit status is the command's.
 pub(crate) fn run_under_shim(cmd: &mut Command, cwd_fd: RawFd) {
     // SAFETY: the closure runs in the child between fork and exec. It only
