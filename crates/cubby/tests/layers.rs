@@ -18,11 +18,12 @@ use std::path::{Path, PathBuf};
 /// modules earlier in this list.
 const LAYERS: &[&str] = &[
     "error",
+    "host_env",
     "output",
     "path",
     "git",
-    "policy",
     "config",
+    "policy",
     "exec_policy",
     "net",
     "process",
@@ -31,6 +32,7 @@ const LAYERS: &[&str] = &[
     "config_file",
     "tools",
     "toolset",
+    "workspace",
 ];
 
 /// The workspace's crates, lowest first, and where their manifests are

@@ -69,9 +69,10 @@ use super::seccomp::Sockets;
 use super::{EntryKind, ExecSpec, FileSystem, LocalFs, LocalSandbox, ProviderKind, Sandbox};
 use crate::config::{NetworkMode, ReadScope, SandboxLimits};
 use crate::error::{Error, ErrorKind, Result};
-use crate::net::{Egress, EgressOptions, EgressProxy, Resolver};
+use crate::host_env::HostEnv;
+use crate::net::{Egress, EgressOptions, EgressProxy, Injection, Resolver};
 use crate::path::WorkspacePath;
-use crate::policy::{Mode, Policy};
+use crate::policy::{Mode, Policy, PolicyDigest};
 use crate::process::{Spawned, lock};
 
 /// Capacity asked for a command's output pipe.
@@ -142,28 +143,48 @@ pub struct LinuxOptions {
     /// fresh ([`crate::git::SHARE_WINDOW`]). Taken by
     /// [`LinuxSandbox::open`]. Default: none (read at the open).
     pub git_surface: Option<crate::git::SurfaceRead>,
+    /// cubby's environment: `HOME` (`~/`, the credential stores, git's
+    /// config), `PATH` and the toolchain homes (`read_scope = "system"`).
+    pub host: HostEnv,
 }
 
 impl LinuxOptions {
-    /// Options that enforce `policy` (mode, protected paths, `deny_read`)
-    /// with the network off and default limits.
-    pub fn from_policy(policy: &Policy) -> LinuxOptions {
+    /// The options that enforce `policy` on commands: its mode, protected
+    /// and `deny_read` paths, writable roots, what commands read of the
+    /// host, their network ([`Policy::command_network`]) and its rules,
+    /// the sandbox's limits; the `[[network.inject]]` secrets' values from
+    /// `host` (an unset one gets no placeholder, with a warning).
+    pub fn from_policy(policy: &Policy, host: &HostEnv) -> LinuxOptions {
+        let rules = policy.network().cloned().unwrap_or_default();
+        let mut inject = Vec::new();
+        for entry in &rules.inject {
+            match host.non_empty(&entry.secret) {
+                Some(value) => inject.push(Injection {
+                    name: entry.secret.clone(),
+                    value,
+                    hosts: entry.hosts.clone(),
+                    headers: entry.headers.clone(),
+                }),
+                None => tracing::warn!(
+                    "network.inject: `{}` is not set in the environment; commands get no \
+                     placeholder",
+                    entry.secret
+                ),
+            }
+        }
         LinuxOptions {
             mode: policy.mode(),
-            network: if policy.mode() == Mode::FullAccess {
-                NetworkMode::On
-            } else {
-                NetworkMode::Off
-            },
-            egress: EgressOptions::default(),
-            writable_roots: Vec::new(),
+            network: policy.command_network(),
+            egress: EgressOptions { rules, inject },
+            writable_roots: policy.writable_roots().to_vec(),
             protected: policy.protected_paths().cloned().collect(),
             deny_read: policy.deny_read_paths().cloned().collect(),
-            host_deny_read: Vec::new(),
-            read_scope: ReadScope::Host,
-            readable_roots: Vec::new(),
-            limits: SandboxLimits::default(),
+            host_deny_read: policy.host_deny_read().to_vec(),
+            read_scope: policy.read_scope(),
+            readable_roots: policy.readable_roots().to_vec(),
+            limits: policy.limits().sandbox.clone(),
             git_surface: policy.git_surface().cloned(),
+            host: host.clone(),
         }
     }
 }
@@ -480,6 +501,8 @@ pub struct LinuxSandbox {
     stores: HostStores,
     /// With `read_scope = "system"`: what commands read (canonical).
     read_roots: Vec<PathBuf>,
+    /// The digest of the policy the options were made from.
+    enforced: PolicyDigest,
 }
 
 impl std::fmt::Debug for LinuxSandbox {
@@ -653,15 +676,30 @@ fn start_error(what: impl std::fmt::Display) -> Error {
 }
 
 impl LinuxSandbox {
-    /// Opens `root` as a `linux` sandbox, after checking that this machine
-    /// can enforce `options`. Nothing is started until the first command.
+    /// Opens `root` as a `linux` sandbox that holds commands to `policy`
+    /// ([`LinuxOptions::from_policy`]; `host` is cubby's environment), after
+    /// checking that this machine can enforce it. Nothing is started until
+    /// the first command. The sandbox reports the policy's
+    /// [`Policy::sandbox_digest`] as what it enforces.
     ///
     /// # Errors
     ///
     /// `unsupported` naming what is missing (Landlock, user namespaces,
     /// seccomp) or what cannot be enforced; `not_found` for a missing root
     /// or writable root.
-    pub fn open(root: &Path, mut options: LinuxOptions) -> Result<LinuxSandbox> {
+    pub fn open(root: &Path, policy: &Policy, host: &HostEnv) -> Result<LinuxSandbox> {
+        LinuxSandbox::open_with(
+            root,
+            LinuxOptions::from_policy(policy, host),
+            policy.sandbox_digest(),
+        )
+    }
+
+    fn open_with(
+        root: &Path,
+        mut options: LinuxOptions,
+        enforced: PolicyDigest,
+    ) -> Result<LinuxSandbox> {
         let fs = Arc::new(LocalFs::open(root)?);
         let git_read = options.git_surface.take();
         if options.mode != Mode::FullAccess {
@@ -697,7 +735,7 @@ impl LinuxSandbox {
         let host_deny_read = options
             .host_deny_read
             .iter()
-            .map(|p| read_view::expand_home(p))
+            .map(|p| read_view::expand_home(p, &options.host))
             .collect::<Vec<_>>();
         if let Some(p) = host_deny_read.iter().find(|p| !p.is_absolute()) {
             return Err(Error::invalid_input(format!(
@@ -705,10 +743,14 @@ impl LinuxSandbox {
                 p.display()
             )));
         }
-        let stores = HostStores::new(&host_deny_read, fs.root_path() == Path::new(SANDBOX_TMP));
+        let stores = HostStores::new(
+            &host_deny_read,
+            fs.root_path() == Path::new(SANDBOX_TMP),
+            &options.host,
+        );
         let mut readable_roots = Vec::new();
         for r in &options.readable_roots {
-            let r = read_view::expand_home(r);
+            let r = read_view::expand_home(r, &options.host);
             let abs = if r.is_absolute() {
                 r.clone()
             } else {
@@ -751,7 +793,7 @@ impl LinuxSandbox {
         let read_roots = match options.read_scope {
             ReadScope::Host => Vec::new(),
             ReadScope::System => {
-                let mut roots = read_view::system_scope(std::env::var_os("PATH").as_deref());
+                let mut roots = read_view::system_scope(&options.host);
                 for dir in std::iter::once(fs.root_path())
                     .chain(writable_roots.iter().map(PathBuf::as_path))
                     .chain(readable_roots.iter().map(PathBuf::as_path))
@@ -777,6 +819,7 @@ impl LinuxSandbox {
             git_at_open: Mutex::new(None),
             stores,
             read_roots,
+            enforced,
         };
         sandbox.sweep_placeholders(git_read);
         Ok(sandbox)
@@ -876,7 +919,7 @@ impl LinuxSandbox {
         let root = self.fs.root_path();
         let read = read
             .filter(|r| r.fresh_for(root).is_some())
-            .unwrap_or_else(|| crate::git::SurfaceRead::now(root));
+            .unwrap_or_else(|| crate::git::SurfaceRead::now(root, &self.options.host));
         let mut paths = self.options.protected.clone();
         for path in read.surface().paths() {
             if !paths.contains(&path) {
@@ -1501,7 +1544,7 @@ impl LinuxSandbox {
         let root = self.fs.root_path();
         let surface = match lock(&self.git_at_open).take() {
             Some(read) if read.fresh_for(root).is_some() => read.into_surface(),
-            _ => crate::git::surface(root),
+            _ => crate::git::surface(root, &self.options.host),
         };
         if surface.overflow {
             return Err(Error::new(
@@ -1769,6 +1812,10 @@ impl Sandbox for LinuxSandbox {
 
     fn supports_commands(&self) -> bool {
         true
+    }
+
+    fn enforced(&self) -> Option<&PolicyDigest> {
+        Some(&self.enforced)
     }
 
     fn exec(&self, spec: &ExecSpec) -> Result<Spawned> {
