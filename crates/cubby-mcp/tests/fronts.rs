@@ -10,7 +10,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::time::Duration;
 
 use cubby_mcp::{HttpOptions, McpOptions, ToolsetFactory, serve_http, serve_stdio};

@@ -591,7 +591,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let root = std::fs::canonicalize(dir.path()).unwrap();
         std::fs::create_dir(root.join(".git")).unwrap();
-        let read = SurfaceRead::now(&root);
+        let read = SurfaceRead::now(&root, &HostEnv::default());
         assert_eq!(read.fresh_for(&root), Some(read.surface()));
         assert_eq!(read.fresh_for(&root.join("sub")), None);
         let later = read.at + SHARE_WINDOW;
