@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use anyhow::bail;
 use cubby::sandbox::env::{NON_INTERACTIVE_ENV, Source};
 use cubby::sandbox::{CommandEnv, ExecSpec, ExitStatus};
-use cubby::{Mode, NetworkMode, ProviderKind, WorkspacePath};
+use cubby::{HostEnv, Mode, NetworkMode, ProviderKind, WorkspacePath};
 
 use crate::Common;
 use crate::setup;
@@ -25,7 +25,7 @@ pub fn run(
     network: Option<&str>,
     command: Vec<String>,
 ) -> anyhow::Result<ExitCode> {
-    let setup = setup::resolve(common)?;
+    let mut setup = setup::resolve(common)?;
     let network = match network {
         None => None,
         Some("off") => Some(NetworkMode::Off),
@@ -35,19 +35,18 @@ pub fn run(
     };
     let cwd = std::env::current_dir()
         .ok()
-        .and_then(|d| d.strip_prefix(&setup.root).ok().map(|p| p.to_path_buf()))
+        .and_then(|d| d.strip_prefix(setup.root()).ok().map(|p| p.to_path_buf()))
         .and_then(|p| WorkspacePath::parse(&p.to_string_lossy()).ok())
         .unwrap_or_else(WorkspacePath::root);
     // The one environment of commands (SPEC §4); `cubby exec` is
     // interactive, so without the fixed variables of `run`.
-    let env = setup::command_env(&setup.config)?.build(std::env::vars_os(), false);
-    let sandbox = setup::sandbox(
-        setup.provider,
-        &setup.root,
-        &setup.policy,
-        &setup.config,
-        network,
-    )?;
+    let env = setup::command_env(&setup)?.build(setup.host_env().vars(), false);
+    if let Some(network) = network {
+        setup.set_command_network(network);
+    }
+    let sandbox = setup
+        .open_sandbox()
+        .map_err(|e| anyhow::anyhow!("{}", e.message()))?;
     if !sandbox.supports_commands() {
         bail!(
             "the {} provider runs no commands; use --provider linux",
@@ -89,20 +88,23 @@ pub fn doctor(common: &Common) -> anyhow::Result<ExitCode> {
     let setup = setup::resolve(common);
     let provider = setup
         .as_ref()
-        .map(|s| s.provider)
+        .map(|s| s.provider())
         .unwrap_or(ProviderKind::Linux);
     let probe = cubby::sandbox::probe(provider);
     for (label, value) in &probe.facts {
         println!("{:<LABEL_WIDTH$}{value}", format!("{label}:"));
     }
-    let mode = setup.as_ref().map(|s| s.policy.mode()).unwrap_or_default();
-    let env_ok = match setup
+    let mode = setup
         .as_ref()
-        .map_err(|e| format!("{e:#}"))
-        .and_then(|s| setup::command_env(&s.config).map_err(|e| format!("{e:#}")))
-    {
-        Ok(env) => {
-            print_command_env(&env);
+        .map(|s| s.policy().mode())
+        .unwrap_or_default();
+    let env_ok = match setup.as_ref().map_err(|e| format!("{e:#}")).and_then(|s| {
+        setup::command_env(s)
+            .map(|env| (env, s.host_env().clone()))
+            .map_err(|e| format!("{e:#}"))
+    }) {
+        Ok((env, host)) => {
+            print_command_env(&env, &host);
             true
         }
         Err(e) => {
@@ -146,8 +148,8 @@ const LABEL_WIDTH: usize = 18;
 
 /// Prints what commands get of this process's environment and what they do
 /// not (SPEC §4): names only, never a value.
-fn print_command_env(env: &CommandEnv) {
-    let described = env.describe(std::env::vars_os(), false);
+fn print_command_env(env: &CommandEnv, host: &HostEnv) {
+    let described = env.describe(host.vars(), false);
     let names = |source: Source| -> String {
         let list: Vec<&str> = described
             .iter()
@@ -175,7 +177,7 @@ fn print_command_env(env: &CommandEnv) {
     let unset: Vec<&str> = env
         .pass()
         .iter()
-        .filter(|p| std::env::var_os(p.as_str()).is_none())
+        .filter(|p| host.var_os(p.as_str()).is_none())
         .map(String::as_str)
         .collect();
     if !unset.is_empty() {

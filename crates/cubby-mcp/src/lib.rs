@@ -31,14 +31,13 @@ mod http;
 mod pool;
 mod stdio;
 
-use std::sync::Arc;
-
 pub use handler::{CubbyHandler, MAX_INSTRUCTIONS_CHARS};
 pub use http::{HttpOptions, serve_http};
 pub use stdio::serve_stdio;
 
-/// Builds a fresh toolset: one per run (MCP session).
-pub type ToolsetFactory = Arc<dyn Fn() -> cubby::Result<cubby::Toolset> + Send + Sync>;
+/// Builds a fresh toolset: one per run (MCP session); a front gets one from
+/// [`cubby::Workspace::factory`].
+pub use cubby::ToolsetFactory;
 
 /// What the MCP fronts send besides the model-facing text, and how the
 /// stdio front answers (`[mcp]` in the config).

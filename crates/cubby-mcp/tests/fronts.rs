@@ -10,7 +10,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::time::Duration;
 
 use cubby_mcp::{HttpOptions, McpOptions, ToolsetFactory, serve_http, serve_stdio};
@@ -35,9 +34,18 @@ fn workspace() -> tempfile::TempDir {
     dir
 }
 
+/// What every front serves: a workspace assembled from a config (the
+/// `local` provider) by the library, as `cubby mcp` and `cubby serve` do.
 fn factory(root: &std::path::Path) -> ToolsetFactory {
-    let root = root.to_path_buf();
-    Arc::new(move || cubby::Toolset::builder(cubby::local_sandbox(&root)?).build())
+    let root = std::fs::canonicalize(root).unwrap();
+    let config = cubby::Config {
+        provider: Some(cubby::ProviderKind::Local),
+        ..cubby::Config::default()
+    };
+    cubby::Workspace::from_config(&root, &config, None, &cubby::HostEnv::capture())
+        .unwrap()
+        .factory(true)
+        .unwrap()
 }
 
 /// The script: (tool, arguments, whether its answer is the same in every

@@ -27,6 +27,7 @@ fn main() {
     let mib: u64 = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(1024);
     let dir = tempfile_dir();
     let tools = cubby::Toolset::builder(cubby::local_sandbox(&dir).unwrap())
+        .host_env(cubby::HostEnv::capture())
         .track_changes(false)
         .build()
         .unwrap();

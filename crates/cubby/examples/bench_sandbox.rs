@@ -30,7 +30,7 @@ use std::sync::Arc;
 use support::{kib_field, time, time_rounds};
 
 use cubby::sandbox::{ExecSpec, Sandbox};
-use cubby::{LinuxOptions, LinuxSandbox, Policy, WorkspacePath};
+use cubby::{LinuxSandbox, Policy, WorkspacePath};
 use serde_json::json;
 
 /// Rounds of the one-command measurements (each runs every case in turn).
@@ -54,7 +54,7 @@ fn exec_wait(sandbox: &dyn Sandbox, argv: &[&str]) {
 
 fn open(dir: &std::path::Path) -> LinuxSandbox {
     let policy = Policy::builder().build().unwrap();
-    LinuxSandbox::open(dir, LinuxOptions::from_policy(&policy)).unwrap()
+    LinuxSandbox::open(dir, &policy, &cubby::HostEnv::capture()).unwrap()
 }
 
 fn main() {
@@ -71,10 +71,12 @@ fn main() {
         Command::new("/bin/true").status().unwrap();
     }
     let linux_tools = cubby::Toolset::builder(Arc::new(open(&dir)))
+        .host_env(cubby::HostEnv::capture())
         .track_changes(false)
         .build()
         .unwrap();
     let local_tools = cubby::Toolset::builder(cubby::local_sandbox(&dir).unwrap())
+        .host_env(cubby::HostEnv::capture())
         .track_changes(false)
         .build()
         .unwrap();

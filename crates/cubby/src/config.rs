@@ -6,10 +6,24 @@
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
-use crate::policy::Mode;
 
 /// The environment variable the Brave key is read from by default.
 pub const BRAVE_API_KEY_ENV: &str = "BRAVE_API_KEY";
+
+/// The sandbox mode (SPEC §4). Its names and the tools it gives are
+/// `policy.rs`'s (`Mode::as_str`, `Mode::gives`); it sits here, below the
+/// policy, because the config names it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Mode {
+    /// Reading tools only.
+    ReadOnly,
+    /// File tools and commands; commands write only in the workspace.
+    #[default]
+    WorkspaceWrite,
+    /// Commands unconfined, network on.
+    FullAccess,
+}
 
 /// Which provider a sandbox is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]

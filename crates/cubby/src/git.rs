@@ -26,6 +26,7 @@
 use std::path::{Component, Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use crate::host_env::HostEnv;
 use crate::path::WorkspacePath;
 
 /// The name of git's directory (or gitfile) in a worktree.
@@ -95,11 +96,12 @@ pub struct SurfaceRead {
 }
 
 impl SurfaceRead {
-    /// Reads the surface of the workspace at `root` (a canonical path) now.
-    pub fn now(root: &Path) -> SurfaceRead {
+    /// Reads the surface of the workspace at `root` (a canonical path) now,
+    /// git's own config found through `host` (see [`surface`]).
+    pub fn now(root: &Path, host: &HostEnv) -> SurfaceRead {
         SurfaceRead {
             root: root.to_path_buf(),
-            surface: surface(root),
+            surface: surface(root, host),
             at: Instant::now(),
         }
     }
@@ -132,8 +134,10 @@ impl SurfaceRead {
 }
 
 /// Git's executable surface of the workspace at `root` (a canonical path),
-/// as the host's git would find it now.
-pub fn surface(root: &Path) -> Surface {
+/// as the host's git would find it now; `host` is the environment git
+/// would run in (`HOME`, `XDG_CONFIG_HOME`, `GIT_CONFIG_SYSTEM`,
+/// `GIT_CONFIG_GLOBAL`, `GIT_CONFIG_NOSYSTEM` locate its config files).
+pub fn surface(root: &Path, host: &HostEnv) -> Surface {
     let mut s = Surface::default();
     let dot_git = root.join(GIT_DIR_NAME);
     // The git directory of the worktree the root is in, and that worktree's top.
@@ -192,24 +196,25 @@ pub fn surface(root: &Path) -> Surface {
     }
     // Every config file git reads, and what they include.
     let mut configs: Vec<PathBuf> = Vec::new();
-    if !env_true("GIT_CONFIG_NOSYSTEM") {
+    if !env_true(host, "GIT_CONFIG_NOSYSTEM") {
         configs.push(
-            std::env::var_os("GIT_CONFIG_SYSTEM")
+            host.var_os("GIT_CONFIG_SYSTEM")
                 .map(PathBuf::from)
                 .unwrap_or_else(|| PathBuf::from("/etc/gitconfig")),
         );
     }
-    match std::env::var_os("GIT_CONFIG_GLOBAL") {
+    match host.var_os("GIT_CONFIG_GLOBAL") {
         Some(g) => configs.push(PathBuf::from(g)),
         None => {
-            let xdg = std::env::var_os("XDG_CONFIG_HOME")
+            let xdg = host
+                .var_os("XDG_CONFIG_HOME")
                 .filter(|x| !x.is_empty())
                 .map(PathBuf::from)
-                .or_else(|| home().map(|h| h.join(".config")));
+                .or_else(|| home(host).map(|h| h.join(".config")));
             if let Some(x) = xdg {
                 configs.push(x.join("git/config"));
             }
-            if let Some(h) = home() {
+            if let Some(h) = home(host) {
                 configs.push(h.join(".gitconfig"));
             }
         }
@@ -222,7 +227,7 @@ pub fn surface(root: &Path) -> Surface {
     }
     let mut found = Found::default();
     for file in &configs {
-        read_config(file, 0, &mut found);
+        read_config(file, 0, host, &mut found);
     }
     for file in &found.files {
         if let Some(rel) = inside(root, file)
@@ -232,7 +237,7 @@ pub fn surface(root: &Path) -> Surface {
         }
     }
     for value in &found.hooks_paths {
-        let dir = match expand_home(value) {
+        let dir = match expand_home(value, host) {
             Some(p) if p.is_absolute() => p,
             Some(p) => top.join(p),
             None => continue,
@@ -265,7 +270,7 @@ struct Found {
 }
 
 /// Reads one config file (and what it includes) into `found`.
-fn read_config(file: &Path, depth: usize, found: &mut Found) {
+fn read_config(file: &Path, depth: usize, host: &HostEnv, found: &mut Found) {
     let file = canonical(file);
     if found.files.contains(&file) {
         return;
@@ -278,7 +283,7 @@ fn read_config(file: &Path, depth: usize, found: &mut Found) {
         match (section.as_str(), key.as_str()) {
             ("core", "hookspath") => found.hooks_paths.push(value),
             ("include" | "includeif", "path") if depth < MAX_INCLUDE_DEPTH => {
-                let Some(p) = expand_home(&value) else {
+                let Some(p) = expand_home(&value, host) else {
                     continue;
                 };
                 let p = if p.is_absolute() {
@@ -286,7 +291,7 @@ fn read_config(file: &Path, depth: usize, found: &mut Found) {
                 } else {
                     file.parent().unwrap_or(Path::new("/")).join(p)
                 };
-                read_config(&p, depth + 1, found);
+                read_config(&p, depth + 1, host, found);
             }
             _ => {}
         }
@@ -493,19 +498,19 @@ fn read_small(path: &Path) -> Option<String> {
     Some(text)
 }
 
-fn home() -> Option<PathBuf> {
-    std::env::var_os("HOME")
+fn home(host: &HostEnv) -> Option<PathBuf> {
+    host.var_os("HOME")
         .filter(|h| !h.is_empty())
         .map(PathBuf::from)
 }
 
 /// `~/x` with the home directory; `~user/x` is not expanded (`None`).
-fn expand_home(value: &str) -> Option<PathBuf> {
+fn expand_home(value: &str, host: &HostEnv) -> Option<PathBuf> {
     if value.is_empty() {
         return None;
     }
     if let Some(rest) = value.strip_prefix("~/") {
-        return home().map(|h| h.join(rest));
+        return home(host).map(|h| h.join(rest));
     }
     if value.starts_with('~') {
         return None;
@@ -513,9 +518,9 @@ fn expand_home(value: &str) -> Option<PathBuf> {
     Some(PathBuf::from(value))
 }
 
-fn env_true(name: &str) -> bool {
-    std::env::var(name)
-        .is_ok_and(|v| matches!(v.to_ascii_lowercase().as_str(), "1" | "true" | "yes" | "on"))
+fn env_true(host: &HostEnv, name: &str) -> bool {
+    host.var(name)
+        .is_some_and(|v| matches!(v.to_ascii_lowercase().as_str(), "1" | "true" | "yes" | "on"))
 }
 
 #[cfg(test)]
@@ -562,7 +567,7 @@ mod tests {
             "[core]\nhooksPath = tools/hooks\n",
         )
         .unwrap();
-        let s = surface(&root);
+        let s = surface(&root, &HostEnv::default());
         assert_eq!(
             s.git_dirs,
             vec![
@@ -586,7 +591,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let root = std::fs::canonicalize(dir.path()).unwrap();
         std::fs::create_dir(root.join(".git")).unwrap();
-        let read = SurfaceRead::now(&root);
+        let read = SurfaceRead::now(&root, &HostEnv::default());
         assert_eq!(read.fresh_for(&root), Some(read.surface()));
         assert_eq!(read.fresh_for(&root.join("sub")), None);
         let later = read.at + SHARE_WINDOW;
@@ -604,7 +609,7 @@ mod tests {
         std::fs::create_dir_all(root.join("store/wt")).unwrap();
         std::fs::write(root.join("store/wt/commondir"), "..\n").unwrap();
         std::fs::write(root.join(".git"), "gitdir: store/wt\n").unwrap();
-        let s = surface(&root);
+        let s = surface(&root, &HostEnv::default());
         assert_eq!(s.git_dirs, vec![p("store/wt"), p("store")]);
     }
 }

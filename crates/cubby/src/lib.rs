@@ -55,6 +55,7 @@ mod config_file;
 mod error;
 pub mod exec_policy;
 pub mod git;
+mod host_env;
 mod net;
 pub mod output;
 mod path;
@@ -65,12 +66,14 @@ mod sync;
 mod tools;
 mod toolset;
 pub mod web;
+pub mod workspace;
 
 pub use config::{Config, Limits, NetworkMode, ReadScope, SandboxLimits};
 pub use error::{Error, ErrorKind, Result};
+pub use host_env::HostEnv;
 pub use output::{ImageData, Redactor, Secret, ToolOutput};
 pub use path::{MAX_NAME_BYTES, MAX_PATH_BYTES, WorkspacePath};
-pub use policy::{Mode, Policy, PolicyBuilder};
+pub use policy::{Mode, Policy, PolicyBuilder, PolicyDigest};
 pub use sandbox::{
     FileSystem, LinuxOptions, LinuxSandbox, LocalFs, MemoryFs, ProviderKind, Sandbox,
     local_sandbox, virtual_sandbox,
@@ -78,3 +81,4 @@ pub use sandbox::{
 pub use tools::schema;
 pub use tools::{Annotations, MAX_DESCRIPTION_CHARS, ToolSpec};
 pub use toolset::{CallOptions, MAX_ARGUMENT_BYTES, Toolset, ToolsetBuilder};
+pub use workspace::{ToolsetFactory, Workspace};

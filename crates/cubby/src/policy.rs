@@ -1,4 +1,15 @@
-//! Policy: which tools are offered and which paths they may touch.
+//! Policy: everything a workspace allows, stated once.
+//!
+//! A [`Policy`] says which tools are offered (mode, `allow`, `deny`), which
+//! paths they and commands may touch (protected paths, `deny_read`, the
+//! writable roots, what commands read of the host: `host_deny_read`,
+//! `read_scope`, `readable_roots`), which commands run (exec rules), what
+//! the network reaches (the `[network]` mode, domain lists and address
+//! rules, the injected secrets' bindings), what commands' environments get
+//! (`[env]`) and the limits every tool and command is clamped to. It is
+//! given once: the `linux` provider is opened from it and enforces its part
+//! on commands, and a toolset refuses a sandbox that enforces another
+//! ([`Policy::sandbox_digest`], [`crate::Sandbox::enforced`]).
 //!
 //! Every policy decision is made here, by pure functions of (policy, request)
 //! that return the decision together with the rule that made it. The order of
@@ -26,9 +37,10 @@
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 
-use serde::{Deserialize, Serialize};
-
+pub use crate::config::Mode;
+use crate::config::{EnvConfig, ExecRule, Limits, NetworkConfig, NetworkMode, ReadScope};
 use crate::error::{Error, Result};
+use crate::host_env::HostEnv;
 use crate::path::WorkspacePath;
 
 /// The file tools, in the order they are offered.
@@ -97,19 +109,6 @@ pub fn is_known_tool(name: &str) -> bool {
         .chain(COMMAND_TOOLS.iter())
         .chain(WEB_TOOLS.iter())
         .any(|t| *t == name)
-}
-
-/// The sandbox mode (SPEC §4).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Mode {
-    /// Reading tools only.
-    ReadOnly,
-    /// File tools and commands; commands write only in the workspace.
-    #[default]
-    WorkspaceWrite,
-    /// Commands unconfined, network on.
-    FullAccess,
 }
 
 impl Mode {
@@ -215,7 +214,7 @@ impl PathRule {
     }
 }
 
-/// The policy of one toolset. Build it with [`Policy::builder`].
+/// What a workspace allows. Build it with [`Policy::builder`].
 #[derive(Clone, Debug)]
 pub struct Policy {
     mode: Mode,
@@ -225,23 +224,54 @@ pub struct Policy {
     deny_read: Vec<PathRule>,
     /// Git's surface as read by [`PolicyBuilder::build`] (with `git_of`).
     git: Option<crate::git::SurfaceRead>,
+    /// How many of `protected` were configured (the rest come from the
+    /// git surface read, which the `linux` provider reads again itself).
+    configured_protected: usize,
+    writable_roots: Vec<PathBuf>,
+    host_deny_read: Vec<PathBuf>,
+    read_scope: ReadScope,
+    readable_roots: Vec<PathBuf>,
+    network: Option<NetworkConfig>,
+    command_network: NetworkMode,
+    exec_rules: Vec<ExecRule>,
+    env: EnvConfig,
+    limits: Limits,
 }
 
 impl Default for Policy {
     fn default() -> Policy {
-        // The defaults are valid by construction.
         let mut b = PolicyBuilder::default();
         b.protect_defaults();
-        Policy {
-            mode: Mode::default(),
-            allow: BTreeSet::new(),
-            deny: BTreeSet::new(),
-            protected: b.protected.clone(),
-            deny_read: Vec::new(),
-            git: None,
-        }
+        // The defaults name no tool and no path rule: nothing to refuse.
+        let protected = b.protected.clone();
+        let configured = protected.len();
+        b.assemble(protected, configured, Vec::new(), None)
     }
 }
+
+/// A digest of what a sandbox holds commands to under a policy (see
+/// [`Policy::sandbox_digest`]): equal digests, equal confinement.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct PolicyDigest([u8; 32]);
+
+impl std::fmt::Display for PolicyDigest {
+    /// The first 12 hex digits (enough to tell two apart in a message).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for b in &self.0[..DIGEST_SHOWN_BYTES] {
+            write!(f, "{b:02x}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::fmt::Debug for PolicyDigest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "PolicyDigest({self})")
+    }
+}
+
+/// Bytes of a [`PolicyDigest`] shown in messages.
+const DIGEST_SHOWN_BYTES: usize = 6;
 
 impl Policy {
     /// A builder with the defaults: `workspace-write`, nothing added or
@@ -356,6 +386,107 @@ impl Policy {
     pub fn git_surface(&self) -> Option<&crate::git::SurfaceRead> {
         self.git.as_ref()
     }
+
+    /// Extra directories commands may write (absolute or relative to the
+    /// root), none in `read-only` mode.
+    pub fn writable_roots(&self) -> &[PathBuf] {
+        &self.writable_roots
+    }
+
+    /// Host paths commands may not read (absolute or `~/`), on top of the
+    /// built-in credential stores.
+    pub fn host_deny_read(&self) -> &[PathBuf] {
+        &self.host_deny_read
+    }
+
+    /// What commands read of the host.
+    pub fn read_scope(&self) -> ReadScope {
+        self.read_scope
+    }
+
+    /// With `read_scope = "system"`: more directories commands read.
+    pub fn readable_roots(&self) -> &[PathBuf] {
+        &self.readable_roots
+    }
+
+    /// The `[network]` rules: the domain lists and address rules the web
+    /// tools and the egress proxy enforce, the injected secrets' bindings.
+    /// `None`: none given, and then the web tools answer `unsupported` even
+    /// when offered, and commands' network is off (on in `full-access`).
+    pub fn network(&self) -> Option<&NetworkConfig> {
+        self.network.as_ref()
+    }
+
+    /// The network commands get: [`PolicyBuilder::command_network`] when
+    /// set, else `on` in `full-access`, else the `[network]` mode (`off`
+    /// without one).
+    pub fn command_network(&self) -> NetworkMode {
+        self.command_network
+    }
+
+    /// This policy with commands' network set to `network` (as
+    /// [`PolicyBuilder::command_network`]).
+    #[must_use]
+    pub fn with_command_network(mut self, network: NetworkMode) -> Policy {
+        self.command_network = network;
+        self
+    }
+
+    /// The ordered exec rules (`[[exec.rules]]`).
+    pub fn exec_rules(&self) -> &[ExecRule] {
+        &self.exec_rules
+    }
+
+    /// What commands' environments get (`[env]`: `pass`, `set`).
+    pub fn env(&self) -> &EnvConfig {
+        &self.env
+    }
+
+    /// The limits every tool and command is clamped to.
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    /// A digest of the part of the policy a sandbox enforces on commands:
+    /// the mode, protected paths (those git's config adds are read again by
+    /// the provider itself) and `deny_read` paths, writable roots, what
+    /// commands read of the host, their network and its rules (domain
+    /// lists, addresses, injected secrets' bindings) and the sandbox's
+    /// limits. A provider that confines commands reports the digest of the
+    /// policy it was opened with ([`crate::Sandbox::enforced`]) and
+    /// [`crate::ToolsetBuilder::build`] refuses a sandbox whose digest is
+    /// not its policy's. Stable within one build of cubby.
+    pub fn sandbox_digest(&self) -> PolicyDigest {
+        use sha2::Digest;
+        let rules = self.network.clone().unwrap_or_default();
+        let inject: Vec<_> = rules
+            .inject
+            .iter()
+            .map(|i| (&i.secret, &i.hosts, &i.headers))
+            .collect();
+        let shown = |rules: &mut dyn Iterator<Item = &PathRule>| -> Vec<String> {
+            rules.map(|r| r.path.display()).collect()
+        };
+        let facts = serde_json::json!({
+            "mode": self.mode,
+            // What git's config names is read again by the provider.
+            "protected": shown(&mut self.protected.iter().take(self.configured_protected)),
+            "deny_read": shown(&mut self.deny_read.iter()),
+            "writable_roots": self.writable_roots,
+            "host_deny_read": self.host_deny_read,
+            "read_scope": self.read_scope,
+            "readable_roots": self.readable_roots,
+            "network": self.command_network,
+            "allowed_domains": rules.allowed_domains,
+            "denied_domains": rules.denied_domains,
+            "allowed_cidrs": rules.allowed_cidrs,
+            "inject": inject,
+            "limits": self.limits.sandbox,
+        });
+        let mut hasher = sha2::Sha256::new();
+        hasher.update(facts.to_string().as_bytes());
+        PolicyDigest(hasher.finalize().into())
+    }
 }
 
 /// The rule of git's executable surface that covers `path`, by name: `.git`
@@ -394,10 +525,52 @@ pub struct PolicyBuilder {
     protected: Vec<PathRule>,
     protected_specs: Vec<String>,
     deny_read: Vec<String>,
-    git_root: Option<PathBuf>,
+    git_root: Option<(PathBuf, HostEnv)>,
+    writable_roots: Vec<PathBuf>,
+    host_deny_read: Vec<PathBuf>,
+    read_scope: ReadScope,
+    readable_roots: Vec<PathBuf>,
+    network: Option<NetworkConfig>,
+    command_network: Option<NetworkMode>,
+    exec_rules: Vec<ExecRule>,
+    env: EnvConfig,
+    limits: Limits,
 }
 
 impl PolicyBuilder {
+    /// The policy of these settings with these (checked) path rules.
+    fn assemble(
+        &self,
+        protected: Vec<PathRule>,
+        configured_protected: usize,
+        deny_read: Vec<PathRule>,
+        git: Option<crate::git::SurfaceRead>,
+    ) -> Policy {
+        let command_network = match (self.command_network, self.mode) {
+            (Some(n), _) => n,
+            (None, Mode::FullAccess) => NetworkMode::On,
+            (None, _) => self.network.as_ref().map_or(NetworkMode::Off, |n| n.mode),
+        };
+        Policy {
+            mode: self.mode,
+            allow: self.allow.iter().cloned().collect(),
+            deny: self.deny.iter().cloned().collect(),
+            protected,
+            configured_protected,
+            deny_read,
+            git,
+            writable_roots: self.writable_roots.clone(),
+            host_deny_read: self.host_deny_read.clone(),
+            read_scope: self.read_scope,
+            readable_roots: self.readable_roots.clone(),
+            network: self.network.clone(),
+            command_network,
+            exec_rules: self.exec_rules.clone(),
+            env: self.env.clone(),
+            limits: self.limits.clone(),
+        }
+    }
+
     fn protect_defaults(&mut self) {
         for spec in DEFAULT_PROTECTED
             .iter()
@@ -448,10 +621,94 @@ impl PolicyBuilder {
     /// (and `.husky/` for husky's `.husky/_`), config files included from
     /// the tree, the git directory a `.git` gitfile names (see
     /// [`crate::git::surface`]). Read from the host's files when
-    /// [`PolicyBuilder::build`] runs; the `linux` provider reads them again
-    /// at every command. Default: not read.
-    pub fn git_of(&mut self, root: impl Into<PathBuf>) -> &mut PolicyBuilder {
-        self.git_root = Some(root.into());
+    /// [`PolicyBuilder::build`] runs (git's global and system config found
+    /// through `host`: `HOME`, `XDG_CONFIG_HOME`, `GIT_CONFIG_*`); the
+    /// `linux` provider reads them again at every command. Default: not
+    /// read.
+    pub fn git_of(&mut self, root: impl Into<PathBuf>, host: &HostEnv) -> &mut PolicyBuilder {
+        self.git_root = Some((root.into(), host.clone()));
+        self
+    }
+
+    /// Extra directories commands may write (absolute or relative to the
+    /// root; they must exist when the sandbox opens). Default: none.
+    pub fn writable_roots<I, P>(&mut self, roots: I) -> &mut PolicyBuilder
+    where
+        I: IntoIterator<Item = P>,
+        P: Into<PathBuf>,
+    {
+        self.writable_roots
+            .extend(roots.into_iter().map(Into::into));
+        self
+    }
+
+    /// Host paths (absolute, or `~/` for `$HOME`) commands may not read, on
+    /// top of the built-in credential stores. Default: none.
+    pub fn host_deny_read<I, P>(&mut self, paths: I) -> &mut PolicyBuilder
+    where
+        I: IntoIterator<Item = P>,
+        P: Into<PathBuf>,
+    {
+        self.host_deny_read
+            .extend(paths.into_iter().map(Into::into));
+        self
+    }
+
+    /// What commands read of the host. Default: [`ReadScope::Host`].
+    pub fn read_scope(&mut self, scope: ReadScope) -> &mut PolicyBuilder {
+        self.read_scope = scope;
+        self
+    }
+
+    /// With [`ReadScope::System`]: more directories commands read
+    /// (absolute, `~/`, or relative to the root). Default: none.
+    pub fn readable_roots<I, P>(&mut self, roots: I) -> &mut PolicyBuilder
+    where
+        I: IntoIterator<Item = P>,
+        P: Into<PathBuf>,
+    {
+        self.readable_roots
+            .extend(roots.into_iter().map(Into::into));
+        self
+    }
+
+    /// The `[network]` section: commands' network mode (unless `full-access`
+    /// or [`command_network`](Self::command_network) says otherwise), the
+    /// domain lists and `allowed_cidrs` the web tools and the egress proxy
+    /// enforce, the secrets the proxy injects. Default: none, and then
+    /// `web_fetch` and `web_search` answer `unsupported` even when offered,
+    /// so that a front that forgets its `[network]` section never widens
+    /// what they reach. Pass `NetworkConfig::default()` for "every public
+    /// address, no domain lists".
+    pub fn network(&mut self, network: NetworkConfig) -> &mut PolicyBuilder {
+        self.network = Some(network);
+        self
+    }
+
+    /// The network commands get, whatever the mode and `[network]` say
+    /// (`cubby exec --network`). Default: not set.
+    pub fn command_network(&mut self, network: NetworkMode) -> &mut PolicyBuilder {
+        self.command_network = Some(network);
+        self
+    }
+
+    /// Ordered exec rules (`[[exec.rules]]`). Default: none.
+    pub fn exec_rules(&mut self, rules: Vec<ExecRule>) -> &mut PolicyBuilder {
+        self.exec_rules = rules;
+        self
+    }
+
+    /// What commands' environments get (`[env]`: `pass`, `set`; see
+    /// `sandbox::env`). Default: only the names SPEC §4 lists.
+    pub fn env(&mut self, env: EnvConfig) -> &mut PolicyBuilder {
+        self.env = env;
+        self
+    }
+
+    /// The limits of every tool and of the sandbox. Default:
+    /// [`Limits::default`].
+    pub fn limits(&mut self, limits: Limits) -> &mut PolicyBuilder {
+        self.limits = limits;
         self
     }
 
@@ -491,9 +748,10 @@ impl PolicyBuilder {
         for spec in &self.protected_specs {
             protected.push(PathRule::parse(spec)?);
         }
-        let git = self.git_root.as_ref().map(|root| {
+        let configured = protected.len();
+        let git = self.git_root.as_ref().map(|(root, host)| {
             let root = std::fs::canonicalize(root).unwrap_or_else(|_| root.clone());
-            crate::git::SurfaceRead::now(&root)
+            crate::git::SurfaceRead::now(&root, host)
         });
         if let Some(read) = &git {
             for path in read.surface().paths() {
@@ -510,14 +768,7 @@ impl PolicyBuilder {
             .iter()
             .map(|s| PathRule::parse(s))
             .collect::<Result<Vec<_>>>()?;
-        Ok(Policy {
-            mode: self.mode,
-            allow: self.allow.iter().cloned().collect(),
-            deny: self.deny.iter().cloned().collect(),
-            protected,
-            deny_read,
-            git,
-        })
+        Ok(self.assemble(protected, configured, deny_read, git))
     }
 }
 
@@ -620,7 +871,10 @@ mod tests {
         .unwrap();
         let without = Policy::builder().build().unwrap();
         assert!(without.write_decision(&p(".husky/pre-commit")).allowed);
-        let policy = Policy::builder().git_of(dir.path()).build().unwrap();
+        let policy = Policy::builder()
+            .git_of(dir.path(), &HostEnv::default())
+            .build()
+            .unwrap();
         assert!(!policy.write_decision(&p(".husky/pre-commit")).allowed);
         assert!(policy.write_decision(&p(".huskyx")).allowed);
     }
@@ -630,6 +884,52 @@ mod tests {
         let err = Policy::builder().allow(["raed_file"]).build().unwrap_err();
         assert!(err.message().contains("raed_file"));
         assert!(err.message().contains("read_file"));
+    }
+
+    #[test]
+    fn the_sandbox_digest_covers_what_commands_are_held_to_and_only_that() {
+        let base = Policy::default().sandbox_digest();
+        assert_eq!(Policy::builder().build().unwrap().sandbox_digest(), base);
+        let mut limits = Limits::default();
+        limits.run.max_output_bytes = 1;
+        let same = [
+            Policy::builder().deny(["search"]).build().unwrap(),
+            Policy::builder().allow(["web_fetch"]).build().unwrap(),
+            Policy::builder().limits(limits).build().unwrap(),
+            Policy::builder()
+                .command_network(NetworkMode::Off)
+                .build()
+                .unwrap(),
+        ];
+        for p in &same {
+            assert_eq!(p.sandbox_digest(), base, "{p:?}");
+        }
+        let mut limits = Limits::default();
+        limits.sandbox.processes = 7;
+        let network = NetworkConfig {
+            allowed_domains: vec!["example.com".into()],
+            ..NetworkConfig::default()
+        };
+        let other = [
+            Policy::builder().deny_read(["secrets/"]).build().unwrap(),
+            Policy::builder().protect("keep.txt").build().unwrap(),
+            Policy::builder().mode(Mode::ReadOnly).build().unwrap(),
+            Policy::builder().writable_roots(["/srv"]).build().unwrap(),
+            Policy::builder().host_deny_read(["~/x"]).build().unwrap(),
+            Policy::builder()
+                .read_scope(ReadScope::System)
+                .build()
+                .unwrap(),
+            Policy::builder().limits(limits).build().unwrap(),
+            Policy::builder().network(network).build().unwrap(),
+            Policy::default().with_command_network(NetworkMode::On),
+        ];
+        for p in &other {
+            assert_ne!(p.sandbox_digest(), base, "{p:?}");
+        }
+        // `full-access` gives commands the network unless told otherwise.
+        let full = Policy::builder().mode(Mode::FullAccess).build().unwrap();
+        assert_eq!(full.command_network(), NetworkMode::On);
     }
 
     #[test]

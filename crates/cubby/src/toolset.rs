@@ -13,9 +13,10 @@ use serde_json::Value;
 
 use std::sync::Mutex;
 
-use crate::config::{ExecRule, Limits, NetworkConfig, WebSearchConfig};
+use crate::config::{Limits, WebSearchConfig};
 use crate::error::{Error, ErrorKind, Result};
 use crate::exec_policy::BeforeRun;
+use crate::host_env::HostEnv;
 use crate::output::{Redactor, Secret, ToolOutput};
 use crate::policy::{COMMAND_TOOLS, Policy};
 use crate::process::{CancelToken, ProcessTable, RETAINED_LOG_BYTES, Subscriber};
@@ -37,7 +38,6 @@ pub struct Toolset {
 struct Inner {
     sandbox: Arc<dyn Sandbox>,
     policy: Policy,
-    limits: Limits,
     redactor: Redactor,
     run: RunState,
     offered: Vec<&'static Entry>,
@@ -65,19 +65,16 @@ impl Toolset {
         ToolsetBuilder {
             sandbox,
             policy: None,
-            limits: Limits::default(),
+            host: HostEnv::default(),
             secrets: Vec::new(),
             track_changes: true,
-            exec_rules: Vec::new(),
             before_run: None,
             shell: None,
             retained_log_bytes: RETAINED_LOG_BYTES,
             subscribers: Vec::new(),
-            network: None,
             web_search: None,
             search_backend: None,
             resolver: None,
-            command_env: None,
         }
     }
 
@@ -109,7 +106,7 @@ impl Toolset {
     /// limits of this toolset and name only tools it offers.
     pub fn tools(&self) -> Vec<ToolSpec> {
         let names = self.tool_names();
-        let describe = Describe::new(&self.inner.limits, &names);
+        let describe = Describe::new(self.inner.policy.limits(), &names);
         self.inner
             .offered
             .iter()
@@ -117,9 +114,9 @@ impl Toolset {
             .collect()
     }
 
-    /// The limits in force.
+    /// The limits in force (the policy's).
     pub fn limits(&self) -> &Limits {
-        &self.inner.limits
+        self.inner.policy.limits()
     }
 
     /// The policy in force.
@@ -257,7 +254,7 @@ impl Toolset {
             redactor: &self.inner.redactor,
             sandbox: self.inner.sandbox.as_ref(),
             policy: &self.inner.policy,
-            limits: &self.inner.limits,
+            limits: self.inner.policy.limits(),
             run: &self.inner.run,
             procs: &self.inner.procs,
             exec: &self.inner.exec,
@@ -302,37 +299,32 @@ fn json_type(v: &Value) -> &'static str {
 pub struct ToolsetBuilder {
     sandbox: Arc<dyn Sandbox>,
     policy: Option<Policy>,
-    limits: Limits,
+    host: HostEnv,
     secrets: Vec<Secret>,
     track_changes: bool,
-    exec_rules: Vec<ExecRule>,
     before_run: Option<BeforeRun>,
     shell: Option<Vec<String>>,
     retained_log_bytes: usize,
     subscribers: Vec<Subscriber>,
-    network: Option<NetworkConfig>,
     web_search: Option<WebSearchConfig>,
     search_backend: Option<Arc<dyn SearchBackend>>,
     resolver: Option<Arc<dyn Resolver>>,
-    command_env: Option<CommandEnv>,
 }
 
 impl ToolsetBuilder {
-    /// The `[network]` rules the web tools enforce: the domain lists (on the
-    /// requested host, every redirect hop and every search result) and
-    /// `allowed_cidrs`. Default: none, and then `web_fetch` and
-    /// `web_search` answer `unsupported` even when the policy grants them,
-    /// so that a front that forgets its `[network]` section never widens
-    /// what they reach. Pass `NetworkConfig::default()` for "every public
-    /// address, no domain lists".
-    pub fn network(mut self, network: NetworkConfig) -> ToolsetBuilder {
-        self.network = Some(network);
+    /// cubby's environment ([`HostEnv::capture`] in a front): what commands
+    /// inherit of it (SPEC §4, `env.pass`), the search backend's key, the
+    /// values of `[[network.inject]]` secrets (redacted), `bash` found on
+    /// its `PATH`. Default: empty — commands inherit nothing, no key is
+    /// found and `run` wraps commands in `sh -c`.
+    pub fn host_env(mut self, host: HostEnv) -> ToolsetBuilder {
+        self.host = host;
         self
     }
 
     /// The `[web_search]` section: which backend `web_search` asks. Its API
-    /// key is read from this process's environment at [`build`](Self::build)
-    /// and redacted like a secret. Default: none (`web_search` answers
+    /// key is read from the [`host_env`](Self::host_env) at
+    /// [`build`](Self::build) and redacted like a secret. Default: none (`web_search` answers
     /// `unsupported`). [`search_backend`](Self::search_backend) wins.
     pub fn web_search(mut self, config: WebSearchConfig) -> ToolsetBuilder {
         self.web_search = Some(config);
@@ -352,12 +344,6 @@ impl ToolsetBuilder {
     /// refused ranges and `allowed_cidrs` before anything connects.
     pub fn resolver(mut self, resolver: Arc<dyn Resolver>) -> ToolsetBuilder {
         self.resolver = Some(resolver);
-        self
-    }
-
-    /// Ordered exec rules (`[[exec.rules]]`). Default: none.
-    pub fn exec_rules(mut self, rules: Vec<ExecRule>) -> ToolsetBuilder {
-        self.exec_rules = rules;
         self
     }
 
@@ -387,26 +373,12 @@ impl ToolsetBuilder {
         self
     }
 
-    /// The policy. Default: [`Policy::default`] (`workspace-write`).
+    /// The policy: the tools offered, the paths, exec rules, `[network]`,
+    /// `[env]` and limits. Default: [`Policy::default`]
+    /// (`workspace-write`). A sandbox that confines commands must have been
+    /// opened with the same policy (see [`build`](Self::build)).
     pub fn policy(mut self, policy: Policy) -> ToolsetBuilder {
         self.policy = Some(policy);
-        self
-    }
-
-    /// Per-tool limits. Default: [`Limits::default`].
-    pub fn limits(mut self, limits: Limits) -> ToolsetBuilder {
-        self.limits = limits;
-        self
-    }
-
-    /// How commands' environments are made: `env.pass`, `env.set` and the
-    /// names withheld (see [`CommandEnv`] and `CommandEnv::from_config`).
-    /// Default: [`CommandEnv::default`], which gives commands only the names
-    /// SPEC §4 lists from this process's environment. Either way the
-    /// secrets of [`ToolsetBuilder::secret`] are added, and cubby's own
-    /// variables (`CUBBY_TOKEN`, the search key, injected secrets) withheld.
-    pub fn command_env(mut self, env: CommandEnv) -> ToolsetBuilder {
-        self.command_env = Some(env);
         self
     }
 
@@ -431,24 +403,37 @@ impl ToolsetBuilder {
     ///
     /// # Errors
     ///
-    /// `invalid_input` for contradictory limits, bad `[network]` entries,
+    /// `invalid_input` for contradictory limits, a sandbox that enforces
+    /// another policy on commands than this one (its
+    /// [`Sandbox::enforced`] digest is not the policy's
+    /// [`Policy::sandbox_digest`]), bad `[network]` entries, a bad `[env]`,
     /// a `[web_search]` section that cannot work or a secret that
     /// `env.set` also sets; `limit` when the secrets cannot be compiled.
     pub fn build(self) -> Result<Toolset> {
-        self.limits.validate()?;
         let policy = self.policy.unwrap_or_default();
+        policy.limits().validate()?;
+        if let Some(enforced) = self.sandbox.enforced() {
+            let given = policy.sandbox_digest();
+            if *enforced != given {
+                return Err(Error::invalid_input(format!(
+                    "the {} sandbox holds commands to another policy (digest {enforced}) than \
+                     the one given to the toolset ({given}): the file tools and commands would \
+                     obey different rules; open the sandbox with the toolset's policy (e.g. \
+                     through `cubby::Workspace`)",
+                    self.sandbox.kind().as_str()
+                )));
+            }
+        }
+        let host = self.host;
         let user_secrets = self.secrets.clone();
         let mut secrets = self.secrets;
-        let rules = self
-            .network
-            .as_ref()
-            .map(crate::web::NetRules::from_config)
-            .transpose()?;
+        let network = policy.network();
+        let rules = network.map(crate::web::NetRules::from_config).transpose()?;
         let search = match (self.search_backend, &self.web_search) {
             (Some(backend), _) => Ok(backend),
             (None, config) => {
                 let config = config.clone().unwrap_or_default();
-                match crate::web::backend_from_config(&config, &|name| std::env::var(name).ok())? {
+                match crate::web::backend_from_config(&config, &|name| host.var(name))? {
                     Configured::Ready(backend, secret) => {
                         secrets.extend(secret);
                         Ok(backend)
@@ -457,10 +442,8 @@ impl ToolsetBuilder {
                 }
             }
         };
-        for entry in self.network.iter().flat_map(|n| n.inject.iter()) {
-            if let Ok(value) = std::env::var(&entry.secret)
-                && !value.is_empty()
-            {
+        for entry in network.iter().flat_map(|n| n.inject.iter()) {
+            if let Some(value) = host.non_empty(&entry.secret) {
                 secrets.push(Secret {
                     name: entry.secret.clone(),
                     value,
@@ -484,12 +467,12 @@ impl ToolsetBuilder {
                 ));
             }
             Some(s) => s,
-            None => default_shell(),
+            None => default_shell(&host),
         };
         let subscribers = Arc::new(Mutex::new(self.subscribers));
         let procs = ProcessTable::new(redactor.clone(), subscribers.clone());
         // Variables only cubby itself may use: never in a command's env.
-        let mut env = self.command_env.unwrap_or_default();
+        let mut env = CommandEnv::new(&policy.env().pass, &policy.env().set)?;
         for secret in &user_secrets {
             env.secret(secret.name.clone(), secret.value.clone())?;
         }
@@ -501,23 +484,24 @@ impl ToolsetBuilder {
         }
         // Secrets the egress proxy injects: commands see placeholders (the
         // linux provider sets them), never the values.
-        for entry in self.network.iter().flat_map(|n| n.inject.iter()) {
+        for entry in network.iter().flat_map(|n| n.inject.iter()) {
             env.withhold(entry.secret.clone());
         }
+        let exec_rules = policy.exec_rules().to_vec();
         Ok(Toolset {
             inner: Arc::new(Inner {
                 sandbox: self.sandbox,
                 policy,
-                limits: self.limits,
                 redactor,
                 run: RunState::new(baseline),
                 offered,
                 exec: ExecSettings {
-                    rules: self.exec_rules,
+                    rules: exec_rules,
                     before_run: self.before_run,
                     shell,
                     retained_log_bytes: self.retained_log_bytes,
                     env,
+                    host,
                 },
                 web: WebSettings {
                     rules,
@@ -531,10 +515,11 @@ impl ToolsetBuilder {
     }
 }
 
-/// `bash -c`, or `sh -c` when no bash is on the `PATH`.
-fn default_shell() -> Vec<String> {
-    let has_bash = std::env::var_os("PATH")
-        .is_some_and(|paths| std::env::split_paths(&paths).any(|dir| dir.join("bash").is_file()));
+/// `bash -c`, or `sh -c` when no bash is on `host`'s `PATH`.
+fn default_shell(host: &HostEnv) -> Vec<String> {
+    let has_bash = host
+        .var_os("PATH")
+        .is_some_and(|paths| std::env::split_paths(paths).any(|dir| dir.join("bash").is_file()));
     let shell = if has_bash { "bash" } else { "sh" };
     vec![shell.to_string(), "-c".to_string()]
 }

@@ -15,8 +15,8 @@ use std::time::{Duration, Instant};
 use cubby::config::{ExecDecision, ExecRule, Limits, RunLimits};
 use cubby::exec_policy::RunDecision;
 use cubby::process::CancelToken;
-use cubby::sandbox::{CommandEnv, Sandbox};
-use cubby::{LinuxOptions, LinuxSandbox, NetworkMode, ToolOutput, Toolset};
+use cubby::sandbox::Sandbox;
+use cubby::{HostEnv, LinuxSandbox, NetworkMode, Policy, ToolOutput, Toolset};
 use serde_json::{Value, json};
 
 fn workspace() -> tempfile::TempDir {
@@ -141,6 +141,10 @@ mod local {
         sandbox(dir)
     }
 
+    fn networked_policy() -> Policy {
+        Policy::default()
+    }
+
     include!("suites/commands.rs");
 }
 
@@ -148,21 +152,17 @@ mod local {
 mod linux {
     use super::*;
 
-    fn options(network: NetworkMode) -> LinuxOptions {
-        let policy = cubby::Policy::builder().build().unwrap();
-        LinuxOptions {
-            network,
-            ..LinuxOptions::from_policy(&policy)
-        }
-    }
-
     fn sandbox(dir: &std::path::Path) -> Arc<dyn Sandbox> {
-        Arc::new(LinuxSandbox::open(dir, options(NetworkMode::Off)).unwrap())
+        Arc::new(LinuxSandbox::open(dir, &Policy::default(), &HostEnv::capture()).unwrap())
     }
 
     /// A server the test reaches from the host needs the host's network.
+    fn networked_policy() -> Policy {
+        Policy::default().with_command_network(NetworkMode::On)
+    }
+
     fn networked_sandbox(dir: &std::path::Path) -> Arc<dyn Sandbox> {
-        Arc::new(LinuxSandbox::open(dir, options(NetworkMode::On)).unwrap())
+        Arc::new(LinuxSandbox::open(dir, &networked_policy(), &HostEnv::capture()).unwrap())
     }
 
     include!("suites/commands.rs");

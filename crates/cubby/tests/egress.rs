@@ -23,9 +23,8 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use common::Pinned;
-use cubby::config::NetworkConfig;
-use cubby::web::{EgressOptions, Injection};
-use cubby::{LinuxOptions, LinuxSandbox, NetworkMode, Policy, Toolset};
+use cubby::config::{InjectConfig, NetworkConfig};
+use cubby::{HostEnv, LinuxSandbox, NetworkMode, Policy, Toolset};
 use serde_json::json;
 
 /// The injected secret's real value: it must reach only `api.allowed.test`.
@@ -156,33 +155,26 @@ fn resolver() -> Arc<Pinned> {
 }
 
 fn toolset(dir: &Path) -> Toolset {
-    let policy = Policy::builder().build().unwrap();
     let rules = NetworkConfig {
         mode: NetworkMode::Allow,
         allowed_domains: vec!["allowed.test".into()],
         denied_domains: vec!["blocked.allowed.test".into()],
         allowed_cidrs: vec!["127.0.0.1/32".into()],
-        inject: Vec::new(),
+        inject: vec![InjectConfig {
+            secret: "API_TOKEN".into(),
+            hosts: vec!["api.allowed.test".into()],
+            headers: vec!["authorization".into()],
+        }],
     };
-    let options = LinuxOptions {
-        network: NetworkMode::Allow,
-        egress: EgressOptions {
-            rules: rules.clone(),
-            inject: vec![Injection {
-                name: "API_TOKEN".into(),
-                value: REAL_TOKEN.into(),
-                hosts: vec!["api.allowed.test".into()],
-                headers: vec!["authorization".into()],
-            }],
-        },
-        ..LinuxOptions::from_policy(&policy)
-    };
-    let sandbox = LinuxSandbox::open(dir, options)
+    let policy = Policy::builder().network(rules).build().unwrap();
+    // The injected secret's value comes from cubby's environment.
+    let host = HostEnv::capture().with("API_TOKEN", REAL_TOKEN);
+    let sandbox = LinuxSandbox::open(dir, &policy, &host)
         .unwrap()
         .with_resolver(resolver());
     Toolset::builder(Arc::new(sandbox))
         .policy(policy)
-        .network(rules)
+        .host_env(host)
         .secret("API_TOKEN", REAL_TOKEN)
         .build()
         .unwrap()

@@ -23,7 +23,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use cubby::{LinuxOptions, LinuxSandbox, Policy, ToolOutput, Toolset};
+use cubby::{HostEnv, Limits, LinuxSandbox, Policy, PolicyBuilder, ToolOutput, Toolset};
 use serde_json::json;
 
 /// The unprivileged user the suite creates and runs as.
@@ -67,17 +67,14 @@ fn lab_dirs() -> (tempfile::TempDir, PathBuf, PathBuf) {
     (base, ws, outside)
 }
 
-/// The lab's toolset: a `linux` sandbox on `ws` with `options`, under `policy`.
-fn open_lab(
-    base: tempfile::TempDir,
-    ws: PathBuf,
-    outside: PathBuf,
-    policy: Policy,
-    options: LinuxOptions,
-) -> Lab {
-    let sandbox = LinuxSandbox::open(&ws, options).unwrap();
+/// The lab's toolset: a `linux` sandbox on `ws` opened from `policy`, and
+/// the toolset under the same policy.
+fn open_lab(base: tempfile::TempDir, ws: PathBuf, outside: PathBuf, policy: Policy) -> Lab {
+    let host = HostEnv::capture();
+    let sandbox = LinuxSandbox::open(&ws, &policy, &host).unwrap();
     let tools = Toolset::builder(Arc::new(sandbox))
         .policy(policy)
+        .host_env(host)
         .track_changes(false)
         .build()
         .unwrap();
@@ -89,24 +86,23 @@ fn open_lab(
     }
 }
 
-fn lab_with(configure: impl FnOnce(&mut LinuxOptions, &Path)) -> Lab {
+fn lab_with(configure: impl FnOnce(&mut PolicyBuilder, &mut Limits, &Path)) -> Lab {
     let (base, ws, outside) = lab_dirs();
     std::fs::write(outside.join("target.txt"), "original\n").unwrap();
     let nested = format!("{NESTED_SECRET_DIR}/");
-    let policy = Policy::builder()
-        .deny_read(["secrets/", nested.as_str(), ".env"])
-        .build()
-        .unwrap();
-    let mut options = LinuxOptions::from_policy(&policy);
-    options.limits.processes = TEST_PROCESSES;
-    options.limits.file_size_mb = TEST_FILE_SIZE_MB;
-    options.limits.address_space_mb = TEST_ADDRESS_SPACE_MB;
-    configure(&mut options, &ws);
-    open_lab(base, ws, outside, policy, options)
+    let mut policy = Policy::builder();
+    policy.deny_read(["secrets/", nested.as_str(), ".env"]);
+    let mut limits = Limits::default();
+    limits.sandbox.processes = TEST_PROCESSES;
+    limits.sandbox.file_size_mb = TEST_FILE_SIZE_MB;
+    limits.sandbox.address_space_mb = TEST_ADDRESS_SPACE_MB;
+    configure(&mut policy, &mut limits, &ws);
+    let policy = policy.limits(limits).build().unwrap();
+    open_lab(base, ws, outside, policy)
 }
 
 fn lab() -> Lab {
-    lab_with(|_, _| {})
+    lab_with(|_, _, _| {})
 }
 
 impl Drop for Lab {
@@ -549,7 +545,7 @@ fn deny_read_parent_renamed(l: &Lab) -> Verdict {
     );
     not_in(&out, &m)?;
     unchanged(&secrets.join("key.txt"), &m)?;
-    let again = lab_with(|_, _| {});
+    let again = lab_with(|_, _, _| {});
     let moved = again.ws.join("nested");
     std::fs::create_dir_all(moved.join("deep/secrets")).unwrap();
     std::fs::write(moved.join("deep/secrets/key.txt"), &m).unwrap();
@@ -937,9 +933,9 @@ fn read_scope_system(l: &Lab) -> Verdict {
             control.text
         ));
     }
-    let sys = lab_with(|o, ws| {
-        o.read_scope = cubby::ReadScope::System;
-        o.readable_roots = vec![ws.with_file_name("ws-outside")];
+    let sys = lab_with(|p, _, ws| {
+        p.read_scope(cubby::ReadScope::System)
+            .readable_roots([ws.with_file_name("ws-outside")]);
     });
     std::fs::write(sys.ws.join("inside.txt"), "in the workspace\n").unwrap();
     std::fs::write(sys.outside.join("target.txt"), "readable root\n").unwrap();
@@ -1247,7 +1243,10 @@ fn writable_root_boundary(l: &Lab) -> Verdict {
 
 fn read_only_mode(l: &Lab) -> Verdict {
     let _ = l;
-    let ro = lab_with(|o, _| o.mode = cubby::Mode::ReadOnly);
+    // Commands offered in `read-only` (the mode itself gives none).
+    let ro = lab_with(|p, _, _| {
+        p.mode(cubby::Mode::ReadOnly).allow(["run"]);
+    });
     let file = ro.ws.join("kept.txt");
     std::fs::write(&file, "kept\n").unwrap();
     use std::os::unix::fs::MetadataExt;
@@ -1271,14 +1270,14 @@ fn git_lab(protect: &[&str], prepare: impl FnOnce(&Path)) -> Lab {
     let (base, ws, outside) = lab_dirs();
     prepare(&ws);
     let mut policy = Policy::builder();
-    policy.git_of(&ws);
+    policy.git_of(&ws, &HostEnv::capture());
     for p in protect {
         policy.protect(*p);
     }
-    let policy = policy.build().unwrap();
-    let mut options = LinuxOptions::from_policy(&policy);
-    options.limits.processes = TEST_PROCESSES;
-    open_lab(base, ws, outside, policy, options)
+    let mut limits = Limits::default();
+    limits.sandbox.processes = TEST_PROCESSES;
+    let policy = policy.limits(limits).build().unwrap();
+    open_lab(base, ws, outside, policy)
 }
 
 /// The host's git in `dir` (an identity given, so that `commit` runs).
@@ -1883,7 +1882,7 @@ fn host_shmem() -> u64 {
 
 fn fill_tmp_and_dev_shm(l: &Lab) -> Verdict {
     let _ = l;
-    let tight = lab_with(|o, _| o.limits.tmp_mb = TEST_TMP_MB);
+    let tight = lab_with(|_, l, _| l.sandbox.tmp_mb = TEST_TMP_MB);
     let m = marker("filler");
     // Files smaller than RLIMIT_FSIZE, together half as much again as
     // tmp_mb in each; the same into the workspace as the control.
@@ -1946,7 +1945,7 @@ fn fill_tmp_and_dev_shm(l: &Lab) -> Verdict {
     const ROOMY_MB: u64 = 128;
     const FILL_MB: u64 = 112;
     let baseline = host_shmem();
-    let roomy = lab_with(|o, _| o.limits.tmp_mb = ROOMY_MB);
+    let roomy = lab_with(|_, l, _| l.sandbox.tmp_mb = ROOMY_MB);
     let chunks = FILL_MB / (TEST_FILE_SIZE_MB / 2);
     let out = roomy.sh(&format!(
         "for d in /tmp /dev/shm; do for i in $(seq {chunks}); do head -c {}M /dev/zero > $d/f$i || exit 1; done; done; echo FILLED",
@@ -2050,7 +2049,7 @@ fn system_v_shared_memory_left_behind(l: &Lab) -> Verdict {
     if made.len() != 3 || made.iter().any(|&i| i < 0) || kept.trim() != "3" {
         return Err(format!("control: on the host made {host:?}, kept {kept:?}"));
     }
-    let tight = lab_with(|o, _| o.limits.tmp_mb = TEST_TMP_MB);
+    let tight = lab_with(|_, l, _| l.sandbox.tmp_mb = TEST_TMP_MB);
     // One command leaves segments behind...
     let out = tight.sh(&py(&format!(
         "{SHM_PY}a = make({SHM_SEGMENT_MB})\nlibc.shmdt(fill(a, {SHM_SEGMENT_MB}))\nb = make({SHM_SEGMENT_MB})\nprint(\"LEFT\", a, b, ids())"

@@ -16,7 +16,12 @@ use serde_json::{Value, json};
 
 trait Fixture {
     /// A sandbox over the fixture's workspace.
-    fn sandbox(&self) -> Arc<dyn cubby::Sandbox>;
+    fn sandbox(&self) -> Arc<dyn cubby::Sandbox> {
+        self.sandbox_for(&Policy::default())
+    }
+    /// A sandbox over the fixture's workspace opened from `policy` (what a
+    /// provider that confines commands holds them to).
+    fn sandbox_for(&self, policy: &Policy) -> Arc<dyn cubby::Sandbox>;
     fn put(&self, path: &str, bytes: &[u8]);
     fn put_mode(&self, path: &str, bytes: &[u8], mode: u32);
     fn get(&self, path: &str) -> Option<Vec<u8>>;
@@ -40,7 +45,7 @@ impl Local {
 }
 
 impl Fixture for Local {
-    fn sandbox(&self) -> Arc<dyn cubby::Sandbox> {
+    fn sandbox_for(&self, _: &Policy) -> Arc<dyn cubby::Sandbox> {
         cubby::local_sandbox(self.0.path()).unwrap()
     }
     fn put(&self, path: &str, bytes: &[u8]) {
@@ -79,11 +84,9 @@ impl Fixture for Local {
 struct Linux(Local);
 
 impl Fixture for Linux {
-    fn sandbox(&self) -> Arc<dyn cubby::Sandbox> {
-        let policy = cubby::Policy::builder().build().unwrap();
+    fn sandbox_for(&self, policy: &Policy) -> Arc<dyn cubby::Sandbox> {
         Arc::new(
-            cubby::LinuxSandbox::open(self.0.0.path(), cubby::LinuxOptions::from_policy(&policy))
-                .unwrap(),
+            cubby::LinuxSandbox::open(self.0.0.path(), policy, &cubby::HostEnv::capture()).unwrap(),
         )
     }
     fn put(&self, path: &str, bytes: &[u8]) {
@@ -122,7 +125,7 @@ fn wp(p: &str) -> WorkspacePath {
 }
 
 impl Fixture for Virtual {
-    fn sandbox(&self) -> Arc<dyn cubby::Sandbox> {
+    fn sandbox_for(&self, _: &Policy) -> Arc<dyn cubby::Sandbox> {
         cubby::virtual_sandbox(self.0.clone())
     }
     fn put(&self, path: &str, bytes: &[u8]) {
@@ -562,7 +565,7 @@ fn glob_caps_with_a_total(f: &dyn Fixture) {
         ..Limits::default()
     };
     let t = Toolset::builder(f.sandbox())
-        .limits(limits)
+        .policy(Policy::builder().limits(limits).build().unwrap())
         .build()
         .unwrap();
     let out = ok(&t, "glob", json!({"pattern": "*.txt"}));
@@ -668,7 +671,7 @@ fn search_caps_with_a_total(f: &dyn Fixture) {
         ..Limits::default()
     };
     let t = Toolset::builder(f.sandbox())
-        .limits(limits)
+        .policy(Policy::builder().limits(limits).build().unwrap())
         .build()
         .unwrap();
     let out = ok(&t, "search", json!({"query": "x"}));
@@ -1201,7 +1204,7 @@ fn protected_paths_are_read_only(f: &dyn Fixture) {
 fn read_only_mode_offers_no_writes(f: &dyn Fixture) {
     f.put("a.txt", b"x");
     let policy = Policy::builder().mode(Mode::ReadOnly).build().unwrap();
-    let t = Toolset::builder(f.sandbox())
+    let t = Toolset::builder(f.sandbox_for(&policy))
         .policy(policy)
         .build()
         .unwrap();
@@ -1241,7 +1244,7 @@ fn deny_read_hides_paths(f: &dyn Fixture) {
     f.put("secrets/key.pem", b"PRIVATE KEY");
     f.put("public.txt", b"PRIVATE KEY mentioned\n");
     let policy = Policy::builder().deny_read(["secrets/"]).build().unwrap();
-    let t = Toolset::builder(f.sandbox())
+    let t = Toolset::builder(f.sandbox_for(&policy))
         .policy(policy)
         .build()
         .unwrap();
@@ -2065,7 +2068,10 @@ fn hooks_path_is_protected_for_the_tools(
         "write_file",
         json!({"path": ".husky/pre-commit", "content": "#!/bin/sh\nexit 0\n"}),
     );
-    let policy = Policy::builder().git_of(dir.path()).build().unwrap();
+    let policy = Policy::builder()
+        .git_of(dir.path(), &cubby::HostEnv::capture())
+        .build()
+        .unwrap();
     let t = Toolset::builder(sandbox).policy(policy).build().unwrap();
     ok(&t, "read_file", json!({"path": ".husky/pre-commit"}));
     for path in [".husky/pre-commit", ".husky/post-commit"] {
@@ -2098,8 +2104,7 @@ fn hooks_path_is_protected_for_the_tools_linux() {
         let dir = tempfile::tempdir().unwrap();
         let policy = Policy::builder().build().unwrap();
         let sandbox: Arc<dyn cubby::Sandbox> = Arc::new(
-            cubby::LinuxSandbox::open(dir.path(), cubby::LinuxOptions::from_policy(&policy))
-                .unwrap(),
+            cubby::LinuxSandbox::open(dir.path(), &policy, &cubby::HostEnv::capture()).unwrap(),
         );
         (dir, sandbox)
     });

@@ -19,11 +19,12 @@ use std::path::{Path, PathBuf};
 const LAYERS: &[&str] = &[
     "sync",
     "error",
+    "host_env",
     "output",
     "path",
     "git",
-    "policy",
     "config",
+    "policy",
     "exec_policy",
     "net",
     "sandbox",
@@ -33,6 +34,7 @@ const LAYERS: &[&str] = &[
     "config_file",
     "tools",
     "toolset",
+    "workspace",
 ];
 
 /// The workspace's crates, lowest first, and where their manifests are

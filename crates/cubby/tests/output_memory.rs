@@ -20,6 +20,7 @@ fn peak_rss_kib() -> u64 {
 fn one_gib_of_output_keeps_memory_bounded() {
     let dir = tempfile::tempdir().unwrap();
     let tools = cubby::Toolset::builder(cubby::local_sandbox(dir.path()).unwrap())
+        .host_env(cubby::HostEnv::capture())
         .secret("NEVER_PRINTED", "this-value-is-not-in-the-output")
         .build()
         .unwrap();

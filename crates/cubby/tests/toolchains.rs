@@ -17,7 +17,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use cubby::{LinuxOptions, LinuxSandbox, NetworkMode, Policy, ReadScope, ToolOutput, Toolset};
+use cubby::{HostEnv, LinuxSandbox, NetworkMode, Policy, ReadScope, ToolOutput, Toolset};
 use serde_json::json;
 
 /// A command's time limit: a first `cargo build` on a busy machine.
@@ -34,15 +34,16 @@ fn workspace() -> tempfile::TempDir {
 }
 
 fn tools(root: &Path, scope: ReadScope, network: NetworkMode) -> Toolset {
-    let policy = Policy::builder().build().unwrap();
-    let options = LinuxOptions {
-        read_scope: scope,
-        network,
-        ..LinuxOptions::from_policy(&policy)
-    };
-    let sandbox = LinuxSandbox::open(root, options).unwrap();
+    let policy = Policy::builder()
+        .read_scope(scope)
+        .command_network(network)
+        .build()
+        .unwrap();
+    let host = HostEnv::capture();
+    let sandbox = LinuxSandbox::open(root, &policy, &host).unwrap();
     Toolset::builder(Arc::new(sandbox))
         .policy(policy)
+        .host_env(host)
         .track_changes(false)
         .build()
         .unwrap()

@@ -287,29 +287,41 @@ fn net(allowed: &[&str], denied: &[&str], cidrs: &[&str]) -> NetworkConfig {
 const LOOPBACK: &[&str] = &["127.0.0.0/8"];
 
 fn builder() -> ToolsetBuilder {
+    builder_of(Policy::builder().allow(["web_fetch", "web_search"]))
+}
+
+fn builder_of(policy: &mut cubby::PolicyBuilder) -> ToolsetBuilder {
     Toolset::builder(cubby::virtual_sandbox(MemoryFs::new()))
-        .policy(
-            Policy::builder()
-                .allow(["web_fetch", "web_search"])
-                .build()
-                .unwrap(),
-        )
+        .policy(policy.build().unwrap())
         .track_changes(false)
 }
 
+/// [`builder`] with these `[network]` rules.
+fn net_builder(network: NetworkConfig) -> ToolsetBuilder {
+    builder_of(
+        Policy::builder()
+            .allow(["web_fetch", "web_search"])
+            .network(network),
+    )
+}
+
+/// [`net_builder`] with these limits.
+fn net_builder_with(network: NetworkConfig, limits: Limits) -> ToolsetBuilder {
+    builder_of(
+        Policy::builder()
+            .allow(["web_fetch", "web_search"])
+            .network(network)
+            .limits(limits),
+    )
+}
+
 fn fetcher(network: NetworkConfig) -> Toolset {
-    builder()
-        .network(network)
-        .resolver(pinned())
-        .build()
-        .unwrap()
+    net_builder(network).resolver(pinned()).build().unwrap()
 }
 
 fn fetcher_with(network: NetworkConfig, limits: Limits) -> Toolset {
-    builder()
-        .network(network)
+    net_builder_with(network, limits)
         .resolver(pinned())
-        .limits(limits)
         .build()
         .unwrap()
 }
@@ -395,7 +407,12 @@ fn site() -> Server {
 #[test]
 fn web_tools_are_off_unless_allowed() {
     let t = Toolset::builder(cubby::virtual_sandbox(MemoryFs::new()))
-        .network(NetworkConfig::default())
+        .policy(
+            Policy::builder()
+                .network(NetworkConfig::default())
+                .build()
+                .unwrap(),
+        )
         .track_changes(false)
         .build()
         .unwrap();
@@ -475,8 +492,7 @@ fn an_answer_with_any_refused_address_is_refused_whole() {
 fn each_hop_is_resolved_once_and_unknown_names_fail_cleanly() {
     let server = site();
     let resolver = pinned();
-    let t = builder()
-        .network(net(&[], &[], LOOPBACK))
+    let t = net_builder(net(&[], &[], LOOPBACK))
         .resolver(resolver.clone())
         .build()
         .unwrap();
@@ -595,13 +611,11 @@ fn allow_and_deny_lists_cover_subdomains_and_denial_wins() {
 
 #[test]
 fn bad_list_entries_fail_the_build() {
-    let err = builder()
-        .network(net(&["ok.test", "bad..entry"], &[], &[]))
+    let err = net_builder(net(&["ok.test", "bad..entry"], &[], &[]))
         .build()
         .unwrap_err();
     assert!(err.message().contains("bad..entry"), "{err}");
-    let err = builder()
-        .network(net(&[], &[], &["127.0.0.0/99"]))
+    let err = net_builder(net(&[], &[], &["127.0.0.0/99"]))
         .build()
         .unwrap_err();
     assert!(err.message().contains("allowed_cidrs"), "{err}");
@@ -1040,8 +1054,7 @@ const EIGHT: [(&str, &str, &str); 8] = [
 ];
 
 fn searcher(network: NetworkConfig, backend: Arc<dyn SearchBackend>) -> Toolset {
-    builder()
-        .network(network)
+    net_builder(network)
         .search_backend(backend)
         .build()
         .unwrap()
@@ -1188,10 +1201,8 @@ fn search_results_are_cut_to_the_limits() {
     limits.web_search.max_results = 2;
     limits.web_search.max_output_chars = 1_500;
     let searx = SearxngSearch::new(&server.url("127.0.0.1", "")).unwrap();
-    let t = builder()
-        .network(NetworkConfig::default())
+    let t = net_builder_with(NetworkConfig::default(), limits)
         .search_backend(Arc::new(searx))
-        .limits(limits)
         .build()
         .unwrap();
     let out = search(&t, "anything");
@@ -1212,10 +1223,8 @@ fn search_backend_failures_are_clear_errors() {
     let mut limits = Limits::default();
     limits.web_search.timeout_ms = 500;
     let searx = SearxngSearch::new(&server.url("127.0.0.1", "")).unwrap();
-    let t = builder()
-        .network(NetworkConfig::default())
+    let t = net_builder_with(NetworkConfig::default(), limits)
         .search_backend(Arc::new(searx))
-        .limits(limits)
         .build()
         .unwrap();
     expect_kind(&search(&t, "limited"), "limit");
@@ -1237,7 +1246,7 @@ fn search_backend_failures_are_clear_errors() {
 
 #[test]
 fn search_input_and_configuration_are_checked() {
-    let t = builder().network(NetworkConfig::default()).build().unwrap();
+    let t = net_builder(NetworkConfig::default()).build().unwrap();
     let out = search(&t, "x");
     expect_kind(&out, "unsupported");
     assert!(out.text.contains("backend"), "{}", out.text);
@@ -1270,8 +1279,8 @@ fn a_configured_brave_key_comes_from_the_environment_and_is_redacted() {
             brave_answer(&[(title.as_str(), "https://ok.test/", "fine")]),
         )
     });
-    let t = builder()
-        .network(NetworkConfig::default())
+    let t = net_builder(NetworkConfig::default())
+        .host_env(cubby::HostEnv::capture())
         .web_search(WebSearchConfig {
             backend: Some(SearchBackendKind::Brave),
             url: Some(server.url("127.0.0.1", "/res/v1/web/search")),
@@ -1291,8 +1300,7 @@ fn a_configured_brave_key_comes_from_the_environment_and_is_redacted() {
     assert_eq!(server.requests().len(), 1);
 
     // Named but unset: web_search says which variable is missing.
-    let t = builder()
-        .network(NetworkConfig::default())
+    let t = net_builder(NetworkConfig::default())
         .web_search(WebSearchConfig {
             backend: Some(SearchBackendKind::Brave),
             url: None,
@@ -1364,8 +1372,7 @@ fn the_output_cut_never_shows_part_of_a_secret() {
         let body = format!("{}{}", "x".repeat(shift), SECRET.repeat(1_000));
         page(200, "text/plain", body)
     });
-    let redacting = builder()
-        .network(net(&[], &[], LOOPBACK))
+    let redacting = net_builder(net(&[], &[], LOOPBACK))
         .resolver(pinned())
         .secret("API_KEY", SECRET)
         .build()

@@ -164,6 +164,16 @@ pub trait Sandbox: Send + Sync {
     /// True when the provider can run commands.
     fn supports_commands(&self) -> bool;
 
+    /// The digest of the policy this sandbox holds commands to
+    /// ([`crate::Policy::sandbox_digest`]), when it confines them: a
+    /// toolset refuses a sandbox whose digest is not its own policy's.
+    /// `None` for a provider that confines no command — it runs none
+    /// (`virtual`) or runs them as host processes (`local`) — so that no
+    /// policy can disagree with it.
+    fn enforced(&self) -> Option<&crate::policy::PolicyDigest> {
+        None
+    }
+
     /// Starts a command whose whole process tree the sandbox can kill, its
     /// output and stdin handed back as streams (the contract is in
     /// `sandbox/exec.rs`: [`Spawned`]).

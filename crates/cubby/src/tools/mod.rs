@@ -162,6 +162,8 @@ pub(crate) struct ExecSettings {
     pub retained_log_bytes: usize,
     /// How every command's environment is made (SPEC §4).
     pub env: crate::sandbox::CommandEnv,
+    /// cubby's environment, what commands inherit from.
+    pub host: crate::host_env::HostEnv,
 }
 
 /// What a tool handler sees.
@@ -548,9 +550,14 @@ mod tests {
             _ => crate::local_sandbox(root).unwrap(),
         };
         crate::Toolset::builder(sandbox)
-            .policy(policy.build().unwrap())
-            .limits(limits)
-            .network(crate::config::NetworkConfig::default())
+            .policy(
+                policy
+                    .clone()
+                    .limits(limits)
+                    .network(crate::config::NetworkConfig::default())
+                    .build()
+                    .unwrap(),
+            )
             .track_changes(true)
             .build()
             .unwrap()

@@ -126,7 +126,7 @@ pub(crate) fn start(
     let spawned = ctx.sandbox.exec(&ExecSpec {
         argv,
         cwd: cwd.clone(),
-        env: ctx.exec.env.build(std::env::vars_os(), true),
+        env: ctx.exec.env.build(ctx.exec.host.vars(), true),
         stdin,
     })?;
     ctx.procs.track(

@@ -3,6 +3,7 @@
 
 fn tools(dir: &std::path::Path) -> Toolset {
     Toolset::builder(sandbox(dir))
+        .host_env(cubby::HostEnv::capture())
         .track_changes(false)
         .build()
         .unwrap()
@@ -91,7 +92,8 @@ fn output_is_capped_with_a_marker_and_pageable() {
         ..Limits::default()
     };
     let t = Toolset::builder(sandbox(dir.path()))
-        .limits(limits)
+        .host_env(cubby::HostEnv::capture())
+        .policy(cubby::Policy::builder().limits(limits).build().unwrap())
         .build()
         .unwrap();
     let out = run(&t, json!({"command": "seq 1 20000"}));
@@ -131,6 +133,7 @@ fn output_is_capped_with_a_marker_and_pageable() {
 fn ansi_is_stripped_and_secrets_are_redacted_across_reads() {
     let dir = workspace();
     let t = Toolset::builder(sandbox(dir.path()))
+        .host_env(cubby::HostEnv::capture())
         .secret("API_KEY", "sk-live-0123456789")
         .build()
         .unwrap();
@@ -331,6 +334,8 @@ fn start_process_with_port_serves_pages_and_stops() {
     let dir = workspace();
     std::fs::write(dir.path().join("index.html"), "hello from cubby\n").unwrap();
     let t = Toolset::builder(networked_sandbox(dir.path()))
+        .host_env(cubby::HostEnv::capture())
+        .policy(networked_policy())
         .track_changes(false)
         .build()
         .unwrap();
@@ -482,7 +487,8 @@ fn exec_rules_and_before_run_decide() {
     let seen = Arc::new(Mutex::new(Vec::new()));
     let seen2 = seen.clone();
     let t = Toolset::builder(sandbox(dir.path()))
-        .exec_rules(rules)
+        .host_env(cubby::HostEnv::capture())
+        .policy(cubby::Policy::builder().exec_rules(rules).build().unwrap())
         .before_run(Arc::new(move |cmd: &str, _cwd: &cubby::WorkspacePath| {
             seen2.lock().unwrap().push(cmd.to_string());
             if cmd.contains("rm -rf") {
@@ -525,6 +531,7 @@ fn events_stream_shaped_chunks() {
     let got = Arc::new(Mutex::new(Vec::new()));
     let got2 = got.clone();
     let t = Toolset::builder(sandbox(dir.path()))
+        .host_env(cubby::HostEnv::capture())
         .secret("TOKEN", "abcdef123")
         .subscribe(Arc::new(move |e: &cubby::process::OutputEvent| {
             got2.lock()
@@ -632,10 +639,14 @@ fn the_hosts_api_keys_never_reach_commands() {
     let sandbox = sandbox(dir.path());
     let linux = sandbox.kind() == cubby::ProviderKind::Linux;
     let set = std::collections::BTreeMap::from([("CUBBY_TEST_SET".to_string(), "set-value".to_string())]);
-    let env = CommandEnv::new(&["CUBBY_TEST_PASSED".to_string()], &set).unwrap();
+    let env = cubby::config::EnvConfig {
+        pass: vec!["CUBBY_TEST_PASSED".to_string()],
+        set,
+    };
     let t = Toolset::builder(sandbox)
+        .host_env(cubby::HostEnv::capture())
         .track_changes(false)
-        .command_env(env)
+        .policy(cubby::Policy::builder().env(env).build().unwrap())
         .secret("CUBBY_TEST_SECRET", "secret-value-4711")
         .build()
         .unwrap();

@@ -107,9 +107,10 @@ pub use probe::Capabilities;
 use super::{EntryKind, ExecSpec, FileSystem, LocalFs, LocalSandbox, ProviderKind, Sandbox};
 use crate::config::{NetworkMode, ReadScope};
 use crate::error::{Error, ErrorKind, Result};
+use crate::host_env::HostEnv;
 use crate::net::{Egress, EgressProxy, Resolver};
 use crate::path::WorkspacePath;
-use crate::policy::Mode;
+use crate::policy::{Mode, Policy, PolicyDigest};
 use crate::sync::lock;
 use super::{ExitStatus, ProcessHandle, Spawned};
 use client::{InheritedInner, Lease, Live};
@@ -146,6 +147,8 @@ pub struct LinuxSandbox {
     stores: HostStores,
     /// With `read_scope = "system"`: what commands read (canonical).
     read_roots: Vec<PathBuf>,
+    /// The digest of the policy the options were made from.
+    enforced: PolicyDigest,
 }
 
 impl std::fmt::Debug for LinuxSandbox {
@@ -172,15 +175,30 @@ fn start_error(what: impl std::fmt::Display) -> Error {
 }
 
 impl LinuxSandbox {
-    /// Opens `root` as a `linux` sandbox, after checking that this machine
-    /// can enforce `options`. Nothing is started until the first command.
+    /// Opens `root` as a `linux` sandbox that holds commands to `policy`
+    /// ([`LinuxOptions::from_policy`]; `host` is cubby's environment), after
+    /// checking that this machine can enforce it. Nothing is started until
+    /// the first command. The sandbox reports the policy's
+    /// [`Policy::sandbox_digest`] as what it enforces.
     ///
     /// # Errors
     ///
     /// `unsupported` naming what is missing (Landlock, user namespaces,
     /// seccomp) or what cannot be enforced; `not_found` for a missing root
     /// or writable root.
-    pub fn open(root: &Path, mut options: LinuxOptions) -> Result<LinuxSandbox> {
+    pub fn open(root: &Path, policy: &Policy, host: &HostEnv) -> Result<LinuxSandbox> {
+        LinuxSandbox::open_with(
+            root,
+            LinuxOptions::from_policy(policy, host),
+            policy.sandbox_digest(),
+        )
+    }
+
+    fn open_with(
+        root: &Path,
+        mut options: LinuxOptions,
+        enforced: PolicyDigest,
+    ) -> Result<LinuxSandbox> {
         let fs = Arc::new(LocalFs::open(root)?);
         let git_read = options.git_surface.take();
         if options.mode != Mode::FullAccess {
@@ -216,7 +234,7 @@ impl LinuxSandbox {
         let host_deny_read = options
             .host_deny_read
             .iter()
-            .map(|p| read_view::expand_home(p))
+            .map(|p| read_view::expand_home(p, &options.host))
             .collect::<Vec<_>>();
         if let Some(p) = host_deny_read.iter().find(|p| !p.is_absolute()) {
             return Err(Error::invalid_input(format!(
@@ -224,10 +242,14 @@ impl LinuxSandbox {
                 p.display()
             )));
         }
-        let stores = HostStores::new(&host_deny_read, fs.root_path() == Path::new(SANDBOX_TMP));
+        let stores = HostStores::new(
+            &host_deny_read,
+            fs.root_path() == Path::new(SANDBOX_TMP),
+            &options.host,
+        );
         let mut readable_roots = Vec::new();
         for r in &options.readable_roots {
-            let r = read_view::expand_home(r);
+            let r = read_view::expand_home(r, &options.host);
             let abs = if r.is_absolute() {
                 r.clone()
             } else {
@@ -270,7 +292,7 @@ impl LinuxSandbox {
         let read_roots = match options.read_scope {
             ReadScope::Host => Vec::new(),
             ReadScope::System => {
-                let mut roots = read_view::system_scope(std::env::var_os("PATH").as_deref());
+                let mut roots = read_view::system_scope(&options.host);
                 for dir in std::iter::once(fs.root_path())
                     .chain(writable_roots.iter().map(PathBuf::as_path))
                     .chain(readable_roots.iter().map(PathBuf::as_path))
@@ -296,6 +318,7 @@ impl LinuxSandbox {
             git_at_open: Mutex::new(None),
             stores,
             read_roots,
+            enforced,
         };
         sandbox.sweep_placeholders(git_read);
         Ok(sandbox)
@@ -701,6 +724,10 @@ impl Sandbox for LinuxSandbox {
 
     fn supports_commands(&self) -> bool {
         true
+    }
+
+    fn enforced(&self) -> Option<&PolicyDigest> {
+        Some(&self.enforced)
     }
 
     fn exec(&self, spec: &ExecSpec) -> Result<Spawned> {

@@ -4,7 +4,8 @@
 use std::path::PathBuf;
 
 use crate::config::{NetworkMode, ReadScope, SandboxLimits};
-use crate::net::EgressOptions;
+use crate::host_env::HostEnv;
+use crate::net::{EgressOptions, Injection};
 use crate::path::WorkspacePath;
 use crate::policy::{Mode, Policy};
 
@@ -49,28 +50,48 @@ pub struct LinuxOptions {
     /// fresh ([`crate::git::SHARE_WINDOW`]). Taken by
     /// [`LinuxSandbox::open`]. Default: none (read at the open).
     pub git_surface: Option<crate::git::SurfaceRead>,
+    /// cubby's environment: `HOME` (`~/`, the credential stores, git's
+    /// config), `PATH` and the toolchain homes (`read_scope = "system"`).
+    pub host: HostEnv,
 }
 
 impl LinuxOptions {
-    /// Options that enforce `policy` (mode, protected paths, `deny_read`)
-    /// with the network off and default limits.
-    pub fn from_policy(policy: &Policy) -> LinuxOptions {
+    /// The options that enforce `policy` on commands: its mode, protected
+    /// and `deny_read` paths, writable roots, what commands read of the
+    /// host, their network ([`Policy::command_network`]) and its rules,
+    /// the sandbox's limits; the `[[network.inject]]` secrets' values from
+    /// `host` (an unset one gets no placeholder, with a warning).
+    pub fn from_policy(policy: &Policy, host: &HostEnv) -> LinuxOptions {
+        let rules = policy.network().cloned().unwrap_or_default();
+        let mut inject = Vec::new();
+        for entry in &rules.inject {
+            match host.non_empty(&entry.secret) {
+                Some(value) => inject.push(Injection {
+                    name: entry.secret.clone(),
+                    value,
+                    hosts: entry.hosts.clone(),
+                    headers: entry.headers.clone(),
+                }),
+                None => tracing::warn!(
+                    "network.inject: `{}` is not set in the environment; commands get no \
+                     placeholder",
+                    entry.secret
+                ),
+            }
+        }
         LinuxOptions {
             mode: policy.mode(),
-            network: if policy.mode() == Mode::FullAccess {
-                NetworkMode::On
-            } else {
-                NetworkMode::Off
-            },
-            egress: EgressOptions::default(),
-            writable_roots: Vec::new(),
+            network: policy.command_network(),
+            egress: EgressOptions { rules, inject },
+            writable_roots: policy.writable_roots().to_vec(),
             protected: policy.protected_paths().cloned().collect(),
             deny_read: policy.deny_read_paths().cloned().collect(),
-            host_deny_read: Vec::new(),
-            read_scope: ReadScope::Host,
-            readable_roots: Vec::new(),
-            limits: SandboxLimits::default(),
+            host_deny_read: policy.host_deny_read().to_vec(),
+            read_scope: policy.read_scope(),
+            readable_roots: policy.readable_roots().to_vec(),
+            limits: policy.limits().sandbox.clone(),
             git_surface: policy.git_surface().cloned(),
+            host: host.clone(),
         }
     }
 }

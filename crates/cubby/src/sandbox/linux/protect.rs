@@ -10,7 +10,7 @@ use super::placeholder::{PLACEHOLDER_FILE_MODE, Placeholders};
 use super::reserve::Kind;
 use crate::error::{Error, ErrorKind, Result};
 use crate::path::WorkspacePath;
-use crate::process::lock;
+use crate::sync::lock;
 use crate::sandbox::local::is_placeholder_mode;
 use crate::sandbox::{EntryKind, FileSystem};
 
@@ -23,7 +23,7 @@ impl LinuxSandbox {
         let root = self.fs.root_path();
         let read = read
             .filter(|r| r.fresh_for(root).is_some())
-            .unwrap_or_else(|| crate::git::SurfaceRead::now(root));
+            .unwrap_or_else(|| crate::git::SurfaceRead::now(root, &self.options.host));
         let mut paths = self.options.protected.clone();
         for path in read.surface().paths() {
             if !paths.contains(&path) {
@@ -84,7 +84,7 @@ impl LinuxSandbox {
         let root = self.fs.root_path();
         let surface = match lock(&self.git_at_open).take() {
             Some(read) if read.fresh_for(root).is_some() => read.into_surface(),
-            _ => crate::git::surface(root),
+            _ => crate::git::surface(root, &self.options.host),
         };
         if surface.overflow {
             return Err(Error::new(

@@ -32,6 +32,7 @@ use std::path::{Component, Path, PathBuf};
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime};
 
+use crate::host_env::HostEnv;
 use crate::sync::lock;
 
 /// Credential stores in every home directory: a directory (relative to the
@@ -200,8 +201,8 @@ pub(crate) struct HostStores {
 impl HostStores {
     /// The stores of every home (see the module doc) and `extra` (absolute
     /// paths); homes beneath `/tmp` only when `host_tmp` (the sandbox sees
-    /// the host's `/tmp`).
-    pub(crate) fn new(extra: &[PathBuf], host_tmp: bool) -> HostStores {
+    /// the host's `/tmp`); `$HOME` from `host`.
+    pub(crate) fn new(extra: &[PathBuf], host_tmp: bool, host: &HostEnv) -> HostStores {
         let mut watched = Vec::new();
         for (dir, names) in SYSTEM_STORES {
             watched.push(Watched {
@@ -211,7 +212,7 @@ impl HostStores {
                 children: Vec::new(),
             });
         }
-        HostStores::watching(watched, &homes(host_tmp), extra)
+        HostStores::watching(watched, &homes(host_tmp, host), extra)
     }
 
     /// `watched` and the [`HOME_STORES`] of each of `homes`.
@@ -396,7 +397,7 @@ fn matches(pattern: &str, name: &str) -> bool {
 /// Every home directory (see the module doc), each once, canonical. Each
 /// name is looked at once (`/etc/passwd` names `/nonexistent` or `/bin`
 /// for several accounts); a missing one costs one failed `open`.
-fn homes(host_tmp: bool) -> Vec<PathBuf> {
+fn homes(host_tmp: bool, host: &HostEnv) -> Vec<PathBuf> {
     let mut found: Vec<PathBuf> = Vec::new();
     if let Ok(passwd) = std::fs::read_to_string("/etc/passwd") {
         for line in passwd.lines() {
@@ -411,7 +412,7 @@ fn homes(host_tmp: bool) -> Vec<PathBuf> {
     if let Ok(entries) = std::fs::read_dir("/home") {
         found.extend(entries.flatten().map(|e| e.path()));
     }
-    if let Some(home) = std::env::var_os("HOME").filter(|h| !h.is_empty()) {
+    if let Some(home) = host.var_os("HOME").filter(|h| !h.is_empty()) {
         found.push(PathBuf::from(home));
     }
     let mut looked = HashSet::new();
@@ -469,15 +470,15 @@ fn resolved_dir(path: &Path) -> Option<PathBuf> {
 }
 
 /// The user's home (`$HOME`), for `~/` in config paths.
-pub(crate) fn home_dir() -> Option<PathBuf> {
-    std::env::var_os("HOME")
+pub(crate) fn home_dir(host: &HostEnv) -> Option<PathBuf> {
+    host.var_os("HOME")
         .filter(|h| !h.is_empty())
         .map(PathBuf::from)
 }
 
 /// `~/x` against `$HOME`; other paths as they are.
-pub(crate) fn expand_home(path: &Path) -> PathBuf {
-    match (path.strip_prefix("~"), home_dir()) {
+pub(crate) fn expand_home(path: &Path, host: &HostEnv) -> PathBuf {
+    match (path.strip_prefix("~"), home_dir(host)) {
         (Ok(rest), Some(home)) => home.join(rest),
         _ => path.to_path_buf(),
     }
@@ -514,12 +515,14 @@ pub(crate) fn toolchain_root(entry: &Path, homes: &[PathBuf]) -> Vec<PathBuf> {
 
 /// What commands read with `read_scope = "system"`, besides the workspace
 /// and the writable and readable roots: [`SYSTEM_DIRS`], each `PATH`
-/// directory's toolchain root, rustup's home (`$RUSTUP_HOME` or
+/// directory's toolchain root (`PATH`, `HOME`, `CARGO_HOME` and
+/// `RUSTUP_HOME` from `host`), rustup's home (`$RUSTUP_HOME` or
 /// `~/.rustup`) when cargo's is there, and the user's git configuration
 /// (`~/.gitconfig`, `~/.config/git`: `git commit` needs the user's name).
 /// Only what exists, canonical, each once.
-pub(crate) fn system_scope(path_var: Option<&std::ffi::OsStr>) -> Vec<PathBuf> {
-    let home = home_dir().and_then(|h| std::fs::canonicalize(h).ok());
+pub(crate) fn system_scope(host: &HostEnv) -> Vec<PathBuf> {
+    let path_var = host.var_os("PATH");
+    let home = home_dir(host).and_then(|h| std::fs::canonicalize(h).ok());
     let homes: Vec<PathBuf> = home.iter().cloned().collect();
     let mut wanted: Vec<PathBuf> = SYSTEM_DIRS.iter().map(PathBuf::from).collect();
     let mut cargo = false;
@@ -537,11 +540,11 @@ pub(crate) fn system_scope(path_var: Option<&std::ffi::OsStr>) -> Vec<PathBuf> {
             }
         }
     }
-    if let Some(dir) = std::env::var_os("CARGO_HOME") {
+    if let Some(dir) = host.var_os("CARGO_HOME") {
         wanted.push(PathBuf::from(dir));
     }
-    if cargo || std::env::var_os("CARGO_HOME").is_some() {
-        match std::env::var_os("RUSTUP_HOME") {
+    if cargo || host.var_os("CARGO_HOME").is_some() {
+        match host.var_os("RUSTUP_HOME") {
             Some(dir) => wanted.push(PathBuf::from(dir)),
             None => wanted.extend(home.iter().map(|h| h.join(".rustup"))),
         }

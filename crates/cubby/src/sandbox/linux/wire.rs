@@ -31,7 +31,7 @@ use std::sync::Mutex;
 
 use super::start_error;
 use crate::error::{Error, Result};
-use crate::process::lock;
+use crate::sync::lock;
 
 /// A payload entry for a `deny_read` path (relative to the root): masked,
 /// the directories above it pinned, unless masked already.

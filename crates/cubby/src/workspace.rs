@@ -1,0 +1,247 @@
+//! [`Workspace`]: a config and cubby's environment → one [`Policy`], the
+//! sandbox opened from it, and a factory of toolsets under it.
+//!
+//! Every front assembles a workspace the same way, here: the CLI (`call`,
+//! `tools`, `exec`, `doctor`), both MCP fronts (`cubby mcp`, `cubby serve`)
+//! and the tests. A front parses its own flags into a [`Config`] (flags win
+//! over the file: it overwrites the fields they name), takes one snapshot of
+//! its environment ([`HostEnv::capture`], the only read of the process
+//! environment in the library) and calls [`Workspace::from_config`]. The
+//! policy is built once; the sandbox is opened from it and every toolset of
+//! the factory is given the same one, so what commands are held to and what
+//! the file and web tools enforce cannot drift apart (a toolset refuses a
+//! sandbox that enforces another policy: [`crate::Sandbox::enforced`]).
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use crate::config::{Config, NetworkMode, ProviderKind};
+use crate::error::{Error, ErrorKind, Result};
+use crate::host_env::HostEnv;
+use crate::policy::{CONFIG_FILE_NAME, Policy};
+use crate::sandbox::{CommandEnv, LinuxSandbox, LocalSandbox, MemoryFs, Sandbox};
+use crate::toolset::{Toolset, ToolsetBuilder};
+
+/// Builds a fresh toolset: one per run (an MCP session, a CLI call).
+pub type ToolsetFactory = Arc<dyn Fn() -> Result<Toolset> + Send + Sync>;
+
+impl HostEnv {
+    /// This process's environment, now. The one place in the library that
+    /// reads it; everything else is handed this snapshot.
+    pub fn capture() -> HostEnv {
+        HostEnv::from_vars(std::env::vars_os())
+    }
+}
+
+/// One workspace: its root, its config, the policy built from them, the
+/// provider asked for and the environment snapshot everything reads.
+#[derive(Clone, Debug)]
+pub struct Workspace {
+    root: PathBuf,
+    config: Config,
+    provider: ProviderKind,
+    policy: Policy,
+    host: HostEnv,
+}
+
+impl Workspace {
+    /// The config file cubby reads in `root` when none is named: its
+    /// `cubby.toml`, when that is a file.
+    pub fn default_config_path(root: &Path) -> Option<PathBuf> {
+        let default = root.join(CONFIG_FILE_NAME);
+        default.is_file().then_some(default)
+    }
+
+    /// Assembles the workspace at `root` (an existing directory, canonical)
+    /// under `config`, read from `config_path` (`None`: no file, the
+    /// defaults). A config file inside the root is protected on top of the
+    /// defaults. Nothing is opened yet.
+    ///
+    /// # Errors
+    ///
+    /// `invalid_input` for an unknown tool name or a path rule that is not
+    /// relative to the root (the policy's own checks).
+    pub fn from_config(
+        root: &Path,
+        config: &Config,
+        config_path: Option<&Path>,
+        host: &HostEnv,
+    ) -> Result<Workspace> {
+        let mut policy = Policy::builder();
+        policy
+            .mode(config.mode.unwrap_or_default())
+            .allow(config.allow.iter().cloned())
+            .deny(config.deny.iter().cloned())
+            .deny_read(config.deny_read.iter().cloned())
+            .git_of(root, host)
+            .writable_roots(config.writable_roots.iter().map(PathBuf::from))
+            .host_deny_read(config.host_deny_read.iter().map(PathBuf::from))
+            .read_scope(config.read_scope)
+            .readable_roots(config.readable_roots.iter().map(PathBuf::from))
+            .network(config.network.clone())
+            .exec_rules(config.exec.rules.clone())
+            .env(config.env.clone())
+            .limits(config.limits.clone());
+        if let Some(rel) = config_path.and_then(|p| relative_to(p, root)) {
+            policy.protect(rel);
+        }
+        Ok(Workspace {
+            root: root.to_path_buf(),
+            config: config.clone(),
+            provider: config.provider.unwrap_or(ProviderKind::Linux),
+            policy: policy.build()?,
+            host: host.clone(),
+        })
+    }
+
+    /// Commands get `network` whatever the mode and the config say
+    /// (`cubby exec --network`).
+    pub fn set_command_network(&mut self, network: NetworkMode) {
+        self.policy = self.policy.clone().with_command_network(network);
+    }
+
+    /// The canonical root.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// The config.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// The provider asked for (default `linux`).
+    pub fn provider(&self) -> ProviderKind {
+        self.provider
+    }
+
+    /// The one policy: the sandbox is opened from it, every toolset gets it.
+    pub fn policy(&self) -> &Policy {
+        &self.policy
+    }
+
+    /// The environment snapshot.
+    pub fn host_env(&self) -> &HostEnv {
+        &self.host
+    }
+
+    /// How commands' environments are made (SPEC §4): the config's `[env]`,
+    /// its `secrets` with their values from the snapshot, cubby's own
+    /// variables withheld.
+    ///
+    /// # Errors
+    ///
+    /// `invalid_input` as [`CommandEnv::from_config`].
+    pub fn command_env(&self) -> Result<CommandEnv> {
+        CommandEnv::from_config(&self.config, |name| self.host.var(name))
+    }
+
+    /// Opens the sandbox of the provider asked for, from the policy.
+    ///
+    /// # Errors
+    ///
+    /// The provider's own (`unsupported` naming what this machine lacks,
+    /// `not_found` for a missing root); `unsupported` for `remote`.
+    pub fn open_sandbox(&self) -> Result<Arc<dyn Sandbox>> {
+        match self.provider {
+            ProviderKind::Virtual => Ok(crate::sandbox::virtual_sandbox(MemoryFs::from_dir(
+                &self.root,
+            )?)),
+            ProviderKind::Local => {
+                tracing::warn!(
+                    "provider `local`: commands run as host processes with your user's rights; \
+                     only the file tools are confined to the workspace"
+                );
+                Ok(Arc::new(LocalSandbox::open(&self.root)?))
+            }
+            ProviderKind::Linux => Ok(Arc::new(self.open_linux()?)),
+            ProviderKind::Remote => Err(Error::new(
+                ErrorKind::Unsupported,
+                "the remote provider is not available in this build; use --provider linux, \
+                 local or virtual",
+            )),
+        }
+    }
+
+    /// Opens a `linux` sandbox from the policy, whatever the provider asked
+    /// for (`cubby exec`).
+    ///
+    /// # Errors
+    ///
+    /// As [`LinuxSandbox::open`].
+    pub fn open_linux(&self) -> Result<LinuxSandbox> {
+        LinuxSandbox::open(&self.root, &self.policy, &self.host)
+    }
+
+    /// The config's secrets with their values from the snapshot (unset or
+    /// empty ones left out, with a warning).
+    fn secrets(&self) -> Vec<(String, String)> {
+        let mut secrets = Vec::new();
+        for name in &self.config.secrets {
+            match self.host.non_empty(name) {
+                Some(value) => secrets.push((name.clone(), value)),
+                None => tracing::warn!(
+                    "secret `{name}` is not set in the environment; nothing to redact"
+                ),
+            }
+        }
+        secrets
+    }
+
+    /// A toolset builder over `sandbox` with everything the workspace
+    /// states: the policy, the environment, `shell`, `[web_search]`.
+    pub fn toolset_builder(&self, sandbox: Arc<dyn Sandbox>) -> ToolsetBuilder {
+        let mut builder = Toolset::builder(sandbox)
+            .policy(self.policy.clone())
+            .host_env(self.host.clone())
+            .web_search(self.config.web_search.clone());
+        if let Some(shell) = &self.config.shell {
+            builder = builder.shell(shell.clone());
+        }
+        builder
+    }
+
+    /// Opens the sandbox once and returns a factory that builds a fresh
+    /// toolset (a new run) over it on each call.
+    ///
+    /// # Errors
+    ///
+    /// As [`Workspace::open_sandbox`], then as [`Workspace::factory_over`].
+    pub fn factory(&self, track_changes: bool) -> Result<ToolsetFactory> {
+        let sandbox = self.open_sandbox()?;
+        self.factory_over(sandbox, track_changes)
+    }
+
+    /// A factory of toolsets over `sandbox` (opened from this workspace's
+    /// policy: a toolset refuses one that enforces another), each a new run
+    /// with the config's secrets (their values from the snapshot).
+    ///
+    /// # Errors
+    ///
+    /// `invalid_input` for a bad `[env]` (as [`Workspace::command_env`]).
+    pub fn factory_over(
+        &self,
+        sandbox: Arc<dyn Sandbox>,
+        track_changes: bool,
+    ) -> Result<ToolsetFactory> {
+        self.command_env()?;
+        let secrets = self.secrets();
+        let this = self.clone();
+        Ok(Arc::new(move || {
+            let mut builder = this
+                .toolset_builder(sandbox.clone())
+                .track_changes(track_changes);
+            for (name, value) in &secrets {
+                builder = builder.secret(name.clone(), value.clone());
+            }
+            builder.build()
+        }))
+    }
+}
+
+/// `path` relative to `root`, when it lies inside (for protecting it).
+fn relative_to(path: &Path, root: &Path) -> Option<String> {
+    let rel = path.strip_prefix(root).ok()?;
+    let rel = rel.to_str()?;
+    (!rel.is_empty()).then(|| rel.to_string())
+}
