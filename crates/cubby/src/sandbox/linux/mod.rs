@@ -112,7 +112,7 @@ use crate::net::{Egress, EgressProxy, Resolver};
 use crate::path::WorkspacePath;
 use crate::policy::{Mode, Policy, PolicyDigest};
 use crate::sync::lock;
-use super::{ExitStatus, ProcessHandle, Spawned};
+use super::{ProcessHandle, Spawned};
 use client::{InheritedInner, Lease, Live};
 use holder::HolderPlan;
 use plan::{Facts, ProcessBound, SANDBOX_TMP};

@@ -184,7 +184,6 @@ mod tests {
     use super::super::plan::golden;
     use super::*;
     use crate::policy::Policy;
-    use crate::sandbox::LinuxOptions;
 
     #[test]
     fn protected_paths_are_bound_pinned_or_reserved() {
@@ -196,8 +195,9 @@ mod tests {
         std::fs::write(root.join("ci/deploy.sh"), "").unwrap();
         let mut policy = Policy::builder();
         policy.protect("ci/deploy.sh").protect("tools/release/");
-        let options = LinuxOptions::from_policy(&policy.build().unwrap());
-        let sandbox = LinuxSandbox::open(root, options).unwrap();
+        let sandbox =
+            LinuxSandbox::open(root, &policy.build().unwrap(), &crate::host_env::HostEnv::default())
+                .unwrap();
         let (binds, lease) = sandbox.protect_plan().unwrap();
         let mut text = String::new();
         for (path, pinned) in &binds {
