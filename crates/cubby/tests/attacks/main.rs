@@ -7,8 +7,8 @@
 //! - the *escape suite*: commands on the `linux` provider try to get out,
 //!   and each attempt is proved contained from the host's side. Each
 //!   section's `ATTACKS` table lists them, a row per attack ([`Attack`]:
-//!   what it tries, what the host must show afterwards, the control it runs
-//!   first); [`SECTIONS`] gathers the tables, and `run_suite` runs every row
+//!   what it tries, what the host must show afterwards, the control it
+//!   makes); [`SECTIONS`] gathers the tables, and `run_suite` runs every row
 //!   in a fresh lab ([`lab`]). It runs twice: as the user running the tests
 //!   (root here, and in CI) and as an unprivileged user that the test
 //!   creates (`cubby-escape`): user namespaces, Landlock, capabilities and
