@@ -113,31 +113,15 @@ fn clients() -> Clients {
     static LOCK: Mutex<()> = Mutex::new(());
     let _guard = LOCK.lock().unwrap_or_else(|p| p.into_inner());
     let packages = [CODEX, CLAUDE_CODE, SERVER_FILESYSTEM];
-    let want = packages.join(" ");
     let dir = repo_root().join("target/mcp-clients");
     std::fs::create_dir_all(&dir).unwrap();
     let lock = std::fs::File::create(repo_root().join("target/mcp-clients.lock")).unwrap();
     rustix::fs::flock(&lock, rustix::fs::FlockOperation::LockExclusive).unwrap();
     let clients = Clients { dir: dir.clone() };
-    let ready = dir.join(".ready");
-    if std::fs::read_to_string(&ready).ok().as_deref() != Some(want.as_str())
-        || !clients.claude().exists()
-        || !clients.codex_js().exists()
-    {
-        let _ = std::fs::remove_file(&ready);
-        // Scripts on: Claude Code's postinstall puts its native binary in
-        // place.
-        common::install_with_retries(&format!("npm install {want}"), || {
-            let mut npm = Command::new("npm");
-            npm.args(["install", "--no-audit", "--no-fund", "--save-exact"])
-                .args(["--ignore-scripts=false", "--loglevel=error", "--prefix"])
-                .arg(&dir)
-                .args(packages)
-                .current_dir(&dir);
-            npm
-        });
-        std::fs::write(&ready, &want).unwrap();
-    }
+    // Scripts on: Claude Code's postinstall puts its native binary in place.
+    common::npm_install(&dir, &packages, || {
+        clients.claude().exists() && clients.codex_js().exists()
+    });
     let version = |cmd: &mut Command| {
         let out = cmd.arg("--version").output().unwrap();
         String::from_utf8_lossy(&out.stdout).trim().to_string()

@@ -63,26 +63,11 @@ static NODE_LOCK: Mutex<()> = Mutex::new(());
 fn node_dir() -> (PathBuf, PathBuf) {
     let _guard = NODE_LOCK.lock().unwrap_or_else(|p| p.into_inner());
     let packages = [NODE, AI, AI_SDK_MCP, ZOD, MASTRA_MCP, MASTRA_CORE];
-    let want = packages.join(" ");
     let dir = repo_root().join("target/mcp-frameworks-node");
     let node = dir.join("node_modules/node/bin/node");
-    let ready = dir.join(".ready");
-    if std::fs::read_to_string(&ready).ok().as_deref() != Some(want.as_str()) || !node.exists() {
-        std::fs::create_dir_all(&dir).unwrap();
-        let _ = std::fs::remove_file(&ready);
-        // Scripts on: the `node` package installs its binary by a
-        // preinstall script.
-        common::install_with_retries(&format!("npm install {want}"), || {
-            let mut npm = Command::new("npm");
-            npm.args(["install", "--no-audit", "--no-fund", "--save-exact"])
-                .args(["--ignore-scripts=false", "--loglevel=error", "--prefix"])
-                .arg(&dir)
-                .args(packages)
-                .current_dir(&dir);
-            npm
-        });
-        std::fs::write(&ready, &want).unwrap();
-    }
+    // Scripts on: the `node` package installs its binary by a preinstall
+    // script.
+    common::npm_install(&dir, &packages, || node.exists());
     let version = Command::new(&node).arg("--version").output().unwrap();
     let version = String::from_utf8_lossy(&version.stdout);
     assert_eq!(

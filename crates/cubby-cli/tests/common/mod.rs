@@ -186,6 +186,29 @@ pub fn install_with_retries(what: &str, mut make: impl FnMut() -> Command) {
     }
 }
 
+/// Pinned npm `packages` installed into `dir` (scripts on: some packages
+/// put their native binary in place by an install script) the first time,
+/// and again when the package list changes or `present()` says what they
+/// install is missing. Callers serialize installs into one `dir`.
+pub fn npm_install(dir: &Path, packages: &[&str], present: impl Fn() -> bool) {
+    let want = packages.join(" ");
+    let ready = dir.join(".ready");
+    if std::fs::read_to_string(&ready).ok().as_deref() != Some(want.as_str()) || !present() {
+        std::fs::create_dir_all(dir).unwrap();
+        let _ = std::fs::remove_file(&ready);
+        install_with_retries(&format!("npm install {want}"), || {
+            let mut npm = Command::new("npm");
+            npm.args(["install", "--no-audit", "--no-fund", "--save-exact"])
+                .args(["--ignore-scripts=false", "--loglevel=error", "--prefix"])
+                .arg(dir)
+                .args(packages)
+                .current_dir(dir);
+            npm
+        });
+        std::fs::write(&ready, &want).unwrap();
+    }
+}
+
 /// A venv under `target/<name>` with `packages` pip-installed, made the
 /// first time (and again when the package list changes); its python.
 /// Tests of one binary that share a venv are serialized by a lock.

@@ -1,6 +1,13 @@
-//! Helpers shared by the integration tests of the `cubby` crate.
+//! Helpers shared by the integration tests of the `cubby` crate: the
+//! processes alive by marker, a resolver hook pinning test names, a
+//! loopback HTTP server ([`http`]) and the search backends' fakes
+//! ([`search`]). Each test binary includes this module (`mod common;`, or
+//! `#[path = "../common/mod.rs"] mod common;` from a test directory).
 
 #![allow(dead_code)]
+
+pub mod http;
+pub mod search;
 
 /// Processes (`pid: command line`) whose command line contains `marker`.
 /// Zombies have an empty command line, so anything found here is alive.

@@ -17,8 +17,8 @@ use super::wire::{self, MSG_EXEC_FAILED, MSG_EXITED, MSG_FORK_FAILED, MSG_STARTE
 use crate::error::{Error, ErrorKind, Result};
 use crate::net::EgressProxy;
 use crate::path::WorkspacePath;
-use crate::sync::lock;
 use crate::sandbox::{ExitStatus, ProcessHandle};
+use crate::sync::lock;
 
 /// A started sandbox: the holder, its socket, and what answers arrive.
 pub(super) struct Live {

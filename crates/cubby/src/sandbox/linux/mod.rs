@@ -105,6 +105,7 @@ pub use options::LinuxOptions;
 pub use probe::Capabilities;
 
 use super::{EntryKind, ExecSpec, FileSystem, LocalFs, LocalSandbox, ProviderKind, Sandbox};
+use super::{ProcessHandle, Spawned};
 use crate::config::{NetworkMode, ReadScope};
 use crate::error::{Error, ErrorKind, Result};
 use crate::host_env::HostEnv;
@@ -112,7 +113,6 @@ use crate::net::{Egress, EgressProxy, Resolver};
 use crate::path::WorkspacePath;
 use crate::policy::{Mode, Policy, PolicyDigest};
 use crate::sync::lock;
-use super::{ProcessHandle, Spawned};
 use client::{InheritedInner, Lease, Live};
 use holder::HolderPlan;
 use plan::{Facts, ProcessBound, SANDBOX_TMP};

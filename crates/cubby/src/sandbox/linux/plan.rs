@@ -731,7 +731,8 @@ mod tests {
 
     /// The options of the default policy, changed by `change`.
     fn options(change: impl FnOnce(&mut LinuxOptions)) -> LinuxOptions {
-        let mut options = LinuxOptions::from_policy(&Policy::default(), &crate::host_env::HostEnv::default());
+        let mut options =
+            LinuxOptions::from_policy(&Policy::default(), &crate::host_env::HostEnv::default());
         change(&mut options);
         options
     }
@@ -763,8 +764,10 @@ mod tests {
         // not by the holder: its plan is the default one.
         let mut policy = Policy::builder();
         policy.protect(".codex").protect("ci/**");
-        let options =
-            LinuxOptions::from_policy(&policy.build().unwrap(), &crate::host_env::HostEnv::default());
+        let options = LinuxOptions::from_policy(
+            &policy.build().unwrap(),
+            &crate::host_env::HostEnv::default(),
+        );
         assert!(!options.protected.is_empty());
         golden("default", &render(&options, &[], &[], &facts()));
     }

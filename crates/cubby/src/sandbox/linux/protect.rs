@@ -10,9 +10,9 @@ use super::placeholder::{PLACEHOLDER_FILE_MODE, Placeholders};
 use super::reserve::Kind;
 use crate::error::{Error, ErrorKind, Result};
 use crate::path::WorkspacePath;
-use crate::sync::lock;
 use crate::sandbox::local::is_placeholder_mode;
 use crate::sandbox::{EntryKind, FileSystem};
+use crate::sync::lock;
 
 impl LinuxSandbox {
     /// Removes empty placeholder directories (no mode bit but the owner's
@@ -195,9 +195,12 @@ mod tests {
         std::fs::write(root.join("ci/deploy.sh"), "").unwrap();
         let mut policy = Policy::builder();
         policy.protect("ci/deploy.sh").protect("tools/release/");
-        let sandbox =
-            LinuxSandbox::open(root, &policy.build().unwrap(), &crate::host_env::HostEnv::default())
-                .unwrap();
+        let sandbox = LinuxSandbox::open(
+            root,
+            &policy.build().unwrap(),
+            &crate::host_env::HostEnv::default(),
+        )
+        .unwrap();
         let (binds, lease) = sandbox.protect_plan().unwrap();
         let mut text = String::new();
         for (path, pinned) in &binds {

@@ -52,9 +52,9 @@ use rustix::fs::{AtFlags, Mode, OFlags};
 use super::placeholder::{Placeholders, Unstash};
 use crate::error::Result;
 use crate::path::WorkspacePath;
-use crate::sync::lock;
 use crate::sandbox::local::is_placeholder_mode;
 use crate::sandbox::{DirEntry, FileSystem, LocalFs, Metadata, OpenFile};
+use crate::sync::lock;
 
 /// Stashes made by this process (part of each stash's name).
 static STASHES: AtomicU64 = AtomicU64::new(0);

@@ -1,11 +1,20 @@
 //! `run` and background processes on the `local` and `linux` providers:
 //! verdicts, output order and caps, redaction, whole-tree cleanup,
-//! concurrency, servers. One suite (`suites/commands.rs`), included once
-//! per provider.
+//! concurrency, servers.
+//!
+//! One suite (`suite.rs`): each case is a function of a [`Fixture`], which
+//! opens the provider under test over a workspace, as the file-tool suite
+//! is made. [`providers!`] at the bottom instantiates every case for each
+//! provider (a module per provider: `local::verdict_forms`), with the cases
+//! that hold on one provider only (`linux_only.rs`). A new provider is one
+//! `Fixture` and one line there.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[path = "../common/mod.rs"]
 mod common;
+mod linux_only;
+mod suite;
 
 use common::processes_with;
 use std::io::{Read, Write};
@@ -129,101 +138,127 @@ fn virtual_provider_offers_no_commands() {
     assert!(out.text.starts_with("ERROR unsupported:"), "{}", out.text);
 }
 
-/// The `local` provider: host processes under the reaper shim.
-mod local {
-    use super::*;
+/// The provider under test, as the command suite sees it.
+trait Fixture {
+    /// The name of the module its cases are instantiated in (the test
+    /// binary's filter for re-running one case alone).
+    fn name(&self) -> &'static str;
+    /// A sandbox over `dir`, with the provider's defaults.
+    fn sandbox(&self, dir: &std::path::Path) -> Arc<dyn Sandbox>;
+    /// A sandbox over `dir` whose commands reach the host's network (a
+    /// server the test reaches from the host needs it).
+    fn networked_sandbox(&self, dir: &std::path::Path) -> Arc<dyn Sandbox>;
+    /// The policy a toolset over [`Fixture::networked_sandbox`] is given
+    /// (the one the sandbox enforces).
+    fn networked_policy(&self) -> Policy;
+}
 
-    fn sandbox(dir: &std::path::Path) -> Arc<dyn Sandbox> {
+/// The `local` provider: host processes under the reaper shim.
+struct Local;
+
+impl Fixture for Local {
+    fn name(&self) -> &'static str {
+        "local"
+    }
+
+    fn sandbox(&self, dir: &std::path::Path) -> Arc<dyn Sandbox> {
         cubby::local_sandbox(dir).unwrap()
     }
 
-    fn networked_sandbox(dir: &std::path::Path) -> Arc<dyn Sandbox> {
-        sandbox(dir)
+    fn networked_sandbox(&self, dir: &std::path::Path) -> Arc<dyn Sandbox> {
+        self.sandbox(dir)
     }
 
-    fn networked_policy() -> Policy {
+    fn networked_policy(&self) -> Policy {
         Policy::default()
     }
-
-    include!("suites/commands.rs");
 }
 
 /// The `linux` provider: namespaces, Landlock, seccomp, rlimits.
-mod linux {
-    use super::*;
+struct Linux;
 
-    fn sandbox(dir: &std::path::Path) -> Arc<dyn Sandbox> {
+impl Fixture for Linux {
+    fn name(&self) -> &'static str {
+        "linux"
+    }
+
+    fn sandbox(&self, dir: &std::path::Path) -> Arc<dyn Sandbox> {
         Arc::new(LinuxSandbox::open(dir, &Policy::default(), &HostEnv::capture()).unwrap())
     }
 
     /// A server the test reaches from the host needs the host's network.
-    fn networked_policy() -> Policy {
+    fn networked_policy(&self) -> Policy {
         Policy::default().with_command_network(NetworkMode::On)
     }
 
-    fn networked_sandbox(dir: &std::path::Path) -> Arc<dyn Sandbox> {
-        Arc::new(LinuxSandbox::open(dir, &networked_policy(), &HostEnv::capture()).unwrap())
-    }
-
-    include!("suites/commands.rs");
-
-    #[test]
-    fn commands_get_pseudo_terminals_of_their_own() {
-        let dir = workspace();
-        let t = tools(dir.path());
-        let out = run(
-            &t,
-            json!({"command": "python3 -c 'import os; m, s = os.openpty(); print(os.ttyname(s)); os.write(m, b\"typed\\n\"); print(os.read(s, 16))'; script -qec 'tty' /dev/null"}),
-        );
-        assert!(out.text.starts_with("OK exit=0 "), "{}", out.text);
-        // Python's, then `script`'s (the number may be reused).
-        assert_eq!(out.text.matches("\n/dev/pts/").count(), 2, "{}", out.text);
-        assert!(out.text.contains("b'typed\\n'"), "{}", out.text);
-    }
-
-    #[test]
-    fn file_tools_do_not_see_the_reservations_of_a_running_command() {
-        let dir = workspace();
-        std::fs::write(dir.path().join("notes.txt"), "hello\n").unwrap();
-        let t = tools(dir.path());
-        let marker = unique("reserved");
-        let script = sleeper(dir.path(), &marker);
-        let out = t.call("start_process", json!({"name": "svc", "command": script}));
-        assert!(!out.is_error, "{}", out.text);
-        // On the host, missing protected paths are placeholders now.
-        let reserved = [".mcp.json", ".codex", ".claude", "cubby.toml", ".git"];
-        for name in reserved {
-            assert!(dir.path().join(name).is_dir(), "{name} is reserved");
-        }
-        let listing = t.call("list_files", json!({"path": "", "depth": 3}));
-        let found = t.call("glob", json!({"pattern": "**/*"}));
-        let hidden = t.call("glob", json!({"pattern": ".*"}));
-        for out in [&listing, &found, &hidden] {
-            assert!(!out.is_error, "{}", out.text);
-            for name in reserved {
-                assert!(!out.text.contains(name), "{name}: {}", out.text);
-            }
-        }
-        assert!(listing.text.contains("notes.txt"), "{}", listing.text);
-        assert!(found.text.contains("notes.txt"), "{}", found.text);
-        for (tool, args) in [
-            ("read_file", json!({"path": ".mcp.json"})),
-            ("read_file", json!({"path": "cubby.toml"})),
-            ("list_files", json!({"path": ".claude"})),
-            ("view_file", json!({"path": ".codex"})),
-        ] {
-            let out = t.call(tool, args.clone());
-            assert!(
-                out.text.starts_with("ERROR not_found"),
-                "{tool} {args}: {}",
-                out.text
-            );
-        }
-        let out = t.call("search", json!({"query": "hello"}));
-        assert!(out.text.contains("notes.txt"), "{}", out.text);
-        assert!(!t.call("stop_process", json!({"name": "svc"})).is_error);
-        for name in reserved {
-            assert!(!dir.path().join(name).exists(), "{name} is released");
-        }
+    fn networked_sandbox(&self, dir: &std::path::Path) -> Arc<dyn Sandbox> {
+        Arc::new(LinuxSandbox::open(dir, &self.networked_policy(), &HostEnv::capture()).unwrap())
     }
 }
+
+/// A toolset over the provider's sandbox on `dir` (no change tracking).
+fn tools(p: &dyn Fixture, dir: &std::path::Path) -> Toolset {
+    Toolset::builder(p.sandbox(dir))
+        .host_env(HostEnv::capture())
+        .track_changes(false)
+        .build()
+        .unwrap()
+}
+
+/// One provider's module: a `#[test]` per case of the suite, calling it
+/// with the provider's fixture, and the provider's own cases.
+macro_rules! instantiate {
+    ($provider:ident, $fixture:expr, [$($case:ident),* $(,)?], [$($own:ident :: $own_case:ident),* $(,)?]) => {
+        mod $provider {
+            $(
+                #[test]
+                fn $case() {
+                    super::suite::$case(&$fixture);
+                }
+            )*
+            $(
+                #[test]
+                fn $own_case() {
+                    super::$own::$own_case(&$fixture);
+                }
+            )*
+        }
+    };
+}
+
+/// Instantiates the suite's cases for every provider listed.
+macro_rules! providers {
+    ($cases:tt; $($provider:ident: $fixture:expr => $own:tt),* $(,)?) => {
+        $( instantiate!($provider, $fixture, $cases, $own); )*
+    };
+}
+
+providers!(
+    [
+        verdict_forms,
+        interleaved_stdout_and_stderr_keep_their_order,
+        output_is_capped_with_a_marker_and_pageable,
+        ansi_is_stripped_and_secrets_are_redacted_across_reads,
+        environment_is_non_interactive,
+        timeout_kills_a_double_forked_daemon,
+        a_finished_run_leaves_no_daemon_behind,
+        stop_process_kills_a_double_forked_daemon,
+        stop_process_kills_what_ignores_sigterm,
+        cancellation_kills_the_whole_tree,
+        concurrent_runs_complete_and_release_everything,
+        start_process_with_port_serves_pages_and_stops,
+        write_stdin_feeds_a_process,
+        dropping_the_toolset_ends_its_processes,
+        runs_are_kept_as_finished_processes,
+        exec_rules_and_before_run_decide,
+        events_stream_shaped_chunks,
+        a_call_subscriber_gets_only_its_own_output,
+        walking_the_workspace_finds_nothing_unreadable,
+        the_hosts_api_keys_never_reach_commands,
+    ];
+    local: crate::Local => [],
+    linux: crate::Linux => [
+        linux_only::commands_get_pseudo_terminals_of_their_own,
+        linux_only::file_tools_do_not_see_the_reservations_of_a_running_command,
+    ],
+);

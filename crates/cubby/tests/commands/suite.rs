@@ -1,18 +1,11 @@
-// The command suite, included once per provider by `commands.rs` (each
-// inclusion defines `sandbox` and `networked_sandbox` around it).
+//! The command suite: each case a function of a [`Fixture`] (the provider
+//! under test), instantiated once per provider by `main.rs`.
 
-fn tools(dir: &std::path::Path) -> Toolset {
-    Toolset::builder(sandbox(dir))
-        .host_env(cubby::HostEnv::capture())
-        .track_changes(false)
-        .build()
-        .unwrap()
-}
+use crate::*;
 
-#[test]
-fn verdict_forms() {
+pub fn verdict_forms(p: &dyn Fixture) {
     let dir = workspace();
-    let t = tools(dir.path());
+    let t = tools(p, dir.path());
     let root = std::fs::canonicalize(dir.path()).unwrap();
     let out = run(&t, json!({"command": "echo hi"}));
     let first = out.text.lines().next().unwrap();
@@ -63,10 +56,9 @@ fn verdict_forms() {
     );
 }
 
-#[test]
-fn interleaved_stdout_and_stderr_keep_their_order() {
+pub fn interleaved_stdout_and_stderr_keep_their_order(p: &dyn Fixture) {
     let dir = workspace();
-    let t = tools(dir.path());
+    let t = tools(p, dir.path());
     let out = run(
         &t,
         json!({"command": "for i in 1 2 3 4 5 6; do echo out$i; echo err$i >&2; done"}),
@@ -81,8 +73,7 @@ fn interleaved_stdout_and_stderr_keep_their_order() {
     );
 }
 
-#[test]
-fn output_is_capped_with_a_marker_and_pageable() {
+pub fn output_is_capped_with_a_marker_and_pageable(p: &dyn Fixture) {
     let dir = workspace();
     let limits = Limits {
         run: RunLimits {
@@ -91,7 +82,7 @@ fn output_is_capped_with_a_marker_and_pageable() {
         },
         ..Limits::default()
     };
-    let t = Toolset::builder(sandbox(dir.path()))
+    let t = Toolset::builder(p.sandbox(dir.path()))
         .host_env(cubby::HostEnv::capture())
         .policy(cubby::Policy::builder().limits(limits).build().unwrap())
         .build()
@@ -129,10 +120,9 @@ fn output_is_capped_with_a_marker_and_pageable() {
     assert_eq!(all, expected);
 }
 
-#[test]
-fn ansi_is_stripped_and_secrets_are_redacted_across_reads() {
+pub fn ansi_is_stripped_and_secrets_are_redacted_across_reads(p: &dyn Fixture) {
     let dir = workspace();
-    let t = Toolset::builder(sandbox(dir.path()))
+    let t = Toolset::builder(p.sandbox(dir.path()))
         .host_env(cubby::HostEnv::capture())
         .secret("API_KEY", "sk-live-0123456789")
         .build()
@@ -153,10 +143,9 @@ fn ansi_is_stripped_and_secrets_are_redacted_across_reads() {
     assert!(!logs.text.contains("sk-live") && logs.text.contains("[REDACTED:API_KEY]"));
 }
 
-#[test]
-fn environment_is_non_interactive() {
+pub fn environment_is_non_interactive(p: &dyn Fixture) {
     let dir = workspace();
-    let t = tools(dir.path());
+    let t = tools(p, dir.path());
     let started = Instant::now();
     let out = run(
         &t,
@@ -170,10 +159,9 @@ fn environment_is_non_interactive() {
     );
 }
 
-#[test]
-fn timeout_kills_a_double_forked_daemon() {
+pub fn timeout_kills_a_double_forked_daemon(p: &dyn Fixture) {
     let dir = workspace();
-    let t = tools(dir.path());
+    let t = tools(p, dir.path());
     let marker = unique("timeout");
     let script = sleeper(dir.path(), &marker);
     let out = run(
@@ -184,10 +172,9 @@ fn timeout_kills_a_double_forked_daemon() {
     assert_eq!(processes_with(&marker), Vec::<String>::new());
 }
 
-#[test]
-fn a_finished_run_leaves_no_daemon_behind() {
+pub fn a_finished_run_leaves_no_daemon_behind(p: &dyn Fixture) {
     let dir = workspace();
-    let t = tools(dir.path());
+    let t = tools(p, dir.path());
     let marker = unique("finished");
     let script = sleeper(dir.path(), &marker);
     let out = run(
@@ -198,10 +185,9 @@ fn a_finished_run_leaves_no_daemon_behind() {
     assert_eq!(processes_with(&marker), Vec::<String>::new());
 }
 
-#[test]
-fn stop_process_kills_a_double_forked_daemon() {
+pub fn stop_process_kills_a_double_forked_daemon(p: &dyn Fixture) {
     let dir = workspace();
-    let t = tools(dir.path());
+    let t = tools(p, dir.path());
     let marker = unique("stop");
     let script = sleeper(dir.path(), &marker);
     let out = t.call(
@@ -232,10 +218,9 @@ fn stop_process_kills_a_double_forked_daemon() {
     assert!(out.text.contains("svc"), "{}", out.text);
 }
 
-#[test]
-fn stop_process_kills_what_ignores_sigterm() {
+pub fn stop_process_kills_what_ignores_sigterm(p: &dyn Fixture) {
     let dir = workspace();
-    let t = tools(dir.path());
+    let t = tools(p, dir.path());
     let out = t.call(
         "start_process",
         json!({"name": "stubborn", "command": "trap '' TERM; while true; do sleep 0.1; done"}),
@@ -250,10 +235,9 @@ fn stop_process_kills_what_ignores_sigterm() {
     );
 }
 
-#[test]
-fn cancellation_kills_the_whole_tree() {
+pub fn cancellation_kills_the_whole_tree(p: &dyn Fixture) {
     let dir = workspace();
-    let t = tools(dir.path());
+    let t = tools(p, dir.path());
     let marker = unique("cancel");
     let script = sleeper(dir.path(), &marker);
     let token = CancelToken::new();
@@ -277,16 +261,12 @@ fn cancellation_kills_the_whole_tree() {
     assert_eq!(processes_with(&marker), Vec::<String>::new());
 }
 
-#[test]
-fn concurrent_runs_complete_and_release_everything() {
-    if rerun_isolated(
-        module_path!(),
-        "concurrent_runs_complete_and_release_everything",
-    ) {
+pub fn concurrent_runs_complete_and_release_everything(p: &dyn Fixture) {
+    if rerun_isolated(p.name(), "concurrent_runs_complete_and_release_everything") {
         return;
     }
     let dir = workspace();
-    let t = tools(dir.path());
+    let t = tools(p, dir.path());
     // Warm up once so lazily opened fds (e.g. /dev/null) are counted in the baseline.
     run(&t, json!({"command": "true"}));
     // The warm-up's reader closes its pipe just after the verdict: settle.
@@ -329,13 +309,12 @@ fn concurrent_runs_complete_and_release_everything() {
     assert_eq!(child_count(), children);
 }
 
-#[test]
-fn start_process_with_port_serves_pages_and_stops() {
+pub fn start_process_with_port_serves_pages_and_stops(p: &dyn Fixture) {
     let dir = workspace();
     std::fs::write(dir.path().join("index.html"), "hello from cubby\n").unwrap();
-    let t = Toolset::builder(networked_sandbox(dir.path()))
+    let t = Toolset::builder(p.networked_sandbox(dir.path()))
         .host_env(cubby::HostEnv::capture())
-        .policy(networked_policy())
+        .policy(p.networked_policy())
         .track_changes(false)
         .build()
         .unwrap();
@@ -393,10 +372,9 @@ fn start_process_with_port_serves_pages_and_stops() {
     assert_eq!(out.text, format!("http://127.0.0.1:{port}/index.html"));
 }
 
-#[test]
-fn write_stdin_feeds_a_process() {
+pub fn write_stdin_feeds_a_process(p: &dyn Fixture) {
     let dir = workspace();
-    let t = tools(dir.path());
+    let t = tools(p, dir.path());
     let out = t.call(
         "start_process",
         json!({"name": "cat", "command": "cat", "stdin": true}),
@@ -424,13 +402,12 @@ fn write_stdin_feeds_a_process() {
     assert!(out.text.starts_with("ERROR not_found"), "{}", out.text);
 }
 
-#[test]
-fn dropping_the_toolset_ends_its_processes() {
+pub fn dropping_the_toolset_ends_its_processes(p: &dyn Fixture) {
     let dir = workspace();
     let marker = unique("drop");
     let script = sleeper(dir.path(), &marker);
     {
-        let t = tools(dir.path());
+        let t = tools(p, dir.path());
         let out = t.call("start_process", json!({"name": "bg", "command": script}));
         assert!(!out.is_error, "{}", out.text);
         // Seen once, twice in a row (the script is still starting at first).
@@ -449,10 +426,9 @@ fn dropping_the_toolset_ends_its_processes() {
     assert_eq!(processes_with(&marker), Vec::<String>::new());
 }
 
-#[test]
-fn runs_are_kept_as_finished_processes() {
+pub fn runs_are_kept_as_finished_processes(p: &dyn Fixture) {
     let dir = workspace();
-    let t = tools(dir.path());
+    let t = tools(p, dir.path());
     let out = run(&t, json!({"command": "echo one"}));
     assert_eq!(out.structured["name"], "run-1");
     run(&t, json!({"command": "echo two"}));
@@ -469,8 +445,7 @@ fn runs_are_kept_as_finished_processes() {
     assert_eq!(logs.structured["status"], "exited 0");
 }
 
-#[test]
-fn exec_rules_and_before_run_decide() {
+pub fn exec_rules_and_before_run_decide(p: &dyn Fixture) {
     let dir = workspace();
     let rules = vec![
         ExecRule {
@@ -486,7 +461,7 @@ fn exec_rules_and_before_run_decide() {
     ];
     let seen = Arc::new(Mutex::new(Vec::new()));
     let seen2 = seen.clone();
-    let t = Toolset::builder(sandbox(dir.path()))
+    let t = Toolset::builder(p.sandbox(dir.path()))
         .host_env(cubby::HostEnv::capture())
         .policy(cubby::Policy::builder().exec_rules(rules).build().unwrap())
         .before_run(Arc::new(move |cmd: &str, _cwd: &cubby::WorkspacePath| {
@@ -525,12 +500,11 @@ fn exec_rules_and_before_run_decide() {
     assert!(out.text.starts_with("ERROR denied:"), "{}", out.text);
 }
 
-#[test]
-fn events_stream_shaped_chunks() {
+pub fn events_stream_shaped_chunks(p: &dyn Fixture) {
     let dir = workspace();
     let got = Arc::new(Mutex::new(Vec::new()));
     let got2 = got.clone();
-    let t = Toolset::builder(sandbox(dir.path()))
+    let t = Toolset::builder(p.sandbox(dir.path()))
         .host_env(cubby::HostEnv::capture())
         .secret("TOKEN", "abcdef123")
         .subscribe(Arc::new(move |e: &cubby::process::OutputEvent| {
@@ -551,10 +525,9 @@ fn events_stream_shaped_chunks() {
     assert_eq!(all, "one\n[REDACTED:TOKEN]\n");
 }
 
-#[test]
-fn a_call_subscriber_gets_only_its_own_output() {
+pub fn a_call_subscriber_gets_only_its_own_output(p: &dyn Fixture) {
     let dir = workspace();
-    let t = tools(dir.path());
+    let t = tools(p, dir.path());
     let got = Arc::new(Mutex::new(String::new()));
     let got2 = got.clone();
     let options = cubby::CallOptions {
@@ -580,8 +553,7 @@ fn a_call_subscriber_gets_only_its_own_output() {
     assert_eq!(got.lock().unwrap().as_str(), "mine\nalso-mine\n");
 }
 
-#[test]
-fn walking_the_workspace_finds_nothing_unreadable() {
+pub fn walking_the_workspace_finds_nothing_unreadable(p: &dyn Fixture) {
     // On `linux`, missing protected paths are reserved by empty directories
     // while a command runs: the usual walks must see them as the empty
     // directories they are, without errors or a failing exit status.
@@ -593,15 +565,22 @@ fn walking_the_workspace_finds_nothing_unreadable() {
         .status()
         .expect("git is needed for this test");
     assert!(git.success());
-    let t = tools(dir.path());
+    let t = tools(p, dir.path());
     for (command, want) in [
         ("find . -name '*.txt' 2>&1", "./notes.txt"),
         ("grep -r hello . 2>&1", "./notes.txt:hello"),
-        ("git status --porcelain --untracked-files=all 2>&1", "?? notes.txt"),
+        (
+            "git status --porcelain --untracked-files=all 2>&1",
+            "?? notes.txt",
+        ),
         ("ls -A . >/dev/null 2>&1 && echo listed", "listed"),
     ] {
         let out = run(&t, json!({ "command": command }));
-        assert!(out.text.starts_with("OK exit=0 "), "{command}: {}", out.text);
+        assert!(
+            out.text.starts_with("OK exit=0 "),
+            "{command}: {}",
+            out.text
+        );
         let lines: Vec<&str> = out.text.lines().skip(2).collect();
         assert_eq!(lines, [want], "{command}: {}", out.text);
     }
@@ -621,10 +600,9 @@ const HOST_KEYS: [(&str, &str); 5] = [
 /// through `run` and `start_process`; `env.pass` passes a name, `env.set`
 /// sets one, a secret reaches the command and is redacted. Control: a plain
 /// child of the same process sees every key.
-#[test]
-fn the_hosts_api_keys_never_reach_commands() {
+pub fn the_hosts_api_keys_never_reach_commands(p: &dyn Fixture) {
     if rerun_isolated_with(
-        module_path!(),
+        p.name(),
         "the_hosts_api_keys_never_reach_commands",
         &HOST_KEYS,
     ) {
@@ -633,12 +611,16 @@ fn the_hosts_api_keys_never_reach_commands() {
     let plain = std::process::Command::new("env").output().unwrap();
     let plain = String::from_utf8_lossy(&plain.stdout);
     for (name, value) in HOST_KEYS {
-        assert!(plain.contains(&format!("{name}={value}")), "control: {plain}");
+        assert!(
+            plain.contains(&format!("{name}={value}")),
+            "control: {plain}"
+        );
     }
     let dir = workspace();
-    let sandbox = sandbox(dir.path());
+    let sandbox = p.sandbox(dir.path());
     let linux = sandbox.kind() == cubby::ProviderKind::Linux;
-    let set = std::collections::BTreeMap::from([("CUBBY_TEST_SET".to_string(), "set-value".to_string())]);
+    let set =
+        std::collections::BTreeMap::from([("CUBBY_TEST_SET".to_string(), "set-value".to_string())]);
     let env = cubby::config::EnvConfig {
         pass: vec!["CUBBY_TEST_PASSED".to_string()],
         set,
@@ -673,13 +655,25 @@ fn the_hosts_api_keys_never_reach_commands() {
     };
     for text in [&out.text, &logs.text] {
         for (name, value) in &HOST_KEYS[..4] {
-            assert!(!text.contains(value) && !text.contains(name), "{name}: {text}");
+            assert!(
+                !text.contains(value) && !text.contains(name),
+                "{name}: {text}"
+            );
         }
-        assert!(text.contains("CUBBY_TEST_PASSED=passed-value-4711"), "{text}");
+        assert!(
+            text.contains("CUBBY_TEST_PASSED=passed-value-4711"),
+            "{text}"
+        );
         assert!(text.contains("CUBBY_TEST_SET=set-value"), "{text}");
-        assert!(text.contains("CUBBY_TEST_SECRET=[REDACTED:CUBBY_TEST_SECRET]"), "{text}");
+        assert!(
+            text.contains("CUBBY_TEST_SECRET=[REDACTED:CUBBY_TEST_SECRET]"),
+            "{text}"
+        );
         assert!(!text.contains("secret-value-4711"), "{text}");
-        assert!(text.contains("\nPATH=") && text.contains("\nCI=1\n"), "{text}");
+        assert!(
+            text.contains("\nPATH=") && text.contains("\nCI=1\n"),
+            "{text}"
+        );
     }
     assert!(out.text.contains("secret-is-there"), "{}", out.text);
 }

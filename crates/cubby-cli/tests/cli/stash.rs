@@ -1,0 +1,247 @@
+//! Sessions leave nothing behind (issue 13): the placeholder stash however
+//! `cubby mcp` / `cubby serve` end, and reclaimed after a kill.
+
+use crate::*;
+
+/// A workspace and a private temp dir (the placeholder stash's home) on
+/// one file system, for a server started by the test.
+struct StashLab {
+    _base: tempfile::TempDir,
+    ws: std::path::PathBuf,
+    tmp: std::path::PathBuf,
+}
+
+impl StashLab {
+    fn new() -> StashLab {
+        let base = tempfile::tempdir().unwrap();
+        let ws = base.path().join("ws");
+        let tmp = base.path().join("tmp");
+        std::fs::create_dir(&ws).unwrap();
+        std::fs::create_dir(&tmp).unwrap();
+        StashLab {
+            _base: base,
+            ws,
+            tmp,
+        }
+    }
+
+    fn stash_base(&self) -> std::path::PathBuf {
+        self.tmp.join(format!(
+            "cubby-reserve-{}",
+            rustix::process::getuid().as_raw()
+        ))
+    }
+
+    /// What the stash base holds (placeholders, stashes), `None` when it is gone.
+    fn stash_entries(&self) -> Option<Vec<String>> {
+        let dir = std::fs::read_dir(self.stash_base()).ok()?;
+        Some(
+            dir.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect(),
+        )
+    }
+
+    fn mcp(&self) -> std::process::Child {
+        Command::new(env!("CARGO_BIN_EXE_cubby"))
+            .args(["mcp", "--provider", "linux", "--root"])
+            .arg(&self.ws)
+            .env("TMPDIR", &self.tmp)
+            .env_remove("RUST_LOG")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap()
+    }
+
+    /// Nothing of cubby's left in the workspace (placeholders at the
+    /// missing protected paths).
+    fn workspace_clean(&self) {
+        let left: Vec<String> = std::fs::read_dir(&self.ws)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        assert!(left.is_empty(), "left in the workspace: {left:?}");
+    }
+}
+
+/// Sends the handshake and one `run` to a `cubby mcp`, and waits for its
+/// answer: by then the command's placeholders went into the stash.
+fn run_one_command(child: &mut std::process::Child) -> std::process::ChildStdin {
+    use std::io::{BufRead, Write};
+    let mut stdin = child.stdin.take().unwrap();
+    for line in [
+        r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#,
+        r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+        r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"run","arguments":{"command":"echo ran"}}}"#,
+    ] {
+        writeln!(stdin, "{line}").unwrap();
+    }
+    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    loop {
+        let line = lines.next().expect("the server answered").unwrap();
+        if line.contains(r#""id":2"#) {
+            assert!(line.contains("OK exit=0"), "{line}");
+            break;
+        }
+    }
+    // Keep reading (and dropping) what else it writes.
+    std::thread::spawn(move || for _ in lines {});
+    stdin
+}
+
+/// Finding 18: a `cubby mcp` session ended by stdin EOF, SIGTERM (how
+/// Codex CLI ends MCP servers) or SIGINT leaves no placeholder and no
+/// stash. The control: while the session lives, its stash is there.
+#[test]
+fn mcp_sessions_leave_no_placeholder_stash_however_they_end() {
+    for end in ["eof", "SIGTERM", "SIGINT"] {
+        let lab = StashLab::new();
+        let mut child = lab.mcp();
+        let stdin = run_one_command(&mut child);
+        let live = lab.stash_entries().unwrap_or_default();
+        assert_eq!(
+            live.len(),
+            1,
+            "[{end}] control: the session's stash: {live:?}"
+        );
+        match end {
+            "eof" => drop(stdin),
+            signal => {
+                let sig = if signal == "SIGTERM" {
+                    rustix::process::Signal::TERM
+                } else {
+                    rustix::process::Signal::INT
+                };
+                let pid = rustix::process::Pid::from_raw(child.id() as i32).unwrap();
+                rustix::process::kill_process(pid, sig).unwrap();
+            }
+        }
+        let status = child.wait().unwrap();
+        assert!(status.success(), "[{end}] {status:?}");
+        assert_eq!(lab.stash_entries(), None, "[{end}] the stash is removed");
+        lab.workspace_clean();
+    }
+}
+
+/// Finding 18 for `cubby serve`: ended by SIGTERM or SIGINT after a
+/// command ran, it leaves no stash.
+#[test]
+fn serve_leaves_no_placeholder_stash_on_sigterm_and_sigint() {
+    use std::io::{BufRead, Read, Write};
+    for sig in [rustix::process::Signal::TERM, rustix::process::Signal::INT] {
+        let lab = StashLab::new();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_cubby"))
+            .args([
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--provider",
+                "linux",
+                "--root",
+            ])
+            .arg(&lab.ws)
+            .env("TMPDIR", &lab.tmp)
+            .env_remove("RUST_LOG")
+            .env_remove("CUBBY_TOKEN")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stderr = std::io::BufReader::new(child.stderr.take().unwrap()).lines();
+        let addr = loop {
+            let line = stderr.next().expect("serve names its address").unwrap();
+            if let Some(rest) = line.split("http://").nth(1) {
+                break rest.trim_end_matches("/mcp").to_string();
+            }
+        };
+        std::thread::spawn(move || for _ in stderr {});
+        let post = |body: &str, session: Option<&str>| -> String {
+            let mut s = std::net::TcpStream::connect(&addr).unwrap();
+            let session = session
+                .map(|id| format!("Mcp-Session-Id: {id}\r\n"))
+                .unwrap_or_default();
+            write!(
+                s,
+                "POST /mcp HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\n\
+                 Accept: application/json, text/event-stream\r\n{session}\
+                 Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            )
+            .unwrap();
+            let mut answer = String::new();
+            s.read_to_string(&mut answer).unwrap();
+            answer
+        };
+        let init = post(
+            r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#,
+            None,
+        );
+        let session = init
+            .lines()
+            .find_map(|l| {
+                l.to_ascii_lowercase()
+                    .starts_with("mcp-session-id:")
+                    .then(|| l.split(':').nth(1).unwrap().trim().to_string())
+            })
+            .unwrap_or_else(|| panic!("no session: {init}"));
+        post(
+            r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+            Some(&session),
+        );
+        let ran = post(
+            r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"run","arguments":{"command":"echo ran"}}}"#,
+            Some(&session),
+        );
+        assert!(ran.contains("OK exit=0"), "{ran}");
+        assert!(
+            !lab.stash_entries().unwrap_or_default().is_empty(),
+            "control: the server stashed its placeholders"
+        );
+        let pid = rustix::process::Pid::from_raw(child.id() as i32).unwrap();
+        rustix::process::kill_process(pid, sig).unwrap();
+        let status = child.wait().unwrap();
+        assert!(status.success(), "{sig:?}: {status:?}");
+        assert_eq!(lab.stash_entries(), None, "{sig:?}: the stash is removed");
+        lab.workspace_clean();
+    }
+}
+
+/// The stash of a SIGKILLed server (which drops nothing) is reclaimed by
+/// the next start: a `cubby exec`, and a new session.
+#[test]
+fn a_killed_servers_stash_is_reclaimed_by_the_next_start() {
+    for next in ["exec", "mcp"] {
+        let lab = StashLab::new();
+        let mut child = lab.mcp();
+        let _stdin = run_one_command(&mut child);
+        child.kill().unwrap();
+        child.wait().unwrap();
+        let left = lab.stash_entries().unwrap_or_default();
+        assert_eq!(
+            left.len(),
+            1,
+            "control: a killed server leaves its stash: {left:?}"
+        );
+        if next == "exec" {
+            let out = Command::new(env!("CARGO_BIN_EXE_cubby"))
+                .args(["exec", "--provider", "linux", "--root"])
+                .arg(&lab.ws)
+                .args(["--", "true"])
+                .env("TMPDIR", &lab.tmp)
+                .env_remove("RUST_LOG")
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "{out:?}");
+        } else {
+            let mut again = lab.mcp();
+            let stdin = run_one_command(&mut again);
+            drop(stdin);
+            assert!(again.wait().unwrap().success());
+        }
+        assert_eq!(lab.stash_entries(), None, "[{next}] reclaimed");
+        lab.workspace_clean();
+    }
+}

@@ -1,0 +1,458 @@
+//! Attacks on environment and credentials. What commands read: credential
+//! stores, host secrets, read scopes.
+//!
+//! [`ATTACKS`] is this section's table of the escape suite: commands on the
+//! `linux` provider, a row per attack (what it tries, what the host must show
+//! afterwards, the control it makes, if any), run by `escape_suite_as_*` in
+//! `main.rs`.
+
+use crate::Attack;
+use crate::lab::*;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+/// The escape suite's attacks on environment and credentials.
+pub const ATTACKS: &[Attack] = &[
+    Attack {
+        name: "read the credential stores of a home, made before and after the start",
+        expect: "no store read",
+        control: Some("the same user reads each store outside the sandbox"),
+        run: credential_stores_in_a_home,
+    },
+    Attack {
+        name: "read a credential store rewritten on the host",
+        expect: "the new content unseen",
+        control: Some("the same user reads the store outside the sandbox"),
+        run: credential_store_replaced_on_the_host,
+    },
+    Attack {
+        name: "read /etc/shadow, sudoers, SSH host keys and ~/ stores",
+        expect: "no digest of a readable secret in the output",
+        control: Some("as root, the host reads /etc/shadow"),
+        run: host_secrets,
+    },
+    Attack {
+        name: "read deny_read files the host made after the start",
+        expect: "the late secrets unseen and in place",
+        control: None,
+        run: deny_read_created_after_start,
+    },
+    Attack {
+        name: "read the home with read_scope = system",
+        expect: "the home file unseen; workspace, readable roots and toolchains still read",
+        control: Some("the default read scope reads the same file"),
+        run: read_scope_system,
+    },
+    Attack {
+        name: "chmod and write a credential store's mask",
+        expect: "no write shows, the masks' modes and mount options unchanged",
+        control: Some("outside, the same user chmods and writes such a file"),
+        run: credential_masks_made_writable,
+    },
+];
+
+/// The credential stores SPEC §4 names in every home directory (a concrete
+/// name for each pattern) and browser profiles: (path in the home, whether
+/// it is a directory, a file inside a directory).
+const HOME_STORES: &[(&str, Option<&str>)] = &[
+    (".ssh", Some("id_ed25519")),
+    (".gnupg", Some("private-keys-v1.d")),
+    (".aws", Some("credentials")),
+    (".azure", Some("msal_token_cache.json")),
+    (".config/gcloud", Some("credentials.db")),
+    (".kube", Some("config")),
+    (".docker", Some("config.json")),
+    (".netrc", None),
+    (".git-credentials", None),
+    (".npmrc", None),
+    (".yarnrc.yml", None),
+    (".pypirc", None),
+    (".cargo/credentials.toml", None),
+    (".config/gh", Some("hosts.yml")),
+    (".config/hub", Some("token")),
+    (".terraform.d/credentials.tfrc.json", None),
+    (".vault-token", None),
+    (".codex/auth.json", None),
+    (".claude/.credentials.json", None),
+    (".claude.json", None),
+    (".config/anthropic", Some("api_key")),
+    (".config/openai", Some("auth.json")),
+    (".mozilla", Some("firefox/profile/cookies.sqlite")),
+    (".config/google-chrome", Some("Default/Cookies")),
+    (".config/chromium", Some("Default/Login Data")),
+];
+
+/// A home directory for the read attacks: a fresh one beneath `/home` as
+/// root (covered as "every directory in /home"), the one the parent made
+/// for `cubby-escape` (its `$HOME`), or, for another unprivileged invoking
+/// user, its own `$HOME` (only what is missing there is made, and removed
+/// after).
+struct Home {
+    path: PathBuf,
+    made: Vec<PathBuf>,
+    fresh: bool,
+}
+
+impl Home {
+    fn new(tag: &str) -> Home {
+        if is_root() {
+            let path = PathBuf::from(format!("/home/cubby-escape-{tag}-{}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&path);
+            std::fs::create_dir(&path).unwrap();
+            return Home {
+                path,
+                made: Vec::new(),
+                fresh: true,
+            };
+        }
+        let path = PathBuf::from(std::env::var_os("HOME").expect("HOME"));
+        Home {
+            fresh: std::env::var_os(CHILD_ENV).is_some(),
+            path,
+            made: Vec::new(),
+        }
+    }
+
+    /// Writes `body` at `rel` unless something is there (then `None`).
+    fn plant(&mut self, rel: &str, body: &str) -> Option<PathBuf> {
+        let path = self.path.join(rel);
+        if std::fs::symlink_metadata(&path).is_ok() {
+            return None;
+        }
+        let mut top = self.path.clone();
+        for part in Path::new(rel)
+            .parent()
+            .into_iter()
+            .flat_map(Path::components)
+        {
+            top.push(part);
+            if std::fs::symlink_metadata(&top).is_err() {
+                std::fs::create_dir(&top).unwrap();
+                self.made.push(top.clone());
+            }
+        }
+        std::fs::write(&path, body).unwrap();
+        self.made.push(path.clone());
+        Some(path)
+    }
+}
+
+impl Drop for Home {
+    fn drop(&mut self) {
+        if self.fresh && is_root() {
+            let _ = std::fs::remove_dir_all(&self.path);
+            return;
+        }
+        for path in self.made.iter().rev() {
+            let _ = std::fs::remove_file(path).or_else(|_| std::fs::remove_dir(path));
+        }
+    }
+}
+
+/// Plants each store of [`HOME_STORES`] (`which` picks them) with a marker
+/// of its own; returns (file, marker) for each, read back on the host (the
+/// control: the same user reads it outside the sandbox).
+fn plant_stores(home: &mut Home, which: impl Fn(usize) -> bool) -> Vec<(PathBuf, String)> {
+    let mut planted = Vec::new();
+    for (i, (rel, inside)) in HOME_STORES.iter().enumerate() {
+        if !which(i) {
+            continue;
+        }
+        let m = marker(&format!("store{i}x"));
+        let file = match inside {
+            Some(name) => format!("{rel}/{name}"),
+            None => rel.to_string(),
+        };
+        if let Some(path) = home.plant(&file, &m) {
+            assert_eq!(
+                std::fs::read_to_string(&path).unwrap(),
+                m,
+                "control: the host cannot read {}",
+                path.display()
+            );
+            planted.push((path, m));
+        }
+    }
+    planted
+}
+
+/// Reads each planted file (and lists its directory) from a command; any
+/// marker shown is an escape.
+fn read_planted(l: &Lab, planted: &[(PathBuf, String)]) -> Verdict {
+    let mut script = String::new();
+    for (path, _) in planted {
+        let p = path.display();
+        script.push_str(&format!("cat '{p}'; ls -la \"$(dirname '{p}')\"; "));
+    }
+    script.push_str("true");
+    let out = l.sh(&script);
+    for (path, m) in planted {
+        not_in(&out, m).map_err(|e| format!("{}: {e}", path.display()))?;
+    }
+    Ok(())
+}
+
+fn credential_stores_in_a_home(l: &Lab) -> Verdict {
+    let _ = l;
+    let mut home = Home::new("stores");
+    // Half exist when the sandbox starts; the rest are made after its
+    // first command (`aws configure` while the agent works).
+    let early = plant_stores(&mut home, |i| i % 2 == 0);
+    let lab = lab();
+    lab.sh("true");
+    let late = plant_stores(&mut home, |i| i % 2 == 1);
+    if home.fresh && early.len() + late.len() != HOME_STORES.len() {
+        return Err(format!("only {} stores planted", early.len() + late.len()));
+    }
+    read_planted(&lab, &early)?;
+    read_planted(&lab, &late)
+}
+
+/// The mount options of the mount at `point` in a command's
+/// `/proc/self/mountinfo` (the last one there: the one on top).
+fn mount_options<'a>(mountinfo: &'a str, point: &Path) -> Option<&'a str> {
+    let point = point.to_str()?;
+    mountinfo.lines().rev().find_map(|line| {
+        let fields: Vec<&str> = line.split(' ').collect();
+        (fields.get(4) == Some(&point)).then(|| fields.get(5).copied())?
+    })
+}
+
+fn credential_masks_made_writable(l: &Lab) -> Verdict {
+    // Each mask is an object on one small tmpfs, owned by the sandbox's
+    // user: on a writable mount a command could `chmod` it and write
+    // there (seen through every mask, and in every later command). Masks
+    // made by the holder (early stores) and by a command's init (late).
+    let _ = l;
+    let mut home = Home::new("maskwrite");
+    let chosen = |i: usize| matches!(HOME_STORES[i].0, ".npmrc" | ".aws" | ".netrc" | ".kube");
+    let early = plant_stores(&mut home, |i| chosen(i) && i % 2 == 0);
+    let lab = lab();
+    lab.sh("true");
+    let late = plant_stores(&mut home, |i| chosen(i) && i % 2 == 1);
+    let masked: Vec<PathBuf> = HOME_STORES
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| chosen(*i))
+        .map(|(_, (rel, _))| home.path.join(rel))
+        .filter(|p| {
+            early
+                .iter()
+                .chain(&late)
+                .any(|(planted, _)| planted.starts_with(p))
+        })
+        .collect();
+    if home.fresh && masked.len() != 4 {
+        return Err(format!("only {} stores planted", masked.len()));
+    }
+    // Control: outside, the same user changes the mode of such a file and
+    // writes it (as a command could in the workspace).
+    let twin = l.outside.join("twin-store");
+    std::fs::write(&twin, "t").unwrap();
+    std::fs::set_permissions(&twin, std::fs::Permissions::from_mode(0o000)).unwrap();
+    std::fs::set_permissions(&twin, std::fs::Permissions::from_mode(0o600)).unwrap();
+    std::fs::write(&twin, "written").unwrap();
+    let m = marker("maskwrite");
+    let mut script = String::new();
+    for p in &masked {
+        let p = p.display();
+        script.push_str(&format!(
+            "grep -F ' {p} ' /proc/self/mountinfo; chmod 0700 '{p}'; printf {m} > '{p}'; \
+             printf {m} > '{p}/f{m}'; "
+        ));
+    }
+    script.push_str("true");
+    let out = lab.sh(&script);
+    // A later command, and the masks again: nothing written shows, and
+    // their mode is still none (Landlock refuses the writes; the mode,
+    // owner and times are the mount's to refuse).
+    let mut look = String::new();
+    for p in &masked {
+        let p = p.display();
+        look.push_str(&format!(
+            "cat '{p}' '{p}'/*; ls -la '{p}'; stat -c 'mode %a' '{p}'; "
+        ));
+    }
+    look.push_str("true");
+    let seen = lab.sh(&look);
+    not_in(&seen, &m)?;
+    if seen.text.matches("mode 0\n").count() != masked.len() {
+        return Err(format!("a mask's mode changed: {}", seen.text));
+    }
+    for p in &masked {
+        let options = mount_options(&out.text, p)
+            .ok_or_else(|| format!("{}: no mount there: {}", p.display(), out.text))?;
+        for want in ["ro", "nosuid", "nodev", "noexec"] {
+            if !options.split(',').any(|o| o == want) {
+                return Err(format!("{}: mounted {options}, not {want}", p.display()));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn credential_store_replaced_on_the_host(l: &Lab) -> Verdict {
+    // A store masked when the sandbox started is rewritten the way tools
+    // save (a new file renamed over it): the mask leaves with the old name.
+    let _ = l;
+    let mut home = Home::new("replaced");
+    let planted = plant_stores(&mut home, |i| HOME_STORES[i].0 == ".claude.json");
+    let lab = lab();
+    read_planted(&lab, &planted)?;
+    let mut renewed = Vec::new();
+    for (path, _) in &planted {
+        let m = marker("renewed");
+        let tmp = path.with_extension("tmp");
+        std::fs::write(&tmp, &m).unwrap();
+        std::fs::rename(&tmp, path).unwrap();
+        renewed.push((path.clone(), m));
+    }
+    read_planted(&lab, &renewed)
+}
+
+fn host_secrets(l: &Lab) -> Verdict {
+    // The host's own secrets, where this user can read them outside (as
+    // root: all of them): not from a command.
+    let mut files: Vec<PathBuf> = [
+        "/etc/shadow",
+        "/etc/gshadow",
+        "/etc/shadow-",
+        "/etc/gshadow-",
+        "/etc/sudoers",
+    ]
+    .iter()
+    .map(PathBuf::from)
+    .collect();
+    for entry in std::fs::read_dir("/etc/ssh")
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name.starts_with("ssh_host_") && name.ends_with("_key") {
+            files.push(entry.path());
+        }
+    }
+    let home = PathBuf::from(std::env::var_os("HOME").unwrap_or_default());
+    for (rel, inside) in HOME_STORES {
+        if inside.is_none() {
+            files.push(home.join(rel));
+        }
+    }
+    let readable: Vec<(PathBuf, String)> = files
+        .into_iter()
+        .filter_map(|f| {
+            let bytes = std::fs::read(&f).ok().filter(|b| b.len() >= 8)?;
+            // Compared by digest: the secret itself never reaches the logs.
+            let digest = std::process::Command::new("sha256sum")
+                .arg(&f)
+                .output()
+                .ok()?;
+            let _ = bytes;
+            let digest = String::from_utf8_lossy(&digest.stdout)
+                .split_whitespace()
+                .next()?
+                .to_string();
+            Some((f, digest))
+        })
+        .collect();
+    if is_root() && !readable.iter().any(|(f, _)| f == Path::new("/etc/shadow")) {
+        return Err("control: root cannot read /etc/shadow on the host".into());
+    }
+    let mut script = String::new();
+    for (f, _) in &readable {
+        script.push_str(&format!("sha256sum < '{}'; ", f.display()));
+    }
+    script.push_str("true");
+    let out = l.sh(&script);
+    for (f, digest) in &readable {
+        not_in(&out, digest).map_err(|_| format!("{} was read", f.display()))?;
+    }
+    Ok(())
+}
+
+fn deny_read_created_after_start(l: &Lab) -> Verdict {
+    // The host makes deny_read paths after the sandbox started (a `.env`
+    // written by the user's tooling), and rewrites one by renaming a new
+    // file over it.
+    l.sh("true");
+    let m = marker("lateenv");
+    std::fs::write(l.ws.join(".env"), &m).unwrap();
+    let secrets = l.ws.join(NESTED_SECRET_DIR);
+    std::fs::create_dir_all(&secrets).unwrap();
+    std::fs::write(secrets.join("key.txt"), &m).unwrap();
+    let out = l.sh(
+        "cat .env; cp .env e2; cat e2; mv nested moved; cat moved/deep/secrets/key.txt \
+         nested/deep/secrets/key.txt",
+    );
+    not_in(&out, &m)?;
+    unchanged(&secrets.join("key.txt"), &m)?;
+    absent(&l.ws.join("moved"))?;
+    let m2 = marker("renewedenv");
+    std::fs::write(l.ws.join(".env.new"), &m2).unwrap();
+    std::fs::rename(l.ws.join(".env.new"), l.ws.join(".env")).unwrap();
+    let out = l.sh("cat .env");
+    not_in(&out, &m2)?;
+    unchanged(&l.ws.join(".env"), &m2)
+}
+
+fn read_scope_system(l: &Lab) -> Verdict {
+    // With `read_scope = "system"` a file in the user's home (not on PATH)
+    // is out of reach; the workspace, a readable root and the toolchains on
+    // PATH are not. Control: the default scope reads the same file.
+    let mut home = Home::new("scope");
+    let m = marker("notes");
+    let notes = home
+        .plant(&format!("notes-{}.txt", std::process::id()), &m)
+        .expect("a fresh notes file");
+    let cat = format!("cat '{}'", notes.display());
+    let control = l.sh(&cat);
+    if !control.text.contains(&m) {
+        return Err(format!(
+            "control: read_scope host cannot read it: {}",
+            control.text
+        ));
+    }
+    let sys = lab_with(|p, _, ws| {
+        p.read_scope(cubby::ReadScope::System)
+            .readable_roots([ws.with_file_name("ws-outside")]);
+    });
+    std::fs::write(sys.ws.join("inside.txt"), "in the workspace\n").unwrap();
+    std::fs::write(sys.outside.join("target.txt"), "readable root\n").unwrap();
+    let out = sys.sh(&format!("{cat}; ls '{}'", home.path.display()));
+    not_in(&out, &m)?;
+    let mut tools = vec![
+        ("git --version", "git version"),
+        ("python3 -c 'print(6*7)'", "42"),
+    ];
+    let has = |tool: &str| {
+        std::process::Command::new(tool)
+            .arg("--version")
+            .output()
+            .is_ok_and(|o| o.status.success())
+    };
+    if has("cargo") {
+        tools.push(("cargo --version", "cargo "));
+    }
+    let mut script = format!(
+        "cat inside.txt '{}'; ",
+        sys.outside.join("target.txt").display()
+    );
+    for (command, _) in &tools {
+        script.push_str(command);
+        script.push_str("; ");
+    }
+    let out = sys.sh(&script);
+    for expected in ["in the workspace", "readable root"]
+        .into_iter()
+        .chain(tools.iter().map(|(_, e)| *e))
+    {
+        if !out.text.contains(expected) {
+            return Err(format!(
+                "{expected:?} missing (read_scope = system): {}",
+                out.text
+            ));
+        }
+    }
+    Ok(())
+}

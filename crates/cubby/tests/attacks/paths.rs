@@ -1,0 +1,763 @@
+//! Attacks on paths. Writes and reads by path: absolute paths, `..`, siblings,
+//! system directories, metadata.
+//!
+//! [`ATTACKS`] is this section's table of the escape suite: commands on the
+//! `linux` provider, a row per attack (what it tries, what the host must show
+//! afterwards, the control it makes, if any), run by `escape_suite_as_*` in
+//! `main.rs`.
+//!
+//! The `#[test]`s below are the same section's attacks through the file tools
+//! of the `local` provider, on the layout of [`crate::fixture::Fx`].
+
+use crate::Attack;
+use crate::fixture::*;
+use crate::lab::*;
+use serde_json::json;
+use std::fs;
+use std::os::unix::fs::{PermissionsExt, symlink};
+use std::path::PathBuf;
+
+/// The escape suite's attacks on paths.
+pub const ATTACKS: &[Attack] = &[
+    Attack {
+        name: "write an absolute path outside the root",
+        expect: "no file outside the root",
+        control: None,
+        run: write_absolute_path,
+    },
+    Attack {
+        name: "write through ..",
+        expect: "no file outside the root",
+        control: None,
+        run: write_dotdot,
+    },
+    Attack {
+        name: "chmod an outside file",
+        expect: "the outside file's mode unchanged",
+        control: None,
+        run: chmod_outside_file,
+    },
+    Attack {
+        name: "change times, owner, mode and xattrs outside the root",
+        expect: "times, modes and xattrs outside the root unchanged",
+        control: None,
+        run: metadata_outside,
+    },
+    Attack {
+        name: "change the mode of what its stdin and stdout lead to",
+        expect: "the host's /dev/null unchanged",
+        control: None,
+        run: metadata_of_its_stdio,
+    },
+    Attack {
+        name: "write /etc and /usr",
+        expect: "nothing new in /etc or /usr",
+        control: None,
+        run: write_system_directory,
+    },
+    Attack {
+        name: "write the host's /tmp and /dev/shm",
+        expect: "nothing new in the host's /tmp or /dev/shm",
+        control: None,
+        run: write_host_tmp,
+    },
+    Attack {
+        name: "read the host's /tmp",
+        expect: "the host's /tmp file unseen",
+        control: None,
+        run: read_host_tmp,
+    },
+    Attack {
+        name: "write a sibling sharing the root's prefix",
+        expect: "nothing written in the sibling",
+        control: None,
+        run: writable_root_boundary,
+    },
+    Attack {
+        name: "write in read-only mode",
+        expect: "nothing created, no mode or time changed",
+        control: None,
+        run: read_only_mode,
+    },
+];
+
+fn write_absolute_path(l: &Lab) -> Verdict {
+    let t = l.out("abs.txt");
+    l.sh(&format!("echo pwned > {}", t.display()));
+    absent(&t)
+}
+
+fn write_dotdot(l: &Lab) -> Verdict {
+    l.sh("echo pwned > ../ws-outside/dotdot.txt");
+    absent(&l.out("dotdot.txt"))
+}
+
+fn chmod_outside_file(l: &Lab) -> Verdict {
+    let t = l.out("target.txt");
+    let before = std::fs::metadata(&t).unwrap().permissions().mode();
+    l.sh(&format!("chmod 777 {}", t.display()));
+    let after = std::fs::metadata(&t).unwrap().permissions().mode();
+    if before == after {
+        Ok(())
+    } else {
+        Err(format!("mode changed {before:o} -> {after:o}"))
+    }
+}
+
+fn metadata_outside(l: &Lab) -> Verdict {
+    // Landlock does not cover modes, owners, times or extended attributes.
+    let target = l.out("target.txt");
+    let t = target.display();
+    let before = std::fs::metadata(&target).unwrap();
+    let dir_before = std::fs::metadata(&l.outside).unwrap();
+    let out = l.sh(&format!(
+        "touch -d 2001-01-01 {t}; chmod 0777 {d}; chown $(id -u):$(id -g) {t}; {}",
+        py(&format!(
+            "import os\nfor f in (os.utime, lambda p: os.setxattr(p, \"user.pwned\", b\"1\")):\n  try: f(\"{t}\"); print(\"CHANGED\")\n  except OSError as e: print(e)"
+        )),
+        d = l.outside.display(),
+    ));
+    let after = std::fs::metadata(&target).unwrap();
+    let dir_after = std::fs::metadata(&l.outside).unwrap();
+    use std::os::unix::fs::MetadataExt;
+    if after.mtime() != before.mtime() || after.ctime() != before.ctime() {
+        return Err(format!("times changed: {}", out.text));
+    }
+    if dir_after.mode() != dir_before.mode() {
+        return Err(format!("directory mode changed: {}", out.text));
+    }
+    not_in(&out, "CHANGED")
+}
+
+fn metadata_of_its_stdio(l: &Lab) -> Verdict {
+    // Descriptors are opened host-side, where mounts are writable: a `run`
+    // without input must not get the host's /dev/null (root's), whose mode
+    // a command of a cubby run as root could change. The probe sets the
+    // mode /dev/null has; the kernel still stamps its change time.
+    use std::os::unix::fs::MetadataExt;
+    let before = std::fs::metadata("/dev/null").unwrap();
+    let out = l.sh(&py(
+        "import os\nfor fd in (0, 1, 2):\n  try: os.fchmod(fd, 0o666); print(\"FCHMOD-OK\", fd, os.readlink(f\"/proc/self/fd/{fd}\"))\n  except OSError as e: print(fd, e)",
+    ));
+    let after = std::fs::metadata("/dev/null").unwrap();
+    if (after.mode(), after.ctime(), after.ctime_nsec())
+        != (before.mode(), before.ctime(), before.ctime_nsec())
+    {
+        return Err(format!("the host's /dev/null changed: {}", out.text));
+    }
+    not_in(&out, "/dev/null")
+}
+
+fn write_system_directory(l: &Lab) -> Verdict {
+    let m = marker("etc");
+    l.sh(&format!("echo pwned > /etc/{m}; echo pwned > /usr/{m}"));
+    absent(&PathBuf::from(format!("/etc/{m}"))).and(absent(&PathBuf::from(format!("/usr/{m}"))))
+}
+
+fn write_host_tmp(l: &Lab) -> Verdict {
+    // The sandbox's /tmp is private: writes there never reach the host's.
+    let m = marker("tmp");
+    l.sh(&format!("echo pwned > /tmp/{m}; echo pwned > /dev/shm/{m}"));
+    absent(&PathBuf::from(format!("/tmp/{m}"))).and(absent(&PathBuf::from(format!("/dev/shm/{m}"))))
+}
+
+fn read_host_tmp(l: &Lab) -> Verdict {
+    let m = marker("hosttmp");
+    let path = PathBuf::from(format!("/tmp/{m}"));
+    std::fs::write(&path, format!("{m}-secret")).unwrap();
+    let out = l.sh(&format!(
+        "cat /tmp/{m}; test -e /tmp/{m} && echo VISIBLE; ls /tmp | grep -c cubbyeschosttmp"
+    ));
+    let _ = std::fs::remove_file(&path);
+    not_in(&out, &format!("{m}-secret")).and(not_in(&out, "VISIBLE"))
+}
+
+fn writable_root_boundary(l: &Lab) -> Verdict {
+    // A sibling whose name extends the root's (`ws` / `ws-outside`).
+    l.sh(&format!(
+        "echo pwned > {}/prefix.txt; cd ..; echo pwned > ws-outside/prefix2.txt",
+        l.outside.display()
+    ));
+    absent(&l.out("prefix.txt")).and(absent(&l.out("prefix2.txt")))
+}
+
+fn read_only_mode(l: &Lab) -> Verdict {
+    let _ = l;
+    // Commands offered in `read-only` (the mode itself gives none).
+    let ro = lab_with(|p, _, _| {
+        p.mode(cubby::Mode::ReadOnly).allow(["run"]);
+    });
+    let file = ro.ws.join("kept.txt");
+    std::fs::write(&file, "kept\n").unwrap();
+    use std::os::unix::fs::MetadataExt;
+    let before = std::fs::metadata(&file).unwrap();
+    ro.sh("echo pwned > inside.txt; mkdir d; chmod 000 kept.txt; touch -d 2001-01-01 kept.txt");
+    let after = std::fs::metadata(&file).unwrap();
+    if (after.mode(), after.mtime(), after.ctime())
+        != (before.mode(), before.mtime(), before.ctime())
+    {
+        return Err("kept.txt's mode or times changed".into());
+    }
+    absent(&ro.ws.join("inside.txt")).and(absent(&ro.ws.join("d")))
+}
+
+// ---------------------------------------------------- through the file tools
+
+#[test]
+fn absolute_path_outside_is_path_escape_for_every_file_tool() {
+    let mut fx = Fx::new();
+    let ts = fx.tools();
+    for p in [
+        abs(&fx.o("secret.txt")),
+        abs(&fx.o("new.txt")),
+        abs(&fx.o("sub/deeper.txt")),
+        abs(&fx.o("newdir/new.txt")),
+        "/etc/passwd".to_string(),
+        "/".to_string(),
+        "//".to_string(),
+    ] {
+        file_tools(&ts, &p, "path_escape");
+    }
+    assert!(!fx.o("new.txt").exists());
+    assert!(!fx.o("newdir").exists());
+    fx.assert_untouched();
+}
+
+#[test]
+fn absolute_path_inside_the_root_is_path_escape() {
+    let mut fx = Fx::new();
+    let ts = fx.tools();
+    let inside = abs(&fx.r("inside.txt"));
+    file_tools(&ts, &inside, "path_escape");
+    file_tools(&ts, &abs(&fx.r("a/b/c.txt")), "path_escape");
+    file_tools(&ts, &abs(&fx.r("new.txt")), "path_escape");
+    // Even after a legitimate read of the same file, the absolute spelling
+    // stays refused.
+    check(&ts, "read_file", json!({"path": "inside.txt"}), "ok");
+    check(
+        &ts,
+        "write_file",
+        json!({"path": inside, "content": "x"}),
+        "path_escape",
+    );
+    assert_eq!(
+        fs::read_to_string(fx.r("inside.txt")).unwrap(),
+        "inside line\n"
+    );
+    assert!(!fx.r("new.txt").exists());
+    fx.assert_untouched();
+}
+
+#[test]
+fn absolute_path_as_walk_start_is_path_escape() {
+    let mut fx = Fx::new();
+    let ts = fx.tools();
+    for p in [
+        abs(&fx.outside),
+        abs(&fx.root),
+        abs(&fx.r("a")),
+        abs(&fx.evil),
+        "/".to_string(),
+    ] {
+        walk_tools(&ts, &p, "path_escape");
+    }
+    fx.assert_untouched();
+}
+
+#[test]
+fn absolute_glob_patterns_match_nothing_outside() {
+    let mut fx = Fx::new();
+    let ts = fx.tools();
+    let o = abs(&fx.outside);
+    for pattern in [
+        format!("{o}/*"),
+        format!("{o}/**"),
+        "/**".to_string(),
+        "/**/secret.txt".to_string(),
+    ] {
+        let out = check(&ts, "glob", json!({"pattern": pattern}), "ok");
+        assert!(
+            entries(&out).is_empty(),
+            "glob {pattern}: matched {:?}",
+            entries(&out)
+        );
+        let out = check(&ts, "list_files", json!({"glob": pattern}), "ok");
+        assert!(
+            !entries(&out).iter().any(|e| e.contains("secret")),
+            "list_files glob {pattern}: {:?}",
+            entries(&out)
+        );
+        let out = check(
+            &ts,
+            "search",
+            json!({"query": "line", "glob": pattern}),
+            "ok",
+        );
+        assert_eq!(out.structured["total"], 0, "search glob {pattern}");
+    }
+    fx.assert_untouched();
+}
+
+#[test]
+fn absolute_procfs_and_device_paths_are_path_escape() {
+    let mut fx = Fx::new();
+    let ts = fx.tools();
+    for p in [
+        format!("/proc/self/root{}", abs(&fx.o("secret.txt"))),
+        "/proc/self/cwd/Cargo.toml".to_string(),
+        "/proc/self/environ".to_string(),
+        "/dev/null".to_string(),
+        "/dev/zero".to_string(),
+    ] {
+        file_tools(&ts, &p, "path_escape");
+    }
+    fx.assert_untouched();
+}
+
+#[test]
+fn dotdot_leading_is_path_escape() {
+    let mut fx = Fx::new();
+    let ts = fx.tools();
+    file_tools(&ts, "../outside/secret.txt", "path_escape");
+    file_tools(&ts, "../outside/sub/deeper.txt", "path_escape");
+    file_tools(&ts, "../outside/new.txt", "path_escape");
+    file_tools(&ts, "../x", "path_escape");
+    assert!(!fx.o("new.txt").exists());
+    assert!(!fx.base.join("x").exists());
+    fx.assert_untouched();
+}
+
+#[test]
+fn dotdot_after_a_real_directory_is_path_escape() {
+    let mut fx = Fx::new();
+    let ts = fx.tools();
+    file_tools(&ts, "a/../../outside/secret.txt", "path_escape");
+    file_tools(&ts, "a/b/../../../outside/secret.txt", "path_escape");
+    file_tools(&ts, "nonexistent/../../outside/secret.txt", "path_escape");
+    fx.assert_untouched();
+}
+
+#[test]
+fn dotdot_deep_write_creates_nothing() {
+    let mut fx = Fx::new();
+    let ts = fx.tools();
+    for p in [
+        "a/b/../../../x",
+        "a/b/../../../outside/x",
+        "a/b/../../../outside/newdir/x",
+        "new1/new2/../../../x",
+    ] {
+        check(
+            &ts,
+            "write_file",
+            json!({"path": p, "content": "pwned\n"}),
+            "path_escape",
+        );
+    }
+    assert!(!fx.base.join("x").exists());
+    assert!(!fx.o("x").exists());
+    assert!(!fx.o("newdir").exists());
+    assert!(
+        !fx.r("new1").exists(),
+        "a refused path must create no parents"
+    );
+    fx.assert_untouched();
+}
+
+#[test]
+fn dotdot_alone_is_path_escape() {
+    let mut fx = Fx::new();
+    let ts = fx.tools();
+    for p in ["..", "../", "./..", "../.", "..//", "../.."] {
+        file_tools(&ts, p, "path_escape");
+    }
+    fx.assert_untouched();
+}
+
+#[test]
+fn trailing_dotdot() {
+    let mut fx = Fx::new();
+    let ts = fx.tools();
+    // Climbing back to the root is fine (and the root is a directory) …
+    check(&ts, "read_file", json!({"path": "a/.."}), "is_directory");
+    check(
+        &ts,
+        "read_file",
+        json!({"path": "a/b/../.."}),
+        "is_directory",
+    );
+    check(
+        &ts,
+        "write_file",
+        json!({"path": "a/..", "content": "x"}),
+        "is_directory",
+    );
+    check(&ts, "list_files", json!({"path": "a/.."}), "ok");
+    // … one more `..` is not.
+    for p in [
+        "a/../..",
+        "a/b/../../..",
+        "../outside/..",
+        "a/b/c.txt/../../../..",
+    ] {
+        file_tools(&ts, p, "path_escape");
+        walk_tools(&ts, p, "path_escape");
+    }
+    fx.assert_untouched();
+}
+
+#[test]
+fn dotdot_as_walk_start_is_path_escape() {
+    let mut fx = Fx::new();
+    let ts = fx.tools();
+    for p in [
+        "..",
+        "../",
+        "../outside",
+        "../outside/sub",
+        "a/../..",
+        "./../outside",
+        "../root",
+        "../root-evil",
+    ] {
+        walk_tools(&ts, p, "path_escape");
+    }
+    fx.assert_untouched();
+}
+
+#[test]
+fn dotdot_in_glob_patterns_matches_nothing_outside() {
+    let mut fx = Fx::new();
+    let ts = fx.tools();
+    for pattern in [
+        "../outside/*",
+        "../**",
+        "../*/secret.txt",
+        "**/../../outside/*",
+        "a/../../outside/secret.txt",
+        "../root-evil/*",
+    ] {
+        let out = call(&ts, "glob", json!({"pattern": pattern}));
+        assert!(
+            entries(&out).is_empty(),
+            "glob {pattern}: matched {:?}",
+            entries(&out)
+        );
+        let out = call(&ts, "list_files", json!({"glob": pattern}));
+        assert!(
+            !entries(&out)
+                .iter()
+                .any(|e| e.contains("secret") || e.starts_with("..")),
+            "list_files glob {pattern}: {:?}",
+            entries(&out)
+        );
+        let out = call(&ts, "search", json!({"query": "line", "glob": pattern}));
+        assert!(
+            out.is_error || out.structured["total"] == 0,
+            "search glob {pattern}: {}",
+            out.text
+        );
+    }
+    fx.assert_untouched();
+}
+
+#[test]
+fn odd_spellings_of_dotdot() {
+    let mut fx = Fx::new();
+    let ts = fx.tools();
+    for p in [
+        ".//..//outside/secret.txt",
+        "./../outside/secret.txt",
+        "a/./../.././outside/secret.txt",
+        "a//..//..//outside//secret.txt",
+        "a/b/./../../../outside/./secret.txt",
+    ] {
+        file_tools(&ts, p, "path_escape");
+    }
+    // Encoded or look-alike forms are plain names inside the root.
+    for p in [
+        "%2e%2e/outside/secret.txt",
+        "..%2foutside%2fsecret.txt",
+        "..\\outside\\secret.txt",
+        "\u{2025}/outside/secret.txt",
+        "\u{ff0e}\u{ff0e}/outside/secret.txt",
+    ] {
+        check(&ts, "read_file", json!({"path": p}), "not_found");
+    }
+    check(
+        &ts,
+        "write_file",
+        json!({"path": "..\\outside\\x", "content": "inside\n"}),
+        "ok",
+    );
+    assert!(fx.r("..\\outside\\x").is_file());
+    fx.assert_untouched();
+}
+
+#[test]
+fn many_dotdots_are_path_escape() {
+    let mut fx = Fx::new();
+    let ts = fx.tools();
+    let many = "../".repeat(64) + "etc/passwd";
+    for p in [
+        many.as_str(),
+        "../../../../../../../../etc/passwd",
+        "a/b/c/../../../../../../etc/passwd",
+        "a/b/../../a/b/../../../outside/secret.txt",
+    ] {
+        file_tools(&ts, p, "path_escape");
+        walk_tools(&ts, p, "path_escape");
+    }
+    fx.assert_untouched();
+}
+
+#[test]
+fn sibling_prefix_relative_is_path_escape() {
+    let mut fx = Fx::new();
+    let ts = fx.tools();
+    for p in [
+        "../root-evil/x",
+        "../root-evil/sub/y",
+        "../root-evil/new.txt",
+        "../root-evil/newdir/new.txt",
+        "a/../../root-evil/x",
+    ] {
+        file_tools(&ts, p, "path_escape");
+    }
+    walk_tools(&ts, "../root-evil", "path_escape");
+    assert!(!fx.evil.join("new.txt").exists());
+    fx.assert_untouched();
+}
+
+#[test]
+fn sibling_prefix_absolute_is_path_escape() {
+    let mut fx = Fx::new();
+    let ts = fx.tools();
+    // A naive `starts_with(root)` string check would accept these.
+    let r = abs(&fx.root);
+    for p in [
+        format!("{r}-evil/x"),
+        format!("{r}-evil/new.txt"),
+        format!("{r}/../root-evil/x"),
+    ] {
+        file_tools(&ts, &p, "path_escape");
+    }
+    walk_tools(&ts, &format!("{r}-evil"), "path_escape");
+    fx.assert_untouched();
+}
+
+#[test]
+fn sibling_prefix_symlink_is_path_escape() {
+    let mut fx = Fx::new();
+    symlink("../root-evil", fx.r("ev")).unwrap();
+    symlink(&fx.evil, fx.r("ev_abs")).unwrap();
+    symlink("../root-evil/x", fx.r("evx")).unwrap();
+    let ts = fx.tools();
+    for p in ["ev/x", "ev_abs/x", "ev/new.txt", "ev/sub/y", "evx"] {
+        file_tools(&ts, p, "path_escape");
+    }
+    walk_tools(&ts, "ev", "path_escape");
+    walk_tools(&ts, "ev_abs", "path_escape");
+    assert!(!fx.evil.join("new.txt").exists());
+    fx.assert_untouched();
+}
+
+#[test]
+fn nul_bytes_in_paths_are_invalid_input() {
+    let mut fx = Fx::new();
+    let ts = fx.tools();
+    for p in [
+        "a\0b",
+        "\0",
+        "inside.txt\0",
+        "inside.txt\0../../outside/secret.txt",
+        "../outside/secret.txt\0",
+        "\0/etc/passwd",
+        "a/\0/b",
+    ] {
+        file_tools(&ts, p, "invalid_input");
+        walk_tools(&ts, p, "invalid_input");
+    }
+    assert_eq!(
+        fs::read_to_string(fx.r("inside.txt")).unwrap(),
+        "inside line\n"
+    );
+    fx.assert_untouched();
+}
+
+#[test]
+fn overlong_names_are_invalid_input() {
+    let mut fx = Fx::new();
+    let ts = fx.tools();
+    let long = "n".repeat(256);
+    let long_utf8 = "\u{e9}".repeat(128); // 256 bytes, 128 chars
+    for p in [
+        long.clone(),
+        format!("a/{long}"),
+        format!("{long}/x.txt"),
+        long_utf8.clone(),
+    ] {
+        file_tools(&ts, &p, "invalid_input");
+        walk_tools(&ts, &p, "invalid_input");
+    }
+    // 255 bytes is the limit and works, inside the root.
+    let max = "m".repeat(255);
+    check(
+        &ts,
+        "write_file",
+        json!({"path": max, "content": "ok\n"}),
+        "ok",
+    );
+    assert!(fx.r(&max).is_file());
+    let max_utf8 = "\u{e9}".repeat(127); // 254 bytes
+    check(
+        &ts,
+        "write_file",
+        json!({"path": max_utf8, "content": "ok\n"}),
+        "ok",
+    );
+    assert!(fx.r(&max_utf8).is_file());
+    fx.assert_untouched();
+}
+
+/// SPEC §2: guards run in order, input shape (`invalid_input`) before path
+/// (`path_escape`); a NUL byte or an over-long path already wins over a
+/// climb, and so must an over-long name.
+#[test]
+fn overlong_name_wins_over_a_climb() {
+    let mut fx = Fx::new();
+    let ts = fx.tools();
+    let long = "n".repeat(256);
+    // Control: the shape checks on the whole string already come first.
+    file_tools(&ts, "../outside/secret.txt\0", "invalid_input");
+    file_tools(&ts, &format!("../{}", "a/".repeat(2100)), "invalid_input");
+    for p in [format!("../{long}"), format!("a/../../{long}/x")] {
+        file_tools(&ts, &p, "invalid_input");
+        walk_tools(&ts, &p, "invalid_input");
+    }
+    fx.assert_untouched();
+}
+
+#[test]
+fn overlong_paths_are_invalid_input() {
+    let mut fx = Fx::new();
+    let ts = fx.tools();
+    for p in [
+        "a/".repeat(2049),                 // 4098 bytes
+        "../".repeat(2000),                // climbs, but too long first
+        "x/../".repeat(900),               // normalises to the root
+        format!("{}x", "a/".repeat(2048)), // 4097 bytes
+        "n".repeat(10_000),
+    ] {
+        assert!(p.len() > 4096);
+        file_tools(&ts, &p, "invalid_input");
+        walk_tools(&ts, &p, "invalid_input");
+    }
+    fx.assert_untouched();
+}
+
+#[test]
+fn paths_at_the_length_limit_do_not_crash() {
+    let mut fx = Fx::new();
+    let ts = fx.tools();
+    // 15 names of 255 bytes + names of 200 and 55 bytes + 16 slashes = 4096.
+    let mut names: Vec<String> = (0..15)
+        .map(|i| format!("{i:x}").repeat(255)[..255].to_string())
+        .collect();
+    names.push("p".repeat(200));
+    names.push("q".repeat(55));
+    let p = names.join("/");
+    assert_eq!(p.len(), 4096);
+    for (tool, args) in [
+        ("read_file", json!({"path": p})),
+        ("write_file", json!({"path": p, "content": "x"})),
+        ("edit_file", json!({"path": p, "find": "x", "replace": "y"})),
+        ("glob", json!({"pattern": "**", "path": p})),
+        ("list_files", json!({"path": p})),
+        ("search", json!({"query": "x", "path": p})),
+    ] {
+        let out = call(&ts, tool, args);
+        let kind = kind_of(&out);
+        assert!(
+            ["ok", "invalid_input", "not_found"].contains(&kind.as_str()),
+            "{tool} on a 4096-byte path: {}",
+            out.text
+        );
+    }
+    fx.assert_untouched();
+}
+
+#[test]
+fn overlong_glob_patterns_are_invalid_input() {
+    let mut fx = Fx::new();
+    let ts = fx.tools();
+    let pattern = "*/".repeat(3000);
+    check(&ts, "glob", json!({"pattern": pattern}), "invalid_input");
+    check(&ts, "list_files", json!({"glob": pattern}), "invalid_input");
+    check(
+        &ts,
+        "search",
+        json!({"query": "x", "glob": pattern}),
+        "invalid_input",
+    );
+    fx.assert_untouched();
+}
+
+#[test]
+fn trailing_dots_and_spaces_stay_inside_the_root() {
+    let mut fx = Fx::new();
+    let ts = fx.tools();
+    for p in [
+        "a.",
+        "a ",
+        "...",
+        ".. ",
+        " ..",
+        ". ",
+        "....",
+        "b./c ",
+        "... /x",
+        "c ./.. /z",
+    ] {
+        let content = format!("content of {p:?}\n");
+        check(
+            &ts,
+            "write_file",
+            json!({"path": p, "content": content}),
+            "ok",
+        );
+        assert_eq!(
+            fs::read_to_string(fx.r(p)).unwrap(),
+            content,
+            "{p:?} must be created inside the root under that exact name"
+        );
+        let out = check(&ts, "read_file", json!({"path": p}), "ok");
+        assert!(out.text.contains("content of"), "{}", out.text);
+    }
+    // `.. ` and `...` are names, not parents: nothing appears next to the root.
+    check(
+        &ts,
+        "read_file",
+        json!({"path": "... /outside/secret.txt"}),
+        "not_found",
+    );
+    check(
+        &ts,
+        "read_file",
+        json!({"path": ".. /outside/secret.txt"}),
+        "not_found",
+    );
+    check(
+        &ts,
+        "read_file",
+        json!({"path": "../outside/secret.txt."}),
+        "path_escape",
+    );
+    check(
+        &ts,
+        "read_file",
+        json!({"path": "../outside/secret.txt "}),
+        "path_escape",
+    );
+    fx.assert_untouched();
+}

@@ -1,0 +1,62 @@
+//! Cases of the command suite that hold only on the `linux` provider
+//! (its pseudo-terminals, its reservations of missing protected paths).
+
+use crate::*;
+
+pub fn commands_get_pseudo_terminals_of_their_own(p: &dyn Fixture) {
+    let dir = workspace();
+    let t = tools(p, dir.path());
+    let out = run(
+        &t,
+        json!({"command": "python3 -c 'import os; m, s = os.openpty(); print(os.ttyname(s)); os.write(m, b\"typed\\n\"); print(os.read(s, 16))'; script -qec 'tty' /dev/null"}),
+    );
+    assert!(out.text.starts_with("OK exit=0 "), "{}", out.text);
+    // Python's, then `script`'s (the number may be reused).
+    assert_eq!(out.text.matches("\n/dev/pts/").count(), 2, "{}", out.text);
+    assert!(out.text.contains("b'typed\\n'"), "{}", out.text);
+}
+
+pub fn file_tools_do_not_see_the_reservations_of_a_running_command(p: &dyn Fixture) {
+    let dir = workspace();
+    std::fs::write(dir.path().join("notes.txt"), "hello\n").unwrap();
+    let t = tools(p, dir.path());
+    let marker = unique("reserved");
+    let script = sleeper(dir.path(), &marker);
+    let out = t.call("start_process", json!({"name": "svc", "command": script}));
+    assert!(!out.is_error, "{}", out.text);
+    // On the host, missing protected paths are placeholders now.
+    let reserved = [".mcp.json", ".codex", ".claude", "cubby.toml", ".git"];
+    for name in reserved {
+        assert!(dir.path().join(name).is_dir(), "{name} is reserved");
+    }
+    let listing = t.call("list_files", json!({"path": "", "depth": 3}));
+    let found = t.call("glob", json!({"pattern": "**/*"}));
+    let hidden = t.call("glob", json!({"pattern": ".*"}));
+    for out in [&listing, &found, &hidden] {
+        assert!(!out.is_error, "{}", out.text);
+        for name in reserved {
+            assert!(!out.text.contains(name), "{name}: {}", out.text);
+        }
+    }
+    assert!(listing.text.contains("notes.txt"), "{}", listing.text);
+    assert!(found.text.contains("notes.txt"), "{}", found.text);
+    for (tool, args) in [
+        ("read_file", json!({"path": ".mcp.json"})),
+        ("read_file", json!({"path": "cubby.toml"})),
+        ("list_files", json!({"path": ".claude"})),
+        ("view_file", json!({"path": ".codex"})),
+    ] {
+        let out = t.call(tool, args.clone());
+        assert!(
+            out.text.starts_with("ERROR not_found"),
+            "{tool} {args}: {}",
+            out.text
+        );
+    }
+    let out = t.call("search", json!({"query": "hello"}));
+    assert!(out.text.contains("notes.txt"), "{}", out.text);
+    assert!(!t.call("stop_process", json!({"name": "svc"})).is_error);
+    for name in reserved {
+        assert!(!dir.path().join(name).exists(), "{name} is released");
+    }
+}

@@ -1,0 +1,170 @@
+//! git's executable surface (issue 13) through the file tools.
+
+use crate::*;
+
+/// Findings 1-3 of issue 13: the tools make no `.git` (a gitfile, or a
+/// directory with a `commondir`), rewrite no gitfile, and write none of a
+/// git directory's configs, pointers or hooks; the rest of `.git` stays
+/// writable (the control: the same writes elsewhere succeed).
+pub fn git_surface_is_read_only_for_the_tools(f: &dyn Fixture) {
+    let t = tools(f);
+    // No repository: neither a gitfile nor a new git directory.
+    let msg = err(
+        &t,
+        "write_file",
+        json!({"path": ".git", "content": "gitdir: evil\n"}),
+        "denied",
+    );
+    assert!(msg.contains("protected"), "{msg}");
+    err(
+        &t,
+        "write_file",
+        json!({"path": ".git/HEAD", "content": "ref: refs/heads/main\n"}),
+        "denied",
+    );
+    err(
+        &t,
+        "write_file",
+        json!({"path": ".git/commondir", "content": "../common\n"}),
+        "denied",
+    );
+    assert!(f.get(".git").is_none() && f.get(".git/HEAD").is_none());
+    // Control: the same names elsewhere are ordinary files.
+    ok(
+        &t,
+        "write_file",
+        json!({"path": "common/commondir", "content": "x"}),
+    );
+    ok(
+        &t,
+        "write_file",
+        json!({"path": "sub/.gitx", "content": "gitdir: evil\n"}),
+    );
+    // A worktree's gitfile: read, but not rewritten, nor written through.
+    f.put(".git", b"gitdir: /elsewhere/.git/worktrees/w\n");
+    let wt = tools(f);
+    ok(&wt, "read_file", json!({"path": ".git"}));
+    err(
+        &wt,
+        "write_file",
+        json!({"path": ".git", "content": "gitdir: evil\n"}),
+        "denied",
+    );
+    err(
+        &wt,
+        "edit_file",
+        json!({"path": ".git", "find": "/elsewhere", "replace": "evil"}),
+        "denied",
+    );
+    err(
+        &wt,
+        "write_file",
+        json!({"path": ".git/HEAD", "content": "x"}),
+        "denied",
+    );
+    assert_eq!(
+        f.get(".git").unwrap(),
+        b"gitdir: /elsewhere/.git/worktrees/w\n"
+    );
+    // A repository: its surface is refused, the rest written.
+    f.remove(".git");
+    f.put(".git/HEAD", b"ref: refs/heads/main\n");
+    let t = tools(f);
+    for path in [
+        ".git/commondir",
+        ".git/config.worktree",
+        ".git/gitdir",
+        ".git/hooks/pre-commit",
+        ".git/modules/sub/config",
+        ".git/modules/a/modules/b/hooks/post-checkout",
+        ".git/worktrees/w/commondir",
+    ] {
+        let msg = err(
+            &t,
+            "write_file",
+            json!({"path": path, "content": "x"}),
+            "denied",
+        );
+        assert!(msg.contains("git"), "{path}: {msg}");
+    }
+    ok(&t, "read_file", json!({"path": ".git/HEAD"}));
+    ok(
+        &t,
+        "write_file",
+        json!({"path": ".git/HEAD", "content": "ref: refs/heads/topic\n"}),
+    );
+    ok(
+        &t,
+        "write_file",
+        json!({"path": ".git/info/exclude", "content": "*.log\n"}),
+    );
+}
+
+/// Finding 4 of issue 13 (file tools): with `core.hooksPath = .husky`
+/// (husky's layout), the hooks there are protected once the policy reads
+/// the workspace's git config; without it (the control) they are not.
+pub fn hooks_path_is_protected_for_the_tools(
+    make: impl Fn() -> (tempfile::TempDir, Arc<dyn cubby::Sandbox>),
+) {
+    let (dir, sandbox) = make();
+    std::fs::create_dir_all(dir.path().join(".git")).unwrap();
+    std::fs::write(
+        dir.path().join(".git/config"),
+        "[core]\n\thooksPath = .husky\n",
+    )
+    .unwrap();
+    std::fs::create_dir(dir.path().join(".husky")).unwrap();
+    std::fs::write(dir.path().join(".husky/pre-commit"), "#!/bin/sh\nexit 0\n").unwrap();
+    std::fs::set_permissions(
+        dir.path().join(".husky/pre-commit"),
+        std::fs::Permissions::from_mode(0o755),
+    )
+    .unwrap();
+    let control = Toolset::builder(sandbox.clone()).build().unwrap();
+    ok(&control, "read_file", json!({"path": ".husky/pre-commit"}));
+    ok(
+        &control,
+        "write_file",
+        json!({"path": ".husky/pre-commit", "content": "#!/bin/sh\nexit 0\n"}),
+    );
+    let policy = Policy::builder()
+        .git_of(dir.path(), &cubby::HostEnv::capture())
+        .build()
+        .unwrap();
+    let t = Toolset::builder(sandbox).policy(policy).build().unwrap();
+    ok(&t, "read_file", json!({"path": ".husky/pre-commit"}));
+    for path in [".husky/pre-commit", ".husky/post-commit"] {
+        err(
+            &t,
+            "write_file",
+            json!({"path": path, "content": "#!/bin/sh\ntouch pwned\n"}),
+            "denied",
+        );
+    }
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join(".husky/pre-commit")).unwrap(),
+        "#!/bin/sh\nexit 0\n"
+    );
+    assert!(!dir.path().join(".husky/post-commit").exists());
+}
+
+#[test]
+pub fn hooks_path_is_protected_for_the_tools_local() {
+    hooks_path_is_protected_for_the_tools(|| {
+        let dir = tempfile::tempdir().unwrap();
+        let sandbox = cubby::local_sandbox(dir.path()).unwrap();
+        (dir, sandbox)
+    });
+}
+
+#[test]
+pub fn hooks_path_is_protected_for_the_tools_linux() {
+    hooks_path_is_protected_for_the_tools(|| {
+        let dir = tempfile::tempdir().unwrap();
+        let policy = Policy::builder().build().unwrap();
+        let sandbox: Arc<dyn cubby::Sandbox> = Arc::new(
+            cubby::LinuxSandbox::open(dir.path(), &policy, &cubby::HostEnv::capture()).unwrap(),
+        );
+        (dir, sandbox)
+    });
+}

@@ -1,0 +1,315 @@
+//! `glob`, `list_files`, `search` and `changes`: ignores, sorting, caps with
+//! totals; and nothing silently unseen (depth, bounded ignore files).
+
+use crate::*;
+
+pub fn tree(f: &dyn Fixture) {
+    f.put(".gitignore", b"target/\n*.log\n!keep.log\n");
+    f.put("src/main.rs", b"fn main() {}\n");
+    f.put("src/lib.rs", b"pub fn lib() {}\n");
+    f.put("src/nested/deep.rs", b"// deep NEEDLE\n");
+    f.put("src/nested/.gitignore", b"ignored_here.rs\n");
+    f.put("src/nested/ignored_here.rs", b"NEEDLE\n");
+    f.put("target/debug/out.rs", b"NEEDLE\n");
+    f.put("debug.log", b"NEEDLE\n");
+    f.put("keep.log", b"NEEDLE keep\n");
+    f.put("README.md", b"# readme NEEDLE\n");
+    f.put(".git/config", b"[core] NEEDLE\n");
+    f.put(".git/HEAD", b"ref: NEEDLE\n");
+    f.put("data.bin", b"NEEDLE\0\0binary");
+}
+
+pub fn glob_respects_ignores_and_sorts(f: &dyn Fixture) {
+    tree(f);
+    let t = tools(f);
+    let out = ok(&t, "glob", json!({"pattern": "**/*.rs"}));
+    assert_eq!(out.text, "src/lib.rs\nsrc/main.rs\nsrc/nested/deep.rs");
+    assert_eq!(out.structured["total"], 3);
+    let out = ok(&t, "glob", json!({"pattern": "*.rs", "path": "src"}));
+    assert_eq!(out.text, "src/lib.rs\nsrc/main.rs");
+    let out = ok(&t, "glob", json!({"pattern": "**/*"}));
+    assert!(!out.text.contains(".git/"), "{}", out.text);
+    assert!(out.text.contains("keep.log") && !out.text.contains("debug.log"));
+    let out = ok(&t, "glob", json!({"pattern": "*.{md,log}"}));
+    assert_eq!(out.text, "README.md\nkeep.log");
+    let out = ok(&t, "glob", json!({"pattern": "nothing*"}));
+    assert!(out.text.contains("No files match"));
+    err(
+        &t,
+        "glob",
+        json!({"pattern": "a[", "path": "."}),
+        "invalid_input",
+    );
+    err(
+        &t,
+        "glob",
+        json!({"pattern": "*", "path": "README.md"}),
+        "invalid_input",
+    );
+}
+
+pub fn glob_caps_with_a_total(f: &dyn Fixture) {
+    for i in 0..10 {
+        f.put(&format!("f{i}.txt"), b"x");
+    }
+    let limits = Limits {
+        glob: MatchLimits { max_matches: 3 },
+        ..Limits::default()
+    };
+    let t = Toolset::builder(f.sandbox())
+        .policy(Policy::builder().limits(limits).build().unwrap())
+        .build()
+        .unwrap();
+    let out = ok(&t, "glob", json!({"pattern": "*.txt"}));
+    assert_eq!(out.structured["entries"].as_array().unwrap().len(), 3);
+    assert_eq!(out.structured["total"], 10);
+    assert_eq!(out.structured["truncated"], true);
+    assert!(out.text.contains("showing 3 of 10"));
+}
+
+pub fn list_files_recursive_and_filtered(f: &dyn Fixture) {
+    tree(f);
+    let t = tools(f);
+    let out = ok(&t, "list_files", json!({}));
+    let lines: Vec<&str> = out.text.lines().collect();
+    assert!(
+        lines.contains(&"src/")
+            && lines.contains(&"src/nested/")
+            && lines.contains(&"src/nested/deep.rs")
+    );
+    assert!(
+        !out.text.contains(".git/") && !out.text.contains("target"),
+        "{}",
+        out.text
+    );
+    assert!(!out.text.contains("ignored_here"));
+    let mut sorted = lines.clone();
+    sorted.sort();
+    assert_eq!(lines, sorted);
+    let out = ok(&t, "list_files", json!({"depth": 1}));
+    assert!(
+        out.text.contains("src/") && !out.text.contains("src/main.rs"),
+        "{}",
+        out.text
+    );
+    // Starting in a directory with its own .gitignore: its rules and the
+    // ancestors' apply.
+    let out = ok(&t, "list_files", json!({"path": "src/nested"}));
+    assert!(
+        out.text.contains("src/nested/deep.rs") && !out.text.contains("ignored_here"),
+        "{}",
+        out.text
+    );
+    let out = ok(&t, "list_files", json!({"glob": "*.rs", "path": "src"}));
+    assert_eq!(out.text, "src/lib.rs\nsrc/main.rs\nsrc/nested/deep.rs");
+    err(&t, "list_files", json!({"path": "nope"}), "not_found");
+}
+
+// ---- search ----
+
+pub fn search_literal_regex_and_options(f: &dyn Fixture) {
+    tree(f);
+    f.put("src/re.txt", b"a.b\naxb\nA.B\n");
+    let t = tools(f);
+    let out = ok(&t, "search", json!({"query": "NEEDLE"}));
+    assert_eq!(
+        out.text,
+        "README.md:1: # readme NEEDLE\nkeep.log:1: NEEDLE keep\nsrc/nested/deep.rs:1: // deep NEEDLE\n[3 matching lines]"
+    );
+    assert_eq!(out.structured["total"], 3);
+    let out = ok(&t, "search", json!({"query": "a.b", "path": "src"}));
+    assert_eq!(out.structured["total"], 1, "{}", out.text);
+    let out = ok(
+        &t,
+        "search",
+        json!({"query": "a.b", "path": "src", "regex": true}),
+    );
+    assert_eq!(out.structured["total"], 2);
+    let out = ok(
+        &t,
+        "search",
+        json!({"query": "a.b", "path": "src/re.txt", "case_insensitive": true}),
+    );
+    assert_eq!(out.structured["total"], 2);
+    let out = ok(&t, "search", json!({"query": "NEEDLE", "glob": "*.md"}));
+    assert_eq!(out.structured["total"], 1);
+    let out = ok(&t, "search", json!({"query": "zzzz-not-there"}));
+    assert!(out.text.starts_with("No matches"));
+    err(
+        &t,
+        "search",
+        json!({"query": "(", "regex": true}),
+        "invalid_input",
+    );
+    err(&t, "search", json!({"query": ""}), "invalid_input");
+}
+
+pub fn search_context_lines(f: &dyn Fixture) {
+    f.put("c.txt", b"1\n2\nhit\n4\n5\n6\n7\nhit\n9\n");
+    let t = tools(f);
+    let out = ok(&t, "search", json!({"query": "hit", "context": 1}));
+    assert_eq!(
+        out.text,
+        "c.txt-2- 2\nc.txt:3: hit\nc.txt-4- 4\n--\nc.txt-7- 7\nc.txt:8: hit\nc.txt-9- 9\n[2 matching lines]"
+    );
+}
+
+pub fn search_caps_with_a_total(f: &dyn Fixture) {
+    for i in 0..30 {
+        f.put(&format!("d/f{i:02}.txt"), b"x\nx\nx\nx\nx\n");
+    }
+    let limits = Limits {
+        search: MatchLimits { max_matches: 7 },
+        ..Limits::default()
+    };
+    let t = Toolset::builder(f.sandbox())
+        .policy(Policy::builder().limits(limits).build().unwrap())
+        .build()
+        .unwrap();
+    let out = ok(&t, "search", json!({"query": "x"}));
+    assert_eq!(out.structured["total"], 150);
+    assert_eq!(out.structured["matches"].as_array().unwrap().len(), 7);
+    assert_eq!(out.structured["truncated"], true);
+    assert!(out.text.starts_with("d/f00.txt:1: x\n"), "{}", out.text);
+    assert!(
+        out.text.contains("d/f01.txt:2: x\n[showing 7 of 150"),
+        "{}",
+        out.text
+    );
+}
+
+// ---- changes ----
+
+pub fn changes_reports_added_modified_deleted(f: &dyn Fixture) {
+    f.put("keep.txt", b"same");
+    f.put("mod.txt", b"v1");
+    f.put("del.txt", b"bye");
+    let t = tools(f);
+    ok(&t, "read_file", json!({"path": "mod.txt"}));
+    let out = ok(&t, "changes", json!({}));
+    assert!(out.text.contains("No changes"), "{}", out.text);
+    ok(
+        &t,
+        "write_file",
+        json!({"path": "mod.txt", "content": "v2"}),
+    );
+    ok(
+        &t,
+        "write_file",
+        json!({"path": "new/by_tool.txt", "content": "x"}),
+    );
+    f.put("by_hand.txt", b"y");
+    f.remove("del.txt");
+    let out = ok(&t, "changes", json!({}));
+    assert_eq!(
+        out.text,
+        "A by_hand.txt\nD del.txt\nM mod.txt\nA new/by_tool.txt"
+    );
+    assert_eq!(out.structured["changes"][0]["status"], "A");
+}
+
+pub fn walks_say_what_is_too_deep(f: &dyn Fixture) {
+    let deep = "d/".repeat(520);
+    f.put("top.txt", b"DEEP_NEEDLE\n");
+    let t = tools(f);
+    ok(&t, "changes", json!({}));
+    f.put(&format!("{deep}deep.txt"), b"DEEP_NEEDLE\n");
+    let note = "not seen: 1 directory deeper than 512 levels";
+    let out = ok(&t, "glob", json!({"pattern": "**/*.txt"}));
+    assert!(out.text.starts_with("top.txt\n"), "{}", out.text);
+    assert!(out.text.contains(note), "{}", out.text);
+    assert_eq!(out.structured["unseen"]["too_deep"], 1);
+    let out = ok(&t, "list_files", json!({}));
+    assert!(out.text.contains(note), "{}", out.text);
+    assert_eq!(out.structured["unseen"]["too_deep"], 1);
+    let out = ok(&t, "search", json!({"query": "DEEP_NEEDLE"}));
+    assert_eq!(out.structured["total"], 1);
+    assert!(out.text.contains(note), "{}", out.text);
+    assert_eq!(out.structured["unseen"]["too_deep"], 1);
+    let out = ok(&t, "changes", json!({}));
+    assert!(out.text.contains(note), "{}", out.text);
+    assert_eq!(out.structured["unseen"]["too_deep"], 1);
+    // Control: the file is there, and a walk that starts deeper sees it.
+    let out = ok(
+        &t,
+        "glob",
+        json!({"pattern": "**/*.txt", "path": "d/".repeat(100)}),
+    );
+    assert!(out.text.ends_with("/deep.txt"), "{}", out.text);
+    assert!(out.structured.get("unseen").is_none(), "{}", out.structured);
+    // A depth the model asks for is not a shortfall.
+    let out = ok(&t, "list_files", json!({"depth": 1}));
+    assert_eq!(out.text, "d/\ntop.txt");
+}
+
+pub fn ignore_files_are_bounded_and_skips_are_said(f: &dyn Fixture) {
+    let rules = |n: usize| (0..n).map(|i| format!("p{i}.tmp\n")).collect::<String>();
+    // At the limits: loaded, its rules applied.
+    f.put("ok/.gitignore", rules(2_000).as_bytes());
+    f.put("ok/p7.tmp", b"x");
+    f.put("ok/kept.txt", b"x");
+    // One rule too many, and too many bytes: not loaded, not entered.
+    f.put("many/.gitignore", rules(2_001).as_bytes());
+    f.put("many/inside.txt", b"x");
+    let mut big = "#".repeat(64 * 1024);
+    big.push_str("\nbig.tmp\n");
+    f.put("big/.gitignore", big.as_bytes());
+    f.put("big/inside.txt", b"x");
+    let t = tools(f);
+    let out = ok(&t, "glob", json!({"pattern": "**/*"}));
+    let shown: Vec<&str> = out.text.lines().collect();
+    assert_eq!(shown[..2], ["ok/.gitignore", "ok/kept.txt"], "{}", out.text);
+    assert!(
+        out.text
+            .contains("not seen: 2 directories whose .gitignore was not loaded"),
+        "{}",
+        out.text
+    );
+    assert!(
+        out.text.contains("big/") && out.text.contains("many/"),
+        "{}",
+        out.text
+    );
+    assert_eq!(out.structured["unseen"]["ignore_not_loaded"], 2);
+    for tool in ["list_files", "search", "changes"] {
+        let args = if tool == "search" {
+            json!({"query": "x"})
+        } else {
+            json!({})
+        };
+        let out = ok(&t, tool, args);
+        assert_eq!(
+            out.structured["unseen"]["ignore_not_loaded"], 2,
+            "{tool}: {}",
+            out.text
+        );
+        assert!(!out.text.contains("inside.txt"), "{tool}: {}", out.text);
+    }
+    // Starting a walk beneath a directory whose ignore file is not loaded.
+    let out = ok(&t, "glob", json!({"pattern": "*", "path": "many"}));
+    assert!(out.text.contains("not seen: 1 director"), "{}", out.text);
+    assert!(!out.text.contains("inside.txt"), "{}", out.text);
+    // Rules held at once: four nested files of 2,000 load, the fifth not.
+    let mut dir = String::from("nest");
+    for level in 1..=5 {
+        dir.push_str(&format!("/n{level}"));
+        f.put(&format!("{dir}/.gitignore"), rules(2_000).as_bytes());
+        f.put(&format!("{dir}/seen{level}.txt"), b"x");
+    }
+    let out = ok(
+        &t,
+        "glob",
+        json!({"pattern": "**/seen*.txt", "path": "nest"}),
+    );
+    for level in 1..=4 {
+        let seen = format!("/seen{level}.txt");
+        assert!(out.text.lines().any(|l| l.ends_with(&seen)), "{}", out.text);
+    }
+    assert!(!out.text.contains("seen5.txt"), "{}", out.text);
+    assert_eq!(
+        out.structured["unseen"]["ignore_not_loaded"], 1,
+        "{}",
+        out.text
+    );
+    assert!(out.text.contains("n4/n5/"), "{}", out.text);
+}
