@@ -100,8 +100,8 @@ unsafe fn command_exec(steps: &LastSteps<'_>) -> i32 {
     if steps.landlock_fd < 0 {
         return libc::EPERM;
     }
-    // SAFETY: landlock_restrict_self takes an fd and flags.
     if !no_new_privs
+        // SAFETY: landlock_restrict_self takes an fd and flags.
         || unsafe { libc::syscall(libc::SYS_landlock_restrict_self, steps.landlock_fd, 0u32) } != 0
     {
         return errno();

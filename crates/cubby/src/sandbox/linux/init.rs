@@ -221,7 +221,7 @@ pub(super) unsafe fn namespace_init(
     // SAFETY: the mapping is `len` bytes, readable, and stays mapped for
     // the init's life (and the command's, which execs a new image).
     let mut payload = unsafe { Payload::new(base, PAYLOAD_HEADER_BYTES, len) };
-    // SAFETY (for each `CStr::from_ptr` below): the server NUL-terminates
+    // SAFETY: (this and each `CStr::from_ptr` below) the server NUL-terminates
     // every string of the payload (`wire::encode_run`), so each string the
     // cursor hands out ends within the mapping.
     let cwd = unsafe { CStr::from_ptr(payload.next()) };

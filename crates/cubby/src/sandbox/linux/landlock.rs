@@ -269,8 +269,8 @@ impl ReadRules {
                 break;
             }
         }
-        // SAFETY: `ruleset` is the fd made above.
         if result == 0
+            // SAFETY: `ruleset` is the fd made above.
             && unsafe { libc::syscall(libc::SYS_landlock_restrict_self, ruleset, 0u32) } != 0
         {
             result = errno();

@@ -37,7 +37,7 @@
 //! always-allowed ones), so a linear chain of ~45 tests cost every command
 //! ~0.2 ms; a binary search over the sorted numbers costs a tenth of that.
 //! The tests below run the program through a small BPF interpreter for
-//! every number and argument case; `tests/escape.rs` attacks it for real.
+//! every number and argument case; `tests/attacks/` attacks it for real.
 
 use crate::error::{Error, ErrorKind, Result};
 
