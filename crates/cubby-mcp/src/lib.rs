@@ -33,7 +33,7 @@ mod stdio;
 
 use std::sync::Arc;
 
-pub use handler::{CubbyHandler, MAX_INSTRUCTIONS_CHARS};
+pub use handler::{CubbyHandler, MAX_INSTRUCTIONS_CHARS, tool_definition};
 pub use http::{HttpOptions, serve_http};
 pub use stdio::serve_stdio;
 
