@@ -110,7 +110,10 @@ impl ToolSource for Upstream {
             }))),
             "deploy" | "shell" => Ok(ToolOutput::ok("done", json!({}))),
             "panics" => panic!("upstream fell over"),
-            other => Err(cubby::Error::invalid_input(format!("no {other}"))),
+            other => Err(cubby::Error::new(
+                cubby::ErrorKind::InvalidInput,
+                format!("no {other}"),
+            )),
         }
     }
 }
