@@ -258,7 +258,10 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             json_output,
             common,
         } => {
-            let toolset = setup::toolset(&common, tool == "changes")?;
+            // The snapshot only for a tool that reads it (`changes`).
+            let snapshot =
+                cubby::builtin_tools().any(|(name, facts)| name == tool && facts.snapshot);
+            let toolset = setup::toolset(&common, snapshot)?;
             let raw = match json.as_deref() {
                 Some("-") => {
                     let mut buf = Vec::new();
@@ -305,38 +308,10 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 .tools()
                 .into_iter()
                 .map(|t| match format {
-                    Format::Mcp => {
-                        let mut tool = json!({
-                            "name": t.name,
-                            "description": t.description,
-                            "inputSchema": t.input_schema,
-                            "annotations": {
-                                "readOnlyHint": t.annotations.read_only,
-                                "destructiveHint": t.annotations.destructive,
-                                "idempotentHint": t.annotations.idempotent,
-                                "openWorldHint": t.annotations.open_world,
-                            },
-                        });
-                        // As `tools/list` shows it (SPEC §2).
-                        if mcp.structured_content {
-                            tool["outputSchema"] = t.output_schema;
-                        }
-                        tool
-                    }
-                    Format::Openai => json!({
-                        "type": "function",
-                        "function": {
-                            "name": t.name,
-                            "description": t.description,
-                            "parameters": cubby::schema::strict(&t.input_schema),
-                            "strict": true,
-                        },
-                    }),
-                    Format::Anthropic => json!({
-                        "name": t.name,
-                        "description": t.description,
-                        "input_schema": t.input_schema,
-                    }),
+                    // As `tools/list` shows it (SPEC §2).
+                    Format::Mcp => cubby_mcp::tool_definition(&t, mcp),
+                    Format::Openai => t.openai(),
+                    Format::Anthropic => t.anthropic(),
                 })
                 .collect();
             println!("{}", serde_json::to_string_pretty(&specs)?);

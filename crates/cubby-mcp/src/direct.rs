@@ -2,8 +2,9 @@
 //! answers itself instead of handing them to rmcp's dispatch.
 //!
 //! rmcp spawns a task, builds a request context and a cancellation token
-//! for every request; for the two calls agents make most (`read_file` and
-//! `list_files`, see [`DIRECT_TOOLS`]) the front skips that and calls the
+//! for every request; for the calls agents make most (the tools whose facts
+//! say their cost is bounded — today `read_file` and `list_files`, see
+//! `handler::is_direct`) the front skips that and calls the
 //! handler's `direct_answer`, which gives what rmcp would send (the
 //! `direct_answers_are_rmcps_answers` test in `stdio.rs` and
 //! `tests/fronts.rs` hold both to it). The switch is
@@ -12,8 +13,6 @@
 
 use rmcp::model::{CallToolRequest, JsonRpcRequest, RequestId};
 use serde_json::Value;
-
-use crate::handler::DIRECT_TOOLS;
 
 /// Who answers a `tools/call`.
 pub(crate) enum Route {
@@ -25,20 +24,21 @@ pub(crate) enum Route {
 }
 
 /// Direct only with the fast path on, in a `legacy` session (opened with
-/// `initialize` on a revision before 2026-07-28), for one of
-/// [`DIRECT_TOOLS`], with no `_meta` anywhere in the line (progress tokens
-/// and the 2026-07-28 per-request fields stay with rmcp).
+/// `initialize` on a revision before 2026-07-28), for a tool `direct`
+/// accepts, with no `_meta` anywhere in the line (progress tokens and the
+/// 2026-07-28 per-request fields stay with rmcp).
 pub(crate) fn route(
     request: JsonRpcRequest<CallToolRequest>,
     line: &[u8],
     legacy: bool,
     fast_path: bool,
+    direct: impl Fn(&str) -> bool,
 ) -> Route {
     const META: &[u8] = b"\"_meta\"";
     let params = &request.request.params;
     if !fast_path
         || !legacy
-        || !DIRECT_TOOLS.contains(&params.name.as_ref())
+        || !direct(params.name.as_ref())
         || params.input_responses.is_some()
         || params.request_state.is_some()
         || line.windows(META.len()).any(|w| w == META)
@@ -59,8 +59,16 @@ mod tests {
     }
 
     fn is_direct(line: &str, legacy: bool, fast_path: bool) -> bool {
+        // The tools the built-in catalog calls bounded.
+        let catalog = cubby::Toolset::builder(cubby::virtual_sandbox(cubby::MemoryFs::new()))
+            .build()
+            .unwrap()
+            .catalog()
+            .clone();
         matches!(
-            route(call(line), line.as_bytes(), legacy, fast_path),
+            route(call(line), line.as_bytes(), legacy, fast_path, |n| {
+                crate::handler::is_direct(&catalog, n)
+            }),
             Route::Direct(..)
         )
     }

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use cubby::process::{CancelToken, OutputEvent, Subscriber};
-use cubby::{CallOptions, ToolOutput, Toolset};
+use cubby::{Attachment, CallOptions, Cost, ToolCatalog, ToolOutput, Toolset};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
     JsonObject, JsonRpcMessage, ListToolsResult, PaginatedRequestParams, ProgressNotificationParam,
@@ -29,6 +29,9 @@ pub(crate) struct Shared {
     options: McpOptions,
     tools: Vec<Tool>,
     instructions: String,
+    /// Every tool the toolsets have, offered or not, with its facts (what
+    /// the scheduling reads).
+    catalog: ToolCatalog,
     /// The run of requests that belong to no session.
     stateless: Mutex<Option<Toolset>>,
     /// Runs the file-tool calls, server-wide, on a fixed set of threads.
@@ -43,29 +46,27 @@ pub(crate) struct Shared {
     calls_in_flight: OnceLock<Arc<AtomicUsize>>,
 }
 
-/// Whether a file-tool call runs on the event loop's thread instead of the
-/// pool: only when nothing else is queued or running (a client waiting for
-/// each answer: the two thread hand-offs would be most of its latency) and
-/// only for calls whose cost is bounded by construction — one `read_file`
-/// (at most its byte limit), one `list_files` of a single directory. Under
+/// Whether a call runs on the event loop's thread instead of the pool:
+/// only when nothing else is queued or running (a client waiting for each
+/// answer: the two thread hand-offs would be most of its latency) and only
+/// for calls whose cost is bounded by construction (the tool's facts say
+/// [`Cost::Bounded`] and its arguments keep it so: one `read_file`, at most
+/// its byte limit; one `list_files` of a single directory). Under
 /// pipelining the pool keeps the parsing and the work on separate cores.
-fn runs_inline(name: &str, arguments: &Value, alone: bool) -> bool {
-    alone
-        && match name {
-            "read_file" => true,
-            "list_files" => arguments
-                .get("depth")
-                .and_then(Value::as_u64)
-                .is_some_and(|d| d <= 1),
-            _ => false,
-        }
+fn runs_inline(catalog: &ToolCatalog, name: &str, arguments: &Value, alone: bool) -> bool {
+    alone && catalog.is_bounded(name, arguments)
 }
 
-/// Tools the stdio front answers without rmcp's request dispatch when a
-/// call carries no `_meta` (no progress token, no per-request protocol
-/// data): file tools that stream nothing and that a cancellation does not
-/// stop (see `stdio::serve_stdio`).
-pub(crate) const DIRECT_TOOLS: [&str; 2] = ["read_file", "list_files"];
+/// Whether the stdio front may answer a call of `name` without rmcp's
+/// request dispatch when it carries no `_meta` (no progress token, no
+/// per-request protocol data): tools of cost [`Cost::Bounded`], which
+/// stream nothing and which a cancellation does not stop (see
+/// `stdio::serve_stdio`).
+pub(crate) fn is_direct(catalog: &ToolCatalog, name: &str) -> bool {
+    catalog
+        .facts(name)
+        .is_some_and(|f| f.cost == Cost::Bounded && !f.streaming)
+}
 
 /// Counts a call out of the in-flight count when it ends, however it ends.
 struct CallDone(Option<Arc<AtomicUsize>>);
@@ -90,6 +91,11 @@ impl Shared {
     /// Runs `job` on the file-tool pool.
     pub(crate) fn run_file_job(&self, job: impl FnOnce() + Send + 'static) {
         drop(self.files.run(job));
+    }
+
+    /// The tools and their facts.
+    pub(crate) fn catalog(&self) -> &ToolCatalog {
+        &self.catalog
     }
 
     /// Whether nothing but the caller is in flight (see [`runs_inline`]).
@@ -143,7 +149,7 @@ fn to_object(v: &Value) -> Arc<JsonObject> {
 fn mcp_tool(spec: &cubby::ToolSpec, options: McpOptions) -> Tool {
     let a = spec.annotations;
     let tool = Tool::new(
-        spec.name,
+        spec.name.clone(),
         spec.description.clone(),
         to_object(&spec.input_schema),
     )
@@ -161,6 +167,12 @@ fn mcp_tool(spec: &cubby::ToolSpec, options: McpOptions) -> Tool {
     }
 }
 
+/// A tool as `tools/list` shows it, as JSON (for `cubby tools --format
+/// mcp`): the one MCP conversion of a [`cubby::ToolSpec`].
+pub fn tool_definition(spec: &cubby::ToolSpec, options: McpOptions) -> Value {
+    serde_json::to_value(mcp_tool(spec, options)).unwrap_or(Value::Null)
+}
+
 /// Longest `instructions`, in chars (SPEC §6: Claude Code cuts at 2,048).
 pub const MAX_INSTRUCTIONS_CHARS: usize = 2_000;
 
@@ -169,50 +181,7 @@ pub const MAX_INSTRUCTIONS_CHARS: usize = 2_000;
 /// [`MAX_INSTRUCTIONS_CHARS`]: the list of protected paths is shortened to
 /// fit.
 pub(crate) fn instructions(template: &Toolset) -> String {
-    let policy = template.policy();
-    let names = template.tool_names();
-    let offers = |tool: &str| names.contains(&tool);
-    let commands = if offers("run") {
-        ", searches and commands"
-    } else {
-        " and searches"
-    };
-    let guard = match (offers("write_file"), offers("edit_file")) {
-        (true, true) => {
-            " Read a file with read_file before write_file overwrites it or edit_file changes it."
-        }
-        (true, false) => " Read a file with read_file before write_file overwrites it.",
-        (false, true) => " Read a file with read_file before edit_file changes it.",
-        (false, false) => "",
-    };
-    let head = format!(
-        "cubby serves one workspace directory in a sandbox (provider `{}`, mode `{}`). For \
-         files{commands} in this workspace, use these tools instead of your client's built-in \
-         ones: they act inside the sandbox and its policy. Every path is relative to the \
-         workspace root; absolute paths, `..` that leaves the root and symbolic links are \
-         refused.{guard} Errors read `ERROR <kind>: <message>` and say what to do next.",
-        template.sandbox().kind().as_str(),
-        policy.mode().as_str(),
-    );
-    let tail = format!(" Tools: {}.", names.join(", "));
-    let protected: Vec<&str> = policy.protected().collect();
-    let mut shown = protected.len();
-    loop {
-        let mut list = protected[..shown].join(", ");
-        if shown < protected.len() {
-            list.push_str(&format!(" and {} more", protected.len() - shown));
-        }
-        let middle = if protected.is_empty() {
-            String::new()
-        } else {
-            format!(" Protected (read-only) paths: {list}.")
-        };
-        let text = format!("{head}{middle}{tail}");
-        if text.chars().count() <= MAX_INSTRUCTIONS_CHARS || shown == 0 {
-            return text;
-        }
-        shown -= 1;
-    }
+    template.instructions(MAX_INSTRUCTIONS_CHARS)
 }
 
 impl CubbyHandler {
@@ -233,11 +202,13 @@ impl CubbyHandler {
             .map(|spec| mcp_tool(spec, options))
             .collect();
         let instructions = instructions(&template);
+        let catalog = template.catalog().clone();
         Ok(Arc::new(Shared {
             factory,
             options,
             tools,
             instructions,
+            catalog,
             stateless: Mutex::new(Some(template)),
             files: FilePool::new(file_call_slots()),
             calls_in_flight: OnceLock::new(),
@@ -263,12 +234,18 @@ impl CubbyHandler {
         self.toolset_of(in_session)
     }
 
-    /// Whether a direct call (see [`DIRECT_TOOLS`]) of `name` runs inline.
+    /// Whether a direct call (see [`is_direct`]) of `name` runs inline.
     pub(crate) fn direct_inline(&self, name: &str, arguments: &Value) -> bool {
-        runs_inline(name, arguments, self.shared.alone())
+        runs_inline(&self.shared.catalog, name, arguments, self.shared.alone())
     }
 
-    /// The answer to a direct call of one of [`DIRECT_TOOLS`] (counted in
+    /// Whether the stdio front may answer a call of `name` itself (see
+    /// [`is_direct`]).
+    pub(crate) fn is_direct(&self, name: &str) -> bool {
+        is_direct(&self.shared.catalog, name)
+    }
+
+    /// The answer to a direct call (see [`is_direct`]; counted in
     /// flight by the caller) in a session opened with `initialize` on a
     /// revision before 2026-07-28: what `call_tool` answers for it, shaped
     /// as rmcp sends it to such a peer.
@@ -327,12 +304,21 @@ fn to_result(out: ToolOutput, options: McpOptions) -> CallToolResult {
         if options.structured_content {
             r.structured_content = Some(out.structured);
         }
-        for image in out.images {
+        r.content
+            .extend(out.attachments.into_iter().map(content_block));
+        r
+    }
+}
+
+/// The content block of an attachment: the one place attachments become
+/// MCP content.
+fn content_block(attachment: Attachment) -> ContentBlock {
+    match attachment {
+        Attachment::Image(image) => {
             use base64::Engine as _;
             let data = base64::engine::general_purpose::STANDARD.encode(&image.bytes);
-            r.content.push(ContentBlock::image(data, image.media_type));
+            ContentBlock::image(data, image.media_type)
         }
-        r
     }
 }
 
@@ -388,9 +374,8 @@ impl ServerHandler for CubbyHandler {
         // An unknown tool is a protocol error (JSON-RPC -32602), not a tool
         // result: MCP's tools/call error handling. A cubby tool the policy
         // does not offer is known, and answers `ERROR denied` (SPEC §4).
-        if !self.shared.tools.iter().any(|t| t.name == request.name)
-            && !cubby::policy::is_known_tool(&request.name)
-        {
+        let facts = self.shared.catalog.facts(&request.name);
+        if !self.shared.tools.iter().any(|t| t.name == request.name) && facts.is_none() {
             let names: Vec<&str> = self.shared.tools.iter().map(|t| t.name.as_ref()).collect();
             return Err(McpError::invalid_params(
                 format!(
@@ -402,7 +387,9 @@ impl ServerHandler for CubbyHandler {
             ));
         }
         let toolset = self.toolset(&ctx)?;
-        let file_tool = cubby::policy::FILE_TOOLS.contains(&request.name.as_ref());
+        // Bounded and short calls go to the file pool; long ones (commands,
+        // the network) to the blocking pool, and a cancellation waits for them.
+        let pooled = facts.is_some_and(|f| f.cost != Cost::Long);
         let arguments = request.arguments.map(Value::Object).unwrap_or(Value::Null);
         let cancel = CancelToken::new();
         let progress_token = ctx.meta.get_progress_token();
@@ -417,13 +404,12 @@ impl ServerHandler for CubbyHandler {
             on_output,
         };
         let name = request.name.to_string();
-        if file_tool && runs_inline(&name, &arguments, alone) {
+        if pooled && runs_inline(&self.shared.catalog, &name, &arguments, alone) {
             let out = toolset.call_with(&name, arguments, &options);
             return Ok(to_result(out, self.shared.options).into());
         }
         let call = move || toolset.call_with(&name, arguments, &options);
-        let mut job: Pin<Box<dyn Future<Output = Result<ToolOutput, String>> + Send>> = if file_tool
-        {
+        let mut job: Pin<Box<dyn Future<Output = Result<ToolOutput, String>> + Send>> = if pooled {
             let answer = self.shared.files.run(call);
             Box::pin(async move { answer.await.map_err(|e| e.to_string()) })
         } else {
@@ -458,7 +444,7 @@ impl ServerHandler for CubbyHandler {
                     cancel.cancel();
                     // A command's tree is gone once its call returns; a file
                     // tool is short, and its answer is simply dropped.
-                    if !file_tool {
+                    if !pooled {
                         let _ = job.await;
                     }
                     return Err(McpError::internal_error("the request was cancelled", None));

@@ -371,7 +371,9 @@ where
                             Err(line) => answer(line).await,
                             Ok(request) => {
                                 calls_in_flight.fetch_add(1, Ordering::Relaxed);
-                                match route(request, line, seen.legacy(), fast_path) {
+                                match route(request, line, seen.legacy(), fast_path, |n| {
+                                    direct.is_direct(n)
+                                }) {
                                     Route::Direct(id, name, arguments) => {
                                         if !pipelining && direct.direct_inline(&name, &arguments) {
                                             let answer = direct.direct_answer(id, &name, arguments);

@@ -10,9 +10,9 @@ use crate::error::{Error, Result};
 /// The environment variable the Brave key is read from by default.
 pub const BRAVE_API_KEY_ENV: &str = "BRAVE_API_KEY";
 
-/// The sandbox mode (SPEC §4). Its names and the tools it gives are
-/// `policy.rs`'s (`Mode::as_str`, `Mode::gives`); it sits here, below the
-/// policy, because the config names it.
+/// The sandbox mode (SPEC §4). Its names are `policy.rs`'s (`Mode::as_str`)
+/// and the tools it gives are the tools' own facts (`ToolFacts::modes`);
+/// it sits here, below the policy, because the config names it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Mode {

@@ -71,14 +71,20 @@ pub mod workspace;
 pub use config::{Config, Limits, NetworkMode, ReadScope, SandboxLimits};
 pub use error::{Error, ErrorKind, Result};
 pub use host_env::HostEnv;
-pub use output::{ImageData, Redactor, Secret, ToolOutput};
+pub use output::{Attachment, ImageData, Redactor, Secret, ToolOutput};
 pub use path::{MAX_NAME_BYTES, MAX_PATH_BYTES, WorkspacePath};
-pub use policy::{Mode, Policy, PolicyBuilder, PolicyDigest};
+pub use policy::{Mode, Modes, Policy, PolicyBuilder, PolicyDigest};
 pub use sandbox::{
     FileSystem, LinuxOptions, LinuxSandbox, LocalFs, MemoryFs, ProviderKind, Sandbox,
     local_sandbox, virtual_sandbox,
 };
 pub use tools::schema;
-pub use tools::{Annotations, MAX_DESCRIPTION_CHARS, ToolSpec};
-pub use toolset::{CallOptions, MAX_ARGUMENT_BYTES, Toolset, ToolsetBuilder};
+pub use tools::{
+    Annotations, Cost, Describe, Family, MAX_DESCRIPTION_CHARS, SourceCall, ToolFacts, ToolSource,
+    ToolSpec, builtin_tools,
+};
+pub use toolset::{
+    CallOptions, MAX_ARGUMENT_BYTES, MAX_SOURCE_ATTACHMENT_BYTES, MAX_SOURCE_STRUCTURED_BYTES,
+    MAX_SOURCE_TEXT_BYTES, MAX_TOOL_NAME_CHARS, ToolCatalog, Toolset, ToolsetBuilder,
+};
 pub use workspace::{ToolsetFactory, Workspace};

@@ -35,30 +35,73 @@ pub struct ImageData {
     pub bytes: Vec<u8>,
 }
 
-/// What a tool returns: the text the model reads and the same facts as JSON.
+/// Something a result carries beside its text: an image now (`view_file`),
+/// artifacts later. A front turns each into its own content block.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Attachment {
+    /// An image the model sees (MCP image content).
+    Image(ImageData),
+}
+
+/// What a tool returns: the text the model reads, the same facts as JSON
+/// (typed as `T` inside a tool, a JSON value once it leaves one) and the
+/// attachments. Built-in tools, every [`ToolSource`](crate::ToolSource)
+/// and the [`Toolset`](crate::Toolset) return this one type.
 #[derive(Clone, Debug, PartialEq)]
-pub struct ToolOutput {
+pub struct ToolOutput<T = Value> {
     /// Model-facing text.
     pub text: String,
     /// The same facts as a JSON object (MCP `structuredContent`).
-    pub structured: Value,
+    pub structured: T,
     /// True for an `ERROR <kind>: …` result.
     pub is_error: bool,
-    /// Images shown to the model (`view_file`).
-    pub images: Vec<ImageData>,
+    /// What the result carries beside its text, in order (`view_file`'s
+    /// image).
+    pub attachments: Vec<Attachment>,
 }
 
-impl ToolOutput {
+impl<T> ToolOutput<T> {
     /// A successful result.
-    pub fn ok(text: impl Into<String>, structured: Value) -> ToolOutput {
+    pub fn ok(text: impl Into<String>, structured: T) -> ToolOutput<T> {
         ToolOutput {
             text: text.into(),
             structured,
             is_error: false,
-            images: Vec::new(),
+            attachments: Vec::new(),
         }
     }
 
+    /// The result with `attachment` added after the ones it has.
+    #[must_use]
+    pub fn with_attachment(mut self, attachment: Attachment) -> ToolOutput<T> {
+        self.attachments.push(attachment);
+        self
+    }
+
+    /// The images among the attachments, in order.
+    pub fn images(&self) -> Vec<&ImageData> {
+        self.attachments
+            .iter()
+            .map(|a| match a {
+                Attachment::Image(image) => image,
+            })
+            .collect()
+    }
+
+    /// The result with its structured part changed by `f` (text, error flag
+    /// and attachments kept).
+    pub fn map<U>(self, f: impl FnOnce(T) -> U) -> ToolOutput<U> {
+        ToolOutput {
+            text: self.text,
+            structured: f(self.structured),
+            is_error: self.is_error,
+            attachments: self.attachments,
+        }
+    }
+}
+
+impl ToolOutput {
     /// An error result: text `ERROR <kind>: <message>` and a structured
     /// `{"error": {"kind", "message"}}`.
     pub fn error(err: &Error) -> ToolOutput {
@@ -68,7 +111,7 @@ impl ToolOutput {
                 "error": { "kind": err.kind().as_str(), "message": err.message() }
             }),
             is_error: true,
-            images: Vec::new(),
+            attachments: Vec::new(),
         }
     }
 }
@@ -209,6 +252,11 @@ impl Redactor {
         }
         out.text = self.redact_str(&out.text);
         self.redact_value(&mut out.structured);
+        for attachment in &mut out.attachments {
+            match attachment {
+                Attachment::Image(image) => image.media_type = self.redact_str(&image.media_type),
+            }
+        }
     }
 
     /// `text` without a tail that is the beginning of a secret: what is
@@ -506,6 +554,15 @@ pub fn neutralize_output(out: &mut ToolOutput) {
         out.text = text;
     }
     neutralize_value(&mut out.structured);
+    for attachment in &mut out.attachments {
+        match attachment {
+            Attachment::Image(image) => {
+                if let std::borrow::Cow::Owned(t) = neutralize_controls(&image.media_type) {
+                    image.media_type = t;
+                }
+            }
+        }
+    }
 }
 
 fn neutralize_value(value: &mut Value) {

@@ -42,42 +42,7 @@ use crate::config::{EnvConfig, ExecRule, Limits, NetworkConfig, NetworkMode, Rea
 use crate::error::{Error, Result};
 use crate::host_env::HostEnv;
 use crate::path::WorkspacePath;
-
-/// The file tools, in the order they are offered.
-pub const FILE_TOOLS: [&str; 8] = [
-    "read_file",
-    "write_file",
-    "edit_file",
-    "glob",
-    "list_files",
-    "search",
-    "changes",
-    "view_file",
-];
-
-/// Tools that only read.
-pub const READ_TOOLS: [&str; 6] = [
-    "read_file",
-    "glob",
-    "list_files",
-    "search",
-    "changes",
-    "view_file",
-];
-
-/// Command and process tools (providers with commands only).
-pub const COMMAND_TOOLS: [&str; 7] = [
-    "run",
-    "start_process",
-    "process_logs",
-    "stop_process",
-    "list_processes",
-    "write_stdin",
-    "preview",
-];
-
-/// Web tools (off unless `allow` names them).
-pub const WEB_TOOLS: [&str; 2] = ["web_fetch", "web_search"];
+use serde::Serialize;
 
 /// Agent configuration files and git's own, protected in every mode (SPEC
 /// §4). Each entry covers everything beneath it. (Git's surface is also
@@ -102,15 +67,6 @@ pub const DEFAULT_PROTECTED: [&str; 9] = [
 /// The name of the config file in the workspace root (also protected).
 pub const CONFIG_FILE_NAME: &str = "cubby.toml";
 
-/// True for a tool name cubby knows.
-pub fn is_known_tool(name: &str) -> bool {
-    FILE_TOOLS
-        .iter()
-        .chain(COMMAND_TOOLS.iter())
-        .chain(WEB_TOOLS.iter())
-        .any(|t| *t == name)
-}
-
 impl Mode {
     /// The name used in config and flags.
     pub fn as_str(self) -> &'static str {
@@ -120,15 +76,63 @@ impl Mode {
             Mode::FullAccess => "full-access",
         }
     }
+}
 
-    /// True when the mode itself gives `tool`.
-    pub fn gives(self, tool: &str) -> bool {
-        match self {
-            Mode::ReadOnly => READ_TOOLS.contains(&tool),
-            Mode::WorkspaceWrite | Mode::FullAccess => {
-                FILE_TOOLS.contains(&tool) || COMMAND_TOOLS.contains(&tool)
-            }
+/// The modes that give a tool without `allow` naming it: one of the facts
+/// each tool states (`cubby::ToolFacts::modes`), so that a mode's set of
+/// tools is the tools that name it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Modes {
+    read_only: bool,
+    workspace_write: bool,
+    full_access: bool,
+}
+
+impl Modes {
+    /// No mode: only `allow` offers the tool (the web tools).
+    pub const NONE: Modes = Modes {
+        read_only: false,
+        workspace_write: false,
+        full_access: false,
+    };
+    /// Every mode (tools that only read the workspace).
+    pub const ALL: Modes = Modes {
+        read_only: true,
+        workspace_write: true,
+        full_access: true,
+    };
+    /// The modes that may change the workspace: `workspace-write` and
+    /// `full-access` (tools that write, commands).
+    pub const WRITING: Modes = Modes {
+        read_only: false,
+        workspace_write: true,
+        full_access: true,
+    };
+
+    /// True when `mode` is one of these.
+    pub const fn contains(self, mode: Mode) -> bool {
+        match mode {
+            Mode::ReadOnly => self.read_only,
+            Mode::WorkspaceWrite => self.workspace_write,
+            Mode::FullAccess => self.full_access,
         }
+    }
+
+    /// The modes, in the order of [`Mode`].
+    pub fn iter(self) -> impl Iterator<Item = Mode> {
+        [Mode::ReadOnly, Mode::WorkspaceWrite, Mode::FullAccess]
+            .into_iter()
+            .filter(move |m| self.contains(*m))
+    }
+}
+
+impl Serialize for Modes {
+    /// The mode names, as a list (`["workspace-write", "full-access"]`).
+    fn serialize<S: serde::Serializer>(
+        &self,
+        serializer: S,
+    ) -> std::result::Result<S::Ok, S::Error> {
+        serializer.collect_seq(self.iter().map(Mode::as_str))
     }
 }
 
@@ -287,19 +291,41 @@ impl Policy {
         self.mode
     }
 
-    /// Whether `tool` is offered, and why.
-    pub fn tool_decision(&self, tool: &str) -> Decision {
+    /// Whether `tool`, which the modes `modes` give (its facts), is
+    /// offered, and why.
+    pub fn tool_decision(&self, tool: &str, modes: Modes) -> Decision {
         if self.deny.contains(tool) {
             Decision::deny(format!("`deny` names {tool}"))
         } else if self.allow.contains(tool) {
             Decision::allow(format!("`allow` names {tool}"))
-        } else if self.mode.gives(tool) {
+        } else if modes.contains(self.mode) {
             Decision::allow(format!("mode {} gives {tool}", self.mode.as_str()))
         } else {
             Decision::deny(format!(
                 "mode {} does not give {tool} and `allow` does not name it",
                 self.mode.as_str()
             ))
+        }
+    }
+
+    /// `Err(invalid_input)` when `allow` or `deny` names a tool that is not
+    /// among `known` (every tool a toolset has, offered or not, in order).
+    ///
+    /// # Errors
+    ///
+    /// `invalid_input` naming the first unknown tool and listing `known`.
+    pub fn check_tools(&self, known: &[&str]) -> Result<()> {
+        match self
+            .allow
+            .iter()
+            .chain(self.deny.iter())
+            .find(|n| !known.contains(&n.as_str()))
+        {
+            None => Ok(()),
+            Some(name) => Err(Error::invalid_input(format!(
+                "unknown tool `{name}` in allow/deny; known tools: {}",
+                known.join(", ")
+            ))),
         }
     }
 
@@ -727,23 +753,10 @@ impl PolicyBuilder {
     ///
     /// # Errors
     ///
-    /// `invalid_input` for an unknown tool name or a path rule that is not
-    /// relative to the root.
+    /// `invalid_input` for a path rule that is not relative to the root.
+    /// (Tool names in `allow`/`deny` are checked against the tools a
+    /// toolset has, when it is built: [`Policy::check_tools`].)
     pub fn build(&self) -> Result<Policy> {
-        for name in self.allow.iter().chain(self.deny.iter()) {
-            if !is_known_tool(name) {
-                let known: Vec<&str> = FILE_TOOLS
-                    .iter()
-                    .chain(COMMAND_TOOLS.iter())
-                    .chain(WEB_TOOLS.iter())
-                    .copied()
-                    .collect();
-                return Err(Error::invalid_input(format!(
-                    "unknown tool `{name}` in allow/deny; known tools: {}",
-                    known.join(", ")
-                )));
-            }
-        }
         let mut protected = self.protected.clone();
         for spec in &self.protected_specs {
             protected.push(PathRule::parse(spec)?);
@@ -787,22 +800,34 @@ mod tests {
             .deny(["read_file"])
             .build()
             .unwrap();
-        let d = policy.tool_decision("read_file");
+        let d = policy.tool_decision("read_file", Modes::ALL);
         assert!(!d.allowed);
         assert!(d.rule.contains("deny"));
-        assert!(policy.tool_decision("web_fetch").allowed);
-        assert!(!policy.tool_decision("web_search").allowed);
+        assert!(policy.tool_decision("web_fetch", Modes::NONE).allowed);
+        assert!(!policy.tool_decision("web_search", Modes::NONE).allowed);
     }
 
     #[test]
-    fn read_only_gives_only_reading_tools() {
+    fn a_mode_gives_the_tools_whose_modes_name_it() {
         let policy = Policy::builder().mode(Mode::ReadOnly).build().unwrap();
-        for t in READ_TOOLS {
-            assert!(policy.tool_decision(t).allowed, "{t}");
+        assert!(policy.tool_decision("a", Modes::ALL).allowed);
+        for modes in [Modes::WRITING, Modes::NONE] {
+            let d = policy.tool_decision("a", modes);
+            assert!(!d.allowed);
+            assert_eq!(
+                d.rule,
+                "mode read-only does not give a and `allow` does not name it"
+            );
         }
-        for t in ["write_file", "edit_file", "run", "web_fetch"] {
-            assert!(!policy.tool_decision(t).allowed, "{t}");
-        }
+        let policy = Policy::builder().build().unwrap();
+        assert_eq!(
+            policy.tool_decision("a", Modes::WRITING).rule,
+            "mode workspace-write gives a"
+        );
+        assert_eq!(
+            serde_json::to_value(Modes::WRITING).unwrap(),
+            serde_json::json!(["workspace-write", "full-access"])
+        );
     }
 
     #[test]
@@ -881,9 +906,14 @@ mod tests {
 
     #[test]
     fn unknown_tools_are_refused_with_the_list() {
-        let err = Policy::builder().allow(["raed_file"]).build().unwrap_err();
-        assert!(err.message().contains("raed_file"));
-        assert!(err.message().contains("read_file"));
+        let policy = Policy::builder().allow(["raed_file"]).build().unwrap();
+        let err = policy.check_tools(&["read_file", "glob"]).unwrap_err();
+        assert_eq!(
+            err.message(),
+            "unknown tool `raed_file` in allow/deny; known tools: read_file, glob"
+        );
+        let policy = Policy::builder().deny(["glob"]).build().unwrap();
+        assert!(policy.check_tools(&["read_file", "glob"]).is_ok());
     }
 
     #[test]

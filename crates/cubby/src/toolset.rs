@@ -1,10 +1,13 @@
 //! [`Toolset`]: the tools one agent run is offered, and the one door to them.
 //!
 //! A call goes: arguments (JSON) → shape check → policy gate (is the tool
-//! offered?) → the tool (which parses paths into [`WorkspacePath`]s and checks
-//! path policy) → the sandbox → output shaping (secret redaction) → a
-//! [`ToolOutput`]. A panic inside a tool becomes an `internal` error result;
-//! the toolset keeps serving.
+//! offered? from its facts: the modes that give it, its family against the
+//! provider's capabilities) → its [`ToolSource`] (a built-in tool parses
+//! paths into [`WorkspacePath`](crate::WorkspacePath)s and checks path
+//! policy, then acts in the sandbox) → the output limit (results of other
+//! sources) → output shaping (secret redaction) → a [`ToolOutput`]. A panic
+//! inside a tool becomes an `internal` error result; the toolset keeps
+//! serving.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
@@ -18,14 +21,85 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::exec_policy::BeforeRun;
 use crate::host_env::HostEnv;
 use crate::output::{Redactor, Secret, ToolOutput};
-use crate::policy::{COMMAND_TOOLS, Policy};
+use crate::policy::Policy;
 use crate::process::{CancelToken, ProcessTable, RETAINED_LOG_BYTES, Subscriber};
 use crate::sandbox::{CommandEnv, Sandbox};
-use crate::tools::{Baseline, Ctx, Describe, Entry, ExecSettings, REGISTRY, RunState, ToolSpec};
+use crate::tools::{
+    Baseline, BuiltIns, Cost, Ctx, Describe, ExecSettings, Family, RunState, SourceCall, ToolFacts,
+    ToolSource, ToolSpec,
+};
 use crate::web::{Configured, Resolver, SearchBackend, SystemResolver, WebSettings};
 
 /// Largest JSON argument document accepted, in bytes.
 pub const MAX_ARGUMENT_BYTES: usize = 64 * 1024 * 1024;
+
+/// Longest text of a result from a source other than the built-in tools,
+/// in bytes (head and tail kept); the built-in tools keep their own limits.
+pub const MAX_SOURCE_TEXT_BYTES: usize = 64 * 1024;
+
+/// Largest structured value of such a result, JSON-encoded, in bytes; a
+/// larger one is replaced by `{"cut": true, "bytes": N}`.
+pub const MAX_SOURCE_STRUCTURED_BYTES: usize = 256 * 1024;
+
+/// Most bytes of attachments such a result may carry; the attachments
+/// past it are dropped, and the text says so.
+pub const MAX_SOURCE_ATTACHMENT_BYTES: usize = 8 * 1024 * 1024;
+
+/// Longest tool name a source may have, in chars (the MCP limit).
+pub const MAX_TOOL_NAME_CHARS: usize = 64;
+
+/// A tool the toolset knows, offered or not.
+#[derive(Clone)]
+struct Known {
+    name: String,
+    facts: ToolFacts,
+    /// Index into the sources (0: the built-in tools).
+    source: usize,
+    offered: bool,
+}
+
+/// What a front may know of a toolset's tools without a run: each known
+/// tool's facts, and whether a call stays bounded. Cheap to clone; the same
+/// for every toolset a factory builds.
+#[derive(Clone)]
+pub struct ToolCatalog {
+    known: Arc<[Known]>,
+    sources: Arc<[Arc<dyn ToolSource>]>,
+}
+
+impl std::fmt::Debug for ToolCatalog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list()
+            .entries(self.known.iter().map(|k| &k.name))
+            .finish()
+    }
+}
+
+impl ToolCatalog {
+    fn find(&self, name: &str) -> Option<&Known> {
+        self.known.iter().find(|k| k.name == name)
+    }
+
+    /// The facts of `name`, offered or not; `None` for a tool the toolset
+    /// does not have.
+    pub fn facts(&self, name: &str) -> Option<ToolFacts> {
+        self.find(name).map(|k| k.facts)
+    }
+
+    /// Every tool the toolset has, offered or not, in order, with its facts.
+    pub fn tools(&self) -> impl Iterator<Item = (&str, ToolFacts)> {
+        self.known.iter().map(|k| (k.name.as_str(), k.facts))
+    }
+
+    /// True when a call of `name` with `arguments` costs
+    /// [`Cost::Bounded`]: the tool's cost class is, and its source says
+    /// these arguments keep it so.
+    pub fn is_bounded(&self, name: &str, arguments: &Value) -> bool {
+        self.find(name).is_some_and(|k| {
+            k.facts.cost == Cost::Bounded && self.sources[k.source].bounded(name, arguments)
+        })
+    }
+}
 
 /// The tools of one run, bound to a sandbox and a policy.
 ///
@@ -40,7 +114,7 @@ struct Inner {
     policy: Policy,
     redactor: Redactor,
     run: RunState,
-    offered: Vec<&'static Entry>,
+    catalog: ToolCatalog,
     exec: ExecSettings,
     web: WebSettings,
     subscribers: Arc<Mutex<Vec<Subscriber>>>,
@@ -75,6 +149,7 @@ impl Toolset {
             web_search: None,
             search_backend: None,
             resolver: None,
+            sources: Vec::new(),
         }
     }
 
@@ -98,8 +173,12 @@ impl Toolset {
     }
 
     /// Names of the offered tools, in order.
-    pub fn tool_names(&self) -> Vec<&'static str> {
-        self.inner.offered.iter().map(|e| e.name).collect()
+    pub fn tool_names(&self) -> Vec<&str> {
+        self.offered().map(|k| k.name.as_str()).collect()
+    }
+
+    fn offered(&self) -> impl Iterator<Item = &Known> {
+        self.inner.catalog.known.iter().filter(|k| k.offered)
     }
 
     /// Definitions of the offered tools; their descriptions quote the
@@ -107,11 +186,59 @@ impl Toolset {
     pub fn tools(&self) -> Vec<ToolSpec> {
         let names = self.tool_names();
         let describe = Describe::new(self.inner.policy.limits(), &names);
-        self.inner
-            .offered
-            .iter()
-            .map(|e| (e.spec)(&describe))
+        let sources = &self.inner.catalog.sources;
+        self.offered()
+            .filter_map(|k| {
+                let mut spec = sources[k.source].spec(&k.name, &describe)?;
+                // The facts the gate decided from.
+                spec.name.clone_from(&k.name);
+                spec.facts = k.facts;
+                Some(spec)
+            })
             .collect()
+    }
+
+    /// The server's instructions for a front that has them (MCP): what
+    /// cubby is and when to use its tools, at most `max_chars` (the list of
+    /// protected paths is shortened to fit).
+    pub fn instructions(&self, max_chars: usize) -> String {
+        let policy = self.policy();
+        let names = self.tool_names();
+        let (commands, guard) = crate::tools::guidance(&Describe::new(self.inner.policy.limits(), &names));
+        let head = format!(
+            "cubby serves one workspace directory in a sandbox (provider `{}`, mode `{}`). For \
+             files{commands} in this workspace, use these tools instead of your client's built-in \
+             ones: they act inside the sandbox and its policy. Every path is relative to the \
+             workspace root; absolute paths, `..` that leaves the root and symbolic links are \
+             refused.{guard} Errors read `ERROR <kind>: <message>` and say what to do next.",
+            self.sandbox().kind().as_str(),
+            policy.mode().as_str(),
+        );
+        let tail = format!(" Tools: {}.", names.join(", "));
+        let protected: Vec<&str> = policy.protected().collect();
+        let mut shown = protected.len();
+        loop {
+            let mut list = protected[..shown].join(", ");
+            if shown < protected.len() {
+                list.push_str(&format!(" and {} more", protected.len() - shown));
+            }
+            let middle = if protected.is_empty() {
+                String::new()
+            } else {
+                format!(" Protected (read-only) paths: {list}.")
+            };
+            let text = format!("{head}{middle}{tail}");
+            if text.chars().count() <= max_chars || shown == 0 {
+                return text;
+            }
+            shown -= 1;
+        }
+    }
+
+    /// What a front may know of the tools without a run (facts, bounded
+    /// calls); the same for every toolset of one factory.
+    pub fn catalog(&self) -> &ToolCatalog {
+        &self.inner.catalog
     }
 
     /// The limits in force (the policy's).
@@ -213,7 +340,15 @@ impl Toolset {
                 )));
             }
         };
-        if COMMAND_TOOLS.contains(&name) && !self.inner.sandbox.supports_commands() {
+        let catalog = &self.inner.catalog;
+        let Some(known) = catalog.find(name) else {
+            return Err(Error::invalid_input(format!(
+                "there is no tool named `{}`; available tools: {}",
+                crate::output::truncate_for_message(name),
+                self.tool_names().join(", ")
+            )));
+        };
+        if known.facts.family == Family::Commands && !self.inner.sandbox.supports_commands() {
             return Err(Error::new(
                 ErrorKind::Unsupported,
                 format!(
@@ -222,28 +357,8 @@ impl Toolset {
                 ),
             ));
         }
-        let Some(entry) = REGISTRY.iter().find(|e| e.name == name) else {
-            if crate::policy::is_known_tool(name) {
-                let decision = self.inner.policy.tool_decision(name);
-                if !decision.allowed {
-                    return Err(Error::denied(format!(
-                        "{name} is not offered in this session: {}",
-                        decision.rule
-                    )));
-                }
-                return Err(Error::new(
-                    ErrorKind::Unsupported,
-                    format!("{name} is not available in this build of cubby"),
-                ));
-            }
-            return Err(Error::invalid_input(format!(
-                "there is no tool named `{}`; available tools: {}",
-                crate::output::truncate_for_message(name),
-                self.tool_names().join(", ")
-            )));
-        };
-        if !self.inner.offered.iter().any(|e| e.name == name) {
-            let decision = self.inner.policy.tool_decision(name);
+        if !known.offered {
+            let decision = self.inner.policy.tool_decision(name, known.facts.modes);
             return Err(Error::denied(format!(
                 "{name} is not offered in this session: {}",
                 decision.rule
@@ -262,8 +377,51 @@ impl Toolset {
             on_output: options.on_output.as_ref(),
             web: &self.inner.web,
         };
-        (entry.call)(&ctx, arguments)
+        let out = catalog.sources[known.source].call(name, arguments, &SourceCall { ctx: &ctx })?;
+        Ok(if known.source == BUILT_IN {
+            out
+        } else {
+            bound_source_output(out)
+        })
     }
+}
+
+/// The index of the built-in tools among the sources.
+const BUILT_IN: usize = 0;
+
+/// A result of another source held to the limits every result leaves
+/// under: text at most [`MAX_SOURCE_TEXT_BYTES`] (head and tail, redacted
+/// before the cut), the structured value at most
+/// [`MAX_SOURCE_STRUCTURED_BYTES`], attachments at most
+/// [`MAX_SOURCE_ATTACHMENT_BYTES`].
+fn bound_source_output(mut out: ToolOutput) -> ToolOutput {
+    out.text = crate::output::cap_head_tail(&out.text, MAX_SOURCE_TEXT_BYTES, |cut| {
+        format!(
+            "\n[{} bytes cut: the result is over the limit of {MAX_SOURCE_TEXT_BYTES} bytes]\n",
+            crate::output::thousands(cut)
+        )
+    });
+    let encoded = serde_json::to_vec(&out.structured).map_or(usize::MAX, |v| v.len());
+    if encoded > MAX_SOURCE_STRUCTURED_BYTES {
+        out.structured = serde_json::json!({"cut": true, "bytes": encoded});
+    }
+    let mut total = 0usize;
+    let before = out.attachments.len();
+    out.attachments.retain(|a| {
+        let size = match a {
+            crate::output::Attachment::Image(image) => image.bytes.len(),
+        };
+        total = total.saturating_add(size);
+        total <= MAX_SOURCE_ATTACHMENT_BYTES
+    });
+    let dropped = before - out.attachments.len();
+    if dropped > 0 {
+        out.text.push_str(&format!(
+            "\n[{dropped} attachment(s) dropped: over the limit of \
+             {MAX_SOURCE_ATTACHMENT_BYTES} bytes]"
+        ));
+    }
+    out
 }
 
 /// Per-call options for [`Toolset::call_with`].
@@ -309,9 +467,19 @@ pub struct ToolsetBuilder {
     web_search: Option<WebSearchConfig>,
     search_backend: Option<Arc<dyn SearchBackend>>,
     resolver: Option<Arc<dyn Resolver>>,
+    sources: Vec<Arc<dyn ToolSource>>,
 }
 
 impl ToolsetBuilder {
+    /// Adds a source of tools, offered after the built-in tools and the
+    /// sources added before it, through the same gate (allow, deny, the
+    /// modes its facts name), output limit and redaction. Default: only the
+    /// built-in tools.
+    pub fn source(mut self, source: Arc<dyn ToolSource>) -> ToolsetBuilder {
+        self.sources.push(source);
+        self
+    }
+
     /// cubby's environment ([`HostEnv::capture`] in a front): what commands
     /// inherit of it (SPEC §4, `env.pass`), the search backend's key, the
     /// values of `[[network.inject]]` secrets (redacted), `bash` found on
@@ -452,13 +620,26 @@ impl ToolsetBuilder {
         }
         let redactor = Redactor::new(&secrets)?;
         let commands = self.sandbox.supports_commands();
-        let offered: Vec<&'static Entry> = REGISTRY
-            .iter()
-            .filter(|e| policy.tool_decision(e.name).allowed)
-            .filter(|e| commands || !COMMAND_TOOLS.contains(&e.name))
-            .filter(|e| self.track_changes || e.name != "changes")
-            .collect();
-        let baseline = (self.track_changes && offered.iter().any(|e| e.name == "changes"))
+        let mut sources: Vec<Arc<dyn ToolSource>> = vec![Arc::new(BuiltIns)];
+        sources.extend(self.sources);
+        let mut known: Vec<Known> = Vec::new();
+        for (index, source) in sources.iter().enumerate() {
+            for (name, facts) in source.list() {
+                check_tool_name(&name, index, &known)?;
+                let offered = policy.tool_decision(&name, facts.modes).allowed
+                    && (commands || facts.family != Family::Commands)
+                    && (self.track_changes || !facts.snapshot);
+                known.push(Known {
+                    name,
+                    facts,
+                    source: index,
+                    offered,
+                });
+            }
+        }
+        let names: Vec<&str> = known.iter().map(|k| k.name.as_str()).collect();
+        policy.check_tools(&names)?;
+        let baseline = (self.track_changes && known.iter().any(|k| k.offered && k.facts.snapshot))
             .then(|| Baseline::start(self.sandbox.clone(), policy.clone()));
         let shell = match self.shell {
             Some(s) if s.is_empty() => {
@@ -494,7 +675,10 @@ impl ToolsetBuilder {
                 policy,
                 redactor,
                 run: RunState::new(baseline),
-                offered,
+                catalog: ToolCatalog {
+                    known: known.into(),
+                    sources: sources.into(),
+                },
                 exec: ExecSettings {
                     rules: exec_rules,
                     before_run: self.before_run,
@@ -513,6 +697,36 @@ impl ToolsetBuilder {
             }),
         })
     }
+}
+
+/// `Err(invalid_input)` for a name a source may not give its tool: empty,
+/// over [`MAX_TOOL_NAME_CHARS`], other characters than letters, digits,
+/// `_`, `-` and `.`, or a name an earlier source (the built-in tools first)
+/// already has.
+fn check_tool_name(name: &str, source: usize, known: &[Known]) -> Result<()> {
+    let well_formed = !name.is_empty()
+        && name.chars().count() <= MAX_TOOL_NAME_CHARS
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'));
+    if !well_formed {
+        return Err(Error::invalid_input(format!(
+            "source {source} has a tool named `{}`; a tool name is 1 to {MAX_TOOL_NAME_CHARS} \
+             letters, digits, `_`, `-` or `.`",
+            crate::output::truncate_for_message(name)
+        )));
+    }
+    if let Some(other) = known.iter().find(|k| k.name == name) {
+        let whose = if other.source == BUILT_IN {
+            "a built-in tool".to_string()
+        } else {
+            format!("a tool of source {}", other.source)
+        };
+        return Err(Error::invalid_input(format!(
+            "source {source} has a tool named `{name}`, the name of {whose}; rename one of them"
+        )));
+    }
+    Ok(())
 }
 
 /// `bash -c`, or `sh -c` when no bash is on `host`'s `PATH`.

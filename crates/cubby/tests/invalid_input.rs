@@ -64,17 +64,17 @@ fn every_parameter_of_every_tool_survives_wrong_types() {
             for bad in wrong_values() {
                 let mut args = base.clone();
                 args.insert(key.clone(), bad.clone());
-                let out = tools.call(spec.name, Value::Object(args));
+                let out = tools.call(&spec.name, Value::Object(args));
                 check(&out, &format!("{} {key}={}", spec.name, truncate(&bad)));
                 calls += 1;
             }
             // And with the field missing.
             let mut args = base.clone();
             args.remove(key);
-            check(&tools.call(spec.name, Value::Object(args)), spec.name);
+            check(&tools.call(&spec.name, Value::Object(args)), &spec.name);
         }
         for whole in wrong_values() {
-            check(&tools.call(spec.name, whole), spec.name);
+            check(&tools.call(&spec.name, whole), &spec.name);
         }
     }
     assert!(calls > 100);

@@ -17,6 +17,7 @@ use serde::{Deserialize, Serialize};
 use super::walk::{Flow, Unseen, Walk};
 use super::{Ctx, Once, READ_ONLY, Sha, Tool, sha256_file};
 use crate::error::{Error, Result};
+use crate::output::ToolOutput;
 use crate::path::WorkspacePath;
 use crate::policy::Policy;
 use crate::sandbox::{EntryKind, FileSystem, Metadata};
@@ -132,6 +133,10 @@ pub struct Changes;
 
 impl Tool for Changes {
     const NAME: &'static str = "changes";
+    const FACTS: super::ToolFacts = super::ToolFacts {
+        snapshot: true,
+        ..super::reads_files(super::Cost::Short)
+    };
     fn description(_d: &super::Describe<'_>) -> String {
         "List what changed in the sandboxed workspace since this session started, whoever \
          changed it (your edits and what commands did): `A path` (added), `M path` (modified), \
@@ -143,7 +148,7 @@ impl Tool for Changes {
     type Params = Params;
     type Output = Output;
 
-    fn call(ctx: &Ctx<'_>, _params: Params) -> Result<(String, Output)> {
+    fn call(ctx: &Ctx<'_>, _params: Params) -> Result<ToolOutput<Output>> {
         let Some(baseline) = &ctx.run.baseline else {
             return Err(Error::new(
                 crate::ErrorKind::Unsupported,
@@ -215,7 +220,7 @@ impl Tool for Changes {
             text.push('\n');
             text.push_str(&note);
         }
-        Ok((
+        Ok(ToolOutput::ok(
             text,
             Output {
                 changes,

@@ -9,9 +9,12 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use similar::TextDiff;
 
+use super::read::ReadFile;
+use super::write::WriteFile;
 use super::write::{commit, guard_overwrite};
 use super::{Annotations, Ctx, Tool, hex, thousands};
 use crate::error::{Error, ErrorKind, Result};
+use crate::output::ToolOutput;
 use crate::output::cap_head_tail;
 use crate::output::truncate_for_message;
 use crate::path::WorkspacePath;
@@ -64,13 +67,16 @@ pub struct EditFile;
 
 impl Tool for EditFile {
     const NAME: &'static str = "edit_file";
+    const FACTS: super::ToolFacts = super::WRITES_FILES;
     fn description(d: &super::Describe<'_>) -> String {
         format!(
             "Replace exact text in a file of the sandboxed workspace and get a unified diff; {} \
-             edit tool. `find` must occur exactly once (copy it from read_file output, without \
+             edit tool. `find` must occur exactly once (copy it from {} output, without \
              the line numbers), or set `replace_all` to replace every occurrence. Needs a \
-             read_file of the file in this session. Files up to {}.",
+             {} of the file in this session. Files up to {}.",
             super::PREFER,
+            ReadFile::NAME,
+            ReadFile::NAME,
             super::size(d.limits.edit_file.max_bytes),
         )
     }
@@ -83,18 +89,22 @@ impl Tool for EditFile {
     type Params = Params;
     type Output = Output;
 
-    fn call(ctx: &Ctx<'_>, params: Params) -> Result<(String, Output)> {
+    fn call(ctx: &Ctx<'_>, params: Params) -> Result<ToolOutput<Output>> {
         let path = WorkspacePath::parse(&params.path)?;
         if params.find.is_empty() {
-            return Err(Error::invalid_input(
-                "`find` is empty; pass the exact text to replace (use write_file to create a file)",
-            ));
+            return Err(Error::invalid_input(format!(
+                "`find` is empty; pass the exact text to replace (use {} to create a file)",
+                WriteFile::NAME
+            )));
         }
         ctx.policy.check_write(&path)?;
         let Some(_meta) = guard_overwrite(ctx, &path)? else {
             return Err(Error::new(
                 ErrorKind::NotFound,
-                format!("`{path}` does not exist; use write_file to create it"),
+                format!(
+                    "`{path}` does not exist; use {} to create it",
+                    WriteFile::NAME
+                ),
             ));
         };
         let max = ctx.limits.edit_file.max_bytes;
@@ -107,7 +117,9 @@ impl Tool for EditFile {
             return Err(Error::new(
                 ErrorKind::Binary,
                 format!(
-                    "`{path}` is binary (a NUL byte or invalid UTF-8); edit_file only edits text files, use write_file to replace it whole"
+                    "`{path}` is binary (a NUL byte or invalid UTF-8); {} only edits text files, use {} to replace it whole",
+                    Self::NAME,
+                    WriteFile::NAME
                 ),
             ));
         };
@@ -122,15 +134,16 @@ impl Tool for EditFile {
             .to_string();
         let diff = cap_head_tail(&diff, MAX_DIFF_BYTES, |n| {
             format!(
-                "[{} bytes of diff cut; read_file shows the result]",
-                thousands(n)
+                "[{} bytes of diff cut; {} shows the result]",
+                thousands(n),
+                ReadFile::NAME
             )
         });
         let text = format!(
             "Edited `{path}`: {count} replacement{}.\n{diff}",
             if count == 1 { "" } else { "s" }
         );
-        Ok((
+        Ok(ToolOutput::ok(
             text,
             Output {
                 path: shown,
@@ -263,7 +276,7 @@ fn describe_difference(file_line: &str, find_line: &str) -> String {
 fn no_match(old: &str, find: &str, path: &WorkspacePath) -> Error {
     let file_lines: Vec<&str> = old.split('\n').take(MAX_DIAGNOSTIC_LINES).collect();
     let find_lines: Vec<&str> = find.split('\n').map(|l| l.trim_end_matches('\r')).collect();
-    let advice = "call read_file again and copy the text exactly";
+    let advice = format!("call {} again and copy the text exactly", ReadFile::NAME);
     if find.contains("\r\n") && !old.contains("\r\n") {
         let plain = find.replace("\r\n", "\n");
         if old.contains(&plain) {

@@ -14,6 +14,7 @@ use serde::{Deserialize, Serialize};
 use super::walk::{Flow, Unseen, Walk};
 use super::{Ctx, READ_ONLY, Tool, parse_dir_arg, pattern_error, thousands};
 use crate::error::{Error, ErrorKind, Result};
+use crate::output::ToolOutput;
 use crate::path::WorkspacePath;
 use crate::sandbox::EntryKind;
 
@@ -68,7 +69,8 @@ pub(crate) fn start_dir(ctx: &Ctx<'_>, path: Option<&str>) -> Result<WorkspacePa
     match meta.kind {
         EntryKind::Dir => Ok(dir),
         EntryKind::File => Err(Error::invalid_input(format!(
-            "`{dir}` is a file, not a directory; pass a directory as `path` (or read the file with read_file)"
+            "`{dir}` is a file, not a directory; pass a directory as `path` (or read the file with {})",
+            super::read::ReadFile::NAME
         ))),
         EntryKind::Symlink => Err(Error::path_escape(&dir.display())),
         EntryKind::Special => Err(Error::new(
@@ -108,6 +110,7 @@ pub struct Glob;
 
 impl Tool for Glob {
     const NAME: &'static str = "glob";
+    const FACTS: super::ToolFacts = super::reads_files(super::Cost::Short);
     fn description(d: &super::Describe<'_>) -> String {
         format!(
             "Find files of the sandboxed workspace by glob pattern (`**/*.rs`, \
@@ -122,7 +125,7 @@ impl Tool for Glob {
     type Params = GlobParams;
     type Output = ListOutput;
 
-    fn call(ctx: &Ctx<'_>, params: GlobParams) -> Result<(String, ListOutput)> {
+    fn call(ctx: &Ctx<'_>, params: GlobParams) -> Result<ToolOutput<ListOutput>> {
         let matcher = compile(&params.pattern)?;
         let start = start_dir(ctx, params.path.as_deref())?;
         let cap = ctx.limits.glob.max_matches;
@@ -164,7 +167,7 @@ impl Tool for Glob {
             text.push('\n');
             text.push_str(&note);
         }
-        Ok((
+        Ok(ToolOutput::ok(
             text,
             ListOutput {
                 entries,
@@ -196,6 +199,7 @@ pub struct ListFiles;
 
 impl Tool for ListFiles {
     const NAME: &'static str = "list_files";
+    const FACTS: super::ToolFacts = super::reads_files(super::Cost::Bounded);
     fn description(d: &super::Describe<'_>) -> String {
         format!(
             "List files and directories of the sandboxed workspace (directories end in `/`), \
@@ -210,7 +214,16 @@ impl Tool for ListFiles {
     type Params = ListParams;
     type Output = ListOutput;
 
-    fn call(ctx: &Ctx<'_>, params: ListParams) -> Result<(String, ListOutput)> {
+    /// One directory (`depth` at most 1) is bounded by construction: at
+    /// most `max_matches` entries of one listing.
+    fn bounded(arguments: &serde_json::Value) -> bool {
+        arguments
+            .get("depth")
+            .and_then(serde_json::Value::as_u64)
+            .is_some_and(|d| d <= 1)
+    }
+
+    fn call(ctx: &Ctx<'_>, params: ListParams) -> Result<ToolOutput<ListOutput>> {
         let filter = params.glob.as_deref().map(NameFilter::new).transpose()?;
         // The walk opens the start directory itself; `start_dir`'s checks
         // (and its clearer errors) run only when that fails.
@@ -263,7 +276,7 @@ impl Tool for ListFiles {
             text.push('\n');
             text.push_str(&note);
         }
-        Ok((
+        Ok(ToolOutput::ok(
             text,
             ListOutput {
                 entries,

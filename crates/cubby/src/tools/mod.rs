@@ -2,8 +2,12 @@
 //!
 //! Each tool module holds, in order: its `Params` (serde, `deny_unknown_fields`;
 //! doc comments become the model-facing argument help), its limits, its
-//! guards in SPEC order, the handler, and tests. The registry at the bottom of
-//! this file is the only list of tools.
+//! guards in SPEC order, the handler, and tests. Each tool states its facts
+//! ([`ToolFacts`]: family, read-only, streaming, cost, the modes that give
+//! it), and everything else reads them: the policy's mode sets, a provider
+//! without commands, the MCP crate's scheduling. [`REGISTRY`] is the only
+//! list of tools: a new tool is its module plus one line there. The
+//! built-in tools are one [`ToolSource`]; a toolset may have others.
 
 mod changes;
 mod edit;
@@ -12,10 +16,14 @@ mod procs;
 mod read;
 pub(crate) mod run;
 mod search;
+mod source;
 mod view;
 mod walk;
 mod web;
 mod write;
+
+pub(crate) use source::BuiltIns;
+pub use source::{SourceCall, ToolSource};
 
 use std::collections::HashMap;
 use std::sync::{Arc, Condvar, Mutex};
@@ -33,7 +41,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::output::ToolOutput;
 pub(crate) use crate::output::thousands;
 use crate::path::WorkspacePath;
-use crate::policy::Policy;
+use crate::policy::{Modes, Policy};
 use crate::sandbox::FileSystem;
 
 /// A sha256 digest.
@@ -198,11 +206,110 @@ pub struct Annotations {
 /// Longest tool description, in chars (SPEC §6: Claude Code cuts at 2,048).
 pub const MAX_DESCRIPTION_CHARS: usize = 2_000;
 
-/// A tool's definition: name, description and JSON Schemas.
+/// Which kind of work a tool does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "kebab-case")]
+#[non_exhaustive]
+pub enum Family {
+    /// Works on the workspace's files, through the sandbox's file system.
+    Files,
+    /// Runs or manages commands: offered only by providers that run
+    /// commands.
+    Commands,
+    /// Reaches the network from the host.
+    Web,
+    /// Something else (a tool of another source).
+    Other,
+}
+
+/// What a call costs, for a front that schedules it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Cost {
+    /// Bounded by construction for the arguments
+    /// [`ToolCatalog::is_bounded`](crate::ToolCatalog::is_bounded) accepts
+    /// (else [`Cost::Short`]): a front
+    /// may run the call on the thread that read it when nothing else is in
+    /// flight, and the stdio fast path may answer it past the SDK's
+    /// dispatch. Streams nothing; a cancellation does not stop it.
+    Bounded,
+    /// Short and bound by the CPU or the disk: a fixed pool of threads; a
+    /// cancelled call's answer is dropped.
+    Short,
+    /// May wait a long time (a command, the network, another process): a
+    /// thread of its own; a cancelled call is awaited, so that what it
+    /// started has ended when the cancellation is answered.
+    Long,
+}
+
+/// What a tool is, stated once by the tool: what the policy's mode sets,
+/// the toolset's gate and the fronts' scheduling read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+pub struct ToolFacts {
+    /// The kind of work it does.
+    pub family: Family,
+    /// It does not change its environment (the `readOnlyHint`).
+    pub read_only: bool,
+    /// It streams output while it runs (progress notifications).
+    pub streaming: bool,
+    /// How a front schedules a call.
+    pub cost: Cost,
+    /// The modes that give it without `allow` naming it.
+    pub modes: Modes,
+    /// It reads the workspace snapshot taken when the run starts
+    /// (`changes`): offered only when the toolset tracks changes.
+    pub snapshot: bool,
+}
+
+/// Facts of a file tool that only reads: every mode gives it.
+pub(crate) const fn reads_files(cost: Cost) -> ToolFacts {
+    ToolFacts {
+        family: Family::Files,
+        read_only: true,
+        streaming: false,
+        cost,
+        modes: Modes::ALL,
+        snapshot: false,
+    }
+}
+
+/// Facts of a file tool that writes: the writing modes give it.
+pub(crate) const WRITES_FILES: ToolFacts = ToolFacts {
+    family: Family::Files,
+    read_only: false,
+    streaming: false,
+    cost: Cost::Short,
+    modes: Modes::WRITING,
+    snapshot: false,
+};
+
+/// Facts of a command tool (`read_only` as its annotations say).
+pub(crate) const fn command(read_only: bool) -> ToolFacts {
+    ToolFacts {
+        family: Family::Commands,
+        read_only,
+        streaming: false,
+        cost: Cost::Long,
+        modes: Modes::WRITING,
+        snapshot: false,
+    }
+}
+
+/// Facts of a web tool: no mode gives it, only `allow`.
+pub(crate) const WEB: ToolFacts = ToolFacts {
+    family: Family::Web,
+    read_only: true,
+    streaming: false,
+    cost: Cost::Long,
+    modes: Modes::NONE,
+    snapshot: false,
+};
+
+/// A tool's definition: name, description, JSON Schemas and facts.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct ToolSpec {
     /// The tool's name.
-    pub name: &'static str,
+    pub name: String,
     /// What the model reads about it: what it does and when to prefer it
     /// (first sentence), then the limits in force. At most
     /// [`MAX_DESCRIPTION_CHARS`].
@@ -213,28 +320,65 @@ pub struct ToolSpec {
     pub output_schema: Value,
     /// Behaviour hints.
     pub annotations: Annotations,
+    /// What the tool is (family, cost, modes, …).
+    pub facts: ToolFacts,
+}
+
+impl ToolSpec {
+    /// The OpenAI Chat Completions function tool: strict parameters
+    /// ([`schema::strict`]).
+    pub fn openai(&self) -> Value {
+        serde_json::json!({
+            "type": "function",
+            "function": {
+                "name": self.name,
+                "description": self.description,
+                "parameters": schema::strict(&self.input_schema),
+                "strict": true,
+            },
+        })
+    }
+
+    /// The Anthropic Messages API tool: name, description, `input_schema`.
+    pub fn anthropic(&self) -> Value {
+        serde_json::json!({
+            "name": self.name,
+            "description": self.description,
+            "input_schema": self.input_schema,
+        })
+    }
 }
 
 /// What a description is written from: the limits in force and the tools
 /// offered beside it (a description names only tools the model has).
-pub(crate) struct Describe<'a> {
-    pub limits: &'a Limits,
-    offered: &'a [&'static str],
+pub struct Describe<'a> {
+    limits: &'a Limits,
+    offered: &'a [&'a str],
 }
 
 impl<'a> Describe<'a> {
-    pub(crate) fn new(limits: &'a Limits, offered: &'a [&'static str]) -> Describe<'a> {
+    pub(crate) fn new(limits: &'a Limits, offered: &'a [&'a str]) -> Describe<'a> {
         Describe { limits, offered }
     }
 
+    /// The limits in force.
+    pub fn limits(&self) -> &'a Limits {
+        self.limits
+    }
+
     /// Whether `tool` is offered in this toolset.
-    pub(crate) fn offers(&self, tool: &str) -> bool {
+    pub fn offers(&self, tool: &str) -> bool {
         self.offered.contains(&tool)
     }
 
-    /// `text` when `tool` is offered, else nothing.
-    pub(crate) fn with(&self, tool: &str, text: &'static str) -> &'static str {
-        if self.offers(tool) { text } else { "" }
+    /// `text(tool)` when `tool` is offered, else nothing: a sentence that
+    /// names another tool, written from that tool's own `NAME`.
+    pub fn mention(&self, tool: &str, text: impl FnOnce(&str) -> String) -> String {
+        if self.offers(tool) {
+            text(tool)
+        } else {
+            String::new()
+        }
     }
 }
 
@@ -266,20 +410,23 @@ pub(crate) fn millis(ms: u64) -> String {
     }
 }
 
-/// One tool: typed params in, text plus typed output out.
+/// One tool: typed params in, a [`ToolOutput`] of its typed output out.
 pub(crate) trait Tool {
     const NAME: &'static str;
+    /// What the tool is; `read_only` agrees with the annotations.
+    const FACTS: ToolFacts;
     /// What the model reads about the tool in this toolset.
     fn description(d: &Describe<'_>) -> String;
     const ANNOTATIONS: Annotations;
     type Params: DeserializeOwned + JsonSchema;
     type Output: Serialize + JsonSchema;
 
-    fn call(ctx: &Ctx<'_>, params: Self::Params) -> Result<(String, Self::Output)>;
+    fn call(ctx: &Ctx<'_>, params: Self::Params) -> Result<ToolOutput<Self::Output>>;
 
-    /// Images the result carries beside its text (only `view_file` has any).
-    fn take_images(_output: &mut Self::Output) -> Vec<crate::output::ImageData> {
-        Vec::new()
+    /// For a [`Cost::Bounded`] tool: whether a call with `arguments` stays
+    /// bounded (else it costs [`Cost::Short`]).
+    fn bounded(_arguments: &Value) -> bool {
+        true
     }
 }
 
@@ -291,20 +438,23 @@ pub(crate) const READ_ONLY: Annotations = Annotations {
     open_world: false,
 };
 
-/// A registry entry: the spec and a type-erased handler.
+/// A registry entry: the facts, the spec and a type-erased handler.
 pub(crate) struct Entry {
     pub name: &'static str,
+    pub facts: ToolFacts,
     pub spec: fn(&Describe<'_>) -> ToolSpec,
     pub call: fn(&Ctx<'_>, Value) -> Result<ToolOutput>,
+    pub bounded: fn(&Value) -> bool,
 }
 
 fn spec_of<T: Tool>(d: &Describe<'_>) -> ToolSpec {
     ToolSpec {
-        name: T::NAME,
+        name: T::NAME.to_string(),
         description: T::description(d),
         input_schema: schema::input_schema::<T::Params>(),
         output_schema: schema::output_schema::<T::Output>(),
         annotations: T::ANNOTATIONS,
+        facts: T::FACTS,
     }
 }
 
@@ -316,25 +466,24 @@ fn call_of<T: Tool>(ctx: &Ctx<'_>, args: Value) -> Result<ToolOutput> {
             crate::output::truncate_for_message(&e.to_string())
         ))
     })?;
-    let (text, mut output) = T::call(ctx, params)?;
-    let images = T::take_images(&mut output);
-    let structured = serde_json::to_value(output)
+    let out = T::call(ctx, params)?;
+    let structured = serde_json::to_value(&out.structured)
         .map_err(|e| Error::internal(format!("result of {} cannot be encoded: {e}", T::NAME)))?;
-    let mut out = ToolOutput::ok(text, structured);
-    out.images = images;
-    Ok(out)
+    Ok(out.map(|_| structured))
 }
 
 const fn entry<T: Tool>() -> Entry {
     Entry {
         name: T::NAME,
+        facts: T::FACTS,
         spec: spec_of::<T>,
         call: call_of::<T>,
+        bounded: T::bounded,
     }
 }
 
-/// Every tool cubby implements, in the order they are offered.
-pub(crate) static REGISTRY: [Entry; 17] = [
+/// Every built-in tool, in the order they are offered: one line per tool.
+pub(crate) static REGISTRY: &[Entry] = &[
     entry::<read::ReadFile>(),
     entry::<write::WriteFile>(),
     entry::<edit::EditFile>(),
@@ -353,6 +502,25 @@ pub(crate) static REGISTRY: [Entry; 17] = [
     entry::<web::WebFetch>(),
     entry::<web::WebSearch>(),
 ];
+
+/// The built-in tools: each one's name and facts, in the order they are
+/// offered (what a front that has no toolset yet may read, e.g. to decide
+/// whether a call needs the `changes` snapshot).
+pub fn builtin_tools() -> impl Iterator<Item = (&'static str, ToolFacts)> {
+    REGISTRY.iter().map(|e| (e.name, e.facts))
+}
+
+/// The sentences of a front's instructions that name tools: whether
+/// commands are offered (`, searches and commands` or ` and searches`) and
+/// the read-before-write guard (or nothing).
+pub(crate) fn guidance(d: &Describe<'_>) -> (&'static str, String) {
+    let commands = if d.offers(run::Run::NAME) {
+        ", searches and commands"
+    } else {
+        " and searches"
+    };
+    (commands, read::guard(d, true))
+}
 
 /// Parses an optional path argument; `None` is the root.
 pub(crate) fn parse_dir_arg(path: Option<&str>) -> Result<WorkspacePath> {
@@ -750,6 +918,103 @@ mod tests {
     }
 
     #[test]
+    fn the_facts_give_each_mode_and_front_the_tools_the_old_lists_named() {
+        use crate::Mode;
+        let named = |keep: &dyn Fn(&ToolFacts) -> bool| -> Vec<&str> {
+            REGISTRY
+                .iter()
+                .filter(|e| keep(&e.facts))
+                .map(|e| e.name)
+                .collect()
+        };
+        let files = [
+            "read_file",
+            "write_file",
+            "edit_file",
+            "glob",
+            "list_files",
+            "search",
+            "changes",
+            "view_file",
+        ];
+        let commands = [
+            "run",
+            "start_process",
+            "process_logs",
+            "stop_process",
+            "list_processes",
+            "write_stdin",
+            "preview",
+        ];
+        let reading = [
+            "read_file",
+            "glob",
+            "list_files",
+            "search",
+            "changes",
+            "view_file",
+        ];
+        let writing: Vec<&str> = files.iter().chain(commands.iter()).copied().collect();
+        assert_eq!(named(&|f| f.modes.contains(Mode::ReadOnly)), reading);
+        assert_eq!(named(&|f| f.modes.contains(Mode::WorkspaceWrite)), writing);
+        assert_eq!(named(&|f| f.modes.contains(Mode::FullAccess)), writing);
+        assert_eq!(named(&|f| f.family == Family::Files), files);
+        assert_eq!(named(&|f| f.family == Family::Commands), commands);
+        assert_eq!(
+            named(&|f| f.family == Family::Web),
+            ["web_fetch", "web_search"]
+        );
+        // The MCP scheduling: the file pool for the file tools, the event
+        // loop and the fast path for the two bounded ones, progress for run.
+        assert_eq!(named(&|f| f.cost != Cost::Long), files);
+        assert_eq!(
+            named(&|f| f.cost == Cost::Bounded),
+            ["read_file", "list_files"]
+        );
+        assert_eq!(named(&|f| f.streaming), ["run"]);
+        assert_eq!(named(&|f| f.snapshot), ["changes"]);
+        // Read-only is stated once more by the annotations: they agree, and
+        // a read-only mode gives only tools that only read files.
+        let limits = Limits::default();
+        for e in REGISTRY {
+            let spec = (e.spec)(&Describe::new(&limits, &[]));
+            assert_eq!(spec.facts, e.facts, "{}", e.name);
+            assert_eq!(e.facts.read_only, spec.annotations.read_only, "{}", e.name);
+            if e.facts.modes.contains(Mode::ReadOnly) {
+                assert!(
+                    e.facts.read_only && e.facts.family == Family::Files,
+                    "{}",
+                    e.name
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_call_is_bounded_when_its_tool_and_arguments_say_so() {
+        let dir = tempfile::tempdir().unwrap();
+        let t = toolset(
+            "local",
+            &crate::Policy::builder(),
+            Limits::default(),
+            dir.path(),
+        );
+        let catalog = t.catalog();
+        let bounded = |name: &str, args: Value| catalog.is_bounded(name, &args);
+        assert!(bounded("read_file", serde_json::json!({"path": "a"})));
+        assert!(bounded("list_files", serde_json::json!({"depth": 1})));
+        assert!(bounded(
+            "list_files",
+            serde_json::json!({"path": "a", "depth": 0})
+        ));
+        assert!(!bounded("list_files", serde_json::json!({})));
+        assert!(!bounded("list_files", serde_json::json!({"depth": 2})));
+        assert!(!bounded("glob", serde_json::json!({"pattern": "*"})));
+        assert!(!bounded("run", serde_json::json!({"command": "true"})));
+        assert!(!bounded("no_such_tool", serde_json::json!({})));
+    }
+
+    #[test]
     fn sizes_and_durations_read_well() {
         assert_eq!(size(50 * 1024), "50 KiB");
         assert_eq!(size(32 * 1024 * 1024), "32 MiB");
@@ -764,7 +1029,7 @@ mod tests {
     fn every_schema_is_a_closed_object() {
         let names: Vec<&'static str> = REGISTRY.iter().map(|e| e.name).collect();
         let limits = Limits::default();
-        for e in &REGISTRY {
+        for e in REGISTRY {
             let spec = (e.spec)(&Describe::new(&limits, &names));
             assert_eq!(spec.name, e.name);
             assert_eq!(spec.input_schema["type"], "object", "{}", e.name);

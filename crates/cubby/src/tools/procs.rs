@@ -19,6 +19,7 @@ use serde::{Deserialize, Serialize};
 use super::run::{prepare, start};
 use super::{Annotations, Ctx, READ_ONLY, Tool, thousands};
 use crate::error::{Error, ErrorKind, Result};
+use crate::output::ToolOutput;
 use crate::process::{Proc, STOP_GRACE, Status};
 
 /// Longest a `start_process` with `port` waits for the port to listen.
@@ -107,13 +108,17 @@ pub struct StartProcess;
 
 impl Tool for StartProcess {
     const NAME: &'static str = "start_process";
+    const FACTS: super::ToolFacts = super::command(false);
     fn description(d: &super::Describe<'_>) -> String {
-        let read = d.with("process_logs", " Read its output with process_logs.");
-        let stop = d.with("stop_process", " Stop it with stop_process.");
+        let read = d.mention(ProcessLogs::NAME, |logs| {
+            format!(" Read its output with {logs}.")
+        });
+        let stop = d.mention(StopProcess::NAME, |stop| format!(" Stop it with {stop}."));
         format!(
             "Start a command in the background in the sandboxed workspace (a server, a \
-             watcher); use it instead of run for anything that does not end by itself. With \
+             watcher); use it instead of {} for anything that does not end by itself. With \
              `port`, wait (up to {} s) until it listens and return its URL.{read}{stop}",
+            super::run::Run::NAME,
             PORT_WAIT.as_secs(),
         )
     }
@@ -126,7 +131,7 @@ impl Tool for StartProcess {
     type Params = StartParams;
     type Output = StartOutput;
 
-    fn call(ctx: &Ctx<'_>, p: StartParams) -> Result<(String, StartOutput)> {
+    fn call(ctx: &Ctx<'_>, p: StartParams) -> Result<ToolOutput<StartOutput>> {
         valid_name(&p.name)?;
         if ctx.procs.name_is_live(&p.name) {
             return Err(Error::invalid_input(format!(
@@ -186,7 +191,7 @@ impl Tool for StartProcess {
                 p.name, proc.pid
             ),
         };
-        Ok((
+        Ok(ToolOutput::ok(
             text,
             StartOutput {
                 name: p.name,
@@ -233,6 +238,7 @@ pub struct ProcessLogs;
 
 impl Tool for ProcessLogs {
     const NAME: &'static str = "process_logs";
+    const FACTS: super::ToolFacts = super::command(true);
     fn description(_d: &super::Describe<'_>) -> String {
         format!(
             "Read the output of a process of this session (a background process, or a finished \
@@ -246,7 +252,7 @@ impl Tool for ProcessLogs {
     type Params = LogsParams;
     type Output = LogsOutput;
 
-    fn call(ctx: &Ctx<'_>, p: LogsParams) -> Result<(String, LogsOutput)> {
+    fn call(ctx: &Ctx<'_>, p: LogsParams) -> Result<ToolOutput<LogsOutput>> {
         let proc = find(ctx, &p.name)?;
         let cursor = p.cursor.unwrap_or(0);
         let (output, from, next, dropped) = proc.read_log(cursor, LOG_PAGE_BYTES);
@@ -272,7 +278,7 @@ impl Tool for ProcessLogs {
                 ""
             }
         ));
-        Ok((
+        Ok(ToolOutput::ok(
             text,
             LogsOutput {
                 name: p.name,
@@ -309,6 +315,7 @@ pub struct StopProcess;
 
 impl Tool for StopProcess {
     const NAME: &'static str = "stop_process";
+    const FACTS: super::ToolFacts = super::command(false);
     fn description(_d: &super::Describe<'_>) -> String {
         format!(
             "Stop a background process of this session and everything it started; use it when \
@@ -326,7 +333,7 @@ impl Tool for StopProcess {
     type Params = NameParams;
     type Output = StopOutput;
 
-    fn call(ctx: &Ctx<'_>, p: NameParams) -> Result<(String, StopOutput)> {
+    fn call(ctx: &Ctx<'_>, p: NameParams) -> Result<ToolOutput<StopOutput>> {
         let proc = find(ctx, &p.name)?;
         let was_running = proc.status() == Status::Running;
         if was_running {
@@ -339,7 +346,7 @@ impl Tool for StopProcess {
         } else {
             format!("`{}` had already ended: {status}.", p.name)
         };
-        Ok((
+        Ok(ToolOutput::ok(
             text,
             StopOutput {
                 name: p.name,
@@ -381,15 +388,16 @@ pub struct ListProcesses;
 
 impl Tool for ListProcesses {
     const NAME: &'static str = "list_processes";
+    const FACTS: super::ToolFacts = super::command(true);
     fn description(d: &super::Describe<'_>) -> String {
         format!(
             "List the processes of this session (background processes and recent runs): name, \
              pid, command, status and uptime; use it to find a process's name{}.",
-            match (d.offers("process_logs"), d.offers("stop_process")) {
-                (true, true) => " for process_logs or stop_process",
-                (true, false) => " for process_logs",
-                (false, true) => " for stop_process",
-                (false, false) => "",
+            match (d.offers(ProcessLogs::NAME), d.offers(StopProcess::NAME)) {
+                (true, true) => format!(" for {} or {}", ProcessLogs::NAME, StopProcess::NAME),
+                (true, false) => format!(" for {}", ProcessLogs::NAME),
+                (false, true) => format!(" for {}", StopProcess::NAME),
+                (false, false) => String::new(),
             },
         )
     }
@@ -397,7 +405,7 @@ impl Tool for ListProcesses {
     type Params = NoParams;
     type Output = ListOutput;
 
-    fn call(ctx: &Ctx<'_>, _p: NoParams) -> Result<(String, ListOutput)> {
+    fn call(ctx: &Ctx<'_>, _p: NoParams) -> Result<ToolOutput<ListOutput>> {
         let processes: Vec<ProcessInfo> = ctx
             .procs
             .list()
@@ -431,7 +439,7 @@ impl Tool for ListProcesses {
                 .collect::<Vec<_>>()
                 .join("\n")
         };
-        Ok((text, ListOutput { processes }))
+        Ok(ToolOutput::ok(text, ListOutput { processes }))
     }
 }
 
@@ -459,11 +467,14 @@ pub struct WriteStdin;
 
 impl Tool for WriteStdin {
     const NAME: &'static str = "write_stdin";
+    const FACTS: super::ToolFacts = super::command(false);
     fn description(d: &super::Describe<'_>) -> String {
         format!(
             "Write text to the stdin of a background process of this session started with \
              `stdin: true`; use it to answer a REPL or an interactive prompt.{}",
-            d.with("process_logs", " Read its answer with process_logs."),
+            d.mention(ProcessLogs::NAME, |logs| format!(
+                " Read its answer with {logs}."
+            )),
         )
     }
     const ANNOTATIONS: Annotations = Annotations {
@@ -475,7 +486,7 @@ impl Tool for WriteStdin {
     type Params = StdinParams;
     type Output = StdinOutput;
 
-    fn call(ctx: &Ctx<'_>, p: StdinParams) -> Result<(String, StdinOutput)> {
+    fn call(ctx: &Ctx<'_>, p: StdinParams) -> Result<ToolOutput<StdinOutput>> {
         if p.input.len() > MAX_STDIN_BYTES {
             return Err(Error::new(
                 ErrorKind::TooLarge,
@@ -504,7 +515,7 @@ impl Tool for WriteStdin {
                 p.name
             )
         };
-        Ok((
+        Ok(ToolOutput::ok(
             text,
             StdinOutput {
                 name: p.name,
@@ -537,6 +548,7 @@ pub struct Preview;
 
 impl Tool for Preview {
     const NAME: &'static str = "preview";
+    const FACTS: super::ToolFacts = super::command(true);
     fn description(_d: &super::Describe<'_>) -> String {
         "Get a URL on the host that reaches a port a process in the sandbox listens on; use it \
          to open a server of the sandbox in a browser or fetch it from outside."
@@ -546,7 +558,7 @@ impl Tool for Preview {
     type Params = PreviewParams;
     type Output = PreviewOutput;
 
-    fn call(_ctx: &Ctx<'_>, p: PreviewParams) -> Result<(String, PreviewOutput)> {
+    fn call(_ctx: &Ctx<'_>, p: PreviewParams) -> Result<ToolOutput<PreviewOutput>> {
         if p.port == 0 {
             return Err(Error::invalid_input("`port` must be between 1 and 65535"));
         }
@@ -559,6 +571,6 @@ impl Tool for Preview {
         let path = path.trim_start_matches('/');
         // The local provider shares the host's network: the port is the host's.
         let url = format!("http://127.0.0.1:{}/{path}", p.port);
-        Ok((url.clone(), PreviewOutput { url }))
+        Ok(ToolOutput::ok(url.clone(), PreviewOutput { url }))
     }
 }

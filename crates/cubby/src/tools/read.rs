@@ -18,9 +18,12 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+use super::edit::EditFile;
+use super::view::ViewFile;
+use super::write::WriteFile;
 use super::{Ctx, READ_ONLY, Tool, cut_line, hex, thousands};
 use crate::error::{Error, ErrorKind, Result};
-use crate::output::{Redactor, neutralize_line};
+use crate::output::{Redactor, ToolOutput, neutralize_line};
 use crate::path::WorkspacePath;
 
 /// Bytes inspected to decide whether a file is binary.
@@ -80,8 +83,34 @@ pub struct Output {
 /// The `read_file` tool.
 pub struct ReadFile;
 
+/// The read-before-write guard in words, for the offered tools that need
+/// it (` Read a file before write_file overwrites it or edit_file changes
+/// it.`), or nothing; `name_self` says `with read_file` too (for a front's
+/// instructions).
+pub(crate) fn guard(d: &super::Describe<'_>, name_self: bool) -> String {
+    let write = d.offers(WriteFile::NAME);
+    let edit = d.offers(EditFile::NAME);
+    let what = match (write, edit) {
+        (true, true) => format!(
+            "{} overwrites it or {} changes it",
+            WriteFile::NAME,
+            EditFile::NAME
+        ),
+        (true, false) => format!("{} overwrites it", WriteFile::NAME),
+        (false, true) => format!("{} changes it", EditFile::NAME),
+        (false, false) => return String::new(),
+    };
+    let with = if name_self {
+        format!(" with {}", ReadFile::NAME)
+    } else {
+        String::new()
+    };
+    format!(" Read a file{with} before {what}.")
+}
+
 impl Tool for ReadFile {
     const NAME: &'static str = "read_file";
+    const FACTS: super::ToolFacts = super::reads_files(super::Cost::Bounded);
     fn description(d: &super::Describe<'_>) -> String {
         let l = &d.limits.read_file;
         format!(
@@ -94,21 +123,15 @@ impl Tool for ReadFile {
             super::thousands(l.max_lines as u64),
             super::size(l.max_bytes as u64),
             super::thousands(crate::config::READ_MAX_LINE_CHARS as u64),
-            d.with("view_file", " (view images with view_file)"),
-            match (d.offers("write_file"), d.offers("edit_file")) {
-                (true, true) =>
-                    " Read a file before write_file overwrites it or edit_file changes it.",
-                (true, false) => " Read a file before write_file overwrites it.",
-                (false, true) => " Read a file before edit_file changes it.",
-                (false, false) => "",
-            },
+            d.mention(ViewFile::NAME, |view| format!(" (view images with {view})")),
+            guard(d, false),
         )
     }
     const ANNOTATIONS: super::Annotations = READ_ONLY;
     type Params = Params;
     type Output = Output;
 
-    fn call(ctx: &Ctx<'_>, params: Params) -> Result<(String, Output)> {
+    fn call(ctx: &Ctx<'_>, params: Params) -> Result<ToolOutput<Output>> {
         let path = WorkspacePath::parse(&params.path)?;
         ctx.policy.check_read(&path)?;
         let limits = &ctx.limits.read_file;
@@ -123,9 +146,10 @@ impl Tool for ReadFile {
                 ErrorKind::TooLarge,
                 format!(
                     "`{path}` is {} bytes, above the read limit of {} bytes; \
-                     use search to find the lines you need",
+                     use {} to find the lines you need",
                     thousands(file.metadata.size),
-                    thousands(limits.max_file_bytes)
+                    thousands(limits.max_file_bytes),
+                    super::search::Search::NAME,
                 ),
             ));
         }
@@ -483,7 +507,7 @@ impl<'w> LineCollector<'w> {
     }
 }
 
-fn render(path: &WorkspacePath, scan: Scan, window: &Window) -> Result<(String, Output)> {
+fn render(path: &WorkspacePath, scan: Scan, window: &Window) -> Result<ToolOutput<Output>> {
     if let Some(media_type) = scan.binary {
         let text = format!(
             "`{path}` is a binary file ({media_type}, {} bytes, sha256 {}{}); its content is not \
@@ -496,7 +520,7 @@ fn render(path: &WorkspacePath, scan: Scan, window: &Window) -> Result<(String, 
                 ""
             }
         );
-        return Ok((
+        return Ok(ToolOutput::ok(
             text,
             Output {
                 path: path.display(),
@@ -548,9 +572,12 @@ fn render(path: &WorkspacePath, scan: Scan, window: &Window) -> Result<(String, 
             scan.total_lines
         ));
     } else if scan.any_line_cut {
-        text.push_str("[some long lines were cut; use search to see specific text]\n");
+        text.push_str(&format!(
+            "[some long lines were cut; use {} to see specific text]\n",
+            super::search::Search::NAME
+        ));
     }
-    Ok((
+    Ok(ToolOutput::ok(
         text,
         Output {
             path: path.display(),

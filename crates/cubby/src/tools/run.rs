@@ -18,8 +18,11 @@ use std::time::{Duration, Instant};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use super::procs::{ProcessLogs, StartProcess};
+use super::write::WriteFile;
 use super::{Annotations, Ctx, Tool};
 use crate::error::{Error, Result};
+use crate::output::ToolOutput;
 use crate::path::WorkspacePath;
 use crate::process::{Proc, Status, Track, signal_name};
 use crate::sandbox::ExecSpec;
@@ -82,8 +85,9 @@ pub(crate) fn prepare(
     }
     if command.len() > MAX_COMMAND_BYTES {
         return Err(Error::invalid_input(format!(
-            "`command` is {} bytes, the limit is {MAX_COMMAND_BYTES}; write a script with write_file and run it",
-            command.len()
+            "`command` is {} bytes, the limit is {MAX_COMMAND_BYTES}; write a script with {} and run it",
+            command.len(),
+            WriteFile::NAME
         )));
     }
     if command.contains('\0') {
@@ -147,6 +151,10 @@ fn seconds(d: Duration) -> String {
 
 impl Tool for Run {
     const NAME: &'static str = "run";
+    const FACTS: super::ToolFacts = super::ToolFacts {
+        streaming: true,
+        ..super::command(false)
+    };
     fn description(d: &super::Describe<'_>) -> String {
         let l = &d.limits.run;
         format!(
@@ -158,13 +166,14 @@ impl Tool for Run {
              process tree is killed. Stdin is closed{}.",
             super::PREFER,
             super::size(l.max_output_bytes as u64),
-            d.with("process_logs", " (page the rest with process_logs)"),
+            d.mention(ProcessLogs::NAME, |logs| format!(
+                " (page the rest with {logs})"
+            )),
             super::millis(l.timeout_ms),
             super::millis(l.max_timeout_ms),
-            d.with(
-                "start_process",
-                "; start servers and watchers with start_process"
-            ),
+            d.mention(StartProcess::NAME, |start| format!(
+                "; start servers and watchers with {start}"
+            )),
         )
     }
     const ANNOTATIONS: Annotations = Annotations {
@@ -176,7 +185,7 @@ impl Tool for Run {
     type Params = Params;
     type Output = Output;
 
-    fn call(ctx: &Ctx<'_>, params: Params) -> Result<(String, Output)> {
+    fn call(ctx: &Ctx<'_>, params: Params) -> Result<ToolOutput<Output>> {
         let limits = &ctx.limits.run;
         let timeout_ms = params
             .timeout_ms
@@ -235,7 +244,7 @@ impl Tool for Run {
         if !text.ends_with('\n') {
             text.push('\n');
         }
-        Ok((
+        Ok(ToolOutput::ok(
             text,
             Output {
                 name,

@@ -26,6 +26,7 @@ use super::walk::{Flow, Unseen, Walk};
 use super::{Ctx, READ_ONLY, Tool, cut_line, pattern_error, thousands};
 use crate::config::SEARCH_MAX_CONTEXT;
 use crate::error::{Error, Result};
+use crate::output::ToolOutput;
 use crate::output::{CallScope, RedactingReader, Redactor, neutralize_line};
 use crate::path::WorkspacePath;
 use crate::sandbox::{EntryKind, FileSystem};
@@ -94,6 +95,7 @@ pub struct Search;
 
 impl Tool for Search {
     const NAME: &'static str = "search";
+    const FACTS: super::ToolFacts = super::reads_files(super::Cost::Short);
     fn description(d: &super::Describe<'_>) -> String {
         format!(
             "Search the contents of the sandboxed workspace's files (literal text by default, \
@@ -112,7 +114,7 @@ impl Tool for Search {
     type Params = Params;
     type Output = Output;
 
-    fn call(ctx: &Ctx<'_>, params: Params) -> Result<(String, Output)> {
+    fn call(ctx: &Ctx<'_>, params: Params) -> Result<ToolOutput<Output>> {
         if params.query.is_empty() {
             return Err(Error::invalid_input(
                 "`query` is empty; pass the text to find",
@@ -172,7 +174,8 @@ impl Tool for Search {
             }
         };
         let files_searched = found.files;
-        Ok(render(&params.query, found, cap, files_searched))
+        let (text, out) = render(&params.query, found, cap, files_searched);
+        Ok(ToolOutput::ok(text, out))
     }
 }
 

@@ -33,7 +33,8 @@ use serde::{Deserialize, Serialize};
 use super::read::{ReadFile, looks_binary};
 use super::{Ctx, READ_ONLY, Shown, Tool, hex, sha256, thousands};
 use crate::error::{Error, ErrorKind, Result};
-use crate::output::ImageData;
+use crate::output::ToolOutput;
+use crate::output::{Attachment, ImageData};
 use crate::path::WorkspacePath;
 
 /// Largest file `view_file` opens.
@@ -121,9 +122,6 @@ pub struct Output {
     pub first_frame_only: Option<bool>,
     /// The `read_file` result (text files).
     pub text: Option<super::read::Output>,
-    #[serde(skip)]
-    #[schemars(skip)]
-    image: Option<ImageData>,
 }
 
 /// The `view_file` tool.
@@ -547,27 +545,28 @@ fn shown_image(
 
 impl Tool for ViewFile {
     const NAME: &'static str = "view_file";
+    const FACTS: super::ToolFacts = super::reads_files(super::Cost::Short);
     fn description(d: &super::Describe<'_>) -> String {
         format!(
             "View a file of the sandboxed workspace: images (PNG, JPEG, GIF, WebP) come back as \
              an image you can see; use it to look at images in this workspace. Images are sent \
              at most {MAX_IMAGE_EDGE_PX} px on the long edge and {} (re-encoded to fit; the \
              first frame of an animation); images over {MAX_DECODE_EDGE_PX} px on an edge are \
-             refused. Text files come back as read_file shows them, other files as metadata. \
+             refused. Text files come back as {} shows them, other files as metadata. \
              The type is sniffed from the bytes. Files up to {}.{}",
             super::size(MAX_IMAGE_BYTES as u64),
+            ReadFile::NAME,
             super::size(MAX_VIEW_BYTES),
-            d.with(
-                "read_file",
-                " For text, read_file pages through long files."
-            ),
+            d.mention(ReadFile::NAME, |read| format!(
+                " For text, {read} pages through long files."
+            )),
         )
     }
     const ANNOTATIONS: super::Annotations = READ_ONLY;
     type Params = Params;
     type Output = Output;
 
-    fn call(ctx: &Ctx<'_>, params: Params) -> Result<(String, Output)> {
+    fn call(ctx: &Ctx<'_>, params: Params) -> Result<ToolOutput<Output>> {
         let path = WorkspacePath::parse(&params.path)?;
         ctx.policy.check_read(&path)?;
         let meta = ctx.fs.metadata(&path)?;
@@ -575,9 +574,11 @@ impl Tool for ViewFile {
             return Err(Error::new(
                 ErrorKind::TooLarge,
                 format!(
-                    "`{path}` is {} bytes, the view_file limit is {}; use read_file with an offset",
+                    "`{path}` is {} bytes, the {} limit is {}; use {} with an offset",
                     thousands(meta.size),
-                    thousands(MAX_VIEW_BYTES)
+                    Self::NAME,
+                    thousands(MAX_VIEW_BYTES),
+                    ReadFile::NAME,
                 ),
             ));
         }
@@ -602,7 +603,6 @@ impl Tool for ViewFile {
             shown_size: None,
             first_frame_only: None,
             text: None,
-            image: None,
         };
         if let Some(format) = format_of(&sniffed) {
             let shown = shown_image(&path, &bytes, format, &sniffed)?;
@@ -632,11 +632,14 @@ impl Tool for ViewFile {
             out.shown_media_type = Some(shown.data.media_type.clone());
             out.shown_size = Some(shown.data.bytes.len() as u64);
             out.first_frame_only = Some(shown.first_frame_only);
-            out.image = Some(shown.data);
-            return Ok((text, out));
+            return Ok(ToolOutput::ok(text, out).with_attachment(Attachment::Image(shown.data)));
         }
         if !looks_binary(head) {
-            let (text, read) = ReadFile::call(
+            let ToolOutput {
+                text,
+                structured: read,
+                ..
+            } = ReadFile::call(
                 ctx,
                 super::read::Params {
                     path: params.path,
@@ -647,17 +650,13 @@ impl Tool for ViewFile {
             out.kind = "text".into();
             out.media_type = "text/plain".into();
             out.text = Some(read);
-            return Ok((text, out));
+            return Ok(ToolOutput::ok(text, out));
         }
         let text = format!(
             "`{path}` is a binary file ({sniffed}, {} bytes, sha256 {}); it cannot be shown.",
             thousands(out.size),
             out.sha256
         );
-        Ok((text, out))
-    }
-
-    fn take_images(output: &mut Output) -> Vec<ImageData> {
-        output.image.take().into_iter().collect()
+        Ok(ToolOutput::ok(text, out))
     }
 }

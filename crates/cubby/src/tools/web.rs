@@ -14,6 +14,7 @@ use serde::{Deserialize, Serialize};
 use super::read::{looks_binary, media_type};
 use super::{Annotations, Ctx, Tool, thousands};
 use crate::error::{Error, ErrorKind, Result};
+use crate::output::ToolOutput;
 use crate::output::truncate_for_message;
 use crate::process::CancelToken;
 use crate::web::{self, Fetched, SearchHit, WebUrl};
@@ -83,6 +84,7 @@ pub struct WebFetch;
 
 impl Tool for WebFetch {
     const NAME: &'static str = "web_fetch";
+    const FACTS: super::ToolFacts = super::WEB;
     fn description(d: &super::Describe<'_>) -> String {
         let l = &d.limits.web_fetch;
         format!(
@@ -102,7 +104,7 @@ impl Tool for WebFetch {
     type Params = FetchParams;
     type Output = FetchOutput;
 
-    fn call(ctx: &Ctx<'_>, params: FetchParams) -> Result<(String, FetchOutput)> {
+    fn call(ctx: &Ctx<'_>, params: FetchParams) -> Result<ToolOutput<FetchOutput>> {
         let rules = ctx.web.rules(Self::NAME)?;
         let url = WebUrl::parse(&params.url)?;
         rules.check_host(url.host())?;
@@ -145,12 +147,8 @@ impl Tool for WebFetch {
                 "the call was cancelled; the request was aborted",
             ));
         }
-        Ok(render_fetch(
-            &params.url,
-            fetched,
-            page,
-            limits.max_output_chars,
-        ))
+        let (text, out) = render_fetch(&params.url, fetched, page, limits.max_output_chars);
+        Ok(ToolOutput::ok(text, out))
     }
 }
 
@@ -404,13 +402,16 @@ pub struct WebSearch;
 
 impl Tool for WebSearch {
     const NAME: &'static str = "web_search";
+    const FACTS: super::ToolFacts = super::WEB;
     fn description(d: &super::Describe<'_>) -> String {
         let l = &d.limits.web_search;
         format!(
             "Search the web through the configured search backend; use it to find pages{}. \
              Returns up to {} results (title, URL, snippet), at most {} chars each and {} in \
              all, {} limit; results on hosts the domain lists do not allow are removed.",
-            d.with("web_fetch", ", then read one with web_fetch"),
+            d.mention(WebFetch::NAME, |fetch| format!(
+                ", then read one with {fetch}"
+            )),
             l.max_results,
             super::thousands(l.max_result_chars as u64),
             super::thousands(l.max_output_chars as u64),
@@ -421,7 +422,7 @@ impl Tool for WebSearch {
     type Params = SearchParams;
     type Output = SearchOutput;
 
-    fn call(ctx: &Ctx<'_>, params: SearchParams) -> Result<(String, SearchOutput)> {
+    fn call(ctx: &Ctx<'_>, params: SearchParams) -> Result<ToolOutput<SearchOutput>> {
         let rules = ctx.web.rules(Self::NAME)?;
         let backend = ctx.web.search.as_ref().map_err(|why| {
             Error::new(
@@ -469,7 +470,8 @@ impl Tool for WebSearch {
                 snippet: ctx.redactor.redact_str(&h.snippet),
             })
             .collect();
-        Ok(render_search(query, backend.name(), hits, rules, limits))
+        let (text, out) = render_search(query, backend.name(), hits, rules, limits);
+        Ok(ToolOutput::ok(text, out))
     }
 }
 

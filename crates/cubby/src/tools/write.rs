@@ -9,8 +9,11 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use super::edit::EditFile;
+use super::read::ReadFile;
 use super::{Annotations, Ctx, Shown, Tool, hex, sha256, sha256_file, thousands};
 use crate::error::{Error, ErrorKind, Result};
+use crate::output::ToolOutput;
 use crate::path::WorkspacePath;
 use crate::sandbox::EntryKind;
 
@@ -76,7 +79,8 @@ pub(crate) fn guard_overwrite(ctx: &Ctx<'_>, path: &WorkspacePath) -> Result<Opt
         return Err(Error::new(
             ErrorKind::NotRead,
             format!(
-                "`{path}` exists and has not been read in this run; call read_file on it first, then write"
+                "`{path}` exists and has not been read in this run; call {} on it first, then write",
+                ReadFile::NAME
             ),
         ));
     };
@@ -140,17 +144,18 @@ pub(crate) fn commit(ctx: &Ctx<'_>, path: &WorkspacePath, content: &[u8]) -> Res
 
 impl Tool for WriteFile {
     const NAME: &'static str = "write_file";
+    const FACTS: super::ToolFacts = super::WRITES_FILES;
     fn description(d: &super::Describe<'_>) -> String {
         format!(
             "Write a whole file in the sandboxed workspace (created with its parent directories, \
              or replaced atomically); {} file-writing tool. Overwriting an existing file needs a \
-             read_file of it in this session, and the file unchanged since. Content up to {}.{}",
+             {} of it in this session, and the file unchanged since. Content up to {}.{}",
             super::PREFER,
+            ReadFile::NAME,
             super::size(d.limits.write_file.max_bytes),
-            d.with(
-                "edit_file",
-                " For a change to part of a file use edit_file."
-            ),
+            d.mention(EditFile::NAME, |edit| format!(
+                " For a change to part of a file use {edit}."
+            )),
         )
     }
     const ANNOTATIONS: Annotations = Annotations {
@@ -162,7 +167,7 @@ impl Tool for WriteFile {
     type Params = Params;
     type Output = Output;
 
-    fn call(ctx: &Ctx<'_>, params: Params) -> Result<(String, Output)> {
+    fn call(ctx: &Ctx<'_>, params: Params) -> Result<ToolOutput<Output>> {
         let path = WorkspacePath::parse(&params.path)?;
         let max = ctx.limits.write_file.max_bytes;
         if params.content.len() as u64 > max {
@@ -195,7 +200,7 @@ impl Tool for WriteFile {
                 thousands(old.size)
             ),
         };
-        Ok((
+        Ok(ToolOutput::ok(
             text,
             Output {
                 path: path.display(),

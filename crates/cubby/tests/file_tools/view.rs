@@ -18,10 +18,11 @@ pub fn view_file_shows_images_downscaled(f: &dyn Fixture) {
     f.put("shots/big.png", &png(3000, 1000));
     let t = tools(f);
     let out = ok(&t, "view_file", json!({"path": "shots/small.bin"}));
-    assert_eq!(out.images.len(), 1);
-    assert_eq!(out.images[0].media_type, "image/png");
+    assert_eq!(out.images().len(), 1);
+    assert_eq!(out.images()[0].media_type, "image/png");
     assert_eq!(
-        out.images[0].bytes, small,
+        out.images()[0].bytes,
+        small,
         "a small image is passed through unchanged"
     );
     assert_eq!(out.structured["kind"], "image");
@@ -35,7 +36,7 @@ pub fn view_file_shows_images_downscaled(f: &dyn Fixture) {
     let out = ok(&t, "view_file", json!({"path": "shots/big.png"}));
     assert_eq!(out.structured["shown_width"], 1568);
     assert_eq!(out.structured["shown_height"], 523);
-    let shown = image::load_from_memory(&out.images[0].bytes).unwrap();
+    let shown = image::load_from_memory(&out.images()[0].bytes).unwrap();
     assert_eq!((shown.width(), shown.height()), (1568, 523));
     assert!(out.text.contains("downscaled"), "{}", out.text);
     // Viewing counts as reading for the write guard.
@@ -53,10 +54,10 @@ pub fn view_file_shows_text_and_binary(f: &dyn Fixture) {
     let out = ok(&t, "view_file", json!({"path": "notes.md"}));
     assert_eq!(out.text, "     1\t# title\n     2\tbody\n");
     assert_eq!(out.structured["kind"], "text");
-    assert!(out.images.is_empty());
+    assert!(out.images().is_empty());
     let out = ok(&t, "view_file", json!({"path": "blob.dat"}));
     assert_eq!(out.structured["kind"], "binary");
-    assert!(out.images.is_empty());
+    assert!(out.images().is_empty());
     let mut broken = png(10, 10);
     broken.truncate(40);
     f.put("broken.png", &broken);
@@ -109,8 +110,8 @@ pub fn noise_jpeg(width: u32, height: u32) -> Vec<u8> {
 /// Asserts that `view_file` sent one image within the limits, whose declared
 /// media type is that of its bytes and whose dimensions are those reported.
 pub fn assert_bounded_image(out: &cubby::ToolOutput) -> image::DynamicImage {
-    assert_eq!(out.images.len(), 1, "{}", out.text);
-    let sent = &out.images[0];
+    assert_eq!(out.images().len(), 1, "{}", out.text);
+    let sent = &out.images()[0];
     assert!(
         sent.bytes.len() <= MAX_IMAGE_BYTES,
         "{} bytes sent: {}",
@@ -152,10 +153,10 @@ pub fn view_file_reencodes_images_over_the_byte_limit(f: &dyn Fixture) {
         ),
         (Some(1568), Some(1568))
     );
-    assert_eq!(out.images[0].media_type, "image/jpeg");
+    assert_eq!(out.images()[0].media_type, "image/jpeg");
     assert!(img.width() <= 1568 && img.height() == img.width());
     // The text says what came in and what went out.
-    let size = out.images[0].bytes.len() as u64;
+    let size = out.images()[0].bytes.len() as u64;
     for part in [
         "image/png, 1,568×1,568 px".to_string(),
         "shown as image/jpeg".to_string(),
@@ -172,7 +173,7 @@ pub fn view_file_reencodes_images_over_the_byte_limit(f: &dyn Fixture) {
     }
     let out = ok(&t, "view_file", json!({"path": "shots/photo.jpg"}));
     let img = assert_bounded_image(&out);
-    assert_eq!(out.images[0].media_type, "image/jpeg");
+    assert_eq!(out.images()[0].media_type, "image/jpeg");
     assert!(img.width() <= 1500, "{}", out.text);
     assert!(out.text.contains("3,750,000-byte limit"), "{}", out.text);
 }
@@ -426,7 +427,7 @@ pub fn view_file_shows_the_first_frame_of_animations(f: &dyn Fixture) {
     for name in ["anim.gif", "anim.webp"] {
         let out = ok(&t, "view_file", json!({"path": name}));
         let img = assert_bounded_image(&out);
-        assert_eq!(out.images[0].media_type, "image/png", "{name}");
+        assert_eq!(out.images()[0].media_type, "image/png", "{name}");
         assert_eq!(out.structured["first_frame_only"], true, "{name}");
         assert!(out.text.contains("only the first frame"), "{}", out.text);
         assert_eq!((img.width(), img.height()), (6, 4));
@@ -447,6 +448,6 @@ pub fn view_file_shows_the_first_frame_of_animations(f: &dyn Fixture) {
     .unwrap();
     f.put("still.gif", &still);
     let out = ok(&t, "view_file", json!({"path": "still.gif"}));
-    assert_eq!(out.images[0].bytes, still);
+    assert_eq!(out.images()[0].bytes, still);
     assert_eq!(out.structured["first_frame_only"], false);
 }
