@@ -93,11 +93,6 @@ impl Shared {
         drop(self.files.run(job));
     }
 
-    /// The tools and their facts.
-    pub(crate) fn catalog(&self) -> &ToolCatalog {
-        &self.catalog
-    }
-
     /// Whether nothing but the caller is in flight (see [`runs_inline`]).
     pub(crate) fn alone(&self) -> bool {
         self.calls_in_flight

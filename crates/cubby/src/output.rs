@@ -36,9 +36,10 @@ pub struct ImageData {
 }
 
 /// Something a result carries beside its text: an image now (`view_file`),
-/// artifacts later. A front turns each into its own content block.
+/// artifacts later. A front turns each into its own content block (not
+/// `#[non_exhaustive]`: a new kind is a compile error in every front until
+/// it says how to send it).
 #[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
 pub enum Attachment {
     /// An image the model sees (MCP image content).
     Image(ImageData),
