@@ -204,7 +204,8 @@ impl Toolset {
     pub fn instructions(&self, max_chars: usize) -> String {
         let policy = self.policy();
         let names = self.tool_names();
-        let (commands, guard) = crate::tools::guidance(&Describe::new(self.inner.policy.limits(), &names));
+        let (commands, guard) =
+            crate::tools::guidance(&Describe::new(self.inner.policy.limits(), &names));
         let head = format!(
             "cubby serves one workspace directory in a sandbox (provider `{}`, mode `{}`). For \
              files{commands} in this workspace, use these tools instead of your client's built-in \
