@@ -269,11 +269,13 @@ impl ReadRules {
                 break;
             }
         }
-        // SAFETY: `ruleset` is the fd made above.
-        if result == 0
-            && unsafe { libc::syscall(libc::SYS_landlock_restrict_self, ruleset, 0u32) } != 0
-        {
-            result = errno();
+        if result == 0 {
+            // SAFETY: `ruleset` is the fd made above.
+            let restricted =
+                unsafe { libc::syscall(libc::SYS_landlock_restrict_self, ruleset, 0u32) };
+            if restricted != 0 {
+                result = errno();
+            }
         }
         // SAFETY: both opened above, closed once.
         unsafe {

@@ -94,8 +94,6 @@ pub(super) fn quick_check() -> Vec<String> {
     missing
 }
 
-/// The kernel's `RESERVED_PIDS`: once a pid namespace's pids have wrapped,
-
 /// True when `kernel.pid_max` is per pid namespace (Linux 6.14+).
 pub(super) fn namespaced_pid_max() -> bool {
     let release = read_proc("/proc/sys/kernel/osrelease").unwrap_or_default();

@@ -376,7 +376,7 @@ pub(super) unsafe fn recv_msg(
             let data = unsafe { libc::CMSG_DATA(cmsg) } as *const RawFd;
             // SAFETY: CMSG_LEN is arithmetic.
             let header = unsafe { libc::CMSG_LEN(0) } as usize;
-            let fd_count = (len as usize - header) / std::mem::size_of::<RawFd>();
+            let fd_count = (len - header) / std::mem::size_of::<RawFd>();
             for i in 0..fd_count {
                 // SAFETY: the kernel wrote `fd_count` fds after the header,
                 // inside `control` (it truncates what does not fit).
