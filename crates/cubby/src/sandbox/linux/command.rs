@@ -100,10 +100,11 @@ unsafe fn command_exec(steps: &LastSteps<'_>) -> i32 {
     if steps.landlock_fd < 0 {
         return libc::EPERM;
     }
-    if !no_new_privs
-        // SAFETY: landlock_restrict_self takes an fd and flags.
-        || unsafe { libc::syscall(libc::SYS_landlock_restrict_self, steps.landlock_fd, 0u32) } != 0
-    {
+    if !no_new_privs {
+        return errno();
+    }
+    // SAFETY: landlock_restrict_self takes an fd and flags.
+    if unsafe { libc::syscall(libc::SYS_landlock_restrict_self, steps.landlock_fd, 0u32) } != 0 {
         return errno();
     }
     if READ_RULES.system_scope() {

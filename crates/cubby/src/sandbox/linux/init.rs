@@ -221,9 +221,9 @@ pub(super) unsafe fn namespace_init(
     // SAFETY: the mapping is `len` bytes, readable, and stays mapped for
     // the init's life (and the command's, which execs a new image).
     let mut payload = unsafe { Payload::new(base, PAYLOAD_HEADER_BYTES, len) };
-    // SAFETY: (this and each `CStr::from_ptr` below) the server NUL-terminates
-    // every string of the payload (`wire::encode_run`), so each string the
-    // cursor hands out ends within the mapping.
+    // SAFETY: the server NUL-terminates every string of the payload
+    // (`wire::encode_run`), so each string the cursor hands out ends within
+    // the mapping (the same holds for each `CStr::from_ptr` below).
     let cwd = unsafe { CStr::from_ptr(payload.next()) };
     let mask_dev = MASK_DEV.load(Ordering::Relaxed);
     for _ in 0..nprotect {
@@ -271,8 +271,8 @@ pub(super) unsafe fn namespace_init(
     if ptrs as *mut libc::c_void == libc::MAP_FAILED || argc == 0 {
         fail(request, libc::EINVAL);
     }
-    // SAFETY (for the writes below): `ptrs` has `slots` pointer-sized
-    // slots: `argc` arguments, a null, `envc` variables, a null.
+    // The writes below: `ptrs` has `slots` pointer-sized slots: `argc`
+    // arguments, a null, `envc` variables, a null.
     for i in 0..argc {
         // SAFETY: see above; `i < argc`.
         unsafe { *ptrs.add(i) = payload.next() };

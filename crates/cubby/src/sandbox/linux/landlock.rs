@@ -269,11 +269,13 @@ impl ReadRules {
                 break;
             }
         }
-        if result == 0
+        if result == 0 {
             // SAFETY: `ruleset` is the fd made above.
-            && unsafe { libc::syscall(libc::SYS_landlock_restrict_self, ruleset, 0u32) } != 0
-        {
-            result = errno();
+            let restricted =
+                unsafe { libc::syscall(libc::SYS_landlock_restrict_self, ruleset, 0u32) };
+            if restricted != 0 {
+                result = errno();
+            }
         }
         // SAFETY: both opened above, closed once.
         unsafe {
