@@ -31,7 +31,6 @@ mod http;
 mod pool;
 mod stdio;
 
-
 pub use handler::{CubbyHandler, MAX_INSTRUCTIONS_CHARS, tool_definition};
 pub use http::{HttpOptions, serve_http};
 pub use stdio::serve_stdio;
