@@ -78,6 +78,12 @@ pub fn resolve(common: &Common) -> anyhow::Result<Setup> {
     let policy = policy
         .build()
         .map_err(|e| anyhow::anyhow!("config: {}", e.message()))?;
+    // `allow`/`deny` name built-in tools (the CLI adds no other source):
+    // refused here, before any command or toolset, as a config error.
+    let known: Vec<&str> = cubby::builtin_tools().map(|(name, _)| name).collect();
+    policy
+        .check_tools(&known)
+        .map_err(|e| anyhow::anyhow!("config: {}", e.message()))?;
     Ok(Setup {
         root,
         config,
