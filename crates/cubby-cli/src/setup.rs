@@ -52,8 +52,17 @@ pub fn resolve(common: &Common) -> anyhow::Result<Workspace> {
             .map_err(|e| anyhow::anyhow!("--provider: {}", e.message()))?;
         config.provider = Some(provider);
     }
-    Workspace::from_config(&root, &config, config_path.as_deref(), &HostEnv::capture())
-        .map_err(|e| anyhow::anyhow!("config: {}", e.message()))
+    let workspace =
+        Workspace::from_config(&root, &config, config_path.as_deref(), &HostEnv::capture())
+            .map_err(|e| anyhow::anyhow!("config: {}", e.message()))?;
+    // `allow`/`deny` name built-in tools (the CLI adds no other source):
+    // refused here, before any command or toolset, as a config error.
+    let known: Vec<&str> = cubby::builtin_tools().map(|(name, _)| name).collect();
+    workspace
+        .policy()
+        .check_tools(&known)
+        .map_err(|e| anyhow::anyhow!("config: {}", e.message()))?;
+    Ok(workspace)
 }
 
 /// Resolves the workspace and opens the sandbox once; returns a factory
