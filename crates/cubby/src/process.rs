@@ -905,8 +905,9 @@ mod contract_tests {
             .unwrap();
         let out = tools.call("run", json!({"command": "flood", "timeout_ms": 300}));
         assert!(out.text.starts_with("FAILED timeout 0.3s"), "{}", out.text);
-        let cut = out.structured["cut_bytes"].as_u64().unwrap();
-        assert!(cut > 0, "{}", out.structured);
+        let field = |name: &str| out.structured[name].clone();
+        assert_eq!(field("signal"), "KILL", "exit_code {}", field("exit_code"));
+        assert!(field("cut_bytes").as_u64().unwrap() > 0);
         assert!(
             out.text.len() < 2 * crate::config::RUN_MAX_OUTPUT_BYTES,
             "{} bytes",
