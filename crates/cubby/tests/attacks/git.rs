@@ -586,10 +586,23 @@ fn git_still_works_inside(_: &Lab) -> Verdict {
         "set -e; export GIT_AUTHOR_NAME=a GIT_AUTHOR_EMAIL=a@b GIT_COMMITTER_NAME=a \
          GIT_COMMITTER_EMAIL=a@b; git add a.txt; git commit -q -m one; git checkout -q -b topic; \
          echo two >> a.txt; git stash -q; git stash pop -q; git commit -q -am two; \
-         git log --oneline | wc -l; git status --short; echo git-ok",
+         git log --oneline | wc -l; git status --short; echo git-ok; \
+         git checkout -q -b side; echo three > b.txt; git add b.txt; git commit -q -m three; \
+         git checkout -q -b extra topic; git cherry-pick side >/dev/null && echo pick-ok; \
+         git commit -q --amend -m picked && echo amend-ok; \
+         git merge -q --no-edit side >/dev/null 2>&1; echo merged=$?; \
+         if git rebase -q side >/dev/null 2>&1; then echo rebase-ran; else echo rebase-refused; fi; \
+         git checkout -q topic",
     );
     if !out.text.contains("git-ok") || !out.text.contains("\n2\n") {
         return Err(format!("git inside the sandbox failed: {}", out.text));
+    }
+    // What the sequencer's protection leaves (docs/SECURITY.md): one pick,
+    // an amend and a merge work; a rebase refuses to start.
+    for want in ["pick-ok", "amend-ok", "merged=0", "rebase-refused"] {
+        if !out.text.contains(want) {
+            return Err(format!("{want} missing: {}", out.text));
+        }
     }
     let log = host_git(&l.ws, &["log", "--oneline", "topic"]);
     if String::from_utf8_lossy(&log.stdout).lines().count() != 2 {
