@@ -5,7 +5,9 @@
 //! What counts, for each git directory that lies inside the root (`.git`,
 //! the directory a `.git` gitfile names, the common directory its
 //! `commondir` names, and those of `.git/modules/**` and
-//! `.git/worktrees/*`): its [`SURFACE_NAMES`]. On top of them: the
+//! `.git/worktrees/*`): its [`SURFACE_NAMES`] — configs, pointers, hooks,
+//! and the state of a rebase, `am`, cherry-pick or revert in progress, whose
+//! todo list the host's `git rebase --continue` would run. On top of them: the
 //! directory `core.hooksPath` names, and every git config file git reads
 //! that lies inside the root (an `include.path` into the tree, a `HOME`
 //! inside it).
@@ -33,8 +35,22 @@ use crate::path::WorkspacePath;
 pub const GIT_DIR_NAME: &str = ".git";
 
 /// What a git directory holds that makes git run or read something else:
-/// its configs, the pointers to other git directories, its hooks.
-pub const SURFACE_NAMES: [&str; 5] = ["config", "config.worktree", "commondir", "gitdir", "hooks"];
+/// its configs, the pointers to other git directories, its hooks, and the
+/// sequencer's state — `rebase-merge/` (its `git-rebase-todo` holds `exec`
+/// lines, run by `git rebase --continue`), `rebase-apply/` (`git am`, the
+/// apply backend), `sequencer/` (`cherry-pick`/`revert` of several
+/// commits). Present or missing: a state planted while missing runs when
+/// the user continues it on the host.
+pub const SURFACE_NAMES: [&str; 8] = [
+    "config",
+    "config.worktree",
+    "commondir",
+    "gitdir",
+    "hooks",
+    "rebase-merge",
+    "rebase-apply",
+    "sequencer",
+];
 
 /// At most this many bytes are read of a gitfile, `commondir` or config
 /// file (git's own files are far smaller; a larger one is not followed).

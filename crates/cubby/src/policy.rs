@@ -29,8 +29,9 @@
 //! the listed paths, by name: `.git` itself (a directory or a gitfile: never
 //! created, replaced or removed by a tool), and beneath it every component
 //! named in [`crate::git::SURFACE_NAMES`] (`config`, `config.worktree`,
-//! `commondir`, `gitdir`, `hooks`, also in `.git/modules/**` and
-//! `.git/worktrees/**`). [`PolicyBuilder::git_of`] adds what the
+//! `commondir`, `gitdir`, `hooks`, and the sequencer's state
+//! `rebase-merge`, `rebase-apply`, `sequencer`; also in `.git/modules/**`
+//! and `.git/worktrees/**`). [`PolicyBuilder::git_of`] adds what the
 //! repository's git config names inside the workspace (`core.hooksPath`,
 //! included config files), read when the policy is built.
 
@@ -47,7 +48,15 @@ use serde::Serialize;
 /// Agent configuration files and git's own, protected in every mode (SPEC
 /// §4). Each entry covers everything beneath it. (Git's surface is also
 /// matched by name: see the module doc.)
-pub const DEFAULT_PROTECTED: [&str; 9] = [
+///
+/// The agents' and editors' project configs are those through which a
+/// tool on the host starts a program when the user opens the project or
+/// its agent runs: MCP servers, hooks, tasks, plugins, permission lists
+/// (docs/SECURITY.md, "Protected paths", gives the reason for each). A
+/// directory is protected whole where what it holds keeps growing; only
+/// the program-starting parts of `.kiro/` and `.roo/`, whose other files
+/// (specs, rules) are documents an agent edits.
+pub const DEFAULT_PROTECTED: [&str; 23] = [
     // The root's `HEAD`, present or missing: with `HEAD`, `objects/` and
     // `refs/` the root itself is a bare repository to git whenever `.git`
     // is missing or broken (its `HEAD` stays writable), and a `config`
@@ -59,9 +68,40 @@ pub const DEFAULT_PROTECTED: [&str; 9] = [
     ".git/config.worktree",
     ".git/commondir",
     ".git/gitdir",
+    // Claude Code, Codex.
     ".mcp.json",
     ".codex/",
     ".claude/",
+    // Gemini CLI: `settings.json` (MCP servers, hooks), `commands/` (shell
+    // expansions), `.env`, extensions.
+    ".gemini/",
+    // Cursor: `mcp.json`, `environment.json` (install commands),
+    // `hooks.json`, `worktrees.json` (setup commands), `cli.json`
+    // (permissions).
+    ".cursor/",
+    // VS Code and Copilot: `mcp.json`, `tasks.json` (tasks run on folder
+    // open), `settings.json` (executable paths, terminal profiles).
+    ".vscode/",
+    // opencode: its config at the root and its directory (plugins, agents,
+    // commands).
+    "opencode.json",
+    "opencode.jsonc",
+    ".opencode/",
+    // Kiro: MCP settings, agent hooks, CLI agents (MCP servers and hooks).
+    ".kiro/settings/",
+    ".kiro/hooks/",
+    ".kiro/agents/",
+    // Roo Code: its MCP servers.
+    ".roo/mcp.json",
+    // Amazon Q: `mcp.json`, `default.json`, CLI agents.
+    ".amazonq/",
+    // Continue: `mcpServers/` and config blocks.
+    ".continue/",
+    // Windsurf: `hooks.json` (Cascade hooks run shell commands).
+    ".windsurf/",
+    // Zed: `settings.json` (context servers, language servers),
+    // `tasks.json`.
+    ".zed/",
 ];
 
 /// The name of the config file in the workspace root (also protected).
@@ -530,7 +570,8 @@ fn git_surface_rule(path: &WorkspacePath) -> Option<String> {
         if crate::git::SURFACE_NAMES.iter().any(|s| *s == name) {
             return Some(format!(
                 "`{}` is protected: part of git's executable surface (configuration, hooks, \
-                 pointers to other git directories), which the host's git would act on",
+                 pointers to other git directories, the state of a rebase, cherry-pick or \
+                 revert), which the host's git would act on",
                 at.display()
             ));
         }

@@ -2,11 +2,25 @@
 //!
 //! The baseline is a snapshot of every file the walk sees (same rules as
 //! `list_files`): size, modification time, inode, and the sha256 of small
-//! files. It is taken on a background thread when the toolset is built;
-//! writes of this run wait for it, so none of them can slip into it. A file
-//! whose metadata is unchanged is unchanged; otherwise, when both sides have a
-//! digest, the digests decide (a rewrite with the same bytes is not a change);
-//! otherwise it is modified.
+//! files; the digest of every ignore file the walk read; and git's own state
+//! (`git_state.rs`: refs, index flags). It is taken on a background thread
+//! when the toolset is built; writes of this run wait for it, so none of
+//! them can slip into it. A file whose metadata is unchanged is unchanged;
+//! otherwise, when both sides have a digest, the digests decide (a rewrite
+//! with the same bytes is not a change); otherwise it is modified.
+//!
+//! Nothing is silently unseen (SPEC §2), also when a command tries to hide
+//! a change:
+//! - a file the baseline saw is compared whatever ignore rules appear
+//!   later (appended to, then ignored: `M`, not a false `D`);
+//! - what the walk leaves out by a rule of an ignore file made or changed
+//!   since the baseline is counted and said (`newly_ignored`), with the
+//!   ignore files; what the baseline's own ignore files hide is not;
+//! - git's state is compared too: a ref that moved (a branch rewritten
+//!   with a commit of the same message), a path git's index now marks
+//!   `skip-worktree` or `assume-unchanged` (which hide its changes from the
+//!   host's `git status`). It is read from git's files, not from a git
+//!   process, so nothing a command rewrites decides what is shown.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -14,8 +28,9 @@ use std::sync::Arc;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::walk::{Flow, Unseen, Walk};
-use super::{Ctx, Once, READ_ONLY, Sha, Tool, sha256_file};
+use super::git_state::{GitNote, GitState, MAX_GIT_NOTES};
+use super::walk::{Flow, Hooks, Unseen, Walk};
+use super::{Ctx, Once, READ_ONLY, Sha, Tool, sha256, sha256_file};
 use crate::error::{Error, Result};
 use crate::output::ToolOutput;
 use crate::path::WorkspacePath;
@@ -26,6 +41,10 @@ use crate::sandbox::{EntryKind, FileSystem, Metadata};
 const HASH_MAX_FILE_BYTES: u64 = 1024 * 1024;
 /// Total bytes hashed for one baseline.
 const HASH_BUDGET_BYTES: u64 = 64 * 1024 * 1024;
+/// Entries a `newly_ignored` report names.
+const MAX_IGNORED_EXAMPLES: usize = 5;
+/// Ignore files a `newly_ignored` report names.
+const MAX_IGNORE_FILES_NAMED: usize = 20;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct FileState {
@@ -35,18 +54,37 @@ pub(crate) struct FileState {
     sha: Option<Sha>,
 }
 
-pub(crate) type Snapshot = BTreeMap<WorkspacePath, FileState>;
+/// What the baseline (or a call) saw.
+#[derive(Debug)]
+pub(crate) struct Snapshot {
+    /// Every file the walk saw.
+    files: BTreeMap<WorkspacePath, FileState>,
+    /// Every ignore file the walk read, and the digest of its bytes.
+    ignore_files: BTreeMap<WorkspacePath, Sha>,
+    /// Git's refs and index flags.
+    git: GitState,
+}
 
 fn snapshot(fs: &dyn FileSystem, policy: &Policy) -> Result<Snapshot> {
     let mut paths = Vec::new();
-    Walk::new(fs, policy).run(&WorkspacePath::root(), &mut |v| {
-        if v.kind == EntryKind::File {
-            paths.push(v.path.clone());
-        }
-        Flow::Continue
-    })?;
+    let mut ignore_files = BTreeMap::new();
+    Walk::new(fs, policy).run_noting(
+        &WorkspacePath::root(),
+        &mut |v| {
+            if v.kind == EntryKind::File {
+                paths.push(v.path.clone());
+            }
+            Flow::Continue
+        },
+        &mut Hooks {
+            ignored: &mut |_, _| {},
+            ignore_file: &mut |p, bytes| {
+                ignore_files.insert(p.clone(), sha256(bytes));
+            },
+        },
+    )?;
     let mut budget = HASH_BUDGET_BYTES;
-    let mut snap = Snapshot::new();
+    let mut files = BTreeMap::new();
     for path in paths {
         let Ok(meta) = fs.metadata(&path) else {
             continue;
@@ -57,9 +95,13 @@ fn snapshot(fs: &dyn FileSystem, policy: &Policy) -> Result<Snapshot> {
         } else {
             None
         };
-        snap.insert(path, state(&meta, sha));
+        files.insert(path, state(&meta, sha));
     }
-    Ok(snap)
+    Ok(Snapshot {
+        files,
+        ignore_files,
+        git: GitState::read(fs),
+    })
 }
 
 fn state(meta: &Metadata, sha: Option<Sha>) -> FileState {
@@ -68,6 +110,25 @@ fn state(meta: &Metadata, sha: Option<Sha>) -> FileState {
         mtime_ns: meta.mtime_ns,
         ino: meta.ino,
         sha,
+    }
+}
+
+/// `M` when the file at `path` (now `meta`) differs from `old`, else none.
+fn compare(
+    fs: &dyn FileSystem,
+    path: &WorkspacePath,
+    old: &FileState,
+    meta: &Metadata,
+) -> Option<&'static str> {
+    if old.size == meta.size && old.mtime_ns == meta.mtime_ns && old.ino == meta.ino {
+        return None;
+    }
+    match old.sha {
+        Some(sha) if old.size == meta.size => match sha256_file(fs, path) {
+            Ok(now) if now == sha => None,
+            _ => Some("M"),
+        },
+        _ => Some("M"),
     }
 }
 
@@ -117,6 +178,18 @@ pub struct Change {
     pub path: String,
 }
 
+/// Entries the walk left out by rules of ignore files made or changed since
+/// the session started.
+#[derive(Debug, Default, Serialize, JsonSchema)]
+pub struct NewlyIgnored {
+    /// How many (a directory counts once: it is not entered).
+    pub entries: u64,
+    /// The ignore files whose new rules left them out.
+    pub ignore_files: Vec<String>,
+    /// The first few of them, relative to the root.
+    pub examples: Vec<String>,
+}
+
 /// Result of `changes`.
 #[derive(Debug, Serialize, JsonSchema)]
 pub struct Output {
@@ -126,6 +199,21 @@ pub struct Output {
     /// when it saw everything): changes there are not listed.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub unseen: Option<Unseen>,
+    /// What ignore files made or changed since the session started hide
+    /// (absent when nothing): changes there are not listed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub newly_ignored: Option<NewlyIgnored>,
+    /// What git's own state says changed: refs that moved, paths its index
+    /// now hides from `git status` (absent when nothing).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub git: Vec<GitNote>,
+    /// Git notes beyond the first 200, not listed.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub git_not_listed: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// The `changes` tool.
@@ -156,39 +244,59 @@ impl Tool for Changes {
             ));
         };
         let before = baseline.wait();
-        let before = match before.as_ref() {
+        let before: &Snapshot = match before.as_ref() {
             Ok(s) => s,
             Err(e) => return Err(e.clone()),
         };
         let mut now_paths = Vec::new();
-        let unseen = Walk::new(ctx.fs, ctx.policy).run(&WorkspacePath::root(), &mut |v| {
-            if v.kind == EntryKind::File {
-                now_paths.push(v.path.clone());
-            }
-            Flow::Continue
-        })?;
+        let mut now_ignore_files = BTreeMap::new();
+        // Per ignore file: the entries its rules left out (files the
+        // baseline saw are compared below instead), and the first few.
+        let mut hidden: BTreeMap<WorkspacePath, (u64, Vec<String>)> = BTreeMap::new();
+        let unseen = Walk::new(ctx.fs, ctx.policy).run_noting(
+            &WorkspacePath::root(),
+            &mut |v| {
+                if v.kind == EntryKind::File {
+                    now_paths.push(v.path.clone());
+                }
+                Flow::Continue
+            },
+            &mut Hooks {
+                ignored: &mut |v, by| {
+                    if v.kind == EntryKind::File && before.files.contains_key(v.path) {
+                        return;
+                    }
+                    let shown = if v.kind == EntryKind::Dir {
+                        v.path.display_dir()
+                    } else {
+                        v.path.display()
+                    };
+                    match hidden.get_mut(by) {
+                        Some((n, examples)) => {
+                            *n += 1;
+                            if examples.len() < MAX_IGNORED_EXAMPLES {
+                                examples.push(shown);
+                            }
+                        }
+                        None => {
+                            hidden.insert(by.clone(), (1, vec![shown]));
+                        }
+                    }
+                },
+                ignore_file: &mut |p, bytes| {
+                    now_ignore_files.insert(p.clone(), sha256(bytes));
+                },
+            },
+        )?;
         let mut changes = Vec::new();
         let mut seen = std::collections::HashSet::new();
         for path in now_paths {
             let Ok(meta) = ctx.fs.metadata(&path) else {
                 continue;
             };
-            let status = match before.get(&path) {
+            let status = match before.files.get(&path) {
                 None => Some("A"),
-                Some(old)
-                    if old.size == meta.size
-                        && old.mtime_ns == meta.mtime_ns
-                        && old.ino == meta.ino =>
-                {
-                    None
-                }
-                Some(old) => match old.sha {
-                    Some(sha) if old.size == meta.size => match sha256_file(ctx.fs, &path) {
-                        Ok(now) if now == sha => None,
-                        _ => Some("M"),
-                    },
-                    _ => Some("M"),
-                },
+                Some(old) => compare(ctx.fs, &path, old, &meta),
             };
             if let Some(status) = status {
                 changes.push(Change {
@@ -198,24 +306,90 @@ impl Tool for Changes {
             }
             seen.insert(path);
         }
-        for path in before.keys() {
-            if !seen.contains(path) {
+        // A file the baseline saw and the walk did not (ignored now, or in
+        // a directory it did not enter) is compared where it is.
+        for (path, old) in &before.files {
+            if seen.contains(path) {
+                continue;
+            }
+            let status = match ctx.fs.metadata(path) {
+                Ok(meta) if meta.kind == EntryKind::File => compare(ctx.fs, path, old, &meta),
+                _ => Some("D"),
+            };
+            if let Some(status) = status {
                 changes.push(Change {
-                    status: "D".into(),
+                    status: status.into(),
                     path: path.display(),
                 });
             }
         }
         changes.sort_by(|a, b| a.path.cmp(&b.path));
-        let mut text = if changes.is_empty() {
-            "No changes since the session started.".to_string()
-        } else {
+        // What ignore files made or changed since the baseline hide.
+        let mut newly = NewlyIgnored::default();
+        for (file, (n, examples)) in hidden {
+            if before.ignore_files.get(&file) == now_ignore_files.get(&file) {
+                continue;
+            }
+            newly.entries += n;
+            if newly.ignore_files.len() < MAX_IGNORE_FILES_NAMED {
+                newly.ignore_files.push(file.display());
+            }
+            for e in examples {
+                if newly.examples.len() < MAX_IGNORED_EXAMPLES {
+                    newly.examples.push(e);
+                }
+            }
+        }
+        let mut git = before.git.notes(&GitState::read(ctx.fs));
+        let git_not_listed = git.len().saturating_sub(MAX_GIT_NOTES) as u64;
+        git.truncate(MAX_GIT_NOTES);
+        let mut text = if !changes.is_empty() {
             changes
                 .iter()
                 .map(|c| format!("{} {}", c.status, c.path))
                 .collect::<Vec<_>>()
                 .join("\n")
+        } else if git.is_empty() && newly.entries == 0 {
+            "No changes since the session started.".to_string()
+        } else {
+            "No file changed since the session started.".to_string()
         };
+        for note in &git {
+            text.push('\n');
+            text.push_str(&note.line());
+        }
+        if git_not_listed > 0 {
+            text.push_str(&format!(
+                "\n[git: {} more not listed]",
+                crate::output::thousands(git_not_listed)
+            ));
+        }
+        if !git.is_empty() {
+            text.push_str(
+                "\n[git's state changed: commits are not files — review them with `git log -p`; \
+                 `git ls-files -v` shows index flags (S: skip-worktree, lowercase: \
+                 assume-unchanged)]",
+            );
+        }
+        if newly.entries > 0 {
+            text.push_str(&format!(
+                "\n[not listed: {} {} left out by rules of ignore files made or changed since the \
+                 session started ({}): {}{}; read those ignore files to see what they hide]",
+                crate::output::thousands(newly.entries),
+                if newly.entries == 1 {
+                    "entry"
+                } else {
+                    "entries"
+                },
+                newly.ignore_files.join(", "),
+                newly.examples.join(", "),
+                if newly.entries > newly.examples.len() as u64 {
+                    ", …"
+                } else {
+                    ""
+                },
+            ));
+        }
         if let Some(note) = unseen.note() {
             text.push('\n');
             text.push_str(&note);
@@ -225,6 +399,9 @@ impl Tool for Changes {
             Output {
                 changes,
                 unseen: unseen.into_option(),
+                newly_ignored: (newly.entries > 0).then_some(newly),
+                git,
+                git_not_listed,
             },
         ))
     }

@@ -12,6 +12,7 @@
 mod changes;
 mod edit;
 mod find;
+mod git_state;
 mod procs;
 mod read;
 pub(crate) mod run;

@@ -433,7 +433,12 @@ impl Tool for ListProcesses {
                         p.pid,
                         p.status,
                         p.uptime_ms as f64 / 1000.0,
-                        crate::output::truncate_for_message(&p.command)
+                        // A newline or tab in the command cannot start a
+                        // row or a field of its own (SPEC §2): escaped as
+                        // the listings escape names.
+                        crate::output::truncate_for_message(&crate::path::escape_name(
+                            p.command.as_bytes()
+                        ))
                     )
                 })
                 .collect::<Vec<_>>()

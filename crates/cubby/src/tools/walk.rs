@@ -149,12 +149,28 @@ struct WalkState {
     held_patterns: usize,
     /// Rules compiled by this walk so far.
     loaded_patterns: usize,
+    /// The ignore files in force: the start's ancestors', then those of
+    /// the directories being walked, deepest last.
+    ignores: Vec<Loaded>,
 }
 
 /// One loaded ignore file and the rules it holds.
 struct Loaded {
     rules: Gitignore,
     patterns: usize,
+    /// The ignore file itself.
+    file: WorkspacePath,
+}
+
+/// What a walk tells, besides the entries it visits, to a caller that
+/// must say what ignore rules hid ([`Walk::run_noting`], for `changes`).
+pub(crate) struct Hooks<'h> {
+    /// Each entry an ignore rule left out (a directory is not entered),
+    /// with the ignore file whose rule decided.
+    pub ignored: &'h mut dyn FnMut(&Visit<'_>, &WorkspacePath),
+    /// Each ignore file the walk read, with its bytes (also one that holds
+    /// no rule).
+    pub ignore_file: &'h mut dyn FnMut(&WorkspacePath, &[u8]),
 }
 
 /// What the visitor wants next.
@@ -209,9 +225,30 @@ impl<'a> Walk<'a> {
         start: &WorkspacePath,
         visit: &mut dyn FnMut(&Visit<'_>) -> Flow,
     ) -> Result<Unseen> {
+        self.run_noting(
+            start,
+            visit,
+            &mut Hooks {
+                ignored: &mut |_, _| {},
+                ignore_file: &mut |_, _| {},
+            },
+        )
+    }
+
+    /// [`Walk::run`], telling `hooks` what the ignore rules left out and
+    /// which ignore files were read.
+    ///
+    /// # Errors
+    ///
+    /// As [`Walk::run`].
+    pub(crate) fn run_noting(
+        &self,
+        start: &WorkspacePath,
+        visit: &mut dyn FnMut(&Visit<'_>) -> Flow,
+        hooks: &mut Hooks<'_>,
+    ) -> Result<Unseen> {
         let entries = self.fs.read_dir(start)?;
         let mut state = WalkState::default();
-        let mut ignores = Vec::new();
         if self.respect_gitignore {
             // Ancestors' rules apply to the start directory's contents; the
             // start's own comes last (deepest), only if its listing has one.
@@ -229,8 +266,8 @@ impl<'a> Walk<'a> {
                 dirs.push(start.clone());
             }
             for dir in &dirs {
-                match self.load_gitignore(dir, &mut state) {
-                    Ok(Some(g)) => ignores.push(g),
+                match self.load_gitignore(dir, &mut state, hooks) {
+                    Ok(Some(g)) => state.ignores.push(g),
                     Ok(None) => {}
                     Err(NotLoaded) => {
                         // What the start holds is hidden by rules unknown.
@@ -241,7 +278,7 @@ impl<'a> Walk<'a> {
                 }
             }
         }
-        self.walk_entries(start, entries, 1, &mut ignores, &mut state, visit);
+        self.walk_entries(start, entries, 1, &mut state, visit, hooks);
         Ok(state.unseen)
     }
 
@@ -252,6 +289,7 @@ impl<'a> Walk<'a> {
         &self,
         dir: &WorkspacePath,
         state: &mut WalkState,
+        hooks: &mut Hooks<'_>,
     ) -> Result<Option<Loaded>, NotLoaded> {
         let path = dir.join_name(OsStr::new(".gitignore"));
         let bytes = match self.fs.read_to_vec(&path, MAX_IGNORE_FILE_BYTES) {
@@ -260,6 +298,7 @@ impl<'a> Walk<'a> {
             Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
             Err(_) => return Err(NotLoaded),
         };
+        (hooks.ignore_file)(&path, &bytes);
         let text = String::from_utf8_lossy(&bytes);
         let rules = || {
             text.lines().filter(|l| {
@@ -286,7 +325,11 @@ impl<'a> Walk<'a> {
         match builder.build() {
             Ok(g) if !g.is_empty() => {
                 state.held_patterns += patterns;
-                Ok(Some(Loaded { rules: g, patterns }))
+                Ok(Some(Loaded {
+                    rules: g,
+                    patterns,
+                    file: path,
+                }))
             }
             _ => Ok(None),
         }
@@ -299,19 +342,25 @@ impl<'a> Walk<'a> {
         }
     }
 
-    fn ignored(&self, ignores: &[Loaded], path: &WorkspacePath, is_dir: bool) -> bool {
+    /// The ignore file whose rule leaves `path` out, if one does.
+    fn ignored<'i>(
+        &self,
+        ignores: &'i [Loaded],
+        path: &WorkspacePath,
+        is_dir: bool,
+    ) -> Option<&'i WorkspacePath> {
         if ignores.is_empty() {
-            return false;
+            return None;
         }
         let anchored = anchor(path.as_path());
         for g in ignores.iter().rev() {
             match g.rules.matched(&anchored, is_dir) {
-                Match::Ignore(_) => return true,
-                Match::Whitelist(_) => return false,
+                Match::Ignore(_) => return Some(&g.file),
+                Match::Whitelist(_) => return None,
                 Match::None => {}
             }
         }
-        false
+        None
     }
 
     /// Returns false when the walk must stop.
@@ -320,9 +369,9 @@ impl<'a> Walk<'a> {
         dir: &WorkspacePath,
         entries: Vec<crate::sandbox::DirEntry>,
         depth: usize,
-        ignores: &mut Vec<Loaded>,
         state: &mut WalkState,
         visit: &mut dyn FnMut(&Visit<'_>) -> Flow,
+        hooks: &mut Hooks<'_>,
     ) -> bool {
         let check_deny = self.policy.has_deny_read_within(dir);
         for entry in entries {
@@ -333,8 +382,16 @@ impl<'a> Walk<'a> {
             if check_deny && self.policy.hidden_from_walks(&path) {
                 continue;
             }
-            if self.respect_gitignore && self.ignored(ignores, &path, entry.kind == EntryKind::Dir)
+            if self.respect_gitignore
+                && let Some(by) = self.ignored(&state.ignores, &path, entry.kind == EntryKind::Dir)
             {
+                (hooks.ignored)(
+                    &Visit {
+                        path: &path,
+                        kind: entry.kind,
+                    },
+                    by,
+                );
                 continue;
             }
             let flow = visit(&Visit {
@@ -374,7 +431,7 @@ impl<'a> Walk<'a> {
                     .iter()
                     .any(|c| c.name == ".gitignore" && c.kind == EntryKind::File)
             {
-                match self.load_gitignore(&path, state) {
+                match self.load_gitignore(&path, state, hooks) {
                     Ok(l) => l,
                     Err(NotLoaded) => {
                         state.unseen.ignore_not_loaded += 1;
@@ -387,11 +444,12 @@ impl<'a> Walk<'a> {
             };
             let pushed = loaded.is_some();
             if let Some(l) = loaded {
-                ignores.push(l);
+                state.ignores.push(l);
             }
-            let go_on = self.walk_entries(&path, children, depth + 1, ignores, state, visit);
+            let go_on = self.walk_entries(&path, children, depth + 1, state, visit, hooks);
             if pushed {
-                Walk::release(ignores.pop(), state);
+                let popped = state.ignores.pop();
+                Walk::release(popped, state);
             }
             if !go_on {
                 return false;

@@ -64,6 +64,26 @@ pub const ATTACKS: &[Attack] = &[
         run: git_dirs_of_submodules_and_worktrees,
     },
     Attack {
+        name: "plant git's sequencer state: a rebase todo with exec lines",
+        expect: "denied and not created; the host's `git rebase --continue` runs nothing",
+        control: Some(
+            "the same files written on the host make `git rebase --continue` run the marker",
+        ),
+        run: sequencer_state_planted,
+    },
+    Attack {
+        name: "append exec lines to a rebase the user stopped",
+        expect: "the todo unchanged; the host's `git rebase --continue` runs nothing",
+        control: Some("the same append on the host makes `git rebase --continue` run the marker"),
+        run: stopped_rebase_todo_appended,
+    },
+    Attack {
+        name: "rewrite the branch and hide the change from git (changes must say)",
+        expect: "`changes` names the moved branch and the skip-worktree file",
+        control: Some("the host's git shows one commit of the same message and a clean status"),
+        run: branch_rewritten_and_hidden_from_git,
+    },
+    Attack {
         name: "git add, commit, checkout -b, stash still work (control)",
         expect: "works: the commits seen from the host",
         control: None,
@@ -566,18 +586,258 @@ fn git_still_works_inside(_: &Lab) -> Verdict {
         "set -e; export GIT_AUTHOR_NAME=a GIT_AUTHOR_EMAIL=a@b GIT_COMMITTER_NAME=a \
          GIT_COMMITTER_EMAIL=a@b; git add a.txt; git commit -q -m one; git checkout -q -b topic; \
          echo two >> a.txt; git stash -q; git stash pop -q; git commit -q -am two; \
-         git log --oneline | wc -l; git status --short; echo git-ok",
+         git log --oneline | wc -l; git status --short; echo git-ok; \
+         git checkout -q -b side; echo three > b.txt; git add b.txt; git commit -q -m three; \
+         git checkout -q -b extra topic; git cherry-pick side >/dev/null && echo pick-ok; \
+         git commit -q --amend -m picked && echo amend-ok; \
+         git merge -q --no-edit side >/dev/null 2>&1; echo merged=$?; \
+         if git rebase -q side >/dev/null 2>&1; then echo rebase-ran; else echo rebase-refused; fi; \
+         git checkout -q topic",
     );
     if !out.text.contains("git-ok") || !out.text.contains("\n2\n") {
         return Err(format!("git inside the sandbox failed: {}", out.text));
+    }
+    // What the sequencer's protection leaves (docs/SECURITY.md): one pick,
+    // an amend and a merge work; a rebase refuses to start.
+    for want in ["pick-ok", "amend-ok", "merged=0", "rebase-refused"] {
+        if !out.text.contains(want) {
+            return Err(format!("{want} missing: {}", out.text));
+        }
     }
     let log = host_git(&l.ws, &["log", "--oneline", "topic"]);
     if String::from_utf8_lossy(&log.stdout).lines().count() != 2 {
         return Err(format!("the host does not see the commits: {log:?}"));
     }
     // Nothing of the reservations is left in the repository.
-    for p in [".git/commondir", ".git/config.worktree", ".git/gitdir"] {
+    for p in [
+        ".git/commondir",
+        ".git/config.worktree",
+        ".git/gitdir",
+        ".git/rebase-merge",
+        ".git/rebase-apply",
+        ".git/sequencer",
+    ] {
         absent(&l.ws.join(p))?;
+    }
+    Ok(())
+}
+
+/// The host's git in `dir` with an editor that changes nothing (so that
+/// `rebase --continue` never waits for one).
+fn host_git_no_editor(dir: &Path, args: &[&str]) -> std::process::Output {
+    let mut all = vec!["-c", "core.editor=true", "-c", "sequence.editor=true"];
+    all.extend_from_slice(args);
+    host_git(dir, &all)
+}
+
+/// A repository with two commits on `main`.
+fn two_commits(ws: &Path) {
+    init(ws);
+    std::fs::write(ws.join("f"), "one\n").unwrap();
+    host_git(ws, &["add", "f"]);
+    host_git(ws, &["commit", "-q", "-m", "one"]);
+    std::fs::write(ws.join("f"), "two\n").unwrap();
+    host_git(ws, &["commit", "-q", "-am", "two"]);
+}
+
+fn rev(ws: &Path, what: &str) -> String {
+    let out = host_git(ws, &["rev-parse", what]);
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// The state of an interactive rebase stopped after its first pick, whose
+/// todo runs `touch marker` next (the red team's reproduction).
+fn planted_rebase(ws: &Path, marker: &Path) -> Vec<(String, String)> {
+    let head = rev(ws, "HEAD");
+    let onto = rev(ws, "HEAD~1");
+    [
+        ("head-name", "refs/heads/main\n".to_string()),
+        ("onto", format!("{onto}\n")),
+        ("orig-head", format!("{head}\n")),
+        ("interactive", String::new()),
+        ("done", format!("pick {head} two\n")),
+        (
+            "git-rebase-todo",
+            format!("exec touch {}\n", marker.display()),
+        ),
+    ]
+    .into_iter()
+    .map(|(name, body)| (format!(".git/rebase-merge/{name}"), body))
+    .collect()
+}
+
+/// Red-team finding N2: a planted `git-rebase-todo` runs its `exec` lines
+/// when the user types `git rebase --continue` on the host. The tools are
+/// refused, and a command can create none of `rebase-merge/`,
+/// `rebase-apply/`, `sequencer/` (in `.git` and in a submodule's git
+/// directory): they are reserved while missing.
+fn sequencer_state_planted(_: &Lab) -> Verdict {
+    let prepare = |ws: &Path| {
+        two_commits(ws);
+        bare_repo(&ws.join(".git/modules/sub"), "[core]\n");
+    };
+    let l = git_lab(&[], prepare);
+    // Control: the same files written on the host.
+    let twin = l.base.path().join("twin");
+    std::fs::create_dir(&twin).unwrap();
+    prepare(&twin);
+    let control = l.out("control-ran");
+    for (path, body) in planted_rebase(&twin, &control) {
+        let p = twin.join(path);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, body).unwrap();
+    }
+    host_git_no_editor(&twin, &["rebase", "--continue"]);
+    if !control.exists() {
+        return Err("control: the planted todo did not run on the host".into());
+    }
+    // The tools.
+    let marker = l.out("ran-tools");
+    for (path, body) in planted_rebase(&l.ws, &marker) {
+        let out = write(&l, &path, &body);
+        if !out.text.starts_with("ERROR denied") {
+            return Err(format!("write_file {path}: {}", out.text));
+        }
+    }
+    absent(&l.ws.join(".git/rebase-merge"))?;
+    host_git_no_editor(&l.ws, &["rebase", "--continue"]);
+    absent(&marker)?;
+    // A command.
+    let marker = l.out("ran-cmd");
+    let mut script = String::from(
+        "mkdir -p .git/rebase-merge .git/rebase-apply .git/sequencer \
+         .git/modules/sub/rebase-merge; ",
+    );
+    for (path, body) in planted_rebase(&l.ws, &marker) {
+        script.push_str(&format!("printf '%s' '{body}' > {path}; "));
+    }
+    script.push_str(
+        "echo 1 > .git/rebase-apply/next; echo 'pick x' > .git/sequencer/todo; \
+         echo x > .git/modules/sub/rebase-merge/git-rebase-todo; echo tried",
+    );
+    let out = l.sh(&script);
+    for p in [
+        ".git/rebase-merge",
+        ".git/rebase-apply",
+        ".git/sequencer",
+        ".git/modules/sub/rebase-merge",
+    ] {
+        absent(&l.ws.join(p)).map_err(|e| format!("{e}: {}", out.text))?;
+    }
+    host_git_no_editor(&l.ws, &["rebase", "--continue"]);
+    absent(&marker)
+}
+
+/// Red-team finding N2, a rebase in progress: the user stopped an
+/// interactive rebase (`edit`); a command appends an `exec` line to its todo
+/// (or replaces the directory). The existing state is read-only.
+fn stopped_rebase_todo_appended(_: &Lab) -> Verdict {
+    let prepare = |ws: &Path| {
+        two_commits(ws);
+        let out = host_git(
+            ws,
+            &[
+                "-c",
+                "sequence.editor=sed -i s/^pick/edit/",
+                "rebase",
+                "-q",
+                "-i",
+                "HEAD~1",
+            ],
+        );
+        assert!(
+            ws.join(".git/rebase-merge/git-rebase-todo").exists(),
+            "the rebase did not stop: {out:?}"
+        );
+    };
+    let append = |marker: &Path| format!("exec touch {}\n", marker.display());
+    let l = git_lab(&[], prepare);
+    let twin = l.base.path().join("twin");
+    std::fs::create_dir(&twin).unwrap();
+    prepare(&twin);
+    let control = l.out("control-ran");
+    let todo = twin.join(".git/rebase-merge/git-rebase-todo");
+    let mut text = std::fs::read_to_string(&todo).unwrap();
+    text.push_str(&append(&control));
+    std::fs::write(&todo, text).unwrap();
+    host_git_no_editor(&twin, &["rebase", "--continue"]);
+    if !control.exists() {
+        return Err("control: the appended exec line did not run on the host".into());
+    }
+    let todo = l.ws.join(".git/rebase-merge/git-rebase-todo");
+    let before = std::fs::read_to_string(&todo).unwrap();
+    let marker = l.out("ran");
+    let line = append(&marker);
+    let out = l.sh(&format!(
+        "printf '%s' '{line}' >> .git/rebase-merge/git-rebase-todo; \
+         mv .git/rebase-merge .git/rm2; rm -rf .git/rebase-merge; \
+         mkdir -p .git/rebase-merge; printf '%s' '{line}' > .git/rebase-merge/git-rebase-todo; \
+         echo tried"
+    ));
+    unchanged(&todo, &before).map_err(|e| format!("{e}: {}", out.text))?;
+    absent(&l.ws.join(".git/rm2"))?;
+    host_git_no_editor(&l.ws, &["rebase", "--continue"]);
+    absent(&marker)
+}
+
+/// Red-team finding N12(a): a command amends the branch's commit with an
+/// evil change under the same message, marks the file `skip-worktree` and
+/// puts the old content back in the worktree: the host's `git status` is
+/// clean and `git log` looks as before, and the worktree equals the
+/// baseline. `changes` must say that `refs/heads/main` moved and that
+/// `README` is hidden by git's index.
+fn branch_rewritten_and_hidden_from_git(_: &Lab) -> Verdict {
+    let (base, ws, outside) = lab_dirs();
+    init(&ws);
+    std::fs::write(ws.join("README"), "hello\n").unwrap();
+    host_git(&ws, &["add", "README"]);
+    host_git(&ws, &["commit", "-q", "-m", "first"]);
+    let mut policy = Policy::builder();
+    policy.git_of(&ws, &HostEnv::capture());
+    let mut limits = Limits::default();
+    limits.sandbox.processes = TEST_PROCESSES;
+    let policy = policy.limits(limits).build().unwrap();
+    let host = HostEnv::capture();
+    let sandbox = cubby::LinuxSandbox::open(&ws, &policy, &host).unwrap();
+    let tools = cubby::Toolset::builder(std::sync::Arc::new(sandbox))
+        .policy(policy)
+        .host_env(host)
+        .build()
+        .unwrap();
+    let l = Lab {
+        base,
+        ws,
+        outside,
+        tools,
+    };
+    let before = l.tools.call("changes", json!({}));
+    if !before.text.contains("No changes") {
+        return Err(format!("changes before the attack: {}", before.text));
+    }
+    let out = l.sh(
+        "export GIT_AUTHOR_NAME=a GIT_AUTHOR_EMAIL=a@b GIT_COMMITTER_NAME=a \
+         GIT_COMMITTER_EMAIL=a@b; echo evil >> README && git commit -q -a --amend -m first \
+         && git update-index --skip-worktree README && printf 'hello\\n' > README && echo hidden",
+    );
+    // Control: the host's git is misled.
+    let log = host_git(&l.ws, &["log", "--format=%s"]);
+    let status = host_git(&l.ws, &["status", "--short"]);
+    let shown = host_git(&l.ws, &["show", "HEAD:README"]);
+    if String::from_utf8_lossy(&log.stdout) != "first\n"
+        || !status.stdout.is_empty()
+        || !String::from_utf8_lossy(&shown.stdout).contains("evil")
+    {
+        return Err(format!(
+            "control: the attack did not hide the change from git: {} {log:?} {status:?}",
+            out.text
+        ));
+    }
+    let changes = l.tools.call("changes", json!({}));
+    if changes.text.contains("No changes")
+        || !changes.text.contains("refs/heads/main")
+        || !changes.text.contains("skip-worktree README")
+    {
+        return Err(format!("changes was misled: {}", changes.text));
     }
     Ok(())
 }

@@ -9,6 +9,7 @@
 use crate::Attack;
 use crate::lab::*;
 use serde_json::json;
+use std::path::Path;
 
 /// The escape suite's attacks on protected paths.
 pub const ATTACKS: &[Attack] = &[
@@ -35,6 +36,12 @@ pub const ATTACKS: &[Attack] = &[
         expect: "no protected path left",
         control: None,
         run: protected_missing_after_a_sharing_command_ends,
+    },
+    Attack {
+        name: "write other agents' and editors' project configs",
+        expect: "none created, the existing ones unchanged; the file tools denied",
+        control: Some("the same command on the host creates every one"),
+        run: other_agents_configs_written,
     },
     Attack {
         name: "write through a protected path that is a symlink",
@@ -198,4 +205,92 @@ fn deny_read_through_a_symlinked_parent(l: &Lab) -> Verdict {
         json!({"command": "cat nested/deep/secrets/key.txt real/deep/secrets/key.txt"}),
     );
     not_in(&out, &m)
+}
+
+/// Other agents' and editors' project configs that start programs (MCP
+/// servers, hooks, tasks, plugins), which the host's tools read when the
+/// user opens the project: red-team finding N13.
+pub const AGENT_CONFIGS: &[&str] = &[
+    ".gemini/settings.json",
+    ".gemini/commands/deploy.toml",
+    ".cursor/mcp.json",
+    ".cursor/environment.json",
+    ".vscode/mcp.json",
+    ".vscode/tasks.json",
+    "opencode.json",
+    "opencode.jsonc",
+    ".opencode/plugin/x.js",
+    ".kiro/settings/mcp.json",
+    ".kiro/hooks/on-save.kiro.hook",
+    ".kiro/agents/a.json",
+    ".roo/mcp.json",
+    ".amazonq/mcp.json",
+    ".continue/mcpServers/s.yaml",
+    ".windsurf/hooks.json",
+    ".zed/settings.json",
+];
+
+fn other_agents_configs_written(l: &Lab) -> Verdict {
+    // Two exist already (a settings file of the editor, a rule beside a
+    // protected one).
+    let existing = [
+        (".vscode/settings.json", "{}\n"),
+        (".roo/rules/a.md", "rule\n"),
+    ];
+    let mut script = String::new();
+    for path in AGENT_CONFIGS {
+        let parent = Path::new(path).parent().unwrap().to_str().unwrap();
+        if !parent.is_empty() {
+            script.push_str(&format!("mkdir -p {parent}; "));
+        }
+        script.push_str(&format!("echo '{{\"mcpServers\": {{}}}}' > {path}; "));
+    }
+    script.push_str("echo pwned > .vscode/settings.json; echo done");
+    // Control: on the host, the same command creates them all.
+    let twin = l.base.path().join("twin");
+    std::fs::create_dir(&twin).unwrap();
+    let status = std::process::Command::new("sh")
+        .args(["-c", &script])
+        .current_dir(&twin)
+        .status()
+        .unwrap();
+    if !status.success() || AGENT_CONFIGS.iter().any(|p| !twin.join(p).is_file()) {
+        return Err("control: the command did not create them on the host".into());
+    }
+    for (path, body) in existing {
+        let p = l.ws.join(path);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(&p, body).unwrap();
+    }
+    let out = l.sh(&script);
+    for path in AGENT_CONFIGS {
+        absent(&l.ws.join(path)).map_err(|e| format!("{e}: {}", out.text))?;
+    }
+    for (path, body) in existing {
+        if path == ".vscode/settings.json" {
+            unchanged(&l.ws.join(path), body)?;
+        }
+    }
+    for p in [
+        ".gemini",
+        ".cursor",
+        ".opencode",
+        ".kiro",
+        ".amazonq",
+        ".continue",
+        ".windsurf",
+        ".zed",
+    ] {
+        absent(&l.ws.join(p)).map_err(|e| format!("{e} (no placeholder may stay)"))?;
+    }
+    // The file tools.
+    for path in AGENT_CONFIGS {
+        let out = l
+            .tools
+            .call("write_file", json!({"path": path, "content": "{}"}));
+        if !out.text.starts_with("ERROR denied") {
+            return Err(format!("write_file {path}: {}", out.text));
+        }
+    }
+    absent(&l.ws.join(".gemini"))
 }

@@ -168,3 +168,43 @@ pub fn hooks_path_is_protected_for_the_tools_linux() {
         (dir, sandbox)
     });
 }
+
+/// Red-team finding N2 (file tools): git's sequencer state — `rebase-merge/`,
+/// `rebase-apply/`, `sequencer/` of every git directory — is refused,
+/// present or missing: a `git-rebase-todo` with `exec` lines would run when
+/// the user types `git rebase --continue`. The control: the same names
+/// outside `.git` are ordinary files.
+pub fn git_sequencer_state_is_read_only_for_the_tools(f: &dyn Fixture) {
+    f.put(".git/HEAD", b"ref: refs/heads/main\n");
+    f.put(".git/rebase-apply/next", b"1\n");
+    let t = tools(f);
+    for path in [
+        ".git/rebase-merge/git-rebase-todo",
+        ".git/rebase-merge/done",
+        ".git/rebase-apply/next",
+        ".git/rebase-apply/0001",
+        ".git/sequencer/todo",
+        ".git/worktrees/w/rebase-merge/git-rebase-todo",
+        ".git/modules/sub/sequencer/todo",
+    ] {
+        ok(&t, "read_file", json!({"path": ".git/HEAD"}));
+        if f.get(path).is_some() {
+            ok(&t, "read_file", json!({"path": path}));
+        }
+        let msg = err(
+            &t,
+            "write_file",
+            json!({"path": path, "content": "exec touch pwned\n"}),
+            "denied",
+        );
+        assert!(msg.contains("git"), "{path}: {msg}");
+    }
+    assert!(f.get(".git/rebase-merge/git-rebase-todo").is_none());
+    assert_eq!(f.get(".git/rebase-apply/next").unwrap(), b"1\n");
+    // Control: the names elsewhere are ordinary.
+    ok(
+        &t,
+        "write_file",
+        json!({"path": "notes/rebase-merge/git-rebase-todo", "content": "x"}),
+    );
+}

@@ -179,3 +179,60 @@ pub fn unknown_tools_and_bad_arguments(f: &dyn Fixture) {
     // And the toolset still serves.
     ok(&t, "read_file", json!({"path": "a.txt"}));
 }
+
+/// Red-team finding N13 (file tools): other agents' and editors' project
+/// configs that start programs are protected like `.mcp.json`, present or
+/// missing. The control: a name beside them is written.
+pub fn other_agents_configs_are_read_only(f: &dyn Fixture) {
+    f.put(".vscode/settings.json", b"{}\n");
+    f.put(".kiro/specs/plan.md", b"plan\n");
+    let t = tools(f);
+    for path in [
+        ".gemini/settings.json",
+        ".gemini/commands/deploy.toml",
+        ".cursor/mcp.json",
+        ".cursor/environment.json",
+        ".vscode/mcp.json",
+        ".vscode/settings.json",
+        ".vscode/tasks.json",
+        "opencode.json",
+        "opencode.jsonc",
+        ".opencode/plugin/x.js",
+        ".kiro/settings/mcp.json",
+        ".kiro/hooks/on-save.kiro.hook",
+        ".kiro/agents/a.json",
+        ".roo/mcp.json",
+        ".amazonq/mcp.json",
+        ".continue/mcpServers/s.yaml",
+        ".windsurf/hooks.json",
+        ".zed/settings.json",
+    ] {
+        if f.get(path).is_some() {
+            ok(&t, "read_file", json!({"path": path}));
+        }
+        let msg = err(
+            &t,
+            "write_file",
+            json!({"path": path, "content": "{\"mcpServers\": {}}"}),
+            "denied",
+        );
+        assert!(msg.contains("protected"), "{path}: {msg}");
+        assert!(
+            path == ".vscode/settings.json" || f.get(path).is_none(),
+            "{path} written"
+        );
+    }
+    assert_eq!(f.get(".vscode/settings.json").unwrap(), b"{}\n");
+    // Control: what lies beside them is not protected.
+    ok(&t, "read_file", json!({"path": ".kiro/specs/plan.md"}));
+    ok(
+        &t,
+        "write_file",
+        json!({"path": ".kiro/specs/plan.md", "content": "plan 2\n"}),
+    );
+    ok(
+        &t,
+        "write_file",
+        json!({"path": "opencode.md", "content": "notes\n"}),
+    );
+}

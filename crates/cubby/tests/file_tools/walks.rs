@@ -313,3 +313,177 @@ pub fn ignore_files_are_bounded_and_skips_are_said(f: &dyn Fixture) {
     );
     assert!(out.text.contains("n4/n5/"), "{}", out.text);
 }
+
+/// Red-team finding N12(b): a file the baseline saw is compared whatever
+/// ignore rules appear later: appended to and then ignored, it is `M`, not
+/// a false `D`. The control: a file removed and then ignored is `D`.
+pub fn changes_compares_what_the_baseline_saw_whatever_ignores_say(f: &dyn Fixture) {
+    f.put("README", b"hello\n");
+    f.put("gone.txt", b"bye\n");
+    f.put("same.txt", b"same\n");
+    let t = tools(f);
+    let out = ok(&t, "changes", json!({}));
+    assert!(out.text.contains("No changes"), "{}", out.text);
+    f.put("README", b"hello\nevil\n");
+    f.remove("gone.txt");
+    f.put(".gitignore", b"README\ngone.txt\nsame.txt\n");
+    let out = ok(&t, "changes", json!({}));
+    assert_eq!(
+        out.text.lines().take(3).collect::<Vec<_>>(),
+        ["A .gitignore", "M README", "D gone.txt"],
+        "{}",
+        out.text
+    );
+    assert!(!out.text.contains("same.txt"), "{}", out.text);
+}
+
+/// Red-team finding N12(c): what the walk skips because of an ignore file
+/// made (or changed) during the session is counted and said; what an ignore
+/// file of the baseline hides is not (the control).
+pub fn changes_counts_what_new_ignore_files_hide(f: &dyn Fixture) {
+    f.put("build/.gitignore", b"*\n");
+    f.put("src/main.rs", b"fn main() {}\n");
+    let t = tools(f);
+    let out = ok(&t, "changes", json!({}));
+    assert!(out.text.contains("No changes"), "{}", out.text);
+    // Control: a file under the baseline's own ignore rules is not counted.
+    f.put("build/out.o", b"x");
+    let out = ok(&t, "changes", json!({}));
+    assert!(out.text.contains("No changes"), "{}", out.text);
+    assert!(
+        out.structured.get("newly_ignored").is_none(),
+        "{}",
+        out.structured
+    );
+    // A new self-ignoring directory.
+    f.put("lib/.gitignore", b"*\n");
+    f.put("lib/a.rs", b"evil\n");
+    f.put("lib/b.rs", b"evil\n");
+    let out = ok(&t, "changes", json!({}));
+    assert_eq!(
+        out.structured["newly_ignored"]["entries"], 3,
+        "{}",
+        out.text
+    );
+    assert_eq!(
+        out.structured["newly_ignored"]["ignore_files"],
+        json!(["lib/.gitignore"]),
+        "{}",
+        out.text
+    );
+    assert!(
+        out.text.contains("3 entries") && out.text.contains("lib/.gitignore"),
+        "{}",
+        out.text
+    );
+    assert!(!out.text.contains("No changes"), "{}", out.text);
+}
+
+/// A small repository made by the host's git: the files of its `.git`
+/// before and after `change` ran in it, and the commit `HEAD` names then.
+fn git_states(
+    change: &str,
+) -> (
+    Vec<(String, Vec<u8>)>,
+    Vec<(String, Vec<u8>)>,
+    String,
+    String,
+) {
+    let dir = tempfile::tempdir().unwrap();
+    let sh = |script: &str| {
+        let out = std::process::Command::new("sh")
+            .args(["-c", script])
+            .current_dir(dir.path())
+            .env("GIT_AUTHOR_NAME", "a")
+            .env("GIT_AUTHOR_EMAIL", "a@b")
+            .env("GIT_COMMITTER_NAME", "a")
+            .env("GIT_COMMITTER_EMAIL", "a@b")
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{script}: {out:?}");
+        String::from_utf8(out.stdout).unwrap()
+    };
+    sh(
+        "git init -q -b main . && printf 'hello\\n' > README && printf 'x\\n' > other.txt \
+        && git add README other.txt && git commit -q -m first",
+    );
+    let files = |root: &std::path::Path| {
+        let mut out = Vec::new();
+        let mut stack = vec![root.join(".git")];
+        while let Some(d) = stack.pop() {
+            for e in std::fs::read_dir(&d).unwrap().flatten() {
+                let p = e.path();
+                if p.is_dir() {
+                    stack.push(p);
+                } else {
+                    let rel = p.strip_prefix(root).unwrap().to_str().unwrap().to_string();
+                    out.push((rel, std::fs::read(&p).unwrap()));
+                }
+            }
+        }
+        out
+    };
+    let before = files(dir.path());
+    let head_before = sh("git rev-parse HEAD").trim().to_string();
+    sh(change);
+    let after = files(dir.path());
+    let head_after = sh("git rev-parse HEAD").trim().to_string();
+    (before, after, head_before, head_after)
+}
+
+/// Red-team finding N12(a): a command rewrites the branch with a commit of
+/// the same message and marks the file `skip-worktree` (the worktree as it
+/// was, so the host's `git status` is clean): `changes` says that the
+/// branch moved and which files git's index now hides, and does not say
+/// "No changes". The control: at the baseline the repository adds nothing.
+pub fn changes_says_when_git_refs_move_or_the_index_hides_files(f: &dyn Fixture) {
+    let (before, after, old, new) = git_states(
+        "printf 'evil\\n' >> README && git commit -q -a --amend -m first \
+         && git update-index --skip-worktree README \
+         && git update-index --assume-unchanged other.txt \
+         && printf 'hello\\n' > README && test -z \"$(git status --short)\"",
+    );
+    assert_ne!(old, new);
+    for (path, bytes) in &before {
+        f.put(path, bytes);
+    }
+    f.put("README", b"hello\n");
+    f.put("other.txt", b"x\n");
+    let t = tools(f);
+    let out = ok(&t, "changes", json!({}));
+    assert!(out.text.contains("No changes"), "{}", out.text);
+    assert!(out.structured.get("git").is_none(), "{}", out.structured);
+    for (path, bytes) in &after {
+        if before.iter().all(|(p, b)| p != path || b != bytes) {
+            f.put(path, bytes);
+        }
+    }
+    let out = ok(&t, "changes", json!({}));
+    assert!(!out.text.contains("No changes"), "{}", out.text);
+    let git = out.structured["git"].as_array().unwrap();
+    assert!(
+        git.iter().any(|g| g["kind"] == "ref"
+            && g["name"] == "refs/heads/main"
+            && g["before"] == old.as_str()
+            && g["after"] == new.as_str()),
+        "{}",
+        out.structured
+    );
+    for (kind, name) in [
+        ("skip-worktree", "README"),
+        ("assume-unchanged", "other.txt"),
+    ] {
+        assert!(
+            git.iter().any(|g| g["kind"] == kind && g["name"] == name),
+            "{kind} {name}: {}",
+            out.structured
+        );
+    }
+    assert!(
+        out.text.contains("refs/heads/main") && out.text.contains("skip-worktree README"),
+        "{}",
+        out.text
+    );
+}

@@ -1,0 +1,531 @@
+//! What `changes` reads of git's own state, so that a command cannot hide a
+//! change behind git (SPEC §2, "nothing is silently unseen"): the refs of
+//! every git directory in the workspace (`HEAD`, loose refs, `packed-refs`,
+//! a reftable's table list) and the paths its index marks `skip-worktree`
+//! or `assume-unchanged` (which make the host's `git status` and `git diff`
+//! pass over a file's changes).
+//!
+//! Everything is read from the files themselves through the provider's
+//! [`FileSystem`] — no git process runs, and nothing a command can rewrite
+//! (a config, an alias, a hook) takes part. `changes` compares this state at
+//! the baseline with the state now and says every ref that moved and every
+//! path newly marked; what it cannot read (an index it does not know, more
+//! refs than it keeps) it says it did not compare.
+//!
+//! Not covered: the object store. A command can replace or shadow an
+//! object (a commit under an id the branch already names); `git fsck` on
+//! the host finds that (docs/SECURITY.md).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::ffi::OsStr;
+
+use schemars::JsonSchema;
+use serde::Serialize;
+
+use crate::error::ErrorKind;
+use crate::path::WorkspacePath;
+use crate::sandbox::{EntryKind, FileSystem};
+
+/// Most bytes read of `HEAD` or of one loose ref.
+const MAX_REF_FILE_BYTES: u64 = 4096;
+/// Most bytes read of `packed-refs`.
+const MAX_PACKED_REFS_BYTES: u64 = 32 * 1024 * 1024;
+/// Most bytes read of an index (one of 400,000 files is about 40 MB).
+const MAX_INDEX_BYTES: u64 = 128 * 1024 * 1024;
+/// Most refs kept for one git directory; beyond, its refs are not compared.
+const MAX_REFS: usize = 100_000;
+/// Deepest directory beneath `refs/` looked into.
+const MAX_REF_DEPTH: usize = 16;
+/// Directories looked into below `.git/modules` (as `git.rs` does).
+const MAX_MODULE_DEPTH: usize = 8;
+/// Most notes one `changes` result lists; the rest are counted.
+pub(crate) const MAX_GIT_NOTES: usize = 200;
+/// Bytes of a SHA-1 and of a SHA-256 object id.
+const HASH_LENS: [usize; 2] = [20, 32];
+/// An index entry's fixed part before its object id (stat data, mode).
+const INDEX_STAT_BYTES: usize = 40;
+
+/// An index flag that makes git pass over a file's changes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Flag {
+    AssumeUnchanged,
+    SkipWorktree,
+}
+
+impl Flag {
+    fn as_str(self) -> &'static str {
+        match self {
+            Flag::AssumeUnchanged => "assume-unchanged",
+            Flag::SkipWorktree => "skip-worktree",
+        }
+    }
+}
+
+/// What one git directory's files say, or why they could not be read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct DirState {
+    refs: Result<BTreeMap<String, String>, String>,
+    flags: Result<BTreeSet<(String, Flag)>, String>,
+}
+
+/// Git's state in a workspace at one moment: per git directory (relative
+/// to the root), its refs and index flags.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct GitState {
+    dirs: BTreeMap<WorkspacePath, DirState>,
+}
+
+/// One thing git's state says changed since the baseline.
+#[derive(Clone, Debug, Serialize, JsonSchema)]
+pub struct GitNote {
+    /// The git directory, relative to the root (`.git`).
+    pub git_dir: String,
+    /// `ref` (a ref moved, appeared or went), `skip-worktree` or
+    /// `assume-unchanged` (the index now marks the path: git passes over
+    /// its changes), `not_compared` (what could not be read; `name` says
+    /// what, `after` why).
+    pub kind: String,
+    /// The ref (`HEAD`, `refs/heads/main`) or the path.
+    pub name: String,
+    /// A ref's value at the baseline (`None`: it did not exist).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub before: Option<String>,
+    /// A ref's value now (`None`: it is gone), or why it was not compared.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub after: Option<String>,
+}
+
+impl GitNote {
+    /// The note's line in the text of `changes`; every name and value is
+    /// escaped (a command chose them).
+    pub(crate) fn line(&self) -> String {
+        let esc = |s: &str| crate::path::escape_name(s.as_bytes()).into_owned();
+        let dir = esc(&self.git_dir);
+        let name = esc(&self.name);
+        match (self.kind.as_str(), &self.before, &self.after) {
+            ("ref", Some(b), Some(a)) => {
+                format!("git {dir}: {name} moved {} → {}", esc(b), esc(a))
+            }
+            ("ref", None, Some(a)) => format!("git {dir}: {name} added at {}", esc(a)),
+            ("ref", Some(b), None) => format!("git {dir}: {name} removed (was {})", esc(b)),
+            ("not_compared", _, why) => format!(
+                "git {dir}: {name} not compared: {}",
+                esc(why.as_deref().unwrap_or(""))
+            ),
+            (flag, _, _) => format!(
+                "git {dir}: {flag} {name} (git's index now hides this file's changes from \
+                 `git status` and `git diff`)"
+            ),
+        }
+    }
+}
+
+impl GitState {
+    /// Reads the state of every git directory in the workspace `fs` shows.
+    pub(crate) fn read(fs: &dyn FileSystem) -> GitState {
+        let dirs = git_dirs(fs)
+            .into_iter()
+            .map(|dir| {
+                let state = DirState {
+                    refs: refs(fs, &dir),
+                    flags: index_flags(fs, &dir),
+                };
+                (dir, state)
+            })
+            .collect();
+        GitState { dirs }
+    }
+
+    /// What changed from `self` (the baseline) to `now`, in order of git
+    /// directory and name.
+    pub(crate) fn notes(&self, now: &GitState) -> Vec<GitNote> {
+        let mut out = Vec::new();
+        let names: BTreeSet<&WorkspacePath> = self.dirs.keys().chain(now.dirs.keys()).collect();
+        let empty = DirState {
+            refs: Ok(BTreeMap::new()),
+            flags: Ok(BTreeSet::new()),
+        };
+        for dir in names {
+            let before = self.dirs.get(dir).unwrap_or(&empty);
+            let after = now.dirs.get(dir).unwrap_or(&empty);
+            let git_dir = dir.display();
+            let note =
+                |kind: &str, name: &str, before: Option<&String>, after: Option<&String>| GitNote {
+                    git_dir: git_dir.clone(),
+                    kind: kind.to_string(),
+                    name: name.to_string(),
+                    before: before.cloned(),
+                    after: after.cloned(),
+                };
+            match (&before.refs, &after.refs) {
+                (Ok(b), Ok(a)) => {
+                    let refs: BTreeSet<&String> = b.keys().chain(a.keys()).collect();
+                    for name in refs {
+                        let (was, is) = (b.get(name), a.get(name));
+                        if was != is {
+                            out.push(note("ref", name, was, is));
+                        }
+                    }
+                }
+                (_, Err(why)) | (Err(why), _) => {
+                    out.push(note("not_compared", "refs", None, Some(why)));
+                }
+            }
+            match (&before.flags, &after.flags) {
+                (Ok(b), Ok(a)) => {
+                    for (path, flag) in a.difference(b) {
+                        out.push(note(flag.as_str(), path, None, None));
+                    }
+                }
+                (_, Err(why)) | (Err(why), _) => {
+                    out.push(note("not_compared", "index", None, Some(why)));
+                }
+            }
+        }
+        out
+    }
+}
+
+/// The git directories in the workspace: `.git` (a directory, or the
+/// directory a gitfile names by a relative path inside the root), its
+/// `worktrees/*` and `modules/**`.
+fn git_dirs(fs: &dyn FileSystem) -> Vec<WorkspacePath> {
+    let dot = WorkspacePath::root().join_name(OsStr::new(crate::git::GIT_DIR_NAME));
+    let main = match fs.metadata(&dot) {
+        Ok(m) if m.kind == EntryKind::Dir => dot,
+        Ok(m) if m.kind == EntryKind::File => {
+            let Some(target) = fs
+                .read_to_vec(&dot, MAX_REF_FILE_BYTES)
+                .ok()
+                .and_then(|b| gitfile_target(&b))
+            else {
+                return Vec::new();
+            };
+            target
+        }
+        _ => return Vec::new(),
+    };
+    let mut out = vec![main.clone()];
+    if let Ok(entries) = fs.read_dir(&main.join_name(OsStr::new("worktrees"))) {
+        for e in entries {
+            if e.kind == EntryKind::Dir && out.len() < crate::git::MAX_GIT_DIRS {
+                out.push(main.join_name(OsStr::new("worktrees")).join_name(&e.name));
+            }
+        }
+    }
+    modules(fs, &main.join_name(OsStr::new("modules")), 0, &mut out);
+    out
+}
+
+/// The directory a gitfile's `gitdir: <path>` names, when the path is
+/// relative and stays inside the root.
+fn gitfile_target(bytes: &[u8]) -> Option<WorkspacePath> {
+    let text = std::str::from_utf8(bytes).ok()?;
+    let target = text.lines().next()?.strip_prefix("gitdir:")?.trim();
+    if target.is_empty() || target.starts_with('/') {
+        return None;
+    }
+    WorkspacePath::parse(target).ok().filter(|p| !p.is_root())
+}
+
+/// The git directories below `dir` (a `modules` directory): each directory
+/// holding a `HEAD`, and those in its own `modules`.
+fn modules(fs: &dyn FileSystem, dir: &WorkspacePath, depth: usize, out: &mut Vec<WorkspacePath>) {
+    if depth > MAX_MODULE_DEPTH {
+        return;
+    }
+    let Ok(entries) = fs.read_dir(dir) else {
+        return;
+    };
+    for e in entries {
+        if e.kind != EntryKind::Dir || out.len() >= crate::git::MAX_GIT_DIRS {
+            continue;
+        }
+        let path = dir.join_name(&e.name);
+        if fs
+            .metadata(&path.join_name(OsStr::new("HEAD")))
+            .is_ok_and(|m| m.kind == EntryKind::File)
+        {
+            out.push(path.clone());
+            modules(fs, &path.join_name(OsStr::new("modules")), depth + 1, out);
+        } else {
+            modules(fs, &path, depth + 1, out);
+        }
+    }
+}
+
+/// A small file's text, its trailing line ends taken off; `Ok(None)` when
+/// it is missing.
+fn small_text(
+    fs: &dyn FileSystem,
+    path: &WorkspacePath,
+    max: u64,
+) -> Result<Option<String>, String> {
+    match fs.read_to_vec(path, max) {
+        Ok(b) => Ok(Some(
+            String::from_utf8_lossy(&b)
+                .trim_end_matches(['\n', '\r'])
+                .to_string(),
+        )),
+        Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(format!("`{path}` could not be read: {}", e.message())),
+    }
+}
+
+/// The refs of the git directory `dir`: `HEAD`, `packed-refs` overridden
+/// by loose refs, and a reftable's table list (by its digest).
+fn refs(fs: &dyn FileSystem, dir: &WorkspacePath) -> Result<BTreeMap<String, String>, String> {
+    let mut out = BTreeMap::new();
+    if let Some(head) = small_text(fs, &dir.join_name(OsStr::new("HEAD")), MAX_REF_FILE_BYTES)? {
+        out.insert("HEAD".to_string(), head);
+    }
+    if let Some(packed) = small_text(
+        fs,
+        &dir.join_name(OsStr::new("packed-refs")),
+        MAX_PACKED_REFS_BYTES,
+    )? {
+        for line in packed.lines() {
+            if line.starts_with(['#', '^']) {
+                continue;
+            }
+            if let Some((oid, name)) = line.split_once(' ') {
+                out.insert(name.to_string(), oid.to_string());
+            }
+        }
+    }
+    let tables = dir
+        .join_name(OsStr::new("reftable"))
+        .join_name(OsStr::new("tables.list"));
+    if let Some(list) = small_text(fs, &tables, MAX_PACKED_REFS_BYTES)? {
+        let digest = super::sha256(list.as_bytes());
+        let hex: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
+        out.insert("reftable/tables.list".to_string(), format!("sha256 {hex}…"));
+    }
+    loose_refs(fs, &dir.join_name(OsStr::new("refs")), "refs", 0, &mut out)?;
+    if out.len() > MAX_REFS {
+        return Err(format!(
+            "more than {} refs",
+            crate::output::thousands(MAX_REFS as u64)
+        ));
+    }
+    Ok(out)
+}
+
+/// The loose refs beneath `dir` (named `name/…`) into `out`.
+fn loose_refs(
+    fs: &dyn FileSystem,
+    dir: &WorkspacePath,
+    name: &str,
+    depth: usize,
+    out: &mut BTreeMap<String, String>,
+) -> Result<(), String> {
+    let entries = match fs.read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(format!("`{dir}` could not be listed: {}", e.message())),
+    };
+    if depth > MAX_REF_DEPTH {
+        return Err(format!("`{dir}` lies deeper than {MAX_REF_DEPTH} levels"));
+    }
+    for e in entries {
+        if out.len() > MAX_REFS {
+            return Ok(());
+        }
+        let path = dir.join_name(&e.name);
+        let child = format!("{name}/{}", e.name.to_string_lossy());
+        match e.kind {
+            EntryKind::Dir => loose_refs(fs, &path, &child, depth + 1, out)?,
+            EntryKind::File => {
+                if let Some(value) = small_text(fs, &path, MAX_REF_FILE_BYTES)? {
+                    out.insert(child, value);
+                }
+            }
+            // git writes none; one a command made is a ref that changed.
+            _ => {
+                out.insert(child, "(not a file)".to_string());
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The paths `dir/index` marks `skip-worktree` or `assume-unchanged`.
+fn index_flags(
+    fs: &dyn FileSystem,
+    dir: &WorkspacePath,
+) -> Result<BTreeSet<(String, Flag)>, String> {
+    let path = dir.join_name(OsStr::new("index"));
+    match fs.read_to_vec(&path, MAX_INDEX_BYTES) {
+        Ok(bytes) => parse_index(&bytes).map_err(|why| format!("`{path}`: {why}")),
+        Err(e) if e.kind() == ErrorKind::NotFound => Ok(BTreeSet::new()),
+        Err(e) => Err(format!("`{path}` could not be read: {}", e.message())),
+    }
+}
+
+fn be16(b: &[u8], at: usize) -> Option<u16> {
+    Some(u16::from_be_bytes(b.get(at..at + 2)?.try_into().ok()?))
+}
+
+fn be32(b: &[u8], at: usize) -> Option<u32> {
+    Some(u32::from_be_bytes(b.get(at..at + 4)?.try_into().ok()?))
+}
+
+/// The flagged paths of an index file (versions 2 to 4). The object id's
+/// length (SHA-1 or SHA-256) is the one with which every entry and
+/// extension parses and the file ends exactly at its checksum. A split
+/// index (`link` extension: the flags of most entries are in another file)
+/// is not read.
+fn parse_index(bytes: &[u8]) -> Result<BTreeSet<(String, Flag)>, String> {
+    if bytes.get(..4) != Some(b"DIRC") {
+        return Err("not a git index".into());
+    }
+    let version = be32(bytes, 4).ok_or("cut short")?;
+    if !(2..=4).contains(&version) {
+        return Err(format!("index version {version} is not read"));
+    }
+    let count = be32(bytes, 8).ok_or("cut short")? as usize;
+    let mut last = Err("its entries do not parse".to_string());
+    for hash in HASH_LENS {
+        match parse_entries(bytes, version, count, hash) {
+            Ok((flags, end)) => match extensions(bytes, end, hash) {
+                Ok(true) => return Err("a split index is not read".into()),
+                Ok(false) => return Ok(flags),
+                Err(why) => last = Err(why),
+            },
+            Err(why) => last = Err(why),
+        }
+    }
+    last
+}
+
+/// The flagged entries, and where the entries end.
+fn parse_entries(
+    b: &[u8],
+    version: u32,
+    count: usize,
+    hash: usize,
+) -> Result<(BTreeSet<(String, Flag)>, usize), String> {
+    let bad = || "its entries do not parse".to_string();
+    let mut out = BTreeSet::new();
+    let mut at = 12;
+    let mut prev: Vec<u8> = Vec::new();
+    for _ in 0..count {
+        let flags_at = at + INDEX_STAT_BYTES + hash;
+        let flags = be16(b, flags_at).ok_or_else(bad)?;
+        let mut name_at = flags_at + 2;
+        let mut extended = 0;
+        if flags & 0x4000 != 0 {
+            if version < 3 {
+                return Err(bad());
+            }
+            extended = be16(b, name_at).ok_or_else(bad)?;
+            name_at += 2;
+        }
+        let name: Vec<u8>;
+        if version == 4 {
+            // The name: how many bytes of the previous one to drop (git's
+            // offset varint), then the rest, NUL-terminated.
+            let mut i = name_at;
+            let mut c = *b.get(i).ok_or_else(bad)?;
+            i += 1;
+            let mut strip: usize = (c & 0x7f) as usize;
+            while c & 0x80 != 0 {
+                c = *b.get(i).ok_or_else(bad)?;
+                i += 1;
+                strip = strip
+                    .checked_add(1)
+                    .and_then(|s| s.checked_mul(128))
+                    .and_then(|s| s.checked_add((c & 0x7f) as usize))
+                    .ok_or_else(bad)?;
+            }
+            let nul = b[i..].iter().position(|&x| x == 0).ok_or_else(bad)?;
+            if strip > prev.len() {
+                return Err(bad());
+            }
+            let mut n = prev[..prev.len() - strip].to_vec();
+            n.extend_from_slice(&b[i..i + nul]);
+            name = n;
+            at = i + nul + 1;
+        } else {
+            let rest = b.get(name_at..).ok_or_else(bad)?;
+            let nul = rest.iter().position(|&x| x == 0).ok_or_else(bad)?;
+            let len = (flags & 0x0fff) as usize;
+            if len < 0x0fff && len != nul {
+                return Err(bad());
+            }
+            name = rest[..nul].to_vec();
+            // Padded with NULs to a multiple of 8 bytes.
+            let size = (name_at - at + nul + 8) & !7;
+            let pad = b.get(name_at + nul..at + size).ok_or_else(bad)?;
+            if pad.iter().any(|&x| x != 0) {
+                return Err(bad());
+            }
+            at += size;
+        }
+        let shown = String::from_utf8_lossy(&name).into_owned();
+        if flags & 0x8000 != 0 {
+            out.insert((shown.clone(), Flag::AssumeUnchanged));
+        }
+        if extended & 0x4000 != 0 {
+            out.insert((shown, Flag::SkipWorktree));
+        }
+        prev = name;
+    }
+    Ok((out, at))
+}
+
+/// Walks the extensions from `at` to the checksum: `Ok(true)` when one is
+/// `link` (a split index), `Err` unless they end exactly at the checksum.
+fn extensions(b: &[u8], mut at: usize, hash: usize) -> Result<bool, String> {
+    let end = b
+        .len()
+        .checked_sub(hash)
+        .ok_or("cut short before its checksum")?;
+    let mut split = false;
+    while at + 8 <= end {
+        let sig = &b[at..at + 4];
+        let size = be32(b, at + 4).ok_or("cut short")? as usize;
+        split |= sig == b"link";
+        at = at
+            .checked_add(8 + size)
+            .ok_or("an extension's size is out of range")?;
+    }
+    if at == end {
+        Ok(split)
+    } else {
+        Err("its extensions do not end at the checksum".into())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_bad_index_is_said_not_read() {
+        assert!(parse_index(b"XXXX").is_err());
+        let mut v5 = b"DIRC".to_vec();
+        v5.extend_from_slice(&5u32.to_be_bytes());
+        v5.extend_from_slice(&0u32.to_be_bytes());
+        assert!(parse_index(&v5).unwrap_err().contains("version 5"));
+        // An empty index of version 2 with a SHA-1 checksum.
+        let mut empty = b"DIRC".to_vec();
+        empty.extend_from_slice(&2u32.to_be_bytes());
+        empty.extend_from_slice(&0u32.to_be_bytes());
+        empty.extend_from_slice(&[0; 20]);
+        assert_eq!(parse_index(&empty), Ok(BTreeSet::new()));
+        // Cut short of its checksum.
+        assert!(parse_index(&empty[..20]).is_err());
+    }
+
+    #[test]
+    fn gitfile_targets_inside_the_root_only() {
+        assert_eq!(
+            gitfile_target(b"gitdir: store/wt\n"),
+            WorkspacePath::parse("store/wt").ok()
+        );
+        assert_eq!(gitfile_target(b"gitdir: /elsewhere/.git\n"), None);
+        assert_eq!(gitfile_target(b"gitdir: ../out\n"), None);
+        assert_eq!(gitfile_target(b"nothing\n"), None);
+    }
+}
