@@ -34,7 +34,56 @@ pub const ATTACKS: &[Attack] = &[
         control: None,
         run: open_host_devices,
     },
+    Attack {
+        name: "take the host's pseudo-terminals (kernel.pty.max)",
+        expect: "the sandbox's ptys stop at its devpts max; ptys still work there",
+        control: Some("on the host the same program opens every pty it asks for"),
+        run: hoard_ptys,
+    },
 ];
+
+/// The `max=` of the sandbox's `devpts` (`SANDBOX_PTYS` in
+/// `sandbox/linux/plan.rs`).
+const SANDBOX_PTYS: i64 = 64;
+/// Pseudo-terminals the attack asks for: well past the sandbox's bound,
+/// well within the host's (`kernel.pty.max`, 4,096 by default).
+const PTYS_ASKED: i64 = 3 * SANDBOX_PTYS;
+
+/// Python: opens up to `PTYS_ASKED` ptys, keeps them, prints how many and
+/// whether one works (a line written to the terminal is read on the other
+/// side).
+fn ptys_py() -> String {
+    format!(
+        "import os\nheld = []\nwhile len(held) < {PTYS_ASKED}:\n  try:\n    held.append(os.openpty())\n  except OSError:\n    break\nworks = False\nif held:\n  m, s = held[0]\n  os.write(m, b\"ping\\n\")\n  works = os.read(s, 64).startswith(b\"ping\")\nprint(\"PTYS\", len(held), works)"
+    )
+}
+
+fn hoard_ptys(l: &Lab) -> Verdict {
+    // Control: on the host the same program gets every pty it asks for.
+    let host = host_py(&ptys_py());
+    if host.trim() != format!("PTYS {PTYS_ASKED} True") {
+        return Err(format!("control: on the host {host:?}"));
+    }
+    let out = l.sh(&py(&ptys_py()));
+    let got: Vec<&str> = out
+        .text
+        .split("PTYS")
+        .nth(1)
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    let held: i64 = got.first().and_then(|n| n.parse().ok()).unwrap_or(-1);
+    if held > SANDBOX_PTYS {
+        return Err(format!(
+            "the sandbox held {held} ptys against a bound of {SANDBOX_PTYS}: {}",
+            out.text
+        ));
+    }
+    if held < SANDBOX_PTYS - 1 || got.get(1) != Some(&"True") {
+        return Err(format!("ptys do not work in the sandbox: {}", out.text));
+    }
+    Ok(())
+}
 
 /// A terminal of the host's: the test's user owns it (as a user owns the
 /// terminal they run an agent in), so only the sandbox stands between a

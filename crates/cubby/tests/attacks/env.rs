@@ -44,6 +44,18 @@ pub const ATTACKS: &[Attack] = &[
         run: read_scope_system,
     },
     Attack {
+        name: "read cluster, VPN and database credentials in /etc and /var/lib",
+        expect: "no planted secret read; made before and after the start",
+        control: Some("as root, the host reads each planted file"),
+        run: system_stores,
+    },
+    Attack {
+        name: "read cubby's command line at /proc/1/cmdline",
+        expect: "the init shows a neutral name, none of the server's arguments",
+        control: Some("the server's own /proc/self/cmdline holds them"),
+        run: the_servers_command_line,
+    },
+    Attack {
         name: "chmod and write a credential store's mask",
         expect: "no write shows, the masks' modes and mount options unchanged",
         control: Some("outside, the same user chmods and writes such a file"),
@@ -80,6 +92,43 @@ const HOME_STORES: &[(&str, Option<&str>)] = &[
     (".mozilla", Some("firefox/profile/cookies.sqlite")),
     (".config/google-chrome", Some("Default/Cookies")),
     (".config/chromium", Some("Default/Login Data")),
+    (".gemini/oauth_creds.json", None),
+    (".gemini/.env", None),
+    (".gemini/mcp-oauth-tokens.json", None),
+    (".qwen/oauth_creds.json", None),
+    (".config/github-copilot", Some("apps.json")),
+    (".local/share/opencode/auth.json", None),
+    (".config/doctl", Some("config.yaml")),
+    (".pulumi/credentials.json", None),
+    (".config/hcloud", Some("cli.toml")),
+    (".config/scw", Some("config.yaml")),
+    (".config/stripe", Some("config.toml")),
+    (".config/ngrok", Some("ngrok.yml")),
+    (".config/configstore/firebase-tools.json", None),
+    (".local/share/com.vercel.cli", Some("auth.json")),
+    (".fly/config.yml", None),
+    (".ollama/id_ed25519", None),
+    (".databrickscfg", None),
+];
+
+/// Files beside credential stores that stay readable (the tools that keep
+/// them read them on every run): the settings of the AI CLIs whose tokens
+/// are masked.
+const HOME_SETTINGS: &[&str] = &[".gemini/settings.json", ".qwen/settings.json"];
+
+/// The host's credential stores outside the homes, as files to plant
+/// (SPEC §4): cluster admin kubeconfigs and keys, a VPN's node keys, a
+/// database's maintenance password, a key in RHEL's private directory.
+const SYSTEM_STORE_FILES: &[&str] = &[
+    "/etc/kubernetes/admin.conf",
+    "/etc/kubernetes/super-admin.conf",
+    "/etc/kubernetes/pki/ca.key",
+    "/etc/rancher/k3s/k3s.yaml",
+    "/etc/rancher/rke2/rke2.yaml",
+    "/var/lib/rancher/k3s/server/token",
+    "/var/lib/tailscale/tailscaled.state",
+    "/etc/mysql/debian.cnf",
+    "/etc/pki/tls/private/server.key",
 ];
 
 /// A home directory for the read attacks: a fresh one beneath `/home` as
@@ -205,7 +254,192 @@ fn credential_stores_in_a_home(l: &Lab) -> Verdict {
         return Err(format!("only {} stores planted", early.len() + late.len()));
     }
     read_planted(&lab, &early)?;
-    read_planted(&lab, &late)
+    read_planted(&lab, &late)?;
+    // Beside the tokens, the same tools' settings stay readable.
+    let mut settings = Vec::new();
+    for rel in HOME_SETTINGS {
+        let m = marker("settings");
+        if let Some(path) = home.plant(rel, &m) {
+            settings.push((path, m));
+        }
+    }
+    let listed: Vec<String> = settings
+        .iter()
+        .map(|(p, _)| format!("'{}'", p.display()))
+        .collect();
+    let out = lab.sh(&format!("cat {}; true", listed.join(" ")));
+    for (path, m) in &settings {
+        if !out.text.contains(m.as_str()) {
+            return Err(format!(
+                "{} (settings) unreadable: {}",
+                path.display(),
+                out.text
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Files and directories made by a test outside its lab, removed (the
+/// last made first) when dropped.
+struct Planted(Vec<PathBuf>);
+
+impl Planted {
+    /// Writes `body` at `path` (mode 0600), making the directories above
+    /// it, unless something is there already (then `false`).
+    fn plant(&mut self, path: &Path, body: &str) -> bool {
+        if std::fs::symlink_metadata(path).is_ok() {
+            return false;
+        }
+        let mut missing = Vec::new();
+        let mut up = path.parent();
+        while let Some(dir) = up {
+            if std::fs::symlink_metadata(dir).is_ok() {
+                break;
+            }
+            missing.push(dir.to_path_buf());
+            up = dir.parent();
+        }
+        for dir in missing.into_iter().rev() {
+            if std::fs::create_dir(&dir).is_err() {
+                return false;
+            }
+            self.0.push(dir);
+        }
+        if std::fs::write(path, body).is_err() {
+            return false;
+        }
+        self.0.push(path.to_path_buf());
+        let _ = std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600));
+        true
+    }
+}
+
+impl Drop for Planted {
+    fn drop(&mut self) {
+        for path in self.0.iter().rev() {
+            let _ = std::fs::remove_file(path).or_else(|_| std::fs::remove_dir(path));
+        }
+    }
+}
+
+fn system_stores(l: &Lab) -> Verdict {
+    let _ = l;
+    // As root, each file that is missing is planted with a marker (half
+    // before the sandbox starts, half after its first command); as
+    // another user, the ones the host already holds that it can read.
+    let mut planted = Planted(Vec::new());
+    let mut early = Vec::new();
+    let mut later = Vec::new();
+    let mut existing = Vec::new();
+    let mut failed = Vec::new();
+    for (i, file) in SYSTEM_STORE_FILES.iter().enumerate() {
+        let path = PathBuf::from(file);
+        if std::fs::symlink_metadata(&path).is_ok() {
+            if let Ok(body) = std::fs::read_to_string(&path)
+                && body.len() >= 8
+            {
+                existing.push((path, body));
+            }
+        } else if !is_root() {
+        } else if i % 2 == 1 {
+            later.push(path);
+        } else {
+            let m = marker(&format!("sys{i}x"));
+            match planted.plant(&path, &m) {
+                true => early.push((path, m)),
+                false => failed.push(path),
+            }
+        }
+    }
+    let lab = lab();
+    lab.sh("true");
+    let mut late = Vec::new();
+    for (i, path) in later.into_iter().enumerate() {
+        let m = marker(&format!("syslate{i}x"));
+        match planted.plant(&path, &m) {
+            true => late.push((path, m)),
+            false => failed.push(path),
+        }
+    }
+    if !failed.is_empty() {
+        return Err(format!("control: could not plant {failed:?}"));
+    }
+    // Control: the host reads what was planted.
+    for (path, m) in early.iter().chain(&late) {
+        if std::fs::read_to_string(path).ok().as_deref() != Some(m.as_str()) {
+            return Err(format!("control: the host cannot read {}", path.display()));
+        }
+    }
+    read_planted(&lab, &early)?;
+    read_planted(&lab, &late)?;
+    // What the host held already: compared by digest, as above.
+    let mut script = String::new();
+    for (path, _) in &existing {
+        script.push_str(&format!("sha256sum < '{}'; ", path.display()));
+    }
+    script.push_str("true");
+    let out = lab.sh(&script);
+    for (path, body) in &existing {
+        let digest = sha256_hex(body.as_bytes());
+        not_in(&out, &digest).map_err(|_| format!("{} was read", path.display()))?;
+    }
+    Ok(())
+}
+
+/// The hex SHA-256 of `bytes`, by the host's `sha256sum`.
+fn sha256_hex(bytes: &[u8]) -> String {
+    use std::io::Write;
+    let mut child = std::process::Command::new("sha256sum")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(bytes).unwrap();
+    let out = child.wait_with_output().unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .next()
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// What the sandbox's init shows as its command line and name (`holder.rs`).
+const NEUTRAL_NAME: &str = "cubby-sandbox";
+
+fn the_servers_command_line(l: &Lab) -> Verdict {
+    // Control: the server's (this test's) command line, which the
+    // sandbox's processes copy: its program and arguments.
+    let own = std::fs::read("/proc/self/cmdline").unwrap();
+    let args: Vec<String> = own
+        .split(|&b| b == 0)
+        .map(|a| String::from_utf8_lossy(a).into_owned())
+        .filter(|a| a.len() >= 6 && !NEUTRAL_NAME.contains(a.as_str()))
+        .collect();
+    if args.is_empty() {
+        return Err(format!("control: /proc/self/cmdline holds {own:?}"));
+    }
+    let out = l.sh(
+        "printf 'CMDLINE<'; tr '\\0' ' ' < /proc/1/cmdline; printf '>COMM<'; cat /proc/1/comm; printf '>'",
+    );
+    let between = |open: &str| {
+        out.text
+            .split(open)
+            .nth(1)
+            .and_then(|t| t.split('>').next())
+            .unwrap_or_default()
+            .trim()
+    };
+    let (shown, comm) = (between("CMDLINE<"), between("COMM<"));
+    for arg in &args {
+        if shown.contains(arg.as_str()) || comm.contains(arg.as_str()) {
+            return Err(format!("/proc/1 shows {arg:?}: {}", out.text));
+        }
+    }
+    if shown != NEUTRAL_NAME || comm != NEUTRAL_NAME {
+        return Err(format!("/proc/1 of a command: {}", out.text));
+    }
+    Ok(())
 }
 
 /// The mount options of the mount at `point` in a command's

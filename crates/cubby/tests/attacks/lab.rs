@@ -177,6 +177,16 @@ pub fn py(code: &str) -> String {
     format!("/usr/bin/python3 -c '{code}'")
 }
 
+/// Runs a python program on the host, as the user running the suite;
+/// what it prints.
+pub fn host_py(code: &str) -> String {
+    let out = std::process::Command::new("/usr/bin/python3")
+        .args(["-c", code])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 pub fn is_root() -> bool {
     rustix::process::geteuid().is_root()
 }

@@ -65,6 +65,18 @@ pub const ATTACKS: &[Attack] = &[
         ),
         run: system_v_shared_memory_left_behind,
     },
+    Attack {
+        name: "take the host's legacy AIO contexts (fs.aio-max-nr)",
+        expect: "no context made; the host's aio-nr does not rise",
+        control: Some("on the host the same io_setup gets a context, counted in aio-nr"),
+        run: hoard_aio_contexts,
+    },
+    Attack {
+        name: "grow pipes past their default size (the user's pipe pages)",
+        expect: "no pipe grows; a pipe still holds 64 KiB and shrinks",
+        control: Some("on the host F_SETPIPE_SZ grows a pipe to 1 MiB"),
+        run: grow_pipes,
+    },
 ];
 
 fn fork_bomb(l: &Lab) -> Verdict {
@@ -304,16 +316,6 @@ fn fill_tmp_and_dev_shm(l: &Lab) -> Verdict {
     }
 }
 
-/// Runs a python program on the host, as the user running the suite;
-/// what it prints.
-fn host_py(code: &str) -> String {
-    let out = std::process::Command::new("/usr/bin/python3")
-        .args(["-c", code])
-        .output()
-        .unwrap();
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
 /// Python: `hoard(open)` opens until the kernel refuses and returns how
 /// many it got (kept open until the program ends).
 const HOARD_PY: &str = "import ctypes, fcntl, os, sys, time\nlibc = ctypes.CDLL(None, use_errno=True)\ndef hoard(open):\n  fds = []\n  while True:\n    fd = open()\n    if fd < 0:\n      return len(fds)\n    fds.append(fd)\ninotify = lambda: libc.inotify_init1(0)\nfanotify = lambda: libc.fanotify_init(0x200, 0)\n";
@@ -454,6 +456,98 @@ fn lease_on_a_host_file(l: &Lab) -> Verdict {
     let leased = leased?;
     if leased.contains("LEASED") || host_writer.trim() != "opened" {
         return Err(format!("{leased}; the host's writer: {host_writer}"));
+    }
+    Ok(())
+}
+
+/// Python: `setup(events)` makes a legacy AIO context of `events`
+/// (`io_setup`; the context, or the errno negated), `destroy(ctx)` ends
+/// it, `aio_nr()` reads the host-wide count.
+fn aio_py() -> String {
+    format!(
+        "import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\ndef setup(events):\n  ctx = ctypes.c_ulong(0)\n  if libc.syscall({}, events, ctypes.byref(ctx)) != 0:\n    return -ctypes.get_errno()\n  return ctx.value\ndef destroy(ctx):\n  libc.syscall({}, ctypes.c_ulong(ctx))\ndef aio_nr():\n  return int(open(\"/proc/sys/fs/aio-nr\").read())\n",
+        libc::SYS_io_setup,
+        libc::SYS_io_destroy
+    )
+}
+
+/// Contexts the attack asks for (of [`AIO_EVENTS`] each): enough to see
+/// that they are given, not so many that a failing run drains the host.
+const AIO_CONTEXTS: u32 = 8;
+/// Events of each context.
+const AIO_EVENTS: u32 = 1024;
+
+fn hoard_aio_contexts(l: &Lab) -> Verdict {
+    // Control: on the host io_setup gives a context, which aio-nr counts
+    // while it lives.
+    let host = host_py(&format!(
+        "{}before = aio_nr()\nctx = setup({AIO_EVENTS})\nheld = aio_nr()\nif ctx > 0:\n  destroy(ctx)\nprint(ctx > 0, held - before >= {AIO_EVENTS})",
+        aio_py()
+    ));
+    if host.trim() != "True True" {
+        return Err(format!("control: on the host {host:?}"));
+    }
+    // In the sandbox, the same in a loop (the whole host's budget is
+    // `fs.aio-max-nr`, 65,536 by default: 32 such contexts).
+    let out = l.sh(&py(&format!(
+        "{}got = []\nerr = 0\nwhile len(got) < {AIO_CONTEXTS}:\n  ctx = setup({AIO_EVENTS})\n  if ctx <= 0:\n    err = -ctx\n    break\n  got.append(ctx)\nprint(\"AIO\", len(got), err)",
+        aio_py()
+    )));
+    let got: Vec<i64> = out
+        .text
+        .split("AIO")
+        .nth(1)
+        .unwrap_or_default()
+        .split_whitespace()
+        .filter_map(|n| n.parse().ok())
+        .collect();
+    if got.first() != Some(&0) {
+        return Err(format!(
+            "the sandbox made AIO contexts (made, errno): {}",
+            out.text
+        ));
+    }
+    if got.get(1) != Some(&i64::from(libc::EPERM)) {
+        return Err(format!("io_setup not refused with EPERM: {}", out.text));
+    }
+    Ok(())
+}
+
+/// Python: `grow(size)` sets a new pipe's size (`F_SETPIPE_SZ`; the size
+/// got, or the errno negated).
+const PIPE_PY: &str = "import fcntl, os\nF_SETPIPE_SZ = 1031\nF_GETPIPE_SZ = 1032\ndef grow(size):\n  r, w = os.pipe()\n  try:\n    return fcntl.fcntl(w, F_SETPIPE_SZ, size)\n  except OSError as e:\n    return -e.errno\n  finally:\n    os.close(r)\n    os.close(w)\n";
+
+fn grow_pipes(l: &Lab) -> Verdict {
+    const GROWN: u64 = 1 << 20;
+    // Control: on the host a pipe grows to 1 MiB.
+    let host = host_py(&format!("{PIPE_PY}print(grow({GROWN}))"));
+    if host.trim() != GROWN.to_string() {
+        return Err(format!("control: on the host F_SETPIPE_SZ gave {host:?}"));
+    }
+    // In the sandbox: no growth, but a pipe shrinks, and one of the
+    // default size takes 64 KiB without a reader.
+    let out = l.sh(&py(&format!(
+        "{PIPE_PY}grown = grow({GROWN})\nshrunk = grow(4096)\nr, w = os.pipe()\nos.set_blocking(w, False)\nwrote = os.write(w, bytes(65536))\nprint(\"PIPES\", grown, shrunk, wrote, fcntl.fcntl(w, F_GETPIPE_SZ))"
+    )));
+    let got: Vec<i64> = out
+        .text
+        .split("PIPES")
+        .nth(1)
+        .unwrap_or_default()
+        .split_whitespace()
+        .filter_map(|n| n.parse().ok())
+        .collect();
+    if got.len() != 4 {
+        return Err(format!("the program did not run: {}", out.text));
+    }
+    if got[0] >= 0 {
+        return Err(format!("a pipe grew to {} bytes: {}", got[0], out.text));
+    }
+    if got[0] != -i64::from(libc::EPERM) || got[1] != 4096 || got[2] != 65536 || got[3] < 65536 {
+        return Err(format!(
+            "pipes (grown, shrunk, written, default size): {}",
+            out.text
+        ));
     }
     Ok(())
 }

@@ -64,7 +64,6 @@ const DEV_OPTIONS: &CStr = c"mode=0755,size=64k";
 /// `expect` and the like; none of the host's), and the usual links.
 pub(super) const DEV_SHM: &CStr = c"/dev/shm";
 const DEV_PTS: &CStr = c"/dev/pts";
-const DEV_PTS_OPTIONS: &CStr = c"newinstance,ptmxmode=0666,mode=0620";
 const DEV_LINKS: [(&CStr, &CStr); 5] = [
     (c"pts/ptmx", c"/dev/ptmx"),
     (c"/proc/self/fd", c"/dev/fd"),
@@ -74,6 +73,18 @@ const DEV_LINKS: [(&CStr, &CStr); 5] = [
 ];
 /// The sandbox's host name.
 const HOST_NAME: &[u8] = b"cubby";
+/// What the holder and every init show as their command line
+/// (`/proc/<pid>/cmdline`; the command's init is its pid 1) instead of the
+/// server's, whose memory they copy: the rest of the argument area is
+/// zeroed.
+const NEUTRAL_ARGV: &[u8] = b"cubby-sandbox\0";
+/// Their name (`/proc/<pid>/comm`, at most 15 bytes).
+const NEUTRAL_NAME: &CStr = c"cubby-sandbox";
+/// Bytes of zeros written at a time over the argument area.
+const ZEROS_BYTES: usize = 256;
+/// Fields of `/proc/<pid>/stat` after the command name that precede the
+/// argument area's start (`arg_start` is field 48; the name is field 2).
+const STAT_FIELDS_BEFORE_ARGS: usize = 45;
 
 /// `MOUNT_ATTR_RDONLY` of `linux/mount.h`.
 const MOUNT_ATTR_RDONLY: u64 = 0x1;
@@ -135,6 +146,9 @@ pub(super) struct HolderPlan {
     /// Mount options of the private `/tmp` and of `/dev/shm` (mode, size,
     /// inodes).
     pub tmp_options: CString,
+    /// Mount options of the sandbox's `devpts` (a new instance, and how
+    /// many terminals it holds: the plan's `SANDBOX_PTYS`).
+    pub pts_options: CString,
     /// Files under `/proc/sys` and what to write there, in order, by the
     /// holder as the first process of the sandbox's pid namespace and with
     /// every capability in its user namespace: that namespace's `pid_max`
@@ -175,6 +189,10 @@ pub(super) struct HolderPlan {
     pub commands: CommandSetup,
     /// Write end of the report pipe (step + errno on failure).
     pub report_fd: RawFd,
+    /// Where this process's arguments lie (`arg_start`, `arg_end` of
+    /// `/proc/self/stat`), which the holder overwrites in its copy
+    /// ([`blank_argv`]); `None` if they could not be read.
+    pub argv_area: Option<(u64, u64)>,
 }
 
 /// What the holder applies to every command, prepared before its fork.
@@ -219,6 +237,7 @@ impl HolderPlan {
             ipc_sysctls: plan.ipc_sysctls,
             private_tmp: plan.private_tmp,
             tmp_options: plan.tmp_options,
+            pts_options: plan.pts_options,
             sysctls: plan.sysctls,
             rebinds: plan.rebinds,
             pins: plan.pins,
@@ -238,8 +257,72 @@ impl HolderPlan {
                 foreground: plan.foreground,
             },
             report_fd,
+            argv_area: argv_area(),
         })
     }
+}
+
+/// `arg_start` and `arg_end` of this process (fields 48 and 49 of
+/// `/proc/self/stat`, after the parenthesised name, which may hold spaces).
+fn argv_area() -> Option<(u64, u64)> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    let (_, rest) = stat.rsplit_once(')')?;
+    let mut fields = rest
+        .split_whitespace()
+        .skip(STAT_FIELDS_BEFORE_ARGS)
+        .map(|f| f.parse::<u64>().ok());
+    let (start, end) = (fields.next()??, fields.next()??);
+    (start < end).then_some((start, end))
+}
+
+/// Makes this process's command line [`NEUTRAL_ARGV`] and its name
+/// [`NEUTRAL_NAME`]: the inits forked from it inherit both, so a command
+/// reading `/proc/1/cmdline` (readable whatever the dumpable flag) learns
+/// nothing of how cubby was started (its config path, its flags). Written
+/// through `/proc/self/mem`, which fails (and leaves the area as it was)
+/// rather than faults where the area is not mapped; best effort.
+///
+/// # Safety
+///
+/// The holder only, before anything reads its arguments again (nothing in
+/// the fork-side programs does): the area is overwritten under std's
+/// `env::args`.
+unsafe fn blank_argv(area: Option<(u64, u64)>) {
+    // SAFETY: prctl reads the NUL-terminated name.
+    unsafe { libc::prctl(libc::PR_SET_NAME, NEUTRAL_NAME.as_ptr(), 0, 0, 0) };
+    let Some((start, end)) = area else {
+        return;
+    };
+    let fd = syscalls::open(c"/proc/self/mem", libc::O_WRONLY | libc::O_CLOEXEC);
+    if fd < 0 {
+        return;
+    }
+    let zeros = [0u8; ZEROS_BYTES];
+    let mut at = start;
+    let mut first: &[u8] = if end - start >= NEUTRAL_ARGV.len() as u64 {
+        NEUTRAL_ARGV
+    } else {
+        &[]
+    };
+    while at < end {
+        let chunk = if first.is_empty() {
+            &zeros[..(end - at).min(ZEROS_BYTES as u64) as usize]
+        } else {
+            std::mem::take(&mut first)
+        };
+        let Ok(offset) = libc::off_t::try_from(at) else {
+            break;
+        };
+        // SAFETY: `chunk` is valid for its length; the kernel writes this
+        // process's own memory, checking the range is mapped.
+        let n = unsafe { libc::pwrite(fd, chunk.as_ptr().cast(), chunk.len(), offset) };
+        if n <= 0 {
+            break;
+        }
+        at += n as u64;
+    }
+    // SAFETY: `fd` was opened above.
+    unsafe { libc::close(fd) };
 }
 
 /// Arranges for `cmd` to become a sandbox's holder.
@@ -321,6 +404,8 @@ unsafe fn holder_main(plan: &HolderPlan) -> io::Result<()> {
     // from the report pipe (closed when ready).
     // SAFETY: this fn's contract: a forked child nothing else runs in.
     unsafe { close_all_but(&mut [plan.sock_fd, report]) };
+    // SAFETY: the holder, before anything reads its arguments.
+    unsafe { blank_argv(plan.argv_area) };
     // Joining a cgroup is slow (the kernel waits for an RCU grace period):
     // the holder joins once and every command inherits it.
     if let Some(procs) = &plan.commands.cgroup_procs
@@ -443,7 +528,7 @@ unsafe fn holder_setup(plan: &HolderPlan) -> io::Result<()> {
     }
     // SAFETY: `dev_fds` were opened above from `plan.devices`, one each,
     // and are the holder's own.
-    if !unsafe { own_dev(&dev_fds, &plan.devices) } {
+    if !unsafe { own_dev(&dev_fds, &plan.devices, &plan.pts_options) } {
         return Err(holder_fail(report, HolderStep::Devices));
     }
     if !syscalls::mount(
@@ -569,8 +654,9 @@ unsafe fn rebind_writable(fd: RawFd, rebind: &Rebind) -> bool {
 
 /// Covers the host's `/dev` with the sandbox's own: a tmpfs holding the
 /// devices of `fds` (opened from `devices`, bound at the same paths), the
-/// directory for `/dev/shm`, a private `devpts` on `/dev/pts` and the
-/// links; read-only once made. Commands then cannot open the host's
+/// directory for `/dev/shm`, a private `devpts` of `pts_options` (a new
+/// instance, with a `max=`) on `/dev/pts` and the links; read-only once
+/// made. Commands then cannot open the host's
 /// terminals, consoles, disks or any other device, whatever their
 /// permissions. Closes `fds`.
 ///
@@ -578,7 +664,7 @@ unsafe fn rebind_writable(fd: RawFd, rebind: &Rebind) -> bool {
 ///
 /// The holder only, in its own mount namespace; `fds` are its own and not
 /// used after.
-unsafe fn own_dev(fds: &[RawFd], devices: &[CString]) -> bool {
+unsafe fn own_dev(fds: &[RawFd], devices: &[CString], pts_options: &CStr) -> bool {
     let flags = libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC;
     if !syscalls::mount(
         Some(c"tmpfs"),
@@ -613,7 +699,7 @@ unsafe fn own_dev(fds: &[RawFd], devices: &[CString]) -> bool {
         DEV_PTS,
         Some(c"devpts"),
         libc::MS_NOSUID | libc::MS_NOEXEC,
-        Some(DEV_PTS_OPTIONS),
+        Some(pts_options),
     ) {
         return false;
     }

@@ -20,7 +20,8 @@
 //!    (read-only in `read-only` mode or on a read-only mount), the
 //!    directories above an existing `deny_read` path pinned, the existing
 //!    `deny_read` paths and credential stores masked, a `/dev` of the
-//!    sandbox's own with only the devices that exist.
+//!    sandbox's own with only the devices that exist and at most
+//!    [`SANDBOX_PTYS`] pseudo-terminals.
 //! 4. **Landlock**: everything readable, the workspace and writable roots
 //!    writable (not in `read-only` mode), the devices; then the holder's
 //!    `/tmp`, `/dev/shm` and `/dev/pts`. With `read_scope = "system"`, the
@@ -94,6 +95,17 @@ const SANDBOX_MSG_QUEUES: u64 = 256;
 /// Bytes a System V message queue may hold (`kernel.msgmnb`, the kernel's
 /// default).
 const SANDBOX_MSG_QUEUE_BYTES: u64 = 16 * 1024;
+/// Pseudo-terminals the sandbox's own `devpts` hands out at once (its
+/// `max=`). Every instance draws on one host-wide count (`kernel.pty.max`,
+/// of which `kernel.pty.reserve` is kept for the host's own instance
+/// alone), so without a bound one sandbox could take the ptys of every
+/// other container and sandbox; 64 is more than `script`, `expect` and a
+/// few terminal multiplexers need together.
+pub(super) const SANDBOX_PTYS: u64 = 64;
+/// Mount options of the sandbox's `devpts` but its `max=`: an instance of
+/// its own, `/dev/pts/ptmx` usable by everyone there, terminals the
+/// owner's and the group's to write.
+const PTS_OPTIONS: &str = "newinstance,ptmxmode=0666,mode=0620";
 /// The rlimits a command gets, by resource (`0` in the limits: none, but
 /// for core dumps, which are always off).
 pub(super) const RLIMIT_RESOURCES: [libc::__rlimit_resource_t; 6] = [
@@ -230,6 +242,8 @@ pub(super) struct Plan {
     pub private_tmp: bool,
     /// Mount options of the private `/tmp` and `/dev/shm`.
     pub tmp_options: CString,
+    /// Mount options of the sandbox's `devpts` (at most [`SANDBOX_PTYS`]).
+    pub pts_options: CString,
     /// The sandbox's process, inotify, fanotify and user-namespace limits.
     pub sysctls: Vec<(CString, CString)>,
     pub rebinds: Vec<Rebind>,
@@ -523,6 +537,8 @@ pub(super) fn plan(inputs: &Inputs<'_>, facts: &Facts) -> Result<Plan> {
         ipc_sysctls: ipc_sysctls(&options.limits, facts)?,
         private_tmp,
         tmp_options: tmp_options(options.limits.tmp_mb, facts)?,
+        pts_options: CString::new(format!("{PTS_OPTIONS},max={SANDBOX_PTYS}"))
+            .map_err(start_error)?,
         sysctls: sandbox_sysctls(&options.limits, facts)?,
         rebinds,
         pins,
@@ -625,7 +641,12 @@ impl fmt::Display for Plan {
         for pin in &self.pins {
             writeln!(f, "pin {}", show(pin))?;
         }
-        writeln!(f, "dev: own, /dev/shm ({})", show(&self.tmp_options))?;
+        writeln!(
+            f,
+            "dev: own, /dev/shm ({}), /dev/pts ({})",
+            show(&self.tmp_options),
+            show(&self.pts_options)
+        )?;
         for dev in &self.devices {
             writeln!(f, "device {}", show(dev))?;
         }

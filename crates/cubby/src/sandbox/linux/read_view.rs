@@ -3,7 +3,7 @@
 //! `read_scope = "system"`, the directories they see at all.
 //!
 //! **Credential stores.** A built-in list ([`HOME_STORES`] in every home
-//! directory, [`SYSTEM_STORES`] in `/etc`) plus `host_deny_read` is masked
+//! directory, [`SYSTEM_STORES`] in `/etc` and `/var/lib`) plus `host_deny_read` is masked
 //! in the sandbox's mount namespace, as `deny_read` paths are. A store can
 //! appear at any time (`aws configure`, `gh auth login`, an atomic rewrite
 //! of `~/.claude.json`), so the list of what exists is taken again before
@@ -61,6 +61,7 @@ pub(crate) const HOME_STORES: &[(&str, &[&str])] = &[
             ".boto",
             ".oci",
             ".huggingface",
+            ".databrickscfg",
             // Browser profiles: cookies, saved passwords, session tokens.
             ".mozilla",
         ],
@@ -81,8 +82,17 @@ pub(crate) const HOME_STORES: &[(&str, &[&str])] = &[
             "opera*",
             "glab-cli",
             "rclone",
+            // GitHub Copilot's OAuth tokens (`apps.json`, `hosts.json`).
+            "github-copilot",
+            // Cloud and platform CLIs whose config holds their token.
+            "doctl",
+            "hcloud",
+            "scw",
+            "stripe",
+            "ngrok",
         ],
     ),
+    (".config/configstore", &["firebase-tools.json"]),
     (".config/git", &["credentials"]),
     (".config/containers", &["auth.json"]),
     (".cache/huggingface", &["token"]),
@@ -91,7 +101,18 @@ pub(crate) const HOME_STORES: &[(&str, &[&str])] = &[
     (".terraform.d", &["credentials*"]),
     (".codex", &["auth.json"]),
     (".claude", &[".credentials.json"]),
-    (".local/share", &["keyrings"]),
+    // Gemini CLI and its fork Qwen Code: the tokens and keys, not the
+    // settings (`settings.json`, `GEMINI.md`), which their runs read.
+    (
+        ".gemini",
+        &["oauth_creds.json", ".env", "mcp-oauth-tokens.json"],
+    ),
+    (".qwen", &["oauth_creds.json", ".env"]),
+    (".local/share", &["keyrings", "com.vercel.cli"]),
+    (".local/share/opencode", &["auth.json"]),
+    (".pulumi", &["credentials.json"]),
+    (".fly", &["config.yml"]),
+    (".ollama", &["id_ed25519"]),
     ("snap", &["firefox", "chromium"]),
 ];
 
@@ -122,7 +143,22 @@ pub(crate) const SYSTEM_STORES: &[(&str, &[&str])] = &[
         ],
     ),
     ("/etc/ssl", &["private"]),
+    ("/etc/pki/tls", &["private"]),
     ("/etc/security", &["opasswd"]),
+    // Cluster credentials: kubeadm's kubeconfigs (`admin.conf`,
+    // `super-admin.conf`, `kubelet.conf`, …) and keys; k3s's and rke2's
+    // admin kubeconfigs and k3s's join token and keys.
+    ("/etc/kubernetes", &["*.conf", "pki"]),
+    ("/etc/rancher/k3s", &["k3s.yaml"]),
+    ("/etc/rancher/rke2", &["rke2.yaml"]),
+    (
+        "/var/lib/rancher/k3s/server",
+        &["token", "node-token", "cred", "tls"],
+    ),
+    // tailscaled's node keys.
+    ("/var/lib", &["tailscale"]),
+    // The password of Debian's MySQL maintenance account.
+    ("/etc/mysql", &["debian.cnf"]),
 ];
 
 /// With `read_scope = "system"`: the system directories commands read.

@@ -24,7 +24,9 @@
 //!    a command run by `cubby exec` shares the caller's terminal, and what
 //!    it pushed would run in the caller's shell after it), `fcntl` taking a
 //!    file lease ([`LEASE_COMMANDS`]: a lease on a host file the command
-//!    can read makes the host's writers wait or fail), and the calls in
+//!    can read makes the host's writers wait or fail) or growing a pipe
+//!    past the default size ([`max_pipe_bytes`]: the pages of pipes are
+//!    charged to the user, whose budget the host shares), and the calls in
 //!    [`MODE_ARGS`] with a set-user-ID or set-group-ID bit in their mode (a
 //!    command of a cubby run as root could otherwise leave a set-user-ID
 //!    root program in the workspace) return `EPERM`; everything else is
@@ -42,8 +44,12 @@
 use crate::error::{Error, ErrorKind, Result};
 
 /// System calls no sandboxed command may make: debugging other processes,
-/// changing mounts, loading kernel code, key management, joining other
-/// namespaces, and kernel interfaces with a history of exploits.
+/// changing mounts, loading kernel code, key management (the kernel's key
+/// quota is per user, shared with the host), joining other namespaces,
+/// kernel interfaces with a history of exploits, and what takes from a
+/// host-wide pool no namespace bounds (`io_setup`: legacy AIO contexts
+/// count against `fs.aio-max-nr`, one number for the whole host; their
+/// other calls act on a context only, so fail without one).
 const DENIED: &[libc::c_long] = &[
     libc::SYS_ptrace,
     libc::SYS_process_vm_readv,
@@ -62,6 +68,7 @@ const DENIED: &[libc::c_long] = &[
     libc::SYS_io_uring_setup,
     libc::SYS_io_uring_enter,
     libc::SYS_io_uring_register,
+    libc::SYS_io_setup,
     libc::SYS_kexec_load,
     libc::SYS_kexec_file_load,
     libc::SYS_init_module,
@@ -101,6 +108,22 @@ const TTY_INJECTION: &[u32] = &[libc::TIOCSTI as u32, libc::TIOCLINUX as u32];
 /// non-blocking one with `EAGAIN`. Nothing a command runs needs one
 /// (file servers take them).
 const LEASE_COMMANDS: &[u32] = &[libc::F_SETLEASE as u32];
+
+/// Pages of a pipe as the kernel makes it (`PIPE_DEF_BUFFERS`).
+const DEFAULT_PIPE_PAGES: u64 = 16;
+
+/// The page size assumed when the system cannot tell its own.
+const FALLBACK_PAGE_BYTES: u64 = 4096;
+
+/// The largest size `fcntl(F_SETPIPE_SZ)` may ask for: a pipe's default
+/// (64 KiB with 4 KiB pages). Every pipe's pages are charged to its user
+/// (`fs.pipe-user-pages-soft`, then new pipes of that user get two pages
+/// and cannot grow), and a command runs as the user running cubby, so
+/// growth is refused; shrinking is not.
+pub(crate) fn max_pipe_bytes() -> u32 {
+    let page = crate::sandbox::local::shim::page_size().unwrap_or(FALLBACK_PAGE_BYTES);
+    u32::try_from(DEFAULT_PIPE_PAGES.saturating_mul(page)).unwrap_or(u32::MAX)
+}
 
 /// `fchmodat2` (Linux 6.6), numbered alike on x86_64 and aarch64.
 const SYS_FCHMODAT2: libc::c_long = 452;
@@ -194,7 +217,8 @@ enum Rule {
     Families,
     /// `EPERM` for a request in [`TTY_INJECTION`] (the second argument).
     Ioctl,
-    /// `EPERM` for a command in [`LEASE_COMMANDS`] (the second argument).
+    /// `EPERM` for a command in [`LEASE_COMMANDS`] (the second argument),
+    /// and for `F_SETPIPE_SZ` past [`max_pipe_bytes`] (the third).
     Fcntl,
     /// `EPERM` when the argument of this index has a bit of [`SETID_BITS`].
     SetId(u32),
@@ -456,8 +480,26 @@ pub(crate) fn filter(sockets: Sockets) -> Result<Vec<libc::sock_filter>> {
     // So is fcntl's command.
     asm.bind(fcntl);
     asm.load(OFFSET_ARG0_LOW + ARG_BYTES);
-    let leasing: Vec<(u32, usize)> = LEASE_COMMANDS.iter().map(|&c| (c, eperm)).collect();
-    asm.match_any(&leasing, allow);
+    let pipe_size = asm.label();
+    let fcntl_cases: Vec<(u32, usize)> = LEASE_COMMANDS
+        .iter()
+        .map(|&c| (c, eperm))
+        .chain([(libc::F_SETPIPE_SZ as u32, pipe_size)])
+        .collect();
+    asm.match_any(&fcntl_cases, allow);
+    // F_SETPIPE_SZ's size: kernels since 5.x read the low word of the
+    // argument, older ones all of it; either way nothing above the low
+    // word, nor a low word past the default, gets through.
+    asm.bind(pipe_size);
+    asm.load(OFFSET_ARG0_LOW + 2 * ARG_BYTES + 4);
+    asm.jump(libc::BPF_JEQ, 0, Target::Next, Target::Label(eperm));
+    asm.load(OFFSET_ARG0_LOW + 2 * ARG_BYTES);
+    asm.jump(
+        libc::BPF_JGT,
+        max_pipe_bytes(),
+        Target::Label(eperm),
+        Target::Label(allow),
+    );
     // Modes are unsigned ints too.
     for &(arg, label) in &set_id {
         asm.bind(label);
@@ -537,6 +579,7 @@ mod tests {
                     let taken = match c & 0xf0 {
                         op if op == libc::BPF_JEQ => acc == insn.k,
                         op if op == libc::BPF_JGE => acc >= insn.k,
+                        op if op == libc::BPF_JGT => acc > insn.k,
                         op if op == libc::BPF_JSET => acc & insn.k != 0,
                         op => panic!("unexpected jump {op:#x}"),
                     };
@@ -648,6 +691,51 @@ mod tests {
                 libc::F_NOTIFY,
             ] {
                 assert_eq!(gets(cmd as u64, 0), libc::SECCOMP_RET_ALLOW, "fcntl {cmd}");
+            }
+        }
+    }
+
+    #[test]
+    fn pipes_may_shrink_but_not_grow_past_the_default() {
+        let fcntl = libc::SYS_fcntl as u32;
+        let max = u64::from(max_pipe_bytes());
+        assert!(max >= 64 * 1024, "{max}");
+        for sockets in [Sockets::Any, Sockets::Inet, Sockets::UnixOnly] {
+            let gets =
+                |cmd: u64, arg: u64| command_gets_args(sockets, AUDIT_ARCH, fcntl, &[3, cmd, arg]);
+            let set = libc::F_SETPIPE_SZ as u64;
+            for size in [max + 1, 2 * max, 1 << 20, u64::from(u32::MAX)] {
+                assert_eq!(gets(set, size), EPERM, "F_SETPIPE_SZ {size}");
+            }
+            // Bits above the low word: new kernels drop them, old ones
+            // refuse the size; the filter refuses either way.
+            assert_eq!(gets(set, 1 << 32), EPERM);
+            assert_eq!(gets(set, (1 << 32) | 4096), EPERM);
+            assert_eq!(gets(set | 1 << 32, 1 << 20), EPERM);
+            for size in [0, 1, 4096, max - 1, max] {
+                assert_eq!(
+                    gets(set, size),
+                    libc::SECCOMP_RET_ALLOW,
+                    "F_SETPIPE_SZ {size}"
+                );
+            }
+            assert_eq!(gets(libc::F_GETPIPE_SZ as u64, 0), libc::SECCOMP_RET_ALLOW);
+        }
+    }
+
+    #[test]
+    fn legacy_aio_contexts_are_refused() {
+        for sockets in [Sockets::Any, Sockets::UnixOnly] {
+            let gets = |nr: libc::c_long| command_gets(sockets, AUDIT_ARCH, nr as u32, 0);
+            assert_eq!(gets(libc::SYS_io_setup), EPERM);
+            // Without a context the rest can only fail; left to the kernel.
+            for nr in [
+                libc::SYS_io_submit,
+                libc::SYS_io_getevents,
+                libc::SYS_io_destroy,
+                libc::SYS_io_cancel,
+            ] {
+                assert_eq!(gets(nr), libc::SECCOMP_RET_ALLOW, "syscall {nr}");
             }
         }
     }
