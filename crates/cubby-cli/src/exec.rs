@@ -7,13 +7,19 @@ use std::process::ExitCode;
 use anyhow::bail;
 use cubby::sandbox::env::{NON_INTERACTIVE_ENV, Source};
 use cubby::sandbox::{CommandEnv, ExecSpec, ExitStatus};
-use cubby::{HostEnv, Mode, NetworkMode, ProviderKind, WorkspacePath};
+use cubby::{ErrorKind, HostEnv, Mode, NetworkMode, ProviderKind, WorkspacePath};
 
 use crate::Common;
 use crate::setup;
 
-/// Exit code when the command could not be started at all.
+/// Exit code when cubby could not run the command (the sandbox did not
+/// start), as `env`, `docker run` and `timeout` use it.
 const EXIT_NOT_STARTED: u8 = 125;
+/// Exit code when the program is there but cannot be executed (as a shell
+/// reports it).
+const EXIT_NOT_EXECUTABLE: u8 = 126;
+/// Exit code when there is no such program (as a shell reports it).
+const EXIT_NOT_FOUND: u8 = 127;
 /// Added to a signal's number for the exit code of a command it killed
 /// (as shells report it).
 const EXIT_SIGNAL_BASE: i32 = 128;
@@ -63,7 +69,13 @@ pub fn run(
         Ok(child) => child,
         Err(e) => {
             eprintln!("cubby: {}", e.message());
-            return Ok(ExitCode::from(EXIT_NOT_STARTED));
+            // The kinds every provider gives a program that did not start
+            // (`Sandbox::exec_attached`).
+            return Ok(ExitCode::from(match e.kind() {
+                ErrorKind::NotFound => EXIT_NOT_FOUND,
+                ErrorKind::Denied => EXIT_NOT_EXECUTABLE,
+                _ => EXIT_NOT_STARTED,
+            }));
         }
     };
     let status = child.wait();

@@ -164,3 +164,43 @@ fn npm_ci_with_network_allow() {
         );
     }
 }
+
+/// Renames and hard links across directories (what `pip`, `cargo`'s
+/// uplifting and `mv` of a build's output do): each Landlock layer of a
+/// command must handle and grant `REFER`, or the kernel refuses them with
+/// `EXDEV` (and `mv` falls back to copying). Control: the same on the host.
+#[test]
+fn renames_and_links_across_directories() {
+    on_host("python3");
+    let script = "import os\n\
+        os.makedirs('a/x', exist_ok=True); os.makedirs('b', exist_ok=True)\n\
+        open('a/f', 'w').write('f'); open('a/x/g', 'w').write('g')\n\
+        os.rename('a/f', 'b/f'); os.rename('a/x', 'b/x'); os.link('b/f', 'a/f2')\n\
+        print('moved', open('b/x/g').read(), open('a/f2').read())\n";
+    let host = workspace();
+    std::fs::write(host.path().join("t.py"), script).unwrap();
+    let out = std::process::Command::new("python3")
+        .arg("t.py")
+        .current_dir(host.path())
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "moved g f\n",
+        "control: {out:?}"
+    );
+    for scope in SCOPES {
+        let dir = workspace();
+        std::fs::write(dir.path().join("t.py"), script).unwrap();
+        let t = tools(dir.path(), scope, NetworkMode::Off);
+        let out = run(
+            &t,
+            "python3 t.py && mkdir -p /tmp/c && echo t > /tmp/c/t && mv /tmp/c/t t2 && cat t2",
+        );
+        assert!(
+            out.text.starts_with("OK exit=0") && out.text.contains("moved g f\nt\n"),
+            "{scope:?}: {}",
+            out.text
+        );
+    }
+}

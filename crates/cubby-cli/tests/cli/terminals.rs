@@ -112,8 +112,9 @@ fn exec_cannot_push_input_into_the_callers_terminal() {
 /// `cubby exec` passes the command's stdout and stderr through apart and
 /// untouched and gives its exit code (128 + the signal that killed it), on
 /// every provider that runs commands, through the one `Sandbox` contract; a
-/// command that cannot start is 125 on each of them; a provider without
-/// commands is refused.
+/// program that is not there is 127 and one that cannot be executed 126 on
+/// each of them (as a shell, `env` and `docker run` report them), a sandbox
+/// that cannot start 125; a provider without commands is refused.
 #[test]
 fn exec_passes_streams_and_exit_codes_through_on_every_provider() {
     let dir = tempfile::tempdir().unwrap();
@@ -146,13 +147,46 @@ fn exec_passes_streams_and_exit_codes_through_on_every_provider() {
         );
         let out = exec(flags, &["sh", "-c", "kill -TERM $$"]);
         assert_eq!(out.status.code(), Some(128 + 15), "{flags:?}: {out:?}");
-        let out = exec(flags, &["/nonexistent/cubby-no-such-program"]);
-        assert_eq!(out.status.code(), Some(125), "{flags:?}: {out:?}");
+        for missing in [
+            "/nonexistent/cubby-no-such-program",
+            "cubby-no-such-program",
+        ] {
+            let out = exec(flags, &[missing]);
+            assert_eq!(out.status.code(), Some(127), "{flags:?}: {out:?}");
+            assert!(
+                String::from_utf8_lossy(&out.stderr).contains("cubby-no-such-program"),
+                "{flags:?}: {out:?}"
+            );
+        }
+        // Control: the file is there, and the shell reads it.
+        let plain = dir.path().join("plain.txt");
+        std::fs::write(&plain, "not a program\n").unwrap();
+        let out = exec(flags, &["cat", plain.to_str().unwrap()]);
+        assert_eq!(out.stdout, b"not a program\n", "{flags:?}: {out:?}");
+        let out = exec(flags, &[plain.to_str().unwrap()]);
+        assert_eq!(out.status.code(), Some(126), "{flags:?}: {out:?}");
         assert!(
-            String::from_utf8_lossy(&out.stderr).contains("cubby-no-such-program"),
+            String::from_utf8_lossy(&out.stderr).contains("plain.txt"),
             "{flags:?}: {out:?}"
         );
     }
+    // A sandbox that cannot start (a `deny_read` path that is a link,
+    // which it cannot hide): 125.
+    let odd = tempfile::tempdir().unwrap();
+    std::os::unix::fs::symlink("elsewhere", odd.path().join("secret")).unwrap();
+    std::fs::write(odd.path().join("cubby.toml"), "deny_read = [\"secret\"]\n").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_cubby"))
+        .args(["exec", "--root"])
+        .arg(odd.path())
+        .args(["--provider", "linux", "--", "true"])
+        .env_remove("RUST_LOG")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(125), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("secret"),
+        "{out:?}"
+    );
     let out = exec(&["--provider", "virtual"], &["true"]);
     assert_eq!(out.status.code(), Some(2), "{out:?}");
     assert!(

@@ -194,7 +194,10 @@ pub trait Sandbox: Send + Sync {
     ///
     /// # Errors
     ///
-    /// `unsupported` on providers without commands.
+    /// `unsupported` on providers without commands; for a program that did
+    /// not start, `not_found` when there is no such program (nor on the
+    /// command's `PATH`) and `denied` when it cannot be executed (`cubby
+    /// exec` exits 127 and 126, as a shell does; 125 for any other error).
     fn exec_attached(&self, spec: &ExecSpec) -> Result<Box<dyn ProcessHandle>> {
         let _ = spec;
         Err(runs_no_commands(self.kind()))

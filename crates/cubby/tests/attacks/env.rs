@@ -8,7 +8,7 @@
 
 use crate::Attack;
 use crate::lab::*;
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 /// The escape suite's attacks on environment and credentials.
@@ -24,6 +24,12 @@ pub const ATTACKS: &[Attack] = &[
         expect: "the new content unseen",
         control: Some("the same user reads the store outside the sandbox"),
         run: credential_store_replaced_on_the_host,
+    },
+    Attack {
+        name: "read credential stores the host renames, rewrites and makes while a command runs",
+        expect: "no store read, by that command or the next",
+        control: Some("a host shell that waits the same way reads each store"),
+        run: credential_stores_moved_while_a_command_runs,
     },
     Attack {
         name: "read /etc/shadow, sudoers, SSH host keys and ~/ stores",
@@ -54,6 +60,12 @@ pub const ATTACKS: &[Attack] = &[
         expect: "the init shows a neutral name, none of the server's arguments",
         control: Some("the server's own /proc/self/cmdline holds them"),
         run: the_servers_command_line,
+    },
+    Attack {
+        name: "read ~/.config through a toolchain beneath it on PATH (read_scope = system)",
+        expect: "~/.config/doctl and another tool's file unseen; the toolchain still runs",
+        control: Some("the host reads both files"),
+        run: read_scope_system_config_root,
     },
     Attack {
         name: "chmod and write a credential store's mask",
@@ -687,6 +699,241 @@ fn read_scope_system(l: &Lab) -> Verdict {
                 out.text
             ));
         }
+    }
+    Ok(())
+}
+
+/// Runs `script` through `run` (prefixed with a wait) while the host calls
+/// `host`: the script first blocks reading a fifo in `dir`; a host thread
+/// opens the fifo's other end (which blocks until the script has opened
+/// its end, so the script has started), calls `host`, and writes the line
+/// the script waits for. Returns what `run` returned.
+fn while_it_waits<T>(
+    dir: &Path,
+    script: &str,
+    run: impl FnOnce(&str) -> T,
+    host: impl FnOnce() + Send,
+) -> T {
+    use std::io::Write;
+    let fifo = dir.join("go.fifo");
+    let _ = std::fs::remove_file(&fifo);
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        &fifo,
+        rustix::fs::FileType::Fifo,
+        rustix::fs::Mode::from_raw_mode(0o666),
+        0,
+    )
+    .unwrap();
+    // Readable by the unprivileged user's commands too.
+    std::fs::set_permissions(&fifo, std::fs::Permissions::from_mode(0o666)).unwrap();
+    let out = std::thread::scope(|s| {
+        let opener = s.spawn(|| {
+            let mut end = std::fs::OpenOptions::new().write(true).open(&fifo).unwrap();
+            host();
+            end.write_all(b"go\n").unwrap();
+        });
+        let out = run(&format!("read _ < '{}'; {script}", fifo.display()));
+        // Had the script never opened the fifo, this open lets the host
+        // thread's go on.
+        let _unblock = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(rustix::fs::OFlags::NONBLOCK.bits() as i32)
+            .open(&fifo)
+            .unwrap();
+        opener.join().unwrap();
+        out
+    });
+    let _ = std::fs::remove_file(&fifo);
+    out
+}
+
+/// The host's moves on a home's stores while a command runs: `~/.aws`
+/// renamed, `~/.claude.json` saved anew (a file renamed over it),
+/// `~/.pypirc` made; the script that then reads each, and the markers the
+/// host wrote.
+struct StoreMoves {
+    aws: PathBuf,
+    moved: PathBuf,
+    claude: PathBuf,
+    pypirc: PathBuf,
+}
+
+impl StoreMoves {
+    fn new(home: &Path) -> StoreMoves {
+        StoreMoves {
+            aws: home.join(".aws"),
+            moved: home.join(format!(".aws-moved-{}", std::process::id())),
+            claude: home.join(".claude.json"),
+            pypirc: home.join(".pypirc"),
+        }
+    }
+
+    /// The host's side; the markers it leaves.
+    fn host(&self, tag: &str) -> Vec<String> {
+        let renewed = marker(&format!("{tag}renewed"));
+        let made = marker(&format!("{tag}made"));
+        std::fs::rename(&self.aws, &self.moved).unwrap();
+        let tmp = self.claude.with_extension("tmp");
+        std::fs::write(&tmp, &renewed).unwrap();
+        std::fs::rename(&tmp, &self.claude).unwrap();
+        std::fs::write(&self.pypirc, &made).unwrap();
+        vec![renewed, made]
+    }
+
+    fn script(&self) -> String {
+        format!(
+            "cat '{}/credentials' '{}' '{}'; ls -la '{}'; true",
+            self.moved.display(),
+            self.claude.display(),
+            self.pypirc.display(),
+            self.moved.display()
+        )
+    }
+
+    /// Back as before the host's moves.
+    fn undo(&self) {
+        std::fs::rename(&self.moved, &self.aws).unwrap();
+        let _ = std::fs::remove_file(&self.pypirc);
+    }
+}
+
+fn credential_stores_moved_while_a_command_runs(l: &Lab) -> Verdict {
+    // The masks are mounts on names. While a command runs, the host
+    // renames `~/.aws`, saves `~/.claude.json` by renaming a new file over
+    // it (the kernel drops the mask on the old one in every namespace) and
+    // makes `~/.pypirc` (no mask until the next command). The command waits
+    // on a fifo until the host is done, then reads all three.
+    let _ = l;
+    let mut home = Home::new("moved");
+    let planted = plant_stores(&mut home, |i| {
+        matches!(HOME_STORES[i].0, ".aws" | ".claude.json")
+    });
+    let moves = StoreMoves::new(&home.path);
+    if planted.len() != 2 || moves.pypirc.exists() || moves.moved.exists() {
+        if !home.fresh {
+            eprintln!(
+                "note: {} holds these stores already; not moved",
+                home.path.display()
+            );
+            return Ok(());
+        }
+        return Err(format!(
+            "cannot plant the stores in {}",
+            home.path.display()
+        ));
+    }
+    let lab = lab();
+    read_planted(&lab, &planted)?;
+    // Control: the same moves around a host shell that waits the same way
+    // let it read all of them.
+    let mut control = Vec::new();
+    let seen = while_it_waits(
+        &lab.outside,
+        &moves.script(),
+        |script| {
+            let out = std::process::Command::new("bash")
+                .arg("-c")
+                .arg(script)
+                .output()
+                .unwrap();
+            String::from_utf8_lossy(&out.stdout).into_owned()
+        },
+        || control = moves.host("control"),
+    );
+    moves.undo();
+    if let Some(m) = control.iter().find(|m| !seen.contains(m.as_str())) {
+        return Err(format!("control: the host shell did not read {m}: {seen}"));
+    }
+    let mut markers = Vec::new();
+    let out = while_it_waits(
+        &lab.ws,
+        &moves.script(),
+        |script| lab.sh(script),
+        || markers = moves.host("attack"),
+    );
+    moves.undo();
+    if markers.is_empty() {
+        return Err(format!("the host never moved the stores: {}", out.text));
+    }
+    for m in markers.iter().chain(planted.iter().map(|(_, m)| m)) {
+        not_in(&out, m)?;
+    }
+    // The next command, too.
+    let out = lab.sh(&format!(
+        "cat '{}' '{}'",
+        moves.claude.display(),
+        planted[0].0.display()
+    ));
+    for m in &markers {
+        not_in(&out, m)?;
+    }
+    Ok(())
+}
+
+fn read_scope_system_config_root(l: &Lab) -> Verdict {
+    // With `read_scope = "system"` each `PATH` entry grants its toolchain.
+    // Composer's global bin (`~/.config/composer/vendor/bin`) on `PATH`
+    // granted all of `~/.config` (red-team pass, N4): `doctl`'s token and
+    // every other tool's files there. The toolchain must still run.
+    let _ = l;
+    let mut home = Home::new("configroot");
+    let pid = std::process::id();
+    let token = marker("doctl");
+    let notes = marker("cfgnotes");
+    let ran = marker("composer");
+    let planted = [
+        home.plant(
+            ".config/doctl/config.yaml",
+            &format!("access-token: {token}\n"),
+        ),
+        home.plant(&format!(".config/cubby-notes-{pid}/token"), &notes),
+        home.plant(
+            &format!(".config/composer/vendor/bin/cubby-tool-{pid}"),
+            &format!("#!/bin/sh\necho {ran}\n"),
+        ),
+    ];
+    let [Some(doctl), Some(other), Some(tool)] = planted else {
+        if !home.fresh {
+            eprintln!(
+                "note: {} holds ~/.config/doctl or composer already; not planted",
+                home.path.display()
+            );
+            return Ok(());
+        }
+        return Err(format!("cannot plant in {}", home.path.display()));
+    };
+    std::fs::set_permissions(&tool, std::fs::Permissions::from_mode(0o755)).unwrap();
+    // Control: the host reads both.
+    for (file, m) in [(&doctl, &token), (&other, &notes)] {
+        if !std::fs::read_to_string(file).unwrap().contains(m.as_str()) {
+            return Err(format!("control: the host cannot read {}", file.display()));
+        }
+    }
+    let bin = tool.parent().unwrap();
+    let host = cubby::HostEnv::capture()
+        .with(
+            "PATH",
+            format!("/usr/local/bin:/usr/bin:/bin:{}", bin.display()),
+        )
+        .with("HOME", &home.path);
+    let sys = lab_in(host, |p, _, _| {
+        p.read_scope(cubby::ReadScope::System);
+    });
+    let out = sys.sh(&format!(
+        "cat '{}' '{}'; ls '{}'; '{}'",
+        doctl.display(),
+        other.display(),
+        home.path.join(".config").display(),
+        tool.display()
+    ));
+    not_in(&out, &token)?;
+    not_in(&out, &notes)?;
+    if !out.text.contains(&ran) {
+        return Err(format!(
+            "the toolchain on PATH no longer runs: {}",
+            out.text
+        ));
     }
     Ok(())
 }

@@ -57,7 +57,18 @@ pub fn lab_dirs() -> (tempfile::TempDir, PathBuf, PathBuf) {
 /// The lab's toolset: a `linux` sandbox on `ws` opened from `policy`, and
 /// the toolset under the same policy.
 pub fn open_lab(base: tempfile::TempDir, ws: PathBuf, outside: PathBuf, policy: Policy) -> Lab {
-    let host = HostEnv::capture();
+    open_lab_in(base, ws, outside, policy, HostEnv::capture())
+}
+
+/// [`open_lab`] with `host` as cubby's environment (for the sandbox and the
+/// toolset both).
+pub fn open_lab_in(
+    base: tempfile::TempDir,
+    ws: PathBuf,
+    outside: PathBuf,
+    policy: Policy,
+    host: HostEnv,
+) -> Lab {
     let sandbox = LinuxSandbox::open(&ws, &policy, &host).unwrap();
     let tools = Toolset::builder(Arc::new(sandbox))
         .policy(policy)
@@ -74,6 +85,15 @@ pub fn open_lab(base: tempfile::TempDir, ws: PathBuf, outside: PathBuf, policy: 
 }
 
 pub fn lab_with(configure: impl FnOnce(&mut PolicyBuilder, &mut Limits, &Path)) -> Lab {
+    lab_in(HostEnv::capture(), configure)
+}
+
+/// [`lab_with`] with `host` as cubby's environment (a `PATH` or `HOME` of
+/// the attack's).
+pub fn lab_in(
+    host: HostEnv,
+    configure: impl FnOnce(&mut PolicyBuilder, &mut Limits, &Path),
+) -> Lab {
     let (base, ws, outside) = lab_dirs();
     std::fs::write(outside.join("target.txt"), "original\n").unwrap();
     let nested = format!("{NESTED_SECRET_DIR}/");
@@ -85,7 +105,7 @@ pub fn lab_with(configure: impl FnOnce(&mut PolicyBuilder, &mut Limits, &Path)) 
     limits.sandbox.address_space_mb = TEST_ADDRESS_SPACE_MB;
     configure(&mut policy, &mut limits, &ws);
     let policy = policy.limits(limits).build().unwrap();
-    open_lab(base, ws, outside, policy)
+    open_lab_in(base, ws, outside, policy, host)
 }
 
 pub fn lab() -> Lab {

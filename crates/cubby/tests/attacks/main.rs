@@ -21,7 +21,8 @@
 //!
 //! A new attack is a function and a row in its section's table (or a
 //! `#[test]` in its section, for the file tools); a new section is a module
-//! and a line in [`SECTIONS`].
+//! and a line in [`SECTIONS`]. `CUBBY_ATTACKS=text` runs only the rows whose
+//! name holds `text` (both runs; for working on one attack).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -54,6 +55,9 @@ const ESCAPE_USER: &str = "cubby-escape";
 
 /// The minimum number of attacks the suite must hold.
 const MIN_ATTACKS: usize = 30;
+
+/// Runs only the escape suite's rows whose name holds its value.
+const ONLY_ENV: &str = "CUBBY_ATTACKS";
 
 /// One attack of the escape suite: a row of its section's table.
 pub struct Attack {
@@ -121,6 +125,7 @@ fn run_suite(who: &str) {
     drop(control);
     none_left(&m).unwrap();
     let mut escapes = Vec::new();
+    let only = std::env::var(ONLY_ENV).ok();
     for (section, attacks) in SECTIONS {
         for Attack {
             name,
@@ -129,6 +134,9 @@ fn run_suite(who: &str) {
             run,
         } in *attacks
         {
+            if only.as_ref().is_some_and(|o| !name.contains(o.as_str())) {
+                continue;
+            }
             let lab = lab();
             let started = Instant::now();
             let verdict = run(&lab);
@@ -236,6 +244,7 @@ fn escape_suite_as_unprivileged_user() {
         ])
         .env_clear()
         .env(CHILD_ENV, "1")
+        .envs(std::env::var_os(ONLY_ENV).map(|v| (ONLY_ENV, v)))
         .env("PATH", "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin")
         .env("HOME", &home)
         .env("TMPDIR", "/tmp")

@@ -6,7 +6,7 @@
 
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::PathBuf;
-use std::process::{Child, Command};
+use std::process::Child;
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -35,6 +35,9 @@ pub(super) struct Live {
     /// What every command's environment gets on top (proxy variables,
     /// placeholders).
     pub(super) extra_env: Vec<(String, String)>,
+    /// `O_PATH` fds of the holder's directories the store layer grants
+    /// (its `/dev`, its private `/tmp`), opened while it could be reached.
+    pub(super) store_dirs: Vec<OwnedFd>,
 }
 
 impl Drop for Live {
@@ -115,12 +118,14 @@ impl ProcessHandle for SandboxChild {
 /// Waits for the init of the command just requested to answer on `chan`
 /// (or its end to close: the holder or the init died; a request still
 /// queued is dropped with the holder's socket), then hands back the
-/// command, `lease` now holding `live` too.
+/// command, `lease` now holding `live` too. `attached`: the command of
+/// `cubby exec` (see [`exec_error`]).
 pub(super) fn await_start(
     live: Arc<Live>,
     chan: OwnedFd,
     program: &str,
     mut lease: Lease,
+    attached: bool,
 ) -> Result<(SandboxChild, Lease)> {
     let mut polls = [rustix::event::PollFd::new(
         &chan,
@@ -156,7 +161,7 @@ pub(super) fn await_start(
             ))
         }
         Some((Some(msg), _)) if msg.kind == MSG_EXEC_FAILED || msg.kind == MSG_FORK_FAILED => {
-            Err(exec_error(program, msg.arg))
+            Err(exec_error(program, msg.arg, attached))
         }
         _ => Err(start_error("the sandbox's holder has gone")),
     }
@@ -166,64 +171,22 @@ pub(super) fn await_start(
 /// holds in the sandbox is released when this is dropped (after it is
 /// waited for).
 pub(super) struct InheritedChild {
-    pub(super) child: InheritedInner,
-    pub(super) _lease: Option<Lease>,
-}
-
-pub(super) enum InheritedInner {
-    /// `full-access`: a host process in this process's group (the
-    /// terminal's foreground job), so signals reach it alone.
-    Host {
-        pid: u32,
-        child: Mutex<Child>,
-    },
-    Sandboxed(Box<SandboxChild>),
-}
-
-impl InheritedInner {
-    pub(super) fn host(child: Child) -> InheritedInner {
-        InheritedInner::Host {
-            pid: child.id(),
-            child: Mutex::new(child),
-        }
-    }
-
-    /// Sends `sig` to a `full-access` command.
-    fn signal_host(pid: u32, sig: rustix::process::Signal) {
-        if let Some(pid) = rustix::process::Pid::from_raw(pid as i32) {
-            let _ = rustix::process::kill_process(pid, sig);
-        }
-    }
+    pub(super) child: SandboxChild,
+    pub(super) _lease: Lease,
 }
 
 impl ProcessHandle for InheritedChild {
     fn id(&self) -> u32 {
-        match &self.child {
-            InheritedInner::Host { pid, .. } => *pid,
-            InheritedInner::Sandboxed(c) => c.id(),
-        }
+        self.child.id()
     }
     fn stop(&self) {
-        match &self.child {
-            InheritedInner::Host { pid, .. } => {
-                InheritedInner::signal_host(*pid, rustix::process::Signal::TERM);
-            }
-            InheritedInner::Sandboxed(c) => c.stop(),
-        }
+        self.child.stop();
     }
     fn kill_tree(&self) {
-        match &self.child {
-            InheritedInner::Host { pid, .. } => {
-                InheritedInner::signal_host(*pid, rustix::process::Signal::KILL);
-            }
-            InheritedInner::Sandboxed(c) => c.kill_tree(),
-        }
+        self.child.kill_tree();
     }
     fn wait(&self) -> ExitStatus {
-        match &self.child {
-            InheritedInner::Host { child, .. } => lock(child).wait().into(),
-            InheritedInner::Sandboxed(c) => c.wait(),
-        }
+        self.child.wait()
     }
 }
 
@@ -249,10 +212,22 @@ fn host_pid(pidfd: &OwnedFd) -> Option<u32> {
         .and_then(|p| p.trim().parse().ok())
 }
 
-/// The error for a command that could not be exec'd (or set up).
-fn exec_error(program: &str, errno: i32) -> Error {
+/// The error for a command that could not be exec'd (or set up). For
+/// `cubby exec` (`attached`), a program that is not there is `not_found`
+/// and one that cannot be executed `denied`, as the contract has it
+/// (`Sandbox::exec_attached`); for the tools, a shell that is not there is
+/// `unsupported`.
+fn exec_error(program: &str, errno: i32, attached: bool) -> Error {
     let err = std::io::Error::from_raw_os_error(errno);
     match errno {
+        libc::ENOENT if attached => Error::new(
+            ErrorKind::NotFound,
+            format!("`{program}`: no such program in the sandbox (nor on the command's PATH)"),
+        ),
+        libc::ENOEXEC if attached => Error::new(
+            ErrorKind::Denied,
+            format!("`{program}` cannot be executed in the sandbox: {err}"),
+        ),
         libc::EAGAIN => Error::new(
             ErrorKind::Limit,
             format!(
@@ -274,17 +249,4 @@ fn exec_error(program: &str, errno: i32) -> Error {
             format!("cannot start `{program}` in the sandbox: {err}"),
         ),
     }
-}
-
-pub(super) fn spawn(cmd: &mut Command, program: &str) -> Result<Child> {
-    cmd.spawn().map_err(|e| match e.kind() {
-        std::io::ErrorKind::NotFound => Error::new(
-            ErrorKind::Unsupported,
-            format!("`{program}` is not installed in the sandbox; cubby needs it to run commands"),
-        ),
-        _ => Error::new(
-            ErrorKind::Internal,
-            format!("cannot start `{program}` in the sandbox: {e}"),
-        ),
-    })
 }

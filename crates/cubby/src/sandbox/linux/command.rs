@@ -7,7 +7,8 @@
 //! In order ([`command_exec`]): its stdio only (never the payload or the
 //! socket its init reports its end on), the signals the holder ignored
 //! reset, its rlimits, `PR_SET_NO_NEW_PRIVS` and the sandbox's Landlock
-//! ruleset, the read layer with `read_scope = "system"`, every capability
+//! ruleset, the store layer (with its own `/proc` added), the read layer
+//! with `read_scope = "system"`, every capability
 //! dropped, its seccomp filter, then `execve` (with a `PATH` search as
 //! `execvp` would, in the command's own `PATH`). A failure's errno goes to
 //! the init on the exec-error pipe.
@@ -18,9 +19,9 @@ use std::os::fd::RawFd;
 use std::sync::atomic::Ordering;
 
 use super::holder::{CommandSetup, IGNORED_SIGNALS};
-use super::landlock::READ_RULES;
+use super::landlock::{READ_RULES, restrict_store_layer};
 use super::syscalls::{self, errno};
-use super::wire::{MSG_MAX_FDS, RUN_STDIO};
+use super::wire::{MSG_MAX_FDS, RUN_STDIO, RUN_STORE_LAYER};
 
 /// Stack of the command's last steps (they use a few KiB).
 pub(super) const COMMAND_STACK_BYTES: usize = 256 * 1024;
@@ -106,6 +107,12 @@ unsafe fn command_exec(steps: &LastSteps<'_>) -> i32 {
     // SAFETY: landlock_restrict_self takes an fd and flags.
     if unsafe { libc::syscall(libc::SYS_landlock_restrict_self, steps.landlock_fd, 0u32) } != 0 {
         return errno();
+    }
+    // The store layer (`read_view.rs`): credential stores unreadable by
+    // what it grants, whatever happens to the masks on their names.
+    let e = restrict_store_layer(steps.fds[RUN_STORE_LAYER]);
+    if e != 0 {
+        return e;
     }
     if READ_RULES.system_scope() {
         let e = READ_RULES.restrict();

@@ -1,4 +1,4 @@
-//! Landlock for the `linux` provider, in two layers.
+//! Landlock for the `linux` provider, in three layers.
 //!
 //! 1. **The sandbox's ruleset**, compiled once per sandbox by the server
 //!    from the plan's [`LandlockRules`] with the `landlock` crate: the base
@@ -7,7 +7,13 @@
 //!    then [`finish`]ed with the holder's private `/tmp`, `/dev/shm` and
 //!    `/dev/pts`, reached through `/proc/<holder>/root`. Its fd goes to the
 //!    holder (`MSG_LANDLOCK`) and every command restricts itself with it.
-//! 2. **The read layer** of `read_scope = "system"`, fork-side: the holder
+//! 2. **The store layer** (see `read_view.rs`), in every scope: built by
+//!    the server on the host's tree ([`StoreLayerBuilder`]: the directories
+//!    on the way to a credential store listable only, their other entries
+//!    readable), with the holder's `/dev` and private `/tmp`; each command's
+//!    last steps add their own `/proc` to it and restrict themselves with it
+//!    ([`restrict_store_layer`], raw syscalls).
+//! 3. **The read layer** of `read_scope = "system"`, fork-side: the holder
 //!    opens what commands may read in its own view ([`ReadRules::open`]),
 //!    and each command's last steps add a second ruleset granting reads
 //!    beneath those and the command's own `/proc` only
@@ -21,7 +27,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicUsize, Ordering::Relaxed};
 
 use ::landlock::{
-    ABI, Access, AccessFs, PathBeneath, PathFd, Ruleset, RulesetAttr, RulesetCreated,
+    ABI, Access, AccessFs, BitFlags, PathBeneath, PathFd, Ruleset, RulesetAttr, RulesetCreated,
     RulesetCreatedAttr, Scope,
 };
 
@@ -128,11 +134,158 @@ pub(super) fn holder_root(pid: u32) -> PathBuf {
     PathBuf::from(format!("/proc/{pid}/root"))
 }
 
+/// What the store layer grants one path.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum StoreGrant {
+    /// A directory on the way to a store: listed only (beneath it too).
+    List,
+    /// A directory: read and executed beneath it.
+    ReadDir,
+    /// A file that is not a directory: read and executed.
+    ReadFile,
+}
+
+/// The rights the store layer handles: reading and executing, and `REFER`
+/// (ABI 2 on; dropped below, where every layer refuses it anyway), since a
+/// layer refuses renames and links across directories unless it handles
+/// and grants `REFER`.
+fn store_handled() -> BitFlags<AccessFs> {
+    AccessFs::from_read(ABI::V1) | AccessFs::Refer
+}
+
+impl StoreGrant {
+    fn access(self) -> BitFlags<AccessFs> {
+        match self {
+            StoreGrant::List => AccessFs::ReadDir.into(),
+            StoreGrant::ReadDir => store_handled(),
+            StoreGrant::ReadFile => AccessFs::from_read(ABI::V1) & AccessFs::from_file(ABI::V1),
+        }
+    }
+}
+
+/// The store layer as it is built (see the module doc): a rule per grant,
+/// then [`StoreLayerBuilder::finish`]ed with the holder's directories.
+pub(super) struct StoreLayerBuilder(RulesetCreated);
+
+impl StoreLayerBuilder {
+    /// An empty store layer.
+    ///
+    /// # Errors
+    ///
+    /// `unsupported` when the kernel refuses.
+    pub(super) fn new() -> Result<StoreLayerBuilder> {
+        let ruleset = Ruleset::default()
+            .handle_access(store_handled())
+            .map_err(|e| ll(&e))?
+            .create()
+            .map_err(|e| ll(&e))?;
+        Ok(StoreLayerBuilder(ruleset))
+    }
+
+    /// The layer with `grant` on `fd` (an `O_PATH` fd) too.
+    ///
+    /// # Errors
+    ///
+    /// `unsupported` when the kernel refuses.
+    pub(super) fn grant(self, fd: impl std::os::fd::AsFd, grant: StoreGrant) -> Result<Self> {
+        self.0
+            .add_rule(PathBeneath::new(fd, grant.access()))
+            .map(StoreLayerBuilder)
+            .map_err(|e| ll(&e))
+    }
+
+    /// The finished layer, as the fd each command restricts itself with:
+    /// `holder_dirs` (the holder's own directories, opened through
+    /// `/proc/<holder>/root` when it started; Landlock does not look at the
+    /// directories a mount hides, so the sandbox's own mounts need rules of
+    /// their own) readable too.
+    ///
+    /// # Errors
+    ///
+    /// `unsupported` when the kernel refuses or Landlock is not enabled.
+    pub(super) fn finish(self, holder_dirs: &[OwnedFd]) -> Result<OwnedFd> {
+        let mut layer = self;
+        for dir in holder_dirs {
+            layer = layer.grant(dir, StoreGrant::ReadDir)?;
+        }
+        let fd: Option<OwnedFd> = layer.0.into();
+        fd.ok_or_else(|| start_error("Landlock is not enabled in this kernel"))
+    }
+}
+
+/// `O_PATH` fds of the holder's `dirs` (relative to its root), reached
+/// through `holder_root` while it can still be (see [`finish`]): what the
+/// store layer grants of the sandbox's own mounts, kept for each time it is
+/// built.
+///
+/// # Errors
+///
+/// `unsupported` when one cannot be opened.
+pub(super) fn holder_dirs(dirs: &[PathBuf], holder_root: &Path) -> Result<Vec<OwnedFd>> {
+    dirs.iter()
+        .map(|dir| {
+            let path = holder_root.join(dir);
+            rustix::fs::open(
+                &path,
+                rustix::fs::OFlags::PATH | rustix::fs::OFlags::CLOEXEC,
+                rustix::fs::Mode::empty(),
+            )
+            .map_err(|e| start_error(format!("Landlock: {}: {e}", path.display())))
+        })
+        .collect()
+}
+
+/// The store layer, fork-side: the command's own `/proc` added to `layer`
+/// (a mount of its own, which no rule the server made can name), then the
+/// command restricted by it; 0, or the errno. The command's last steps
+/// only, after `PR_SET_NO_NEW_PRIVS`. Each command adds one rule to the
+/// shared ruleset; the server builds it anew after
+/// `read_view::MAX_LAYER_USES` commands, so that they do not pile up.
+pub(super) fn restrict_store_layer(layer: RawFd) -> i32 {
+    let proc_fd = syscalls::open(c"/proc", libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC);
+    if proc_fd < 0 {
+        return errno();
+    }
+    let rule = LandlockPathBeneath {
+        allowed_access: LL_EXECUTE | LL_READ_FILE | LL_READ_DIR,
+        parent_fd: proc_fd,
+    };
+    // SAFETY: `rule` has the kernel's (packed) layout; `layer` is the
+    // ruleset fd the request carried.
+    let added = unsafe {
+        libc::syscall(
+            libc::SYS_landlock_add_rule,
+            layer,
+            LL_RULE_PATH_BENEATH,
+            &rule as *const LandlockPathBeneath,
+            0u32,
+        )
+    };
+    let mut result = if added != 0 { errno() } else { 0 };
+    // SAFETY: opened above, closed once.
+    unsafe { libc::close(proc_fd) };
+    if result == 0 {
+        // SAFETY: landlock_restrict_self takes an fd and flags.
+        if unsafe { libc::syscall(libc::SYS_landlock_restrict_self, layer, 0u32) } != 0 {
+            result = errno();
+        }
+    }
+    result
+}
+
 /// Landlock's file access rights (`linux/landlock.h`) the read layer
 /// handles.
 const LL_EXECUTE: u64 = 1 << 0;
 const LL_READ_FILE: u64 = 1 << 2;
 const LL_READ_DIR: u64 = 1 << 3;
+/// `LANDLOCK_ACCESS_FS_REFER` (ABI 2): renames and links across
+/// directories, which a layer that does not handle it refuses (`EXDEV`).
+const LL_REFER: u64 = 1 << 13;
+/// The first ABI with [`LL_REFER`].
+const LL_REFER_ABI: libc::c_long = 2;
+/// `LANDLOCK_CREATE_RULESET_VERSION`: `landlock_create_ruleset` answers
+/// the ABI.
+const LL_CREATE_RULESET_VERSION: u32 = 1;
 /// `LANDLOCK_RULE_PATH_BENEATH`.
 const LL_RULE_PATH_BENEATH: libc::c_int = 1;
 
@@ -160,6 +313,9 @@ pub(super) struct ReadRules {
     files: AtomicU64,
     /// Whether commands get the read layer at all.
     system_scope: AtomicBool,
+    /// Whether the kernel has `REFER` (the layer then handles and grants
+    /// it, so that renames across the directories it grants work).
+    refer: AtomicBool,
 }
 
 /// The holder's read rules (see [`ReadRules`]).
@@ -168,6 +324,7 @@ pub(super) static READ_RULES: ReadRules = ReadRules {
     count: AtomicUsize::new(0),
     files: AtomicU64::new(0),
     system_scope: AtomicBool::new(false),
+    refer: AtomicBool::new(false),
 };
 
 impl ReadRules {
@@ -202,6 +359,17 @@ impl ReadRules {
         self.files.store(files, Relaxed);
         self.count.store(kept, Relaxed);
         self.system_scope.store(!rules.is_empty(), Relaxed);
+        // SAFETY: with a null attribute, a size of 0 and the version flag,
+        // landlock_create_ruleset only answers the ABI.
+        let abi = unsafe {
+            libc::syscall(
+                libc::SYS_landlock_create_ruleset,
+                std::ptr::null::<LandlockRulesetAttr>(),
+                0usize,
+                LL_CREATE_RULESET_VERSION,
+            )
+        };
+        self.refer.store(abi >= LL_REFER_ABI, Relaxed);
         Ok(kept)
     }
 
@@ -214,7 +382,12 @@ impl ReadRules {
     /// and the command's own `/proc` only; 0, or the errno. The command's
     /// last steps only, after `PR_SET_NO_NEW_PRIVS`.
     pub(super) fn restrict(&self) -> i32 {
-        let handled = LL_EXECUTE | LL_READ_FILE | LL_READ_DIR;
+        let read = LL_EXECUTE | LL_READ_FILE | LL_READ_DIR;
+        let handled = if self.refer.load(Relaxed) {
+            read | LL_REFER
+        } else {
+            read
+        };
         let attr = LandlockRulesetAttr {
             handled_access_fs: handled,
         };
@@ -248,7 +421,7 @@ impl ReadRules {
             };
             (fd.load(Relaxed), access)
         });
-        for (fd, access) in held.chain([(proc_fd, handled)]) {
+        for (fd, access) in held.chain([(proc_fd, read)]) {
             let rule = LandlockPathBeneath {
                 allowed_access: access,
                 parent_fd: fd,

@@ -113,7 +113,7 @@ use crate::net::{Egress, EgressProxy, Resolver};
 use crate::path::WorkspacePath;
 use crate::policy::{Mode, Policy, PolicyDigest};
 use crate::sync::lock;
-use client::{InheritedInner, Lease, Live};
+use client::{Lease, Live};
 use holder::HolderPlan;
 use plan::{Facts, ProcessBound, SANDBOX_TMP};
 use read_view::HostStores;
@@ -122,6 +122,20 @@ use wire::{ENTRY_DENY_READ, ENTRY_STORE, MSG_LANDLOCK, MSG_RUN, Msg};
 
 /// Capacity asked for a command's output pipe.
 const OUTPUT_PIPE_BYTES: usize = 1024 * 1024;
+
+/// A holder ready for requests, as [`LinuxSandbox::spawn_holder`] hands it
+/// back.
+struct HolderReady {
+    holder: std::process::Child,
+    /// The server's end of its socket.
+    sock: OwnedFd,
+    proxy: Option<EgressProxy>,
+    extra_env: Vec<(String, String)>,
+    /// The finished Landlock ruleset (sent to it once).
+    landlock: OwnedFd,
+    /// Its directories the store layer grants.
+    store_dirs: Vec<OwnedFd>,
+}
 
 /// The `linux` provider.
 pub struct LinuxSandbox {
@@ -147,6 +161,9 @@ pub struct LinuxSandbox {
     stores: HostStores,
     /// With `read_scope = "system"`: what commands read (canonical).
     read_roots: Vec<PathBuf>,
+    /// The workspace and the writable and readable roots (canonical):
+    /// readable in the store layer whatever holds them.
+    layer_roots: Vec<PathBuf>,
     /// The digest of the policy the options were made from.
     enforced: PolicyDigest,
 }
@@ -292,7 +309,7 @@ impl LinuxSandbox {
         let read_roots = match options.read_scope {
             ReadScope::Host => Vec::new(),
             ReadScope::System => {
-                let mut roots = read_view::system_scope(&options.host);
+                let mut roots = stores.system_scope(&options.host);
                 for dir in std::iter::once(fs.root_path())
                     .chain(writable_roots.iter().map(PathBuf::as_path))
                     .chain(readable_roots.iter().map(PathBuf::as_path))
@@ -304,6 +321,10 @@ impl LinuxSandbox {
                 roots
             }
         };
+        let layer_roots = std::iter::once(fs.root_path().to_path_buf())
+            .chain(writable_roots.iter().cloned())
+            .chain(readable_roots.iter().cloned())
+            .collect();
         let reservations = Reservations::new(fs.clone());
         let sandbox = LinuxSandbox {
             host: LocalSandbox::open(fs.root_path())?,
@@ -318,6 +339,7 @@ impl LinuxSandbox {
             git_at_open: Mutex::new(None),
             stores,
             read_roots,
+            layer_roots,
             enforced,
         };
         sandbox.sweep_placeholders(git_read);
@@ -364,29 +386,14 @@ impl LinuxSandbox {
         Ok(())
     }
 
-    /// Starts a command with stdio inherited from this process (for
-    /// `cubby exec`). The returned child is the reaper shim; its exit
-    /// status is the command's.
+    /// Starts a command in the sandbox with stdio inherited from this
+    /// process (for `cubby exec`): its init is made the terminal's
+    /// foreground job; its exit status is the command's.
     ///
     /// # Errors
     ///
     /// As for [`Sandbox::exec`].
     fn spawn_inherited(&self, spec: &ExecSpec) -> Result<InheritedChild> {
-        if self.options.mode == Mode::FullAccess {
-            let Some((program, args)) = spec.argv.split_first() else {
-                return Err(Error::invalid_input("empty command"));
-            };
-            let mut cmd = Command::new(program);
-            // The spec's environment and nothing of cubby's (SPEC §4).
-            cmd.args(args)
-                .env_clear()
-                .envs(spec.env.iter().map(|(k, v)| (k, v)))
-                .current_dir(self.fs.root_path().join(spec.cwd.as_path()));
-            return Ok(InheritedChild {
-                child: InheritedInner::host(client::spawn(&mut cmd, program)?),
-                _lease: None,
-            });
-        }
         // The one command of `cubby exec`: an init forked ahead for a next
         // one would only compete with it for the CPU.
         self.fork_ahead.store(false, Ordering::Relaxed);
@@ -403,27 +410,28 @@ impl LinuxSandbox {
         // placeholders would outlive it; its command's placeholders are made
         // for it and removed when it ends.
         self.reservations.without_stash();
-        let (child, lease) = self.start_command(spec, stdio)?;
+        let (child, lease) = self.start_command(spec, stdio, true)?;
         Ok(InheritedChild {
-            child: InheritedInner::Sandboxed(Box::new(child)),
-            _lease: Some(lease),
+            child,
+            _lease: lease,
         })
     }
 
     fn live(&self) -> Result<Arc<Live>> {
-        self.live_with(|| ()).map(|(live, (), _)| live)
+        self.live_with(|_| ()).map(|(live, (), _)| live)
     }
 
     /// The live sandbox, started if need be, the result of `overlap`,
-    /// which runs while a new holder sets its namespaces up, and whether
-    /// the holder was started just now (then it masked the credential
-    /// stores there are: the command that started it need not look again).
-    fn live_with<T>(&self, overlap: impl FnOnce() -> T) -> Result<(Arc<Live>, T, bool)> {
+    /// which runs while a new holder sets its namespaces up (told whether
+    /// one does), and whether the holder was started just now (then it
+    /// masked the credential stores there are: the command that started it
+    /// need not look again).
+    fn live_with<T>(&self, overlap: impl FnOnce(bool) -> T) -> Result<(Arc<Live>, T, bool)> {
         let mut guard = lock(&self.live);
         if let Some(live) = guard.as_ref() {
             let live = live.clone();
             drop(guard);
-            return Ok((live, overlap(), false));
+            return Ok((live, overlap(false), false));
         }
         let (live, out) = self.start_holder(overlap)?;
         let live = Arc::new(live);
@@ -435,8 +443,8 @@ impl LinuxSandbox {
     /// from them (pure: `plan.rs`), then the holder spawned with it. While
     /// the holder sets up, the Landlock base is compiled and `overlap`
     /// runs; then the holder's own directories finish the ruleset, which
-    /// goes to the holder.
-    fn start_holder<T>(&self, overlap: impl FnOnce() -> T) -> Result<(Live, T)> {
+    /// goes to the holder, and are opened for the store layer.
+    fn start_holder<T>(&self, overlap: impl FnOnce(bool) -> T) -> Result<(Live, T)> {
         let root = self.fs.root_path();
         let fork_ahead = self.fork_ahead.load(Ordering::Relaxed);
         let inputs = plan::Inputs {
@@ -455,7 +463,7 @@ impl LinuxSandbox {
             ProcessBound::PidMax | ProcessBound::None => None,
         };
         let spawned = self.spawn_holder(plan, cgroup.as_deref(), &landlock_rules, overlap);
-        let (holder, sock, proxy, extra_env, landlock, out) = match spawned {
+        let (ready, out) = match spawned {
             Ok(ready) => ready,
             Err(e) => {
                 if let Some(dir) = &cgroup {
@@ -465,14 +473,15 @@ impl LinuxSandbox {
             }
         };
         let live = Live {
-            holder: Mutex::new(holder),
-            sock,
+            holder: Mutex::new(ready.holder),
+            sock: ready.sock,
             send: Mutex::new(()),
             next_id: AtomicU64::new(1),
             cgroup,
             private_tmp,
-            _proxy: proxy,
-            extra_env,
+            _proxy: ready.proxy,
+            extra_env: ready.extra_env,
+            store_dirs: ready.store_dirs,
         };
         let setup = Msg {
             kind: MSG_LANDLOCK,
@@ -480,28 +489,21 @@ impl LinuxSandbox {
             id: 0,
             len: 0,
         };
-        wire::send(&live.sock, &live.send, setup, &[landlock.as_fd()])?;
+        wire::send(&live.sock, &live.send, setup, &[ready.landlock.as_fd()])?;
         Ok((live, out))
     }
 
-    /// Spawns the holder of `plan` and waits until it is ready; returns it,
-    /// the server's end of its socket, the egress proxy and its variables,
-    /// the finished Landlock ruleset and the result of `overlap`.
-    #[allow(clippy::type_complexity)]
+    /// Spawns the holder of `plan` and waits until it is ready; returns it
+    /// (with the server's end of its socket, the egress proxy and its
+    /// variables, the finished Landlock ruleset and the store layer's
+    /// holder directories) and the result of `overlap`.
     fn spawn_holder<T>(
         &self,
         plan: plan::Plan,
         cgroup: Option<&Path>,
         landlock_rules: &plan::LandlockRules,
-        overlap: impl FnOnce() -> T,
-    ) -> Result<(
-        std::process::Child,
-        OwnedFd,
-        Option<EgressProxy>,
-        Vec<(String, String)>,
-        OwnedFd,
-        T,
-    )> {
+        overlap: impl FnOnce(bool) -> T,
+    ) -> Result<(HolderReady, T)> {
         let (sock, holder_sock) = rustix::net::socketpair(
             rustix::net::AddressFamily::UNIX,
             rustix::net::SocketType::SEQPACKET,
@@ -528,7 +530,7 @@ impl LinuxSandbox {
         drop(holder_sock);
         drop(report_w);
         let base = landlock::base(landlock_rules);
-        let out = overlap();
+        let out = overlap(true);
         let mut report = [0u8; wire::REPORT_BYTES];
         let n = rustix::io::read(&report_r, &mut report).unwrap_or(0);
         let ready = (|| {
@@ -555,12 +557,22 @@ impl LinuxSandbox {
             };
             let holder_root = landlock::holder_root(holder.id());
             let landlock = landlock::finish(base?, landlock_rules, &holder_root)?;
-            Ok((holder, proxy, extra_env, landlock))
+            let store_dirs =
+                landlock::holder_dirs(&landlock_rules.store_holder_read, &holder_root)?;
+            Ok((holder, proxy, extra_env, landlock, store_dirs))
         })();
         match ready {
-            Ok((holder, proxy, extra_env, landlock)) => {
-                Ok((holder, sock, proxy, extra_env, landlock, out))
-            }
+            Ok((holder, proxy, extra_env, landlock, store_dirs)) => Ok((
+                HolderReady {
+                    holder,
+                    sock,
+                    proxy,
+                    extra_env,
+                    landlock,
+                    store_dirs,
+                },
+                out,
+            )),
             Err(e) => {
                 // Ends the holder.
                 let _ = rustix::net::shutdown(&sock, rustix::net::Shutdown::Both);
@@ -637,19 +649,30 @@ impl LinuxSandbox {
 
     /// Asks the holder to start `spec` with `stdio` (stdin, stdout,
     /// stderr); returns the command and the lease on what it holds.
+    /// `attached`: the command of `cubby exec`.
     fn start_command(
         &self,
         spec: &ExecSpec,
         stdio: [OwnedFd; 3],
+        attached: bool,
     ) -> Result<(client::SandboxChild, Lease)> {
         let Some(program) = spec.argv.first() else {
             return Err(Error::invalid_input("empty command"));
         };
         // Confined check of the working directory, for a clear error.
         drop(self.fs.open_dir(&spec.cwd)?);
-        let (live, plan, fresh_holder) = self.live_with(|| self.protect_plan())?;
+        // A new holder sets up while the protected paths are planned and
+        // the store layer is listed.
+        let (live, (plan, draft), fresh_holder) = self.live_with(|starting| {
+            let draft = starting.then(|| self.stores.draft_layer(&self.layer_roots));
+            (self.protect_plan(), draft)
+        })?;
         let (protect, lease) = plan?;
+        let draft = draft.transpose()?;
         let masks = self.mask_plan(fresh_holder)?;
+        let store_layer = self
+            .stores
+            .layer(draft, &self.layer_roots, &live.store_dirs)?;
         let cwd: &[u8] = if spec.cwd.is_root() {
             b""
         } else {
@@ -687,12 +710,13 @@ impl LinuxSandbox {
             stdio[0].as_fd(),
             stdio[1].as_fd(),
             stdio[2].as_fd(),
+            store_layer.as_fd(),
             theirs.as_fd(),
         ];
         wire::send(&live.sock, &live.send, request, &fds)?;
         drop(stdio);
         drop(theirs);
-        client::await_start(live, chan, program, lease)
+        client::await_start(live, chan, program, lease, attached)
     }
 
     /// The command's environment: the spec's, then `TMPDIR` and the
@@ -749,7 +773,7 @@ impl Sandbox for LinuxSandbox {
             drop(w);
             (r, None)
         };
-        let (child, lease) = self.start_command(spec, [stdin_r, out_w, err_w])?;
+        let (child, lease) = self.start_command(spec, [stdin_r, out_w, err_w], false)?;
         Ok(Spawned::from_pipes(
             Box::new(child),
             out_r,
@@ -759,6 +783,10 @@ impl Sandbox for LinuxSandbox {
     }
 
     fn exec_attached(&self, spec: &ExecSpec) -> Result<Box<dyn ProcessHandle>> {
+        if self.options.mode == Mode::FullAccess {
+            // Unconfined: as the `local` provider runs it (its handle).
+            return self.host.exec_attached(spec);
+        }
         Ok(Box::new(self.spawn_inherited(spec)?))
     }
 

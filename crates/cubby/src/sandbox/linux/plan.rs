@@ -213,6 +213,10 @@ pub(super) struct LandlockRules {
     pub holder_writable: Vec<PathBuf>,
     /// Usable as files, relative to the holder's root.
     pub holder_devices: Vec<PathBuf>,
+    /// Readable in the store layer (`read_view.rs`), relative to the
+    /// holder's root: the sandbox's own mounts, which the host's tree it is
+    /// built on does not hold.
+    pub store_holder_read: Vec<PathBuf>,
 }
 
 /// How the sandbox's processes are bounded as a whole.
@@ -527,6 +531,14 @@ pub(super) fn plan(inputs: &Inputs<'_>, facts: &Facts) -> Result<Plan> {
     }
     landlock.holder_writable.push(PathBuf::from("dev/shm"));
     landlock.holder_devices.push(PathBuf::from("dev/pts"));
+    // The store layer's grants of the sandbox's own mounts: its `/dev`
+    // (with `/dev/shm` and `/dev/pts` beneath) and its private `/tmp`.
+    landlock
+        .store_holder_read
+        .push(PathBuf::from(DEVICES_DIR.trim_start_matches('/')));
+    if private_tmp {
+        landlock.store_holder_read.push(PathBuf::from("tmp"));
+    }
     let (uid, gid) = (facts.uid, facts.gid);
     Ok(Plan {
         unshare_flags,
@@ -672,6 +684,7 @@ impl fmt::Display for Plan {
             ("device", &rules.devices),
             ("holder all", &rules.holder_writable),
             ("holder device", &rules.holder_devices),
+            ("store layer holder read", &rules.store_holder_read),
         ] {
             for path in paths {
                 writeln!(f, "landlock {what} {}", path.display())?;

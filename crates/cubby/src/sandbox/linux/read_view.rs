@@ -13,6 +13,23 @@
 //! same tick as a scan keeps the time the scan saw). The command's init
 //! then masks every name the holder did not (it tells a mask by its device).
 //!
+//! **The store layer** ([`HostStores::layer`]): a mask is a mount on a
+//! name, and the name can be taken from under it — the host saves a store
+//! by renaming a new file over it (an atomic rewrite of `~/.claude.json`),
+//! and the kernel detaches the mask in every namespace — or a store is made
+//! while a command runs, and has no mask until the next command. So each
+//! command also restricts itself with a Landlock layer that grants reads by
+//! what exists, not by name: every directory on the way to a store (`/`,
+//! `/home`, each home, `~/.config`, `/etc`, …: the *ancestors*) may be
+//! listed only, and each entry of one that is neither a store nor an
+//! ancestor may be read and executed, beneath it too. Landlock ties a rule
+//! to the inode it was made on: a file made in an ancestor after the layer
+//! was built — a store rewritten, or made, while a command runs — has no
+//! rule, so the command cannot read it. The layer is built once and again
+//! only when an ancestor's change time moved (its listing changed) or was
+//! too recent to trust, so a file the host made there is readable from the
+//! next command on.
+//!
 //! **Homes**: every home directory in `/etc/passwd`, `/root`, each
 //! directory in `/home`, and `$HOME`; not `/` nor those beneath the
 //! system's own directories ([`NOT_HOMES`]: system accounts' homes such as
@@ -22,16 +39,23 @@
 //! watched directory that is not in its parent's listing is not looked at.
 //!
 //! **System scope**: the system directories ([`SYSTEM_DIRS`]), each
-//! directory on `PATH` and its toolchain root ([`toolchain_root`]), rustup's
-//! and cargo's homes, the user's git configuration, the workspace, the
-//! writable roots and the `readable_roots`.
+//! directory on `PATH` or its toolchain's install root
+//! ([`HostStores::toolchain_root`]: never a home, a directory above one,
+//! one that gathers many tools' files ([`CONFIG_ROOTS`]: `~/.config`,
+//! `~/.local/share`, …), one that holds a credential store's directory, nor
+//! anything in a store), rustup's and cargo's homes, the user's git
+//! configuration, the workspace, the writable roots and the
+//! `readable_roots`.
 
-use std::collections::HashSet;
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::os::fd::OwnedFd;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Component, Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
+use super::landlock::{StoreGrant, StoreLayerBuilder};
+use crate::error::Result;
 use crate::host_env::HostEnv;
 use crate::sync::lock;
 
@@ -177,6 +201,23 @@ pub(crate) const SYSTEM_DIRS: &[&str] = &[
     "/run/systemd/resolve",
 ];
 
+/// Directories of a home that gather many tools' configuration, data and
+/// caches, credential stores among them: never granted whole to a
+/// toolchain on `PATH` (`~/.config/composer/vendor/bin` is not all of
+/// `~/.config`).
+const CONFIG_ROOTS: &[&str] = &[
+    ".config",
+    ".local",
+    ".local/share",
+    ".local/state",
+    ".cache",
+];
+
+/// The last names of a `PATH` entry whose parent is the toolchain's install
+/// root (`~/.cargo/bin` → `~/.cargo`, `~/.pyenv/shims` → `~/.pyenv`, whose
+/// shims run `pyenv` from there).
+const BIN_DIRS: &[&str] = &["bin", "shims"];
+
 /// Where no home is watched: the sandbox has its own `/dev` and `/proc`;
 /// the rest are the system's own directories, which system accounts name
 /// as their homes (`daemon`'s `/usr/sbin`, `bin`'s `/bin`; `/` itself is
@@ -198,6 +239,11 @@ const MAX_MATCHES_PER_DIR: usize = 64;
 
 /// A directory's identity and change time, as `stat` gives them.
 type DirKey = (u64, u64, i64, i64);
+
+/// Commands one store layer serves before it is built again: each adds a
+/// rule for its own `/proc` to it (`landlock::restrict_store_layer`), which
+/// stays there until then.
+pub(crate) const MAX_LAYER_USES: usize = 256;
 
 /// One directory whose entries are matched against credential names.
 #[derive(Debug)]
@@ -232,6 +278,80 @@ pub(crate) struct HostStores {
     state: Mutex<Vec<WatchState>>,
     /// `host_deny_read` entries: always passed on (the init checks them).
     exact: Vec<PathBuf>,
+    /// The homes whose stores are watched (canonical).
+    homes: Vec<PathBuf>,
+    /// The store layer as last built (see the module doc).
+    layer: Mutex<Option<BuiltLayer>>,
+}
+
+/// The store layer's ruleset and what it was built from.
+#[derive(Debug)]
+struct BuiltLayer {
+    fd: Arc<OwnedFd>,
+    /// Each ancestor listed, with its identity and change time before the
+    /// listing (`None`: not a directory then).
+    listed: Vec<(PathBuf, Option<DirKey>)>,
+    /// Whether every change time was old enough to move at the next change.
+    trusted: bool,
+    /// Commands that restricted themselves with it.
+    uses: usize,
+}
+
+/// A store layer listed and granted but not finished: made while a new
+/// holder sets up (see [`HostStores::draft_layer`]).
+pub(crate) struct LayerDraft {
+    builder: StoreLayerBuilder,
+    listed: Vec<(PathBuf, Option<DirKey>)>,
+    trusted: bool,
+}
+
+/// What the store layer is built from (see [`HostStores::layer_plan`]).
+#[derive(Debug, Default)]
+struct LayerPlan {
+    /// Listed only; their other entries granted.
+    ancestors: BTreeSet<PathBuf>,
+    /// Stores: no rule, wherever their names are and where they lead.
+    excluded: HashSet<PathBuf>,
+    /// The store names of each watched directory (canonical).
+    names: HashMap<PathBuf, Vec<&'static str>>,
+}
+
+/// A directory's identity and change time, following links.
+fn dir_key(path: &Path) -> Option<DirKey> {
+    std::fs::metadata(path)
+        .ok()
+        .filter(std::fs::Metadata::is_dir)
+        .map(|m| (m.dev(), m.ino(), m.ctime(), m.ctime_nsec()))
+}
+
+/// Whether a change time is old enough, at `now`, to move at the next
+/// change (see [`RACY_WINDOW`]).
+fn settled(key: Option<DirKey>, now: SystemTime) -> bool {
+    key.is_none_or(|(_, _, secs, nsecs)| {
+        let changed = SystemTime::UNIX_EPOCH
+            + Duration::new(secs.max(0) as u64, nsecs.clamp(0, 999_999_999) as u32);
+        now.duration_since(changed)
+            .is_ok_and(|age| age > RACY_WINDOW)
+    })
+}
+
+/// `path` and every directory above it, into `set`.
+fn with_ancestors(set: &mut BTreeSet<PathBuf>, path: &Path) {
+    for p in path.ancestors() {
+        if !set.insert(p.to_path_buf()) {
+            break;
+        }
+    }
+}
+
+/// An `O_PATH` fd of `path` (of a link itself with `nofollow`).
+fn open_path(path: &Path, nofollow: bool) -> std::io::Result<OwnedFd> {
+    use rustix::fs::OFlags;
+    let mut flags = OFlags::PATH | OFlags::CLOEXEC;
+    if nofollow {
+        flags |= OFlags::NOFOLLOW;
+    }
+    Ok(rustix::fs::open(path, flags, rustix::fs::Mode::empty())?)
 }
 
 impl HostStores {
@@ -239,16 +359,7 @@ impl HostStores {
     /// paths); homes beneath `/tmp` only when `host_tmp` (the sandbox sees
     /// the host's `/tmp`); `$HOME` from `host`.
     pub(crate) fn new(extra: &[PathBuf], host_tmp: bool, host: &HostEnv) -> HostStores {
-        let mut watched = Vec::new();
-        for (dir, names) in SYSTEM_STORES {
-            watched.push(Watched {
-                dir: PathBuf::from(dir),
-                names,
-                parent: None,
-                children: Vec::new(),
-            });
-        }
-        HostStores::watching(watched, &homes(host_tmp, host), extra)
+        HostStores::watching(system_watched(), &homes(host_tmp, host), extra)
     }
 
     /// `watched` and the [`HOME_STORES`] of each of `homes`.
@@ -298,7 +409,183 @@ impl HostStores {
             watched,
             state,
             exact: extra.to_vec(),
+            homes: homes.to_vec(),
+            layer: Mutex::new(None),
         }
+    }
+
+    /// The store layer (see the module doc) as the Landlock ruleset fd each
+    /// command restricts itself with: `draft` finished when given (made
+    /// while the holder set up), else the one built before if no
+    /// ancestor's listing changed since and it served fewer than
+    /// [`MAX_LAYER_USES`] commands, else a new one. `roots` (the workspace,
+    /// the writable and readable roots, canonical) are readable in it
+    /// whatever holds them; `holder_dirs` are the sandbox's own mounts it
+    /// grants (`landlock::StoreLayerBuilder::finish`).
+    ///
+    /// # Errors
+    ///
+    /// Landlock's, as `unsupported`.
+    pub(crate) fn layer(
+        &self,
+        draft: Option<LayerDraft>,
+        roots: &[PathBuf],
+        holder_dirs: &[OwnedFd],
+    ) -> Result<Arc<OwnedFd>> {
+        let mut built = lock(&self.layer);
+        if draft.is_none()
+            && let Some(b) = built.as_mut()
+            && b.trusted
+            && b.uses < MAX_LAYER_USES
+            && b.listed.iter().all(|(dir, key)| dir_key(dir) == *key)
+        {
+            b.uses += 1;
+            return Ok(b.fd.clone());
+        }
+        let draft = match draft {
+            Some(draft) => draft,
+            None => self.draft_layer(roots)?,
+        };
+        let fd = Arc::new(draft.builder.finish(holder_dirs)?);
+        *built = Some(BuiltLayer {
+            fd: fd.clone(),
+            listed: draft.listed,
+            trusted: draft.trusted,
+            uses: 1,
+        });
+        Ok(fd)
+    }
+
+    /// The store layer listed and granted from the host's tree now (`roots`
+    /// as for [`HostStores::layer`]), to be finished there.
+    ///
+    /// # Errors
+    ///
+    /// Landlock's, as `unsupported`.
+    pub(crate) fn draft_layer(&self, roots: &[PathBuf]) -> Result<LayerDraft> {
+        use std::os::unix::fs::FileTypeExt;
+        let plan = self.layer_plan();
+        let started = SystemTime::now();
+        let mut builder = StoreLayerBuilder::new()?;
+        let mut listed = Vec::with_capacity(plan.ancestors.len());
+        let mut trusted = true;
+        for dir in &plan.ancestors {
+            // Its change time before its listing: a change during the
+            // listing moves it, and the next command builds again.
+            let key = dir_key(dir);
+            trusted &= settled(key, started);
+            listed.push((dir.clone(), key));
+            let (Some(_), Ok(entries)) = (key, std::fs::read_dir(dir)) else {
+                continue;
+            };
+            let Ok(fd) = open_path(dir, false) else {
+                continue;
+            };
+            builder = builder.grant(&fd, StoreGrant::List)?;
+            let names = plan.names.get(dir);
+            for entry in entries.flatten() {
+                let name = entry.file_name();
+                let path = dir.join(&name);
+                if plan.ancestors.contains(&path) || plan.excluded.contains(&path) {
+                    continue;
+                }
+                if let (Some(names), Some(text)) = (names, name.to_str())
+                    && names.iter().any(|n| matches(n, text))
+                {
+                    continue;
+                }
+                // A link gets no rule: what it leads to is granted at its
+                // own place in the tree (and a link into a store grants
+                // nothing).
+                let Ok(kind) = entry.file_type() else {
+                    continue;
+                };
+                let grant = if kind.is_dir() {
+                    StoreGrant::ReadDir
+                } else if kind.is_file()
+                    || kind.is_char_device()
+                    || kind.is_block_device()
+                    || kind.is_fifo()
+                    || kind.is_socket()
+                {
+                    StoreGrant::ReadFile
+                } else {
+                    continue;
+                };
+                let Ok(fd) = open_path(&path, true) else {
+                    continue;
+                };
+                builder = builder.grant(&fd, grant)?;
+            }
+        }
+        for root in roots {
+            let Ok(fd) = open_path(root, false) else {
+                continue;
+            };
+            let grant = if root.is_dir() {
+                StoreGrant::ReadDir
+            } else {
+                StoreGrant::ReadFile
+            };
+            builder = builder.grant(&fd, grant)?;
+        }
+        Ok(LayerDraft {
+            builder,
+            listed,
+            trusted,
+        })
+    }
+
+    /// What the store layer lists and leaves out: the ancestors (every
+    /// watched directory that exists and every directory above one or
+    /// above a store, canonical; for a missing one, the nearest directory
+    /// above it that exists), the stores themselves (where their names are
+    /// and where they lead), and the store names of each watched directory.
+    fn layer_plan(&self) -> LayerPlan {
+        let mut plan = LayerPlan::default();
+        plan.ancestors.insert(PathBuf::from("/"));
+        for w in &self.watched {
+            if let Some(dir) = resolved_dir(&w.dir) {
+                with_ancestors(&mut plan.ancestors, &dir);
+                plan.names.entry(dir).or_default().extend(w.names);
+            } else if let Some(dir) = w.dir.ancestors().skip(1).find_map(resolved_dir) {
+                // Missing: made while a command runs, it is a new entry of
+                // the nearest directory that exists, which must be listed
+                // only for that.
+                with_ancestors(&mut plan.ancestors, &dir);
+            }
+        }
+        for store in self.current() {
+            let (Some(parent), Some(name)) = (store.parent(), store.file_name()) else {
+                continue;
+            };
+            // Where the name is (its directory resolved)…
+            match resolved_dir(parent) {
+                Some(dir) => {
+                    plan.excluded.insert(dir.join(name));
+                    with_ancestors(&mut plan.ancestors, &dir);
+                }
+                None => {
+                    // Its directory is missing: it would be a new entry of
+                    // the nearest one that exists, which has no rule then.
+                    if let Some(dir) = parent.ancestors().skip(1).find_map(resolved_dir) {
+                        with_ancestors(&mut plan.ancestors, &dir);
+                    }
+                }
+            }
+            // … and where it leads, when it leads somewhere.
+            if let Ok(target) = std::fs::canonicalize(&store) {
+                if let Some(dir) = target.parent() {
+                    with_ancestors(&mut plan.ancestors, dir);
+                }
+                plan.excluded.insert(target);
+            }
+        }
+        // Nothing in or beneath a store is listed.
+        let excluded = &plan.excluded;
+        plan.ancestors
+            .retain(|a| !excluded.iter().any(|x| a.starts_with(x)));
+        plan
     }
 
     /// The names to mask now: every credential store that exists (a name
@@ -376,6 +663,19 @@ impl HostStores {
                 .then(|| w.dir.join(name))
         })
     }
+}
+
+/// The watched directories of [`SYSTEM_STORES`].
+fn system_watched() -> Vec<Watched> {
+    SYSTEM_STORES
+        .iter()
+        .map(|(dir, names)| Watched {
+            dir: PathBuf::from(dir),
+            names,
+            parent: None,
+            children: Vec::new(),
+        })
+        .collect()
 }
 
 /// The names in `dir` that match one of `names`, and which of `children`
@@ -520,81 +820,122 @@ pub(crate) fn expand_home(path: &Path, host: &HostEnv) -> PathBuf {
     }
 }
 
-/// The directory a `PATH` entry's toolchain lives in: beneath a home, the
-/// home's top-level entry that holds it (`~/.cargo/bin` → `~/.cargo`,
-/// `~/.nvm/versions/node/v22/bin` → `~/.nvm`, `~/.pyenv/shims` →
-/// `~/.pyenv`), but for `~/.local/bin`, which is itself (with `~/.local/lib`,
-/// where `pip --user` installs), and a home on `PATH` itself, which gives
-/// nothing; elsewhere the parent of a trailing `bin` (`/snap/bin` → `/snap`)
-/// or the entry itself.
-pub(crate) fn toolchain_root(entry: &Path, homes: &[PathBuf]) -> Vec<PathBuf> {
-    for home in homes {
-        if let Ok(rest) = entry.strip_prefix(home) {
-            let mut parts = rest.components();
-            return match parts.next() {
-                None => Vec::new(),
-                Some(Component::Normal(top)) if top == ".local" => {
-                    vec![home.join(".local/bin"), home.join(".local/lib")]
-                }
-                Some(Component::Normal(top)) => vec![home.join(top)],
-                Some(_) => Vec::new(),
-            };
+impl HostStores {
+    /// What a `PATH` entry (absolute) grants with `read_scope = "system"`:
+    /// its toolchain's install root when that is the parent of a trailing
+    /// `bin` or `shims` ([`BIN_DIRS`]: `~/.cargo/bin` → `~/.cargo`,
+    /// `~/.nvm/versions/node/v22/bin` → `~/.nvm/versions/node/v22`,
+    /// `~/.config/composer/vendor/bin` → `~/.config/composer/vendor`,
+    /// `/snap/bin` → `/snap`), else the entry itself; `~/.local/bin` is
+    /// itself with `~/.local/lib` (where `pip --user` installs). Each only
+    /// when [`HostStores::grantable`]: else the entry alone, or nothing.
+    pub(crate) fn toolchain_root(&self, entry: &Path) -> Vec<PathBuf> {
+        if let Some(home) = self.homes.iter().find(|h| *entry == h.join(".local/bin")) {
+            return [home.join(".local/bin"), home.join(".local/lib")]
+                .into_iter()
+                .filter(|p| self.grantable(p))
+                .collect();
         }
-    }
-    match (entry.file_name(), entry.parent()) {
-        (Some(name), Some(parent)) if name == "bin" && parent != Path::new("/") => {
-            vec![parent.to_path_buf()]
-        }
-        _ => vec![entry.to_path_buf()],
-    }
-}
-
-/// What commands read with `read_scope = "system"`, besides the workspace
-/// and the writable and readable roots: [`SYSTEM_DIRS`], each `PATH`
-/// directory's toolchain root (`PATH`, `HOME`, `CARGO_HOME` and
-/// `RUSTUP_HOME` from `host`), rustup's home (`$RUSTUP_HOME` or
-/// `~/.rustup`) when cargo's is there, and the user's git configuration
-/// (`~/.gitconfig`, `~/.config/git`: `git commit` needs the user's name).
-/// Only what exists, canonical, each once.
-pub(crate) fn system_scope(host: &HostEnv) -> Vec<PathBuf> {
-    let path_var = host.var_os("PATH");
-    let home = home_dir(host).and_then(|h| std::fs::canonicalize(h).ok());
-    let homes: Vec<PathBuf> = home.iter().cloned().collect();
-    let mut wanted: Vec<PathBuf> = SYSTEM_DIRS.iter().map(PathBuf::from).collect();
-    let mut cargo = false;
-    for entry in path_var.map(std::env::split_paths).into_iter().flatten() {
-        if !entry.is_absolute() {
-            continue;
-        }
-        for candidate in [Some(entry.clone()), std::fs::canonicalize(&entry).ok()]
+        let install_root = match (entry.file_name(), entry.parent()) {
+            (Some(name), Some(parent)) if BIN_DIRS.iter().any(|b| name == *b) => Some(parent),
+            _ => None,
+        };
+        install_root
             .into_iter()
-            .flatten()
-        {
-            for root in toolchain_root(&candidate, &homes) {
-                cargo |= root.join("bin/cargo").exists();
-                wanted.push(root);
+            .chain([entry])
+            .find(|p| self.grantable(p))
+            .map(|p| vec![p.to_path_buf()])
+            .unwrap_or_default()
+    }
+
+    /// Whether the system scope may grant `dir` whole for a toolchain: not
+    /// `/`, a home or a directory above one, nor one of a home's
+    /// [`CONFIG_ROOTS`]; nothing in or beneath a credential store; no
+    /// watched store directory beneath it (`~/.config/gh`, `/etc/ssh`, …)
+    /// nor a `host_deny_read` entry. (Stores named in `dir` itself —
+    /// `~/.cargo/credentials.toml` — are masked and out of the store layer
+    /// like every other.) By name, with no look at the file system.
+    fn grantable(&self, dir: &Path) -> bool {
+        let plain = dir.is_absolute()
+            && dir
+                .components()
+                .all(|c| matches!(c, Component::RootDir | Component::Normal(_)));
+        plain
+            && dir != Path::new("/")
+            && !self.homes.iter().any(|h| h.starts_with(dir))
+            && !self
+                .homes
+                .iter()
+                .any(|h| CONFIG_ROOTS.iter().any(|c| dir == h.join(c)))
+            && self.covering(dir).is_none()
+            && !self
+                .watched
+                .iter()
+                .any(|w| w.dir != dir && w.dir.starts_with(dir))
+            && !self.exact.iter().any(|e| e.starts_with(dir))
+    }
+
+    /// What commands read with `read_scope = "system"`, besides the
+    /// workspace and the writable and readable roots: [`SYSTEM_DIRS`], what
+    /// each `PATH` directory grants ([`HostStores::toolchain_root`]; `PATH`,
+    /// `HOME`, `CARGO_HOME` and `RUSTUP_HOME` from `host`), cargo's and
+    /// rustup's homes (`$CARGO_HOME`; `$RUSTUP_HOME` or `~/.rustup` when
+    /// cargo's is there) when [`HostStores::grantable`], and the user's git
+    /// configuration (`~/.gitconfig`, `~/.config/git`: `git commit` needs
+    /// the user's name). Only what exists, canonical, each once.
+    pub(crate) fn system_scope(&self, host: &HostEnv) -> Vec<PathBuf> {
+        let path_var = host.var_os("PATH");
+        let home = home_dir(host).and_then(|h| std::fs::canonicalize(h).ok());
+        let mut wanted: Vec<PathBuf> = SYSTEM_DIRS.iter().map(PathBuf::from).collect();
+        let mut cargo = false;
+        for entry in path_var.map(std::env::split_paths).into_iter().flatten() {
+            if !entry.is_absolute() {
+                continue;
+            }
+            for candidate in [Some(entry.clone()), std::fs::canonicalize(&entry).ok()]
+                .into_iter()
+                .flatten()
+            {
+                // Held to the same rules once resolved: an entry spelled
+                // through a link (`$HOME` itself one) must not grant a home.
+                for root in self.toolchain_root(&candidate) {
+                    let Ok(root) = std::fs::canonicalize(&root) else {
+                        continue;
+                    };
+                    if self.grantable(&root) {
+                        cargo |= root.join("bin/cargo").exists();
+                        wanted.push(root);
+                    }
+                }
             }
         }
-    }
-    if let Some(dir) = host.var_os("CARGO_HOME") {
-        wanted.push(PathBuf::from(dir));
-    }
-    if cargo || host.var_os("CARGO_HOME").is_some() {
-        match host.var_os("RUSTUP_HOME") {
-            Some(dir) => wanted.push(PathBuf::from(dir)),
-            None => wanted.extend(home.iter().map(|h| h.join(".rustup"))),
+        let mut homes = Vec::new();
+        if let Some(dir) = host.var_os("CARGO_HOME") {
+            homes.push(PathBuf::from(dir));
         }
+        if cargo || host.var_os("CARGO_HOME").is_some() {
+            match host.var_os("RUSTUP_HOME") {
+                Some(dir) => homes.push(PathBuf::from(dir)),
+                None => homes.extend(home.iter().map(|h| h.join(".rustup"))),
+            }
+        }
+        wanted.extend(
+            homes
+                .into_iter()
+                .filter_map(|p| std::fs::canonicalize(p).ok())
+                .filter(|p| self.grantable(p)),
+        );
+        if let Some(home) = &home {
+            wanted.push(home.join(".gitconfig"));
+            wanted.push(home.join(".config/git"));
+        }
+        let mut seen = HashSet::new();
+        wanted
+            .into_iter()
+            .filter_map(|p| std::fs::canonicalize(p).ok())
+            .filter(|p| seen.insert(p.clone()))
+            .collect()
     }
-    if let Some(home) = &home {
-        wanted.push(home.join(".gitconfig"));
-        wanted.push(home.join(".config/git"));
-    }
-    let mut seen = HashSet::new();
-    wanted
-        .into_iter()
-        .filter_map(|p| std::fs::canonicalize(p).ok())
-        .filter(|p| seen.insert(p.clone()))
-        .collect()
 }
 
 #[cfg(test)]
@@ -685,16 +1026,21 @@ mod tests {
 
     #[test]
     fn toolchain_roots() {
-        let homes = [PathBuf::from("/home/u")];
-        let root = |p: &str| toolchain_root(Path::new(p), &homes);
-        assert_eq!(
-            root("/home/u/.cargo/bin"),
-            [PathBuf::from("/home/u/.cargo")]
+        let stores = HostStores::watching(
+            system_watched(),
+            &[PathBuf::from("/home/u"), PathBuf::from("/home/v")],
+            &[PathBuf::from("/opt/vault")],
         );
+        let root = |p: &str| stores.toolchain_root(Path::new(p));
+        let one = |p: &str| vec![PathBuf::from(p)];
+        // Known layouts: the install root above `bin` or `shims`.
+        assert_eq!(root("/home/u/.cargo/bin"), one("/home/u/.cargo"));
         assert_eq!(
             root("/home/u/.nvm/versions/node/v22/bin"),
-            [PathBuf::from("/home/u/.nvm")]
+            one("/home/u/.nvm/versions/node/v22")
         );
+        assert_eq!(root("/home/u/.pyenv/shims"), one("/home/u/.pyenv"));
+        assert_eq!(root("/home/u/go/bin"), one("/home/u/go"));
         assert_eq!(
             root("/home/u/.local/bin"),
             [
@@ -702,14 +1048,38 @@ mod tests {
                 PathBuf::from("/home/u/.local/lib")
             ]
         );
-        assert!(root("/home/u").is_empty());
-        assert_eq!(root("/snap/bin"), [PathBuf::from("/snap")]);
-        assert_eq!(root("/usr/bin"), [PathBuf::from("/usr")]);
-        assert_eq!(root("/bin"), [PathBuf::from("/bin")]);
+        // Never all of a config root (N4), a home, or what holds a store.
         assert_eq!(
-            root("/opt/tool/libexec"),
-            [PathBuf::from("/opt/tool/libexec")]
+            root("/home/u/.config/composer/vendor/bin"),
+            one("/home/u/.config/composer/vendor")
         );
+        assert_eq!(root("/home/u/.config/bin"), one("/home/u/.config/bin"));
+        assert_eq!(
+            root("/home/u/.local/share/pnpm"),
+            one("/home/u/.local/share/pnpm")
+        );
+        assert_eq!(root("/home/u/.cache/bin"), one("/home/u/.cache/bin"));
+        assert_eq!(root("/home/u/bin"), one("/home/u/bin"));
+        assert_eq!(root("/home/v/bin"), one("/home/v/bin"));
+        assert!(root("/home/u").is_empty());
+        assert!(root("/home/u/.config").is_empty());
+        assert!(root("/home/u/.local/share").is_empty());
+        assert!(root("/home").is_empty());
+        // In a store, or above one: nothing of it.
+        assert!(root("/home/u/.ssh/bin").is_empty());
+        assert!(root("/home/u/.config/gh/bin").is_empty());
+        assert_eq!(root("/opt/bin"), one("/opt/bin"));
+        assert!(root("/opt/vault/bin").is_empty());
+        // Outside the homes.
+        assert_eq!(root("/snap/bin"), one("/snap"));
+        assert_eq!(root("/usr/bin"), one("/usr"));
+        assert_eq!(root("/bin"), one("/bin"));
+        assert_eq!(root("/opt/tool/libexec"), one("/opt/tool/libexec"));
+        assert_eq!(root("/etc/bin"), one("/etc/bin"));
+        // A directory the list names stores in is granted with them masked
+        // and out of the store layer (cargo needs the rest of `~/.cargo`).
+        assert_eq!(root("/home/u/.gem/bin"), one("/home/u/.gem"));
+        assert_eq!(root("/etc/tool/bin"), one("/etc/tool"));
     }
 
     #[test]
@@ -724,6 +1094,8 @@ mod tests {
             }],
             state: Mutex::new(vec![WatchState::default()]),
             exact: vec![PathBuf::from("/nowhere/listed")],
+            homes: Vec::new(),
+            layer: Mutex::new(None),
         };
         assert_eq!(stores.current(), [PathBuf::from("/nowhere/listed")]);
         std::fs::write(dir.path().join(".npmrc"), "t").unwrap();

@@ -9,10 +9,11 @@
 //!   [`MSG_LANDLOCK`] (server → holder, once: the Landlock ruleset's fd),
 //!   [`MSG_LISTENER`] (holder → server, once, first, with network `allow`:
 //!   the egress proxy's listening socket), [`MSG_RUN`] (server → holder: a
-//!   command, with `[payload memfd, stdin, stdout, stderr, the command's
-//!   socket]`), and on the command's socket [`MSG_STARTED`] (its init's pid
-//!   in the sandbox's namespace and a pidfd), [`MSG_EXEC_FAILED`] or
-//!   [`MSG_FORK_FAILED`] (an errno), then [`MSG_EXITED`] (the wait status).
+//!   command, with `[payload memfd, stdin, stdout, stderr, the store
+//!   layer, the command's socket]`), and on the command's socket
+//!   [`MSG_STARTED`] (its init's pid in the sandbox's namespace and a
+//!   pidfd), [`MSG_EXEC_FAILED`] or [`MSG_FORK_FAILED`] (an errno), then
+//!   [`MSG_EXITED`] (the wait status).
 //! - **Payload** of `MSG_RUN` ([`encode_run`]; read by the init through
 //!   [`Payload`]): three little-endian `u32` counts (protected paths and
 //!   masks, argv, env) and then NUL-terminated strings: the working
@@ -131,11 +132,15 @@ pub(super) const MSG_EXITED: u32 = 7;
 /// Sent once, first, when the plan asks for it: the proxy's listener.
 pub(super) const MSG_LISTENER: u32 = 8;
 /// Most fds one message carries.
-pub(super) const MSG_MAX_FDS: usize = 5;
+pub(super) const MSG_MAX_FDS: usize = 6;
 /// Where a `MSG_RUN`'s fds for the command's stdin, stdout and stderr sit
-/// (after the payload memfd, before the command's socket). Only these
-/// reach the command.
+/// (after the payload memfd, before the store layer). Only these reach the
+/// command.
 pub(super) const RUN_STDIO: std::ops::Range<usize> = 1..4;
+/// Where a `MSG_RUN`'s store layer sits: the Landlock ruleset of
+/// `read_view::HostStores::layer`, which the command's last steps
+/// restrict it with (the command's socket comes last, after it).
+pub(super) const RUN_STORE_LAYER: usize = 4;
 /// Bytes of one message.
 const MSG_BYTES: usize = 24;
 
@@ -318,6 +323,10 @@ pub(super) fn mask_entry(kind: u8, path: &std::path::Path) -> Vec<u8> {
 /// Room for the control message of [`recv_msg`]: one `SCM_RIGHTS` of
 /// [`MSG_MAX_FDS`] fds, in `u64`s (aligned as a `cmsghdr` must be).
 const RECV_CONTROL_WORDS: usize = 8;
+const _: () = assert!(
+    RECV_CONTROL_WORDS * 8 >= 16 + (MSG_MAX_FDS * std::mem::size_of::<RawFd>()).next_multiple_of(8),
+    "the control buffer holds a cmsghdr and MSG_MAX_FDS fds"
+);
 /// Room for the control message of [`send_msg`] (one fd).
 const SEND_CONTROL_WORDS: usize = 4;
 

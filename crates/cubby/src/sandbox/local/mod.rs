@@ -77,12 +77,23 @@ impl ProcessHandle for ShimChild {
 }
 
 /// A host command attached to this process's terminal (`cubby exec` on the
-/// `local` provider): no shim, so that it shares this process's group and
-/// is the terminal's foreground job with it. Its descendants are therefore
-/// out of reach: `kill_tree` kills the command alone.
+/// `local` provider, and on `linux` in `full-access`, which runs it as this
+/// provider does): no shim, so that it shares this process's group and is
+/// the terminal's foreground job with it. Its descendants are therefore out
+/// of reach: `kill_tree` kills the command alone.
 struct AttachedChild {
     pid: u32,
     child: Mutex<Child>,
+}
+
+impl AttachedChild {
+    /// Wraps the `Child` of a command spawned with inherited stdio.
+    fn new(child: Child) -> AttachedChild {
+        AttachedChild {
+            pid: child.id(),
+            child: Mutex::new(child),
+        }
+    }
 }
 
 impl ProcessHandle for AttachedChild {
@@ -121,6 +132,23 @@ impl LocalSandbox {
 
 fn spawn_error(e: impl std::fmt::Display, what: &str) -> Error {
     Error::new(ErrorKind::Internal, format!("cannot start {what}: {e}"))
+}
+
+/// The error of a program that did not start: `not_found` when there is no
+/// such program, `denied` when it cannot be executed (the contract's kinds
+/// for `exec_attached`, see `Sandbox::exec_attached`).
+fn program_error(e: &std::io::Error, program: &str) -> Error {
+    match e.kind() {
+        std::io::ErrorKind::NotFound => Error::new(
+            ErrorKind::NotFound,
+            format!("`{program}`: no such program (nor on the command's PATH)"),
+        ),
+        std::io::ErrorKind::PermissionDenied => Error::new(
+            ErrorKind::Denied,
+            format!("`{program}` cannot be executed: {e}"),
+        ),
+        _ => spawn_error(e, program),
+    }
 }
 
 impl Sandbox for LocalSandbox {
@@ -193,11 +221,8 @@ impl Sandbox for LocalSandbox {
             .envs(spec.env.iter().map(|(k, v)| (k, v)))
             .current_dir(self.fs.root_path().join(spec.cwd.as_path()))
             .spawn()
-            .map_err(|e| spawn_error(e, program))?;
-        Ok(Box::new(AttachedChild {
-            pid: child.id(),
-            child: Mutex::new(child),
-        }))
+            .map_err(|e| program_error(&e, program))?;
+        Ok(Box::new(AttachedChild::new(child)))
     }
 
     fn show_cwd(&self, cwd: &WorkspacePath) -> String {
