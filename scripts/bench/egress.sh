@@ -3,14 +3,19 @@
 #   host   curl → server                          (no sandbox, no proxy)
 #   cubby  curl in a linux sandbox (network allow) → egress proxy → server
 # Usage: bash scripts/bench/egress.sh [MiB] [runs]   (default 256 MiB, 5 runs)
+#   INJECT=1   bind a secret to localhost ([[network.inject]]): the download
+#              then passes through the proxy's swap-back (value → placeholder)
+#   CUBBY=path use that cubby binary instead of building a release one
 # Needs curl and python3. Prints MiB/s per run and the medians; also the
 # cubby process's peak RSS (VmHWM), which must stay bounded whatever the size.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 MIB=${1:-256}
 RUNS=${2:-5}
-cargo build --release -q -p cubby-cli --manifest-path "$repo/Cargo.toml"
-CUBBY=$repo/target/release/cubby
+if [[ -z ${CUBBY:-} ]]; then
+  cargo build --release -q -p cubby-cli --manifest-path "$repo/Cargo.toml"
+  CUBBY=$repo/target/release/cubby
+fi
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/cubby-egress-bench.XXXXXX")
 server_pid=
 cleanup() { [[ -n $server_pid ]] && kill "$server_pid" 2>/dev/null; rm -rf "$tmp"; }
@@ -32,6 +37,14 @@ mode = "allow"
 allowed_domains = ["localhost"]
 allowed_cidrs = ["127.0.0.0/8", "::1/128"]
 TOML
+if [[ ${INJECT:-0} == 1 ]]; then
+  cat >> "$tmp/ws/cubby.toml" <<TOML
+[[network.inject]]
+secret = "CUBBY_BENCH_TOKEN"
+hosts = ["localhost"]
+TOML
+  export CUBBY_BENCH_TOKEN=bench-token-0123456789abcdef
+fi
 url=http://localhost:$port/big
 speeds_host=()
 speeds_cubby=()

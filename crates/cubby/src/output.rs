@@ -158,28 +158,53 @@ impl Redactor {
     /// `limit` when the secrets are too many or too large to compile into one
     /// automaton; cubby then refuses to start rather than leak.
     pub fn new(secrets: &[Secret]) -> Result<Redactor, Error> {
-        let secrets: Vec<&Secret> = secrets.iter().filter(|s| !s.value.is_empty()).collect();
-        if secrets.is_empty() {
+        let pairs: Vec<(&[u8], Vec<u8>)> = secrets
+            .iter()
+            .map(|s| {
+                (
+                    s.value.as_bytes(),
+                    format!("[REDACTED:{}]", s.name).into_bytes(),
+                )
+            })
+            .collect();
+        Redactor::build(pairs)
+    }
+
+    /// A redactor that puts each pair's replacement in place of its value,
+    /// with the same matching and streaming as [`Redactor::new`] (the
+    /// egress proxy swaps an injected secret's value back to its
+    /// placeholder with one). Empty values are ignored.
+    ///
+    /// # Errors
+    ///
+    /// As [`Redactor::new`].
+    pub(crate) fn replacing(pairs: &[(&str, &str)]) -> Result<Redactor, Error> {
+        Redactor::build(
+            pairs
+                .iter()
+                .map(|(value, with)| (value.as_bytes(), with.as_bytes().to_vec()))
+                .collect(),
+        )
+    }
+
+    fn build(pairs: Vec<(&[u8], Vec<u8>)>) -> Result<Redactor, Error> {
+        let pairs: Vec<(&[u8], Vec<u8>)> =
+            pairs.into_iter().filter(|(v, _)| !v.is_empty()).collect();
+        if pairs.is_empty() {
             return Ok(Redactor { inner: None });
         }
         let automaton = AhoCorasickBuilder::new()
             .match_kind(MatchKind::LeftmostLongest)
-            .build(secrets.iter().map(|s| s.value.as_bytes()))
+            .build(pairs.iter().map(|(v, _)| v))
             .map_err(|e| {
                 Error::new(
                     crate::ErrorKind::Limit,
                     format!("the secrets cannot be compiled for redaction: {e}"),
                 )
             })?;
-        let markers = secrets
-            .iter()
-            .map(|s| format!("[REDACTED:{}]", s.name).into_bytes())
-            .collect();
-        let max_len = secrets.iter().map(|s| s.value.len()).max().unwrap_or(0);
-        let values = secrets
-            .iter()
-            .map(|s| s.value.as_bytes().to_vec())
-            .collect();
+        let max_len = pairs.iter().map(|(v, _)| v.len()).max().unwrap_or(0);
+        let values = pairs.iter().map(|(v, _)| v.to_vec()).collect();
+        let markers = pairs.into_iter().map(|(_, m)| m).collect();
         Ok(Redactor {
             inner: Some(Arc::new(RedactorInner {
                 automaton,

@@ -17,7 +17,8 @@
 //!   │ connect to exactly the checked addresses
 //!   │ 200, then bytes both ways          │ the request in origin form, hop-by-hop
 //!   │ (TLS passes through untouched)     │ headers dropped, `Host` set from the URL,
-//!   ▼                                    ▼ placeholders swapped for bound hosts
+//!   │                                    │ placeholders swapped for bound hosts;
+//!   ▼                                    ▼ their answers: values swapped back
 //! ```
 //!
 //! **Secret injection.** A command sees a configured secret as a random
@@ -28,18 +29,34 @@
 //! tunnels, which are opaque (TLS) — a command that sends the placeholder
 //! over HTTPS sends the placeholder.
 //!
+//! **Swap-back.** The command must not get the value back from the host
+//! either (one that reflects headers would hand it over). Every plain-HTTP
+//! answer of a bound host — whether or not its request carried the value —
+//! comes to the command with each secret's value replaced by its
+//! placeholder: in the headers (a header whose name holds a value is
+//! dropped), in the body, streamed with a tail held back so that a value
+//! split across reads or chunks is caught, and in trailers; the body is
+//! re-framed (no `Content-Length`) when a placeholder is not as long as its
+//! value. Requests to a bound host ask for `Accept-Encoding: identity`, and
+//! an answer that is compressed anyway (`Content-Encoding`, or a transfer
+//! coding other than `chunked`) is refused with 502: a compressed value
+//! cannot be found. CONNECT tunnels carry no injected value and are not
+//! looked into.
+//!
 //! Every connection and tunnel belongs to its sandbox: dropping the
 //! [`EgressProxy`] ends them all.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::os::fd::OwnedFd;
+use std::pin::Pin;
 use std::sync::{Arc, OnceLock};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, combinators::BoxBody};
-use hyper::body::Incoming;
+use hyper::body::{Frame, Incoming};
 use hyper::header::{self, HeaderMap, HeaderName, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode, Uri};
 use hyper_util::rt::TokioIo;
@@ -51,7 +68,7 @@ use super::rules::{NetRules, covers};
 use super::{Resolver, SystemResolver, address_refusal, resolve};
 use crate::config::NetworkConfig;
 use crate::error::{Error, ErrorKind, Result};
-use crate::output::truncate_for_message;
+use crate::output::{Redactor, StreamRedactor, truncate_for_message};
 
 /// Connections (and tunnels) one sandbox may hold open through the proxy.
 pub const MAX_EGRESS_CONNECTIONS: usize = 256;
@@ -83,9 +100,10 @@ pub struct EgressOptions {
 pub struct Injection {
     /// The environment variable commands find the placeholder in.
     pub name: String,
-    /// The real value. Register it with the toolset as a secret too
-    /// ([`crate::ToolsetBuilder::secret`]) so that it is redacted from what
-    /// a server echoes back.
+    /// The real value. The proxy swaps it back to the placeholder in what
+    /// a bound host answers over plain HTTP; register it with the toolset
+    /// as a secret too ([`crate::ToolsetBuilder::secret`]) so that it is
+    /// redacted from tool output whatever way it comes.
     pub value: String,
     /// Domain-list entries: the hosts the value may go to (an entry covers
     /// its subdomains).
@@ -120,6 +138,14 @@ pub(crate) struct Egress {
     rules: NetRules,
     resolver: Arc<dyn Resolver>,
     bindings: Vec<Binding>,
+    /// Every binding's value to its placeholder: what the proxy relays from
+    /// a bound host passes through it.
+    swap_back: Redactor,
+    /// The values in lower case, for header names (which are).
+    lower_values: Vec<String>,
+    /// Every placeholder as long as its value: a swapped body keeps its
+    /// length, and its `Content-Length` stands.
+    same_lengths: bool,
 }
 
 impl std::fmt::Debug for Egress {
@@ -143,10 +169,26 @@ impl Egress {
         for injection in &options.inject {
             bindings.push(binding(injection)?);
         }
+        let pairs: Vec<(&str, &str)> = options
+            .inject
+            .iter()
+            .zip(&bindings)
+            .map(|(i, b)| (i.value.as_str(), b.placeholder.as_str()))
+            .collect();
+        let swap_back = Redactor::replacing(&pairs)?;
+        let lower_values = options
+            .inject
+            .iter()
+            .map(|i| i.value.to_ascii_lowercase())
+            .collect();
+        let same_lengths = pairs.iter().all(|(v, p)| v.len() == p.len());
         Ok(Egress {
             rules,
             resolver: Arc::new(SystemResolver),
             bindings,
+            swap_back,
+            lower_values,
+            same_lengths,
         })
     }
 
@@ -201,6 +243,104 @@ impl Egress {
             StatusCode::BAD_GATEWAY,
             format!("cannot connect to {host} port {port} ({last})"),
         ))
+    }
+
+    /// True when a secret is bound to `host`: its requests may carry a real
+    /// value, and its answers are relayed through the swap-back.
+    fn binds(&self, host: &Host) -> bool {
+        self.bindings
+            .iter()
+            .any(|b| b.hosts.iter().any(|entry| covers(entry, host)))
+    }
+
+    /// Swaps every secret's value back to its placeholder in `headers`
+    /// (an answer's, or its trailers); a header whose name holds a value
+    /// is dropped, and so is one whose value cannot hold the placeholder.
+    fn swap_back_headers(&self, headers: &mut HeaderMap) {
+        let named: Vec<HeaderName> = headers
+            .keys()
+            .filter(|name| {
+                self.lower_values
+                    .iter()
+                    .any(|v| name.as_str().contains(v.as_str()))
+            })
+            .cloned()
+            .collect();
+        for name in named {
+            headers.remove(name);
+        }
+        let mut unfit = Vec::new();
+        for (name, value) in headers.iter_mut() {
+            // A header value holds no line feed: this swaps, nothing more.
+            if let std::borrow::Cow::Owned(swapped) = self.swap_back.redact_lines(value.as_bytes())
+            {
+                match HeaderValue::from_bytes(&swapped) {
+                    Ok(v) => *value = v,
+                    Err(_) => unfit.push(name.clone()),
+                }
+            }
+        }
+        for name in unfit {
+            headers.remove(name);
+        }
+    }
+
+    /// The answer of a bound host as the command gets it: refused when its
+    /// body is compressed (the proxy asked for `identity`; a compressed
+    /// value cannot be found), else with every secret's value swapped back
+    /// to its placeholder in the headers, the body (streamed) and the
+    /// trailers, the reason phrase and header casing upstream sent
+    /// dropped, and `Content-Length` dropped (the body re-framed) when a
+    /// placeholder's length is not its value's.
+    fn swap_back(
+        self: &Arc<Self>,
+        authority: &str,
+        mut parts: hyper::http::response::Parts,
+        body: Incoming,
+    ) -> std::result::Result<Response<ProxyBody>, Refusal> {
+        let codings = |name: HeaderName| {
+            parts
+                .headers
+                .get_all(name)
+                .iter()
+                .flat_map(|v| v.to_str().unwrap_or("?").split(','))
+                .map(|c| c.trim().to_ascii_lowercase())
+                .filter(|c| !c.is_empty())
+                .collect::<Vec<_>>()
+        };
+        let content = codings(header::CONTENT_ENCODING);
+        let transfer = codings(header::TRANSFER_ENCODING);
+        if let Some(coding) = content
+            .iter()
+            .find(|c| c.as_str() != "identity")
+            .or_else(|| transfer.iter().find(|c| c.as_str() != "chunked"))
+        {
+            return Err(Refusal::new(
+                StatusCode::BAD_GATEWAY,
+                format!(
+                    "{authority} answered with its body encoded as `{}` although the proxy \
+                     asked for `identity`; a secret is bound to this host, and its answers are \
+                     relayed only uncompressed, so that the secret's value can be taken out \
+                     of them",
+                    truncate_for_message(coding)
+                ),
+            ));
+        }
+        remove_hop_by_hop(&mut parts.headers);
+        parts.extensions = hyper::http::Extensions::new();
+        self.swap_back_headers(&mut parts.headers);
+        if !self.same_lengths {
+            parts.headers.remove(header::CONTENT_LENGTH);
+        }
+        let body = SwapBackBody {
+            inner: body.boxed(),
+            stream: self.swap_back.stream(),
+            egress: self.clone(),
+            trailers: None,
+            done: false,
+            exact: self.same_lengths,
+        };
+        Ok(Response::from_parts(parts, body.boxed()))
     }
 
     /// Swaps each bound placeholder for its value in `headers`, for a
@@ -422,6 +562,87 @@ async fn accept(
 /// The response body the proxy sends: upstream's, or its own text.
 type ProxyBody = BoxBody<Bytes, hyper::Error>;
 
+/// A bound host's body on its way to the command: each secret's value is
+/// swapped back to its placeholder as the bytes stream through, holding
+/// back at most the longest value's length less one byte (a value split
+/// across reads or chunks is still caught; memory stays bounded whatever
+/// the body's size). Trailers are swapped as headers are.
+struct SwapBackBody {
+    inner: ProxyBody,
+    stream: StreamRedactor,
+    egress: Arc<Egress>,
+    /// Trailers to send after the held-back bytes.
+    trailers: Option<HeaderMap>,
+    done: bool,
+    /// The body keeps its length (every placeholder as long as its value).
+    exact: bool,
+}
+
+impl hyper::body::Body for SwapBackBody {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<std::result::Result<Frame<Bytes>, hyper::Error>>> {
+        let this = &mut *self;
+        if let Some(trailers) = this.trailers.take() {
+            return Poll::Ready(Some(Ok(Frame::trailers(trailers))));
+        }
+        if this.done {
+            return Poll::Ready(None);
+        }
+        loop {
+            let frame = match std::task::ready!(Pin::new(&mut this.inner).poll_frame(cx)) {
+                Some(Ok(frame)) => frame,
+                Some(Err(e)) => return Poll::Ready(Some(Err(e))),
+                None => {
+                    this.done = true;
+                    let rest = this.stream.finish();
+                    if rest.is_empty() {
+                        return Poll::Ready(None);
+                    }
+                    return Poll::Ready(Some(Ok(Frame::data(Bytes::from(rest)))));
+                }
+            };
+            let frame = match frame.into_data() {
+                Ok(data) => {
+                    let out = this.stream.push(&data);
+                    if out.is_empty() {
+                        continue;
+                    }
+                    return Poll::Ready(Some(Ok(Frame::data(Bytes::from(out)))));
+                }
+                Err(frame) => frame,
+            };
+            let Ok(mut trailers) = frame.into_trailers() else {
+                continue;
+            };
+            this.egress.swap_back_headers(&mut trailers);
+            this.done = true;
+            let rest = this.stream.finish();
+            if rest.is_empty() {
+                return Poll::Ready(Some(Ok(Frame::trailers(trailers))));
+            }
+            this.trailers = Some(trailers);
+            return Poll::Ready(Some(Ok(Frame::data(Bytes::from(rest)))));
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.done && self.trailers.is_none()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        if self.exact {
+            self.inner.size_hint()
+        } else {
+            hyper::body::SizeHint::default()
+        }
+    }
+}
+
 /// What one accepted connection needs.
 #[derive(Clone)]
 struct Connection {
@@ -531,6 +752,15 @@ impl Connection {
             .map_err(|_| Refusal::new(StatusCode::BAD_REQUEST, "the request's host is invalid"))?;
         parts.headers.insert(header::HOST, host_header);
         self.egress.inject(&host, &mut parts.headers);
+        let bound = self.egress.binds(&host);
+        if bound {
+            // A compressed answer could carry a secret's value where the
+            // swap-back cannot see it: ask for the body as it is.
+            parts.headers.insert(
+                header::ACCEPT_ENCODING,
+                HeaderValue::from_static("identity"),
+            );
+        }
         parts.uri = parts.uri.path_and_query().map_or_else(
             || Uri::from_static("/"),
             |pq| Uri::try_from(pq.as_str()).unwrap_or_else(|_| Uri::from_static("/")),
@@ -557,6 +787,9 @@ impl Connection {
             .await
             .map_err(bad_gateway)?;
         let (mut parts, body) = response.into_parts();
+        if bound {
+            return self.egress.swap_back(authority.as_str(), parts, body);
+        }
         remove_hop_by_hop(&mut parts.headers);
         Ok(Response::from_parts(parts, body.boxed()))
     }
@@ -790,5 +1023,213 @@ mod tests {
         assert_eq!(get("http_proxy").unwrap(), "http://127.0.0.1:4711");
         assert!(get("NO_PROXY").unwrap().contains("127.0.0.1"));
         assert_eq!(get("API_TOKEN").unwrap(), e.bindings[0].placeholder);
+    }
+
+    /// A scripted upstream on 127.0.0.1: answers by path, reflecting the
+    /// request's `Authorization` (or, for `/stored`, the last one seen);
+    /// records each request's head and every answer it wrote.
+    struct Upstream {
+        port: u16,
+        seen: Arc<std::sync::Mutex<Vec<(String, String)>>>,
+    }
+
+    fn upstream() -> Upstream {
+        use std::io::{Read, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let seen = Arc::new(std::sync::Mutex::new(Vec::<(String, String)>::new()));
+        let log = seen.clone();
+        std::thread::spawn(move || {
+            let mut last_auth = String::new();
+            for conn in listener.incoming() {
+                let Ok(mut conn) = conn else { return };
+                let mut head = Vec::new();
+                let mut byte = [0u8; 1];
+                while !head.ends_with(b"\r\n\r\n") {
+                    if conn.read(&mut byte).unwrap_or(0) == 0 {
+                        break;
+                    }
+                    head.push(byte[0]);
+                }
+                let head = String::from_utf8_lossy(&head).into_owned();
+                let path = head.split(' ').nth(1).unwrap_or("").to_string();
+                if path == "/quit" {
+                    return;
+                }
+                let auth = head
+                    .lines()
+                    .find_map(|l| l.strip_prefix("Authorization: Bearer "))
+                    .map(str::to_string);
+                if let Some(a) = &auth {
+                    last_auth = a.clone();
+                }
+                let a = auth.unwrap_or_else(|| last_auth.clone());
+                let answer = match path.as_str() {
+                    "/len" | "/stored" => {
+                        let body = format!("auth={a}\n");
+                        format!(
+                            "HTTP/1.1 200 OK\r\nX-Echo: Bearer {a}\r\nX-{a}: 1\r\n\
+                             Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                            body.len()
+                        )
+                    }
+                    "/chunked" => {
+                        // The value split across one-byte chunks.
+                        let mut out = "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\
+                                       Trailer: X-Late\r\nConnection: close\r\n\r\n"
+                            .to_string();
+                        for c in format!("auth={a}\n").chars() {
+                            out.push_str(&format!("1\r\n{c}\r\n"));
+                        }
+                        out.push_str(&format!("0\r\nX-Late: {a}\r\n\r\n"));
+                        out
+                    }
+                    "/reason" => format!(
+                        "HTTP/1.1 200 {a}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+                    ),
+                    "/gzip" => "HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\n\
+                                Content-Length: 4\r\nConnection: close\r\n\r\nabcd"
+                        .to_string(),
+                    _ => "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n".to_string(),
+                };
+                let _ = conn.write_all(answer.as_bytes());
+                log.lock().unwrap().push((head, answer));
+            }
+        });
+        Upstream { port, seen }
+    }
+
+    impl Drop for Upstream {
+        fn drop(&mut self) {
+            use std::io::Write;
+            if let Ok(mut c) = std::net::TcpStream::connect(("127.0.0.1", self.port)) {
+                let _ = c.write_all(b"GET /quit HTTP/1.1\r\n\r\n");
+            }
+        }
+    }
+
+    struct Loopback;
+
+    impl Resolver for Loopback {
+        fn resolve(&self, _: &str) -> std::io::Result<Vec<std::net::IpAddr>> {
+            Ok(vec![std::net::Ipv4Addr::LOCALHOST.into()])
+        }
+    }
+
+    /// A proxy on 127.0.0.1 whose secret `API_TOKEN` (value
+    /// `real-value`) is bound to `bound.test`; `other.test` is allowed too.
+    fn proxy() -> (EgressProxy, String) {
+        let mut egress = Egress::new(&EgressOptions {
+            rules: NetworkConfig {
+                allowed_domains: vec!["bound.test".into(), "other.test".into()],
+                allowed_cidrs: vec!["127.0.0.1/32".into()],
+                ..NetworkConfig::default()
+            },
+            inject: vec![injection(&["bound.test"], &["authorization"])],
+        })
+        .unwrap();
+        egress.set_resolver(Arc::new(Loopback));
+        let placeholder = egress.bindings[0].placeholder.clone();
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let proxy = EgressProxy::start(OwnedFd::from(listener), Arc::new(egress)).unwrap();
+        (proxy, placeholder)
+    }
+
+    /// What a command gets asking the proxy for `http://host:port/path`
+    /// with the placeholder in `Authorization` (`with_auth`).
+    fn get(proxy: &EgressProxy, host: &str, port: u16, path: &str, auth: Option<&str>) -> String {
+        use std::io::{Read, Write};
+        let mut c = std::net::TcpStream::connect(("127.0.0.1", proxy.port())).unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        let auth = auth.map_or(String::new(), |a| format!("Authorization: Bearer {a}\r\n"));
+        write!(
+            c,
+            "GET http://{host}:{port}{path} HTTP/1.1\r\nHost: {host}\r\nTE: trailers\r\n\
+             Accept-Encoding: gzip\r\n{auth}Connection: close\r\n\r\n"
+        )
+        .unwrap();
+        let mut out = Vec::new();
+        let _ = c.read_to_end(&mut out);
+        String::from_utf8_lossy(&out).into_owned()
+    }
+
+    #[test]
+    fn a_bound_hosts_answers_never_hold_the_real_value() {
+        let up = upstream();
+        let (proxy, placeholder) = proxy();
+        let p = placeholder.as_str();
+        let swapped = |path: &str| {
+            let got = get(&proxy, "bound.test", up.port, path, Some(p));
+            // Control: the upstream received the real value and wrote it
+            // into this answer.
+            let seen = up.seen.lock().unwrap();
+            let (head, answer) = seen.last().unwrap();
+            assert!(head.contains("Bearer real-value\r\n"), "{head}");
+            assert!(answer.contains("real-value"), "{answer}");
+            drop(seen);
+            assert!(
+                !got.to_ascii_lowercase().contains("real-value"),
+                "{path}: {got}"
+            );
+            got
+        };
+        let got = swapped("/len");
+        assert!(got.contains(&format!("X-Echo: Bearer {p}\r\n")), "{got}");
+        // Re-framed: the placeholder is longer than the value.
+        let lower = got.to_ascii_lowercase();
+        assert!(!lower.contains("content-length"), "{got}");
+        assert!(lower.contains("transfer-encoding: chunked\r\n"), "{got}");
+        assert_eq!(dechunk(&got), format!("auth={p}\n"));
+        let got = swapped("/chunked");
+        assert_eq!(dechunk(&got), format!("auth={p}\n"));
+        let got = swapped("/reason");
+        assert!(got.starts_with("HTTP/1.1 200 OK\r\n"), "{got}");
+        // The bound host was asked for an uncompressed answer; a compressed
+        // one is refused.
+        let got = get(&proxy, "bound.test", up.port, "/gzip", Some(p));
+        assert!(got.starts_with("HTTP/1.1 502"), "{got}");
+        assert!(got.contains("relayed only uncompressed"), "{got}");
+        let seen = up.seen.lock().unwrap();
+        assert!(
+            seen.last()
+                .unwrap()
+                .0
+                .contains("Accept-Encoding: identity\r\n")
+        );
+        drop(seen);
+        // A value the host stored and serves later, to a request without it.
+        let got = get(&proxy, "bound.test", up.port, "/stored", None);
+        assert!(
+            up.seen
+                .lock()
+                .unwrap()
+                .last()
+                .unwrap()
+                .1
+                .contains("real-value")
+        );
+        assert!(!got.contains("real-value"), "{got}");
+        assert!(got.contains(&format!("auth={p}")), "{got}");
+        // Another host is not rewritten (it never got the value).
+        let got = get(&proxy, "other.test", up.port, "/len", Some(p));
+        assert!(got.contains(&format!("auth={p}\n")), "{got}");
+        assert!(got.contains("Content-Length: "), "{got}");
+        let got = get(&proxy, "other.test", up.port, "/gzip", Some(p));
+        assert!(got.starts_with("HTTP/1.1 200"), "{got}");
+    }
+
+    /// The body of a chunked HTTP/1.1 answer.
+    fn dechunk(answer: &str) -> String {
+        let (_, mut rest) = answer.split_once("\r\n\r\n").unwrap();
+        let mut body = String::new();
+        loop {
+            let (size, after) = rest.split_once("\r\n").unwrap();
+            let n = usize::from_str_radix(size.trim(), 16).unwrap();
+            if n == 0 {
+                return body;
+            }
+            body.push_str(&after[..n]);
+            rest = &after[n + 2..];
+        }
     }
 }

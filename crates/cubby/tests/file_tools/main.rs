@@ -266,6 +266,7 @@ both!(
     redaction::search_redacts_before_the_line_cut,
     redaction::echoed_input_is_redacted_before_its_cut,
     redaction::digests_of_redacted_files_confirm_no_guess,
+    redaction::view_file_sends_no_image_metadata,
     names::names_cannot_forge_lines_in_listings,
     names::names_cannot_forge_lines_in_changes,
     names::names_with_colons_cannot_forge_hits,

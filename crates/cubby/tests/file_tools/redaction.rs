@@ -227,3 +227,226 @@ pub fn digests_of_redacted_files_confirm_no_guess(f: &dyn Fixture) {
         "stale",
     );
 }
+
+/// An 8×8 PNG of `view::png`'s pixels carrying the secret in a `tEXt`
+/// chunk, a compressed `zTXt` chunk and an `iTXt` chunk (`text`), or in the
+/// `zTXt` chunk alone (`!text`: the file's bytes do not hold the value).
+pub fn png_with_text(text: bool) -> Vec<u8> {
+    let pixels = image::load_from_memory(&crate::view::png(8, 8))
+        .unwrap()
+        .to_rgb8();
+    let mut out = Vec::new();
+    let mut encoder = png::Encoder::new(&mut out, 8, 8);
+    encoder.set_color(png::ColorType::Rgb);
+    encoder.set_depth(png::BitDepth::Eight);
+    if text {
+        encoder
+            .add_text_chunk("Comment".into(), SECRET.into())
+            .unwrap();
+        encoder
+            .add_itxt_chunk("Description".into(), SECRET.into())
+            .unwrap();
+    }
+    encoder
+        .add_ztxt_chunk("Secret".into(), SECRET.repeat(4))
+        .unwrap();
+    let mut writer = encoder.write_header().unwrap();
+    writer.write_image_data(pixels.as_raw()).unwrap();
+    writer.finish().unwrap();
+    out
+}
+
+/// The text a PNG's metadata chunks hold, decoded (`zTXt` inflated).
+pub fn png_texts(bytes: &[u8]) -> Vec<String> {
+    let reader = png::Decoder::new(std::io::Cursor::new(bytes))
+        .read_info()
+        .unwrap();
+    let info = reader.info();
+    let mut texts: Vec<String> = info
+        .uncompressed_latin1_text
+        .iter()
+        .map(|t| t.text.clone())
+        .collect();
+    for z in &info.compressed_latin1_text {
+        texts.push(z.get_text().unwrap());
+    }
+    for i in &info.utf8_text {
+        texts.push(i.get_text().unwrap());
+    }
+    texts
+}
+
+/// The kinds of a PNG's chunks, in order.
+pub fn png_chunk_kinds(bytes: &[u8]) -> Vec<String> {
+    assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n");
+    let mut at = 8;
+    let mut kinds = Vec::new();
+    while at + 8 <= bytes.len() {
+        let len = u32::from_be_bytes(bytes[at..at + 4].try_into().unwrap()) as usize;
+        kinds.push(String::from_utf8_lossy(&bytes[at + 4..at + 8]).into_owned());
+        at += 12 + len;
+    }
+    kinds
+}
+
+/// A JPEG segment: marker, big-endian length, data.
+pub fn jpeg_segment(marker: u8, data: &[u8]) -> Vec<u8> {
+    let mut out = vec![0xff, marker];
+    out.extend_from_slice(&(data.len() as u16 + 2).to_be_bytes());
+    out.extend_from_slice(data);
+    out
+}
+
+/// A 16×16 JPEG with the secret in a comment (COM), an EXIF segment (APP1)
+/// and an XMP packet (APP1), right after its start of image.
+pub fn jpeg_with_metadata() -> Vec<u8> {
+    let plain = crate::view::noise_jpeg(16, 16);
+    let mut out = plain[..2].to_vec();
+    out.extend(jpeg_segment(0xfe, format!("note: {SECRET}").as_bytes()));
+    out.extend(jpeg_segment(0xe1, format!("Exif\0\0{SECRET}").as_bytes()));
+    out.extend(jpeg_segment(
+        0xe1,
+        format!("http://ns.adobe.com/xap/1.0/\0<x:xmpmeta>{SECRET}</x:xmpmeta>").as_bytes(),
+    ));
+    out.extend_from_slice(&plain[2..]);
+    out
+}
+
+/// The markers of a JPEG's segments before its first scan.
+pub fn jpeg_markers(bytes: &[u8]) -> Vec<u8> {
+    let mut at = 2;
+    let mut markers = Vec::new();
+    while at + 4 <= bytes.len() && bytes[at] == 0xff {
+        let marker = bytes[at + 1];
+        markers.push(marker);
+        if marker == 0xda {
+            break;
+        }
+        at += 2 + usize::from(u16::from_be_bytes([bytes[at + 2], bytes[at + 3]]));
+    }
+    markers
+}
+
+/// A GIF of 8×8 px with the secret in a comment extension and an
+/// application extension, after its global colour table.
+pub fn gif_with_metadata() -> Vec<u8> {
+    let img = image::RgbaImage::from_fn(8, 8, |x, y| {
+        image::Rgba([(x * 30) as u8, (y * 30) as u8, 9, 255])
+    });
+    let mut plain = std::io::Cursor::new(Vec::new());
+    image::DynamicImage::ImageRgba8(img)
+        .write_to(&mut plain, image::ImageFormat::Gif)
+        .unwrap();
+    let plain = plain.into_inner();
+    let flags = plain[10];
+    let table = if flags & 0x80 != 0 {
+        3 << ((flags & 7) + 1)
+    } else {
+        0
+    };
+    let at = 13 + table;
+    let mut out = plain[..at].to_vec();
+    out.extend_from_slice(&[0x21, 0xfe, SECRET.len() as u8]);
+    out.extend_from_slice(SECRET.as_bytes());
+    out.push(0);
+    out.extend_from_slice(&[0x21, 0xff, 11]);
+    out.extend_from_slice(b"CUBBYTST1.0");
+    out.push(SECRET.len() as u8);
+    out.extend_from_slice(SECRET.as_bytes());
+    out.push(0);
+    out.extend_from_slice(&plain[at..]);
+    out
+}
+
+/// An 8×8 lossless WebP in the extended format with the secret in its
+/// `EXIF` and `XMP ` chunks.
+pub fn webp_with_metadata() -> Vec<u8> {
+    let img = image::RgbaImage::from_fn(8, 8, |x, y| {
+        image::Rgba([(x * 30) as u8, (y * 30) as u8, 9, 255])
+    });
+    let simple = crate::view::webp(&img);
+    let mut body = b"WEBP".to_vec();
+    let mut vp8x = vec![0x10 | 0x08 | 0x04, 0, 0, 0]; // alpha, EXIF, XMP
+    vp8x.extend_from_slice(&crate::view::u24(7));
+    vp8x.extend_from_slice(&crate::view::u24(7));
+    crate::view::riff_chunk(&mut body, b"VP8X", &vp8x);
+    body.extend_from_slice(crate::view::vp8l_chunk(&simple));
+    crate::view::riff_chunk(&mut body, b"EXIF", format!("MM\0*{SECRET}").as_bytes());
+    crate::view::riff_chunk(
+        &mut body,
+        b"XMP ",
+        format!("<x:xmpmeta>{SECRET}</x:xmpmeta>").as_bytes(),
+    );
+    let mut out = b"RIFF".to_vec();
+    out.extend_from_slice(&(body.len() as u32).to_le_bytes());
+    out.extend_from_slice(&body);
+    out
+}
+
+/// SPEC §2: nothing redaction cannot see leaves. An image small enough to
+/// be sent at its own size carries its metadata (PNG text chunks, JPEG
+/// comments, EXIF and XMP, GIF extensions, WebP metadata chunks) — a
+/// compressed `zTXt` chunk hides the secret from any byte scan. The image
+/// sent holds pixels only: the same pixels, none of the metadata.
+pub fn view_file_sends_no_image_metadata(f: &dyn Fixture) {
+    let files: [(&str, Vec<u8>); 5] = [
+        ("shots/text.png", png_with_text(true)),
+        ("shots/ztxt.png", png_with_text(false)),
+        ("shots/photo.jpg", jpeg_with_metadata()),
+        ("shots/anim.gif", gif_with_metadata()),
+        ("shots/meta.webp", webp_with_metadata()),
+    ];
+    for (path, bytes) in &files {
+        f.put(path, bytes);
+    }
+    // Control: the files on disk hold the secret, in their bytes or (the
+    // `zTXt` one) in a chunk any PNG reader inflates.
+    let holds = |b: &[u8]| memchr::memmem::find(b, SECRET.as_bytes()).is_some();
+    for (path, bytes) in &files {
+        let on_disk = f.get(path).unwrap();
+        assert_eq!(&on_disk, bytes);
+        if *path == "shots/ztxt.png" {
+            assert!(!holds(&on_disk), "the zTXt chunk is not compressed");
+            assert_eq!(png_texts(&on_disk), vec![SECRET.repeat(4)]);
+        } else {
+            assert!(holds(&on_disk), "{path}: the control holds no secret");
+        }
+    }
+    assert_eq!(png_texts(&files[0].1).len(), 3);
+    assert!(jpeg_markers(&files[2].1).contains(&0xfe));
+    let t = with_secret(f);
+    for (path, bytes) in &files {
+        let out = ok(&t, "view_file", json!({"path": path}));
+        let sent = &out.images()[0].bytes;
+        assert!(!holds(sent), "{path}: the image sent holds the secret");
+        let ty = out.images()[0].media_type.clone();
+        match ty.as_str() {
+            "image/png" => {
+                assert_eq!(png_texts(sent), Vec::<String>::new(), "{path}");
+                for kind in png_chunk_kinds(sent) {
+                    assert!(
+                        ["IHDR", "PLTE", "tRNS", "IDAT", "IEND"].contains(&kind.as_str()),
+                        "{path}: the image sent has a `{kind}` chunk"
+                    );
+                }
+            }
+            "image/jpeg" => {
+                for marker in jpeg_markers(sent) {
+                    assert!(
+                        !(marker == 0xfe || (0xe1..=0xef).contains(&marker)),
+                        "{path}: the image sent has marker {marker:#x}"
+                    );
+                }
+            }
+            other => panic!("{path}: sent as {other}"),
+        }
+        // The same picture.
+        let want = image::load_from_memory(bytes).unwrap().to_rgba8();
+        let got = image::load_from_memory(sent).unwrap().to_rgba8();
+        assert_eq!(got.dimensions(), want.dimensions(), "{path}");
+        if !path.ends_with(".jpg") {
+            assert_eq!(got, want, "{path}: the pixels changed");
+        }
+        no_part_of_secret(path, &out);
+    }
+}

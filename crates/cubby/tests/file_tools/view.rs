@@ -20,11 +20,14 @@ pub fn view_file_shows_images_downscaled(f: &dyn Fixture) {
     let out = ok(&t, "view_file", json!({"path": "shots/small.bin"}));
     assert_eq!(out.images().len(), 1);
     assert_eq!(out.images()[0].media_type, "image/png");
+    // Re-encoded from its pixels (no metadata leaves): the same pixels.
     assert_eq!(
-        out.images()[0].bytes,
-        small,
-        "a small image is passed through unchanged"
+        image::load_from_memory(&out.images()[0].bytes)
+            .unwrap()
+            .to_rgb8(),
+        image::load_from_memory(&small).unwrap().to_rgb8(),
     );
+    assert!(out.text.contains("re-encoded as PNG"), "{}", out.text);
     assert_eq!(out.structured["kind"], "image");
     assert_eq!(
         (
@@ -434,7 +437,7 @@ pub fn view_file_shows_the_first_frame_of_animations(f: &dyn Fixture) {
         let px = img.to_rgba8().get_pixel(3, 2).0;
         assert_eq!(px, [255, 0, 0, 255], "{name}: the first frame is red");
     }
-    // A still GIF is sent as it is.
+    // A still GIF is sent as a PNG of its pixels (no GIF extension leaves).
     let mut still = Vec::new();
     image::DynamicImage::ImageRgba8(image::RgbaImage::from_pixel(
         3,
@@ -448,6 +451,12 @@ pub fn view_file_shows_the_first_frame_of_animations(f: &dyn Fixture) {
     .unwrap();
     f.put("still.gif", &still);
     let out = ok(&t, "view_file", json!({"path": "still.gif"}));
-    assert_eq!(out.images()[0].bytes, still);
+    assert_eq!(out.images()[0].media_type, "image/png");
+    assert_eq!(
+        image::load_from_memory(&out.images()[0].bytes)
+            .unwrap()
+            .to_rgba8(),
+        image::load_from_memory(&still).unwrap().to_rgba8()
+    );
     assert_eq!(out.structured["first_frame_only"], false);
 }
