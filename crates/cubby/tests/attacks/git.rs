@@ -588,7 +588,8 @@ fn git_still_works_inside(_: &Lab) -> Verdict {
          echo two >> a.txt; git stash -q; git stash pop -q; git commit -q -am two; \
          git log --oneline | wc -l; git status --short; echo git-ok; \
          git checkout -q -b side; echo three > b.txt; git add b.txt; git commit -q -m three; \
-         git checkout -q -b extra topic; git cherry-pick side >/dev/null && echo pick-ok; \
+         git checkout -q -b extra topic; git cherry-pick side >/dev/null 2>&1; \
+         echo picked=$(git log -1 --format=%s); git status --short; \
          git commit -q --amend -m picked && echo amend-ok; \
          git merge -q --no-edit side >/dev/null 2>&1; echo merged=$?; \
          if git rebase -q side >/dev/null 2>&1; then echo rebase-ran; else echo rebase-refused; fi; \
@@ -597,12 +598,19 @@ fn git_still_works_inside(_: &Lab) -> Verdict {
     if !out.text.contains("git-ok") || !out.text.contains("\n2\n") {
         return Err(format!("git inside the sandbox failed: {}", out.text));
     }
-    // What the sequencer's protection leaves (docs/SECURITY.md): one pick,
-    // an amend and a merge work; a rebase refuses to start.
-    for want in ["pick-ok", "amend-ok", "merged=0", "rebase-refused"] {
+    // What the sequencer's protection leaves (docs/SECURITY.md): one pick
+    // makes its commit (and then fails to write its state), an amend and a
+    // merge work, a rebase refuses to start; `git status` stays quiet.
+    for want in ["picked=three", "amend-ok", "merged=0", "rebase-refused"] {
         if !out.text.contains(want) {
             return Err(format!("{want} missing: {}", out.text));
         }
+    }
+    if out.text.contains("unable to open") {
+        return Err(format!("git status complains: {}", out.text));
+    }
+    for p in [".git/rebase-merge", ".git/rebase-apply", ".git/sequencer"] {
+        absent(&l.ws.join(p))?;
     }
     let log = host_git(&l.ws, &["log", "--oneline", "topic"]);
     if String::from_utf8_lossy(&log.stdout).lines().count() != 2 {

@@ -379,16 +379,12 @@ pub fn changes_counts_what_new_ignore_files_hide(f: &dyn Fixture) {
     assert!(!out.text.contains("No changes"), "{}", out.text);
 }
 
+/// The files of a `.git`: path relative to the root, and bytes.
+type GitFiles = Vec<(String, Vec<u8>)>;
+
 /// A small repository made by the host's git: the files of its `.git`
 /// before and after `change` ran in it, and the commit `HEAD` names then.
-fn git_states(
-    change: &str,
-) -> (
-    Vec<(String, Vec<u8>)>,
-    Vec<(String, Vec<u8>)>,
-    String,
-    String,
-) {
+fn git_states(change: &str) -> (GitFiles, GitFiles, String, String) {
     let dir = tempfile::tempdir().unwrap();
     let sh = |script: &str| {
         let out = std::process::Command::new("sh")

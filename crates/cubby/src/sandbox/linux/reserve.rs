@@ -15,7 +15,10 @@
 //! there breaks the repository. They are reserved by a read-only *file*
 //! placeholder git takes as if the file were missing ([`Kind::for_path`]):
 //! `commondir` holding `.` (the common directory is the git directory
-//! itself), `config.worktree` empty. File placeholders are made and removed.
+//! itself), `config.worktree` empty. `sequencer` is an empty file too: git
+//! reads `sequencer/todo` on every `git status`, and quietly takes "not a
+//! directory" for no sequence, where the empty directory it cannot search
+//! would print an error each time. File placeholders are made and removed.
 //!
 //! Making and removing a directory costs an inode allocation each time
 //! (and on ext4 without a journal, a scan past recently freed inodes that
@@ -72,12 +75,14 @@ pub(crate) enum Kind {
 
 impl Kind {
     /// The placeholder for `path`: a file for `commondir` (`.`: the git
-    /// directory is its own common directory) and `config.worktree`
-    /// (empty: no settings); a directory for everything else.
+    /// directory is its own common directory), `config.worktree` (empty: no
+    /// settings) and `sequencer` (empty: no cherry-pick or revert sequence;
+    /// git reads `sequencer/todo` quietly as missing); a directory for
+    /// everything else.
     pub(crate) fn for_path(path: &WorkspacePath) -> Kind {
         match path.file_name().and_then(|n| n.to_str()) {
             Some("commondir") => Kind::File(b"."),
-            Some("config.worktree") => Kind::File(b""),
+            Some("config.worktree" | "sequencer") => Kind::File(b""),
             _ => Kind::Dir,
         }
     }
