@@ -463,6 +463,8 @@ impl HostStores {
     ///
     /// Landlock's, as `unsupported`.
     pub(crate) fn draft_layer(&self, roots: &[PathBuf]) -> Result<LayerDraft> {
+        use rustix::fs::OFlags;
+        use std::os::fd::AsFd;
         use std::os::unix::fs::FileTypeExt;
         let plan = self.layer_plan();
         let started = SystemTime::now();
@@ -478,10 +480,10 @@ impl HostStores {
             let (Some(_), Ok(entries)) = (key, std::fs::read_dir(dir)) else {
                 continue;
             };
-            let Ok(fd) = open_path(dir, false) else {
+            let Ok(dir_fd) = open_path(dir, false) else {
                 continue;
             };
-            builder = builder.grant(&fd, StoreGrant::List)?;
+            builder.grant(dir_fd.as_fd(), StoreGrant::List)?;
             let names = plan.names.get(dir);
             for entry in entries.flatten() {
                 let name = entry.file_name();
@@ -512,10 +514,15 @@ impl HostStores {
                 } else {
                     continue;
                 };
-                let Ok(fd) = open_path(&path, true) else {
+                let Ok(fd) = rustix::fs::openat(
+                    &dir_fd,
+                    name.as_os_str(),
+                    OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                    rustix::fs::Mode::empty(),
+                ) else {
                     continue;
                 };
-                builder = builder.grant(&fd, grant)?;
+                builder.grant(fd.as_fd(), grant)?;
             }
         }
         for root in roots {
@@ -527,7 +534,7 @@ impl HostStores {
             } else {
                 StoreGrant::ReadFile
             };
-            builder = builder.grant(&fd, grant)?;
+            builder.grant(fd.as_fd(), grant)?;
         }
         Ok(LayerDraft {
             builder,
@@ -541,29 +548,53 @@ impl HostStores {
     /// above a store, canonical; for a missing one, the nearest directory
     /// above it that exists), the stores themselves (where their names are
     /// and where they lead), and the store names of each watched directory.
+    /// What exists is taken from [`HostStores::current`]'s look, so that a
+    /// watched directory its parent's listing lacks costs nothing here.
     fn layer_plan(&self) -> LayerPlan {
         let mut plan = LayerPlan::default();
         plan.ancestors.insert(PathBuf::from("/"));
-        for w in &self.watched {
-            if let Some(dir) = resolved_dir(&w.dir) {
-                with_ancestors(&mut plan.ancestors, &dir);
-                plan.names.entry(dir).or_default().extend(w.names);
-            } else if let Some(dir) = w.dir.ancestors().skip(1).find_map(resolved_dir) {
-                // Missing: made while a command runs, it is a new entry of
-                // the nearest directory that exists, which must be listed
-                // only for that.
+        let stores = self.current();
+        let state = lock(&self.state).clone();
+        // Each existing watched directory, resolved.
+        let mut resolved: HashMap<&Path, PathBuf> = HashMap::new();
+        for (i, w) in self.watched.iter().enumerate() {
+            if state[i].key.is_some() {
+                if let Some(dir) = resolved_dir(&w.dir) {
+                    with_ancestors(&mut plan.ancestors, &dir);
+                    plan.names.entry(dir.clone()).or_default().extend(w.names);
+                    resolved.insert(&w.dir, dir);
+                }
+                continue;
+            }
+            // Missing. Not in its parent's listing: the parent (or the
+            // nearest directory above it) is listed for that already.
+            // Otherwise, made while a command runs, it would be a new entry
+            // of the nearest directory that exists, which must be listed
+            // only for that.
+            let lacked = w
+                .parent
+                .is_some_and(|(p, via)| state[p].key.is_some() && !state[p].present.contains(&via));
+            let parent_missing = w.parent.is_some_and(|(p, _)| state[p].key.is_none());
+            if lacked || parent_missing {
+                continue;
+            }
+            if let Some(dir) = w.dir.ancestors().skip(1).find_map(resolved_dir) {
                 with_ancestors(&mut plan.ancestors, &dir);
             }
         }
-        for store in self.current() {
+        for store in stores {
             let (Some(parent), Some(name)) = (store.parent(), store.file_name()) else {
                 continue;
             };
             // Where the name is (its directory resolved)…
-            match resolved_dir(parent) {
+            let dir = resolved
+                .get(parent)
+                .cloned()
+                .or_else(|| resolved_dir(parent));
+            match &dir {
                 Some(dir) => {
                     plan.excluded.insert(dir.join(name));
-                    with_ancestors(&mut plan.ancestors, &dir);
+                    with_ancestors(&mut plan.ancestors, dir);
                 }
                 None => {
                     // Its directory is missing: it would be a new entry of
@@ -573,8 +604,9 @@ impl HostStores {
                     }
                 }
             }
-            // … and where it leads, when it leads somewhere.
-            if let Ok(target) = std::fs::canonicalize(&store) {
+            // … and where it leads, when it is a link.
+            let link = std::fs::symlink_metadata(&store).is_ok_and(|m| m.file_type().is_symlink());
+            if link && let Ok(target) = std::fs::canonicalize(&store) {
                 if let Some(dir) = target.parent() {
                     with_ancestors(&mut plan.ancestors, dir);
                 }
