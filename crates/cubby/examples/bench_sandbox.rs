@@ -30,7 +30,7 @@ use std::sync::Arc;
 use support::{kib_field, time, time_rounds};
 
 use cubby::sandbox::{ExecSpec, Sandbox};
-use cubby::{LinuxSandbox, Policy, WorkspacePath};
+use cubby::{HostEnv, LinuxSandbox, Policy, WorkspacePath};
 use serde_json::json;
 
 /// Rounds of the one-command measurements (each runs every case in turn).
@@ -52,9 +52,12 @@ fn exec_wait(sandbox: &dyn Sandbox, argv: &[&str]) {
     }
 }
 
-fn open(dir: &std::path::Path) -> LinuxSandbox {
+/// A sandbox on `dir` under a default policy. `host` is captured once, as
+/// a front does (`cubby mcp` hands one snapshot to every sandbox it opens):
+/// a snapshot per sandbox would be the benchmark's own memory, not cubby's.
+fn open(dir: &std::path::Path, host: &HostEnv) -> LinuxSandbox {
     let policy = Policy::builder().build().unwrap();
-    LinuxSandbox::open(dir, &policy, &cubby::HostEnv::capture()).unwrap()
+    LinuxSandbox::open(dir, &policy, host).unwrap()
 }
 
 fn main() {
@@ -63,20 +66,21 @@ fn main() {
     let idle: usize = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(200);
     let dir = std::env::temp_dir().join(format!("cubby-bench-sandbox-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
+    let host = HostEnv::capture();
 
-    let sandbox = open(&dir);
+    let sandbox = open(&dir, &host);
     sandbox.start().unwrap();
     for _ in 0..20 {
         exec_wait(&sandbox, &["/bin/true"]);
         Command::new("/bin/true").status().unwrap();
     }
-    let linux_tools = cubby::Toolset::builder(Arc::new(open(&dir)))
-        .host_env(cubby::HostEnv::capture())
+    let linux_tools = cubby::Toolset::builder(Arc::new(open(&dir, &host)))
+        .host_env(host.clone())
         .track_changes(false)
         .build()
         .unwrap();
     let local_tools = cubby::Toolset::builder(cubby::local_sandbox(&dir).unwrap())
-        .host_env(cubby::HostEnv::capture())
+        .host_env(host.clone())
         .track_changes(false)
         .build()
         .unwrap();
@@ -139,11 +143,11 @@ fn main() {
     );
 
     let create = time(n.min(100), || {
-        let s = open(&dir);
+        let s = open(&dir, &host);
         s.start().unwrap();
     });
     let create_and_first = time(n.min(100), || {
-        let s = open(&dir);
+        let s = open(&dir, &host);
         exec_wait(&s, &["/bin/true"]);
     });
     println!("sandbox start ({} iterations, median ms)", n.min(100));
@@ -156,7 +160,7 @@ fn main() {
     let before = kib_field("/proc/self/status", "VmRSS:");
     let mut alive = Vec::new();
     for _ in 0..idle {
-        let s = open(&dir);
+        let s = open(&dir, &host);
         s.start().unwrap();
         alive.push(s);
     }
@@ -210,6 +214,8 @@ fn main() {
         }
     };
     let mut holders_pss = 0.0;
+    let mut holders_anon = 0.0;
+    let mut holders_file = 0.0;
     let mut processes = 0;
     let mut spaces = 0;
     for (&pid, &ppid) in &parent_of {
@@ -219,7 +225,10 @@ fn main() {
                 continue;
             }
             spaces += 1;
-            holders_pss += kib_field(&format!("/proc/{pid}/smaps_rollup"), "Pss:");
+            let rollup = format!("/proc/{pid}/smaps_rollup");
+            holders_pss += kib_field(&rollup, "Pss:");
+            holders_anon += kib_field(&rollup, "Pss_Anon:");
+            holders_file += kib_field(&rollup, "Pss_File:");
         }
     }
     println!("{idle} idle sandboxes");
@@ -228,6 +237,15 @@ fn main() {
         holders_pss / 1024.0,
         (after - before) / 1024.0,
         (holders_pss + after - before) / idle as f64
+    );
+    // File-backed PSS is the binary's and the libraries' pages the holders
+    // map: physically shared with the server (and the page cache), so its
+    // share per sandbox falls as sandboxes are added.
+    println!(
+        "  of which per sandbox: anonymous {:.1} KiB, file-backed {:.1} KiB, server {:.1} KiB",
+        holders_anon / idle as f64,
+        holders_file / idle as f64,
+        (after - before) / idle as f64
     );
     println!(
         "  kernel stacks and page tables (machine-wide) +{:.1} MiB = {:.1} KiB per sandbox",

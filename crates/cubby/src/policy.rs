@@ -317,6 +317,74 @@ impl std::fmt::Debug for PolicyDigest {
 /// Bytes of a [`PolicyDigest`] shown in messages.
 const DIGEST_SHOWN_BYTES: usize = 6;
 
+/// What [`Policy::sandbox_digest`] covers, in the order it is hashed.
+#[derive(serde::Serialize)]
+struct DigestFacts<'a> {
+    mode: Mode,
+    protected: ShownRules<'a>,
+    deny_read: ShownRules<'a>,
+    writable_roots: PathBytes<'a>,
+    host_deny_read: PathBytes<'a>,
+    read_scope: ReadScope,
+    readable_roots: PathBytes<'a>,
+    network: NetworkMode,
+    allowed_domains: &'a [String],
+    denied_domains: &'a [String],
+    allowed_cidrs: &'a [String],
+    inject: Bindings<'a>,
+    limits: &'a crate::config::SandboxLimits,
+}
+
+/// Path rules as their paths show (`WorkspacePath::display`), serialised
+/// without a string made for each.
+struct ShownRules<'a>(&'a [PathRule]);
+
+impl serde::Serialize for ShownRules<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        s.collect_seq(self.0.iter().map(|r| {
+            if r.path.is_root() {
+                std::borrow::Cow::Borrowed(".")
+            } else {
+                crate::path::escape_name(r.path.as_bytes())
+            }
+        }))
+    }
+}
+
+/// Host paths as their bytes (any path serialises; two differ in the
+/// digest whenever they differ).
+struct PathBytes<'a>(&'a [PathBuf]);
+
+impl serde::Serialize for PathBytes<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        use std::os::unix::ffi::OsStrExt;
+        s.collect_seq(self.0.iter().map(|p| p.as_os_str().as_bytes()))
+    }
+}
+
+/// The bindings of injected secrets: each one's secret, hosts and headers
+/// (not its value, which the policy does not hold).
+struct Bindings<'a>(&'a [crate::config::InjectConfig]);
+
+impl serde::Serialize for Bindings<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        s.collect_seq(self.0.iter().map(|i| (&i.secret, &i.hosts, &i.headers)))
+    }
+}
+
+/// An `io::Write` that feeds a SHA-256.
+struct HashWriter(sha2::Sha256);
+
+impl std::io::Write for HashWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        sha2::Digest::update(&mut self.0, buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
 impl Policy {
     /// A builder with the defaults: `workspace-write`, nothing added or
     /// removed, the SPEC's protected paths plus `cubby.toml`.
@@ -524,34 +592,35 @@ impl Policy {
     /// not its policy's. Stable within one build of cubby.
     pub fn sandbox_digest(&self) -> PolicyDigest {
         use sha2::Digest;
-        let rules = self.network.clone().unwrap_or_default();
-        let inject: Vec<_> = rules
-            .inject
-            .iter()
-            .map(|i| (&i.secret, &i.hosts, &i.headers))
-            .collect();
-        let shown = |rules: &mut dyn Iterator<Item = &PathRule>| -> Vec<String> {
-            rules.map(|r| r.path.display()).collect()
+        let no_rules = NetworkConfig::default();
+        let rules = self.network.as_ref().unwrap_or(&no_rules);
+        let facts = DigestFacts {
+            mode: self.mode,
+            protected: ShownRules(&self.protected[..self.configured_protected]),
+            deny_read: ShownRules(&self.deny_read),
+            writable_roots: PathBytes(&self.writable_roots),
+            host_deny_read: PathBytes(&self.host_deny_read),
+            read_scope: self.read_scope,
+            readable_roots: PathBytes(&self.readable_roots),
+            network: self.command_network,
+            allowed_domains: &rules.allowed_domains,
+            denied_domains: &rules.denied_domains,
+            allowed_cidrs: &rules.allowed_cidrs,
+            inject: Bindings(&rules.inject),
+            limits: &self.limits.sandbox,
         };
-        let facts = serde_json::json!({
-            "mode": self.mode,
-            // What git's config names is read again by the provider.
-            "protected": shown(&mut self.protected.iter().take(self.configured_protected)),
-            "deny_read": shown(&mut self.deny_read.iter()),
-            "writable_roots": self.writable_roots,
-            "host_deny_read": self.host_deny_read,
-            "read_scope": self.read_scope,
-            "readable_roots": self.readable_roots,
-            "network": self.command_network,
-            "allowed_domains": rules.allowed_domains,
-            "denied_domains": rules.denied_domains,
-            "allowed_cidrs": rules.allowed_cidrs,
-            "inject": inject,
-            "limits": self.limits.sandbox,
-        });
-        let mut hasher = sha2::Sha256::new();
-        hasher.update(facts.to_string().as_bytes());
-        PolicyDigest(hasher.finalize().into())
+        // Serialised straight into the hasher: a sandbox's open computes
+        // this, and a tree of JSON values (a few dozen allocations, freed at
+        // once) would land in the holes of the server's heap, pages that
+        // every holder forked earlier then keeps a copy of (see
+        // docs/PERFORMANCE.md, issue 15's idle sandboxes).
+        let mut hasher = HashWriter(sha2::Sha256::new());
+        if serde_json::to_writer(&mut hasher, &facts).is_err() {
+            // Not reached: strings, bytes and numbers into a writer that
+            // cannot fail. Were it, the digest would match no other.
+            hasher.0.update(std::process::id().to_le_bytes());
+        }
+        PolicyDigest(hasher.0.finalize().into())
     }
 }
 
@@ -1001,6 +1070,23 @@ mod tests {
         // `full-access` gives commands the network unless told otherwise.
         let full = Policy::builder().mode(Mode::FullAccess).build().unwrap();
         assert_eq!(full.command_network(), NetworkMode::On);
+    }
+
+    #[test]
+    fn the_sandbox_digest_takes_any_host_path() {
+        use std::os::unix::ffi::OsStrExt;
+        let root = |bytes: &[u8]| PathBuf::from(std::ffi::OsStr::from_bytes(bytes));
+        let with = |bytes: &[u8]| {
+            Policy::builder()
+                .writable_roots([root(bytes)])
+                .build()
+                .unwrap()
+                .sandbox_digest()
+        };
+        let (a, b) = (with(b"/srv/\xff"), with(b"/srv/\xfe"));
+        assert_ne!(a, b);
+        assert_ne!(a, Policy::default().sandbox_digest());
+        assert_eq!(a, with(b"/srv/\xff"));
     }
 
     #[test]

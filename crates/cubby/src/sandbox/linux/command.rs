@@ -48,6 +48,7 @@ pub(super) struct LastSteps<'a> {
 }
 
 /// Entry of the command's child (`clone` with `CLONE_VM | CLONE_VFORK`).
+#[inline]
 pub(super) extern "C" fn command_main(arg: *mut libc::c_void) -> libc::c_int {
     // SAFETY: `arg` is the init's `LastSteps`, alive while the init waits
     // (`CLONE_VFORK`) for this child to exec or exit.
@@ -68,6 +69,7 @@ pub(super) extern "C" fn command_main(arg: *mut libc::c_void) -> libc::c_int {
 /// The init's `CLONE_VM | CLONE_VFORK` child only (see [`command_main`]):
 /// it changes this process's fds, signals, limits and credentials, which
 /// are its own, and reads `steps`' arrays, which the init made.
+#[inline]
 unsafe fn command_exec(steps: &LastSteps<'_>) -> i32 {
     let setup = steps.setup;
     // Its stdio only: never the payload or the socket its init reports its
@@ -120,7 +122,7 @@ unsafe fn command_exec(steps: &LastSteps<'_>) -> i32 {
             return e;
         }
     }
-    if syscalls::drop_capabilities().is_err() {
+    if !syscalls::drop_capabilities() {
         return errno();
     }
     if syscalls::install_filter(&setup.filter) != 0 {
@@ -149,6 +151,7 @@ unsafe fn command_exec(steps: &LastSteps<'_>) -> i32 {
 ///
 /// `program` and `path_var` are NUL-terminated; `argv` and `envp` are
 /// null-terminated arrays of NUL-terminated strings.
+#[inline]
 unsafe fn exec_in_path(
     program: *const libc::c_char,
     path_var: *const libc::c_char,

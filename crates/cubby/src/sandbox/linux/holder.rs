@@ -31,6 +31,22 @@
 //!    (ready) and serves ([`serve`]): each command request is forked with
 //!    `CLONE_NEWPID` — from this small process, not from the server — into
 //!    an init, and one init is kept forked ahead for the next request.
+//!
+//! # Where its code lies
+//!
+//! A fork does not copy the page-table entries of the binary's code: a
+//! holder and each init fault in every page of code they run, and the
+//! kernel maps the 64 KiB around it at once (fault-around), so each of them
+//! maps — and is charged a share of, in PSS — whatever code lies beside
+//! what it runs.
+//! Every function the fork-side programs call in the other files (`init`,
+//! `command`, `mask`, `loopback`, `syscalls`, `wire`, the read layer of
+//! `landlock`, the shim's helpers) is therefore `#[inline]`: compiled into
+//! this file's codegen unit, the holder's whole path lies in one or two
+//! such windows instead of one per file, and none calls out to `core` or
+//! `std` (`errno` is read directly, no `io::Error` is made and dropped) on
+//! the way to being ready. The bench's idle figure counts what is left
+//! (docs/PERFORMANCE.md, issue 15's idle sandboxes).
 
 #![allow(unsafe_code)]
 
@@ -360,7 +376,7 @@ fn proc_fd_path(fd: RawFd, buf: &mut [u8; PROC_FD_PATH_BYTES]) -> &CStr {
     buf[..prefix.len()].copy_from_slice(prefix);
     buf[prefix.len()..prefix.len() + n].copy_from_slice(&digits[..n]);
     buf[prefix.len() + n] = 0;
-    CStr::from_bytes_until_nul(&buf[..]).unwrap_or(c"")
+    syscalls::until_nul(&buf[..])
 }
 
 /// Closes every fd from 3 up except `keep`.
@@ -562,7 +578,7 @@ unsafe fn holder_setup(plan: &HolderPlan) -> io::Result<()> {
     }
     // Once for every command: nothing they exec can gain a capability. The
     // holder and its inits keep their effective sets for mounts.
-    if syscalls::drop_bounding_set().is_err() {
+    if !syscalls::drop_bounding_set() {
         return Err(holder_fail(report, HolderStep::Bounding));
     }
     // Installed once (the kernel compiles and caches it), inherited by

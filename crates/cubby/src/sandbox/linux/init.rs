@@ -42,6 +42,7 @@ const INIT_FAILED: libc::c_int = 127;
 /// Set by the init's `SIGTERM` handler.
 static INIT_TERM: AtomicBool = AtomicBool::new(false);
 
+#[inline]
 extern "C" fn on_init_term(_: libc::c_int) {
     INIT_TERM.store(true, Ordering::SeqCst);
 }
@@ -50,6 +51,7 @@ extern "C" fn on_init_term(_: libc::c_int) {
 /// They reach the command too (the same process group), and the init
 /// reports how it ended. A handler, unlike `SIG_IGN`, is not inherited
 /// past the command's `execve`.
+#[inline]
 extern "C" fn on_init_interrupt(_: libc::c_int) {}
 
 /// What an init sets up before its request comes.
@@ -76,6 +78,7 @@ pub(super) struct Request {
 }
 
 /// Installs `handler` for `sig` (no flags, nothing blocked in it).
+#[inline]
 fn handle(sig: libc::c_int, handler: extern "C" fn(libc::c_int)) {
     // SAFETY: `sigaction` is plain data; all-zero is valid.
     let mut action: libc::sigaction = unsafe { std::mem::zeroed() };
@@ -95,6 +98,7 @@ fn handle(sig: libc::c_int, handler: extern "C" fn(libc::c_int)) {
 /// # Safety
 ///
 /// A forked child of the holder only (single-threaded, allocating nothing).
+#[inline]
 pub(super) unsafe fn init_prepare(setup: &CommandSetup) -> Prepared {
     let mut prepared = Prepared {
         errno: 0,
@@ -156,6 +160,7 @@ pub(super) unsafe fn init_prepare(setup: &CommandSetup) -> Prepared {
 }
 
 /// Sends `kind` with `arg` for `request` on the command's socket.
+#[inline]
 fn report(request: &Request, kind: u32, arg: i32) {
     let msg = Msg {
         kind,
@@ -168,6 +173,7 @@ fn report(request: &Request, kind: u32, arg: i32) {
 }
 
 /// Reports that the command could not start (`errno`) and ends the init.
+#[inline]
 fn fail(request: &Request, errno: i32) -> ! {
     report(request, MSG_EXEC_FAILED, errno);
     // SAFETY: `_exit` ends this process without running anything else.
@@ -183,6 +189,7 @@ fn fail(request: &Request, errno: i32) -> ! {
 ///
 /// A forked child of the holder only, after [`init_prepare`]; the fds of
 /// `request` are its own.
+#[inline]
 pub(super) unsafe fn namespace_init(
     setup: &CommandSetup,
     landlock_fd: RawFd,
@@ -398,6 +405,7 @@ pub(super) unsafe fn namespace_init(
 /// # Safety
 ///
 /// An init only (it changes the process's working directory).
+#[inline]
 unsafe fn enter_beneath(dir: &CStr) -> i32 {
     // SAFETY: `open_how` is plain data; all-zero is valid.
     let mut how: libc::open_how = unsafe { std::mem::zeroed() };
@@ -426,6 +434,7 @@ unsafe fn enter_beneath(dir: &CStr) -> i32 {
 /// Makes the init's process group the foreground one of `tty` when `tty`
 /// is the controlling terminal of the init's session; does nothing
 /// otherwise (not a terminal, or another session's).
+#[inline]
 fn take_terminal(tty: RawFd) {
     // SAFETY: isatty takes an fd.
     if unsafe { libc::isatty(tty) } != 1 {

@@ -375,6 +375,7 @@ impl ReadRules {
     /// skipped), writes its fd into `keep` too (the holder keeps them open)
     /// and returns how many; `Err` (errno set) when one cannot be opened.
     /// The holder only, in its own view.
+    #[inline]
     pub(super) fn open(&self, rules: &[CString], keep: &mut [RawFd]) -> Result<usize, ()> {
         let mut kept = 0;
         let mut files = 0u64;
@@ -407,6 +408,7 @@ impl ReadRules {
     }
 
     /// Whether commands get the read layer (`read_scope = "system"`).
+    #[inline]
     pub(super) fn system_scope(&self) -> bool {
         self.system_scope.load(Relaxed)
     }
@@ -414,6 +416,7 @@ impl ReadRules {
     /// The read layer: reads (and executes) beneath the holder's read rules
     /// and the command's own `/proc` only; 0, or the errno. The command's
     /// last steps only, after `PR_SET_NO_NEW_PRIVS`.
+    #[inline]
     pub(super) fn restrict(&self) -> i32 {
         let read = LL_READ;
         let handled = if self.refer.load(Relaxed) {

@@ -10,6 +10,7 @@ use std::os::fd::RawFd;
 use super::syscalls::{self, errno};
 
 /// Sets `IFF_UP` on `lo` in the new network namespace.
+#[inline]
 pub(super) fn loopback_up() -> bool {
     // SAFETY: socket takes integers; the fd is closed below.
     let sock = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
@@ -39,6 +40,7 @@ const LISTENER_BACKLOG: libc::c_int = 256;
 
 /// A TCP socket listening on `127.0.0.1` at a free port, in this network
 /// namespace; -1 on failure (errno set).
+#[inline]
 pub(super) fn loopback_listener() -> RawFd {
     // SAFETY: socket takes integers.
     let sock = unsafe { libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) };

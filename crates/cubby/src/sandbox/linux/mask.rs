@@ -33,6 +33,7 @@ pub(super) static MASK_DEV: AtomicU64 = AtomicU64::new(u64::MAX);
 /// Makes the mask objects, then hides each of `masks` behind its object
 /// (see [`mask_one`]). `Err` with `errno` set when a step failed. The
 /// holder only, in its own mount namespace, once its `/dev/shm` is mounted.
+#[inline]
 pub(super) fn mask_paths(masks: &[Mask]) -> Result<(), ()> {
     syscalls::mkdir(MASK_STORE, 0o700);
     let flags = libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC;
@@ -83,6 +84,7 @@ pub(super) fn mask_paths(masks: &[Mask]) -> Result<(), ()> {
 
 /// 0 for an errno that says the path is gone (nothing to hide), the
 /// errno otherwise.
+#[inline]
 fn unless_missing(e: i32) -> i32 {
     if e == libc::ENOENT || e == libc::ENOTDIR {
         0
@@ -94,6 +96,7 @@ fn unless_missing(e: i32) -> i32 {
 /// Binds the mask object of `path`'s kind over it, read-only; 0, or the
 /// errno. What is missing (or unreachable: inside a mask) is skipped: there
 /// is nothing to hide. Holder or init, after [`mask_paths`].
+#[inline]
 pub(super) fn mask_one(path: &CStr) -> i32 {
     let Some(st) = syscalls::stat(path) else {
         return unless_missing(errno());
@@ -120,6 +123,7 @@ pub(super) fn mask_one(path: &CStr) -> i32 {
 /// holder has not masked: new since the sandbox started, or replaced on the
 /// host (a mask leaves with the name it was on). One whose object lives on
 /// `mask_dev` is masked already. 0, or the errno.
+#[inline]
 pub(super) fn mask_late(path: &CStr, pin: bool, mask_dev: u64) -> i32 {
     match syscalls::stat(path) {
         Some(st) if st.st_dev != mask_dev => {}
@@ -138,7 +142,7 @@ pub(super) fn mask_late(path: &CStr, pin: bool, mask_dev: u64) -> i32 {
                 continue;
             }
             buf[i] = 0;
-            let dir = CStr::from_bytes_until_nul(&buf[..]).unwrap_or(c"");
+            let dir = syscalls::until_nul(&buf[..]);
             if !syscalls::bind_onto_itself(dir) {
                 return errno();
             }

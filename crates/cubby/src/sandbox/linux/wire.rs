@@ -31,6 +31,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::sync::Mutex;
 
 use super::start_error;
+use super::syscalls::errno;
 use crate::error::{Error, Result};
 use crate::sync::lock;
 
@@ -159,6 +160,7 @@ pub(super) struct Msg {
 
 impl Msg {
     /// The message as bytes.
+    #[inline]
     pub(super) fn to_bytes(self) -> [u8; MSG_BYTES] {
         let mut out = [0u8; MSG_BYTES];
         out[..4].copy_from_slice(&self.kind.to_ne_bytes());
@@ -169,6 +171,7 @@ impl Msg {
     }
 
     /// Parses a message.
+    #[inline]
     pub(super) fn from_bytes(b: &[u8]) -> Option<Msg> {
         if b.len() != MSG_BYTES {
             return None;
@@ -330,11 +333,6 @@ const _: () = assert!(
 /// Room for the control message of [`send_msg`] (one fd).
 const SEND_CONTROL_WORDS: usize = 4;
 
-/// The calling thread's `errno`.
-pub(super) fn errno() -> i32 {
-    std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
-}
-
 /// Receives one message and up to [`MSG_MAX_FDS`] fds (the rest are
 /// closed). Returns the number of fds, or `None` at end of stream. The
 /// fork-side programs' side.
@@ -343,6 +341,7 @@ pub(super) fn errno() -> i32 {
 ///
 /// Async-signal-safe. The caller owns every fd that arrives (they are new
 /// in this process) and `sock`.
+#[inline]
 pub(super) unsafe fn recv_msg(
     sock: RawFd,
     msg: &mut Msg,
@@ -412,6 +411,7 @@ pub(super) unsafe fn recv_msg(
 /// # Safety
 ///
 /// Async-signal-safe; `fd`, when given, is open.
+#[inline]
 pub(super) unsafe fn send_msg(sock: RawFd, msg: Msg, fd: RawFd) {
     let mut bytes = msg.to_bytes();
     let mut iov = libc::iovec {
@@ -463,6 +463,7 @@ impl Payload {
     ///
     /// `base..base + len` is a readable mapping that outlives the cursor and
     /// every string it hands out, and `start <= len`.
+    #[inline]
     pub(super) unsafe fn new(base: *const u8, start: usize, len: usize) -> Payload {
         // SAFETY: both offsets are within the mapping (the caller's promise).
         unsafe {
@@ -475,6 +476,7 @@ impl Payload {
 
     /// The next string (pointer to its first byte, NUL-terminated; the end
     /// of the mapping when the payload is exhausted or malformed).
+    #[inline]
     pub(super) fn next(&mut self) -> *const libc::c_char {
         let start = self.at;
         while self.at < self.end {

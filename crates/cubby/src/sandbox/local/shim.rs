@@ -64,6 +64,7 @@ pub(crate) fn run_under_shim(cmd: &mut Command, cwd_fd: RawFd) {
     }
 }
 
+#[inline]
 pub(crate) fn signal_set(signals: &[libc::c_int]) -> libc::sigset_t {
     // SAFETY: sigset_t is plain data; sigemptyset initialises it fully.
     let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
@@ -267,6 +268,7 @@ pub(crate) fn page_size() -> Option<u64> {
 }
 
 /// Decimal digits of a pid, on the stack.
+#[inline]
 pub(crate) fn decimal(mut n: libc::pid_t) -> ([u8; 12], usize) {
     let mut out = [0u8; 12];
     let mut tmp = [0u8; 12];
