@@ -97,6 +97,7 @@ fn metadata_of(stat: &Stat) -> Metadata {
         mtime_ns: stat.st_mtime as i128 * 1_000_000_000 + stat.st_mtime_nsec as i128,
         ctime_ns: stat.st_ctime as i128 * 1_000_000_000 + stat.st_ctime_nsec as i128,
         ino: stat.st_ino,
+        nlink: stat.st_nlink as u64,
     }
 }
 
