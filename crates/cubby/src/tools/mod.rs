@@ -808,7 +808,17 @@ mod tests {
             "start_process",
             "view_file",
         ]);
+        let mut skills = crate::Policy::builder();
+        skills.mode(Mode::ReadOnly).skills_dirs(["skills"]);
+        let demo = root.join("skills/demo");
+        std::fs::create_dir_all(&demo).unwrap();
+        std::fs::write(
+            demo.join("SKILL.md"),
+            "---\nname: demo\ndescription: A demo skill.\n---\nDo it.\n",
+        )
+        .unwrap();
         vec![
+            ("skills", toolset("local", &skills, Limits::default(), root)),
             (
                 "default",
                 toolset("local", &default, Limits::default(), root),
@@ -898,6 +908,7 @@ mod tests {
                 &["16 KiB", "Timeout 30 s", "at most 120 s"],
             ),
             ("default", "search", &["at most 100 lines"]),
+            ("skills", "skill", &["2,000 lines", "50 KiB"]),
             ("default", "glob", &["at most 1,000"]),
             ("default", "list_files", &["At most 1,000 entries"]),
             ("default", "write_file", &["32 MiB"]),
@@ -971,6 +982,7 @@ mod tests {
             "search",
             "changes",
             "view_file",
+            "skill",
         ];
         let commands = [
             "run",
@@ -988,6 +1000,7 @@ mod tests {
             "search",
             "changes",
             "view_file",
+            "skill",
         ];
         let writing: Vec<&str> = files.iter().chain(commands.iter()).copied().collect();
         assert_eq!(named(&|f| f.modes.contains(Mode::ReadOnly)), reading);
@@ -1008,6 +1021,7 @@ mod tests {
         );
         assert_eq!(named(&|f| f.streaming), ["run"]);
         assert_eq!(named(&|f| f.snapshot), ["changes"]);
+        assert_eq!(named(&|f| f.skills), ["skill"]);
         // Read-only is stated once more by the annotations: they agree, and
         // a read-only mode gives only tools that only read files.
         let limits = Limits::default();
