@@ -66,7 +66,11 @@ fn a_valid_skill_is_found_read_and_its_files_served() {
     let (_tmp, root) = workspace();
     put(&root, "pdf-tools", &md("pdf-tools", "Fill PDF forms."));
     std::fs::create_dir_all(root.join("skills/pdf-tools/scripts")).unwrap();
-    std::fs::write(root.join("skills/pdf-tools/scripts/fill.py"), "print('x')\n").unwrap();
+    std::fs::write(
+        root.join("skills/pdf-tools/scripts/fill.py"),
+        "print('x')\n",
+    )
+    .unwrap();
     let t = toolset(&root);
     assert_eq!(found(&t), ["pdf-tools"]);
     assert!(t.tool_names().contains(&"skill"));
@@ -82,7 +86,11 @@ fn a_valid_skill_is_found_read_and_its_files_served() {
     let one = t.call("skill", json!({"name": "pdf-tools"}));
     assert!(!one.is_error, "{}", one.text);
     assert!(one.text.contains("Do the thing."), "{}", one.text);
-    assert!(one.text.contains("scripts/fill.py (11 bytes)"), "{}", one.text);
+    assert!(
+        one.text.contains("scripts/fill.py (11 bytes)"),
+        "{}",
+        one.text
+    );
     assert!(one.text.contains("SKILL.md"), "{}", one.text);
 
     let file = t.call(
@@ -137,7 +145,10 @@ fn names_that_break_the_rules_are_skipped_with_the_reason() {
     assert_eq!(found(&t), ["ok-64"]);
     assert!(skipped(&t, "other").contains("not the directory's name"));
     for dir in ["Upper", "a--b", homoglyph] {
-        assert!(skipped(&t, dir).contains("^[a-z0-9]+(-[a-z0-9]+)*$"), "{dir}");
+        assert!(
+            skipped(&t, dir).contains("^[a-z0-9]+(-[a-z0-9]+)*$"),
+            "{dir}"
+        );
     }
     assert!(skipped(&t, &long).contains("65 chars, the limit is 64"));
     // 64 chars pass.
@@ -175,14 +186,15 @@ fn a_description_cannot_close_or_forge_the_catalog() {
     let text = t.instructions(2_000);
     assert_eq!(text.matches("</skills>").count(), 1, "{text}");
     assert_eq!(text.matches("<skills").count(), 1, "{text}");
-    assert!(
-        !text.lines().any(|l| l.starts_with("- forged")),
-        "{text}"
-    );
+    assert!(!text.lines().any(|l| l.starts_with("- forged")), "{text}");
     assert!(text.contains("&lt;/skills&gt;"), "{text}");
     // The tool's catalog: one line per skill too.
     let out = t.call("skill", json!({}));
-    assert!(!out.text.lines().any(|l| l.starts_with("- forged")), "{}", out.text);
+    assert!(
+        !out.text.lines().any(|l| l.starts_with("- forged")),
+        "{}",
+        out.text
+    );
 }
 
 #[test]
@@ -201,7 +213,11 @@ fn a_bom_and_crlf_are_accepted() {
 #[test]
 fn an_unclosed_frontmatter_is_refused() {
     let (_tmp, root) = workspace();
-    put(&root, "open", "---\nname: open\ndescription: never closed\n# body\n");
+    put(
+        &root,
+        "open",
+        "---\nname: open\ndescription: never closed\n# body\n",
+    );
     let t = toolset(&root);
     assert!(found(&t).is_empty());
     assert!(skipped(&t, "open").contains("not closed"));
@@ -222,7 +238,11 @@ fn a_yaml_alias_bomb_is_refused_at_once() {
     put(&root, "bomb", &bomb);
     let start = Instant::now();
     let t = toolset(&root);
-    assert!(start.elapsed() < Duration::from_secs(2), "{:?}", start.elapsed());
+    assert!(
+        start.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        start.elapsed()
+    );
     assert!(found(&t).is_empty());
     assert!(skipped(&t, "bomb").contains("anchor or alias"));
 }
@@ -324,14 +344,20 @@ fn three_hundred_skills_fit_the_catalog_with_the_overflow_line() {
         put(
             &root,
             &name,
-            &md(&name, "Does one particular thing for this project when asked to."),
+            &md(
+                &name,
+                "Does one particular thing for this project when asked to.",
+            ),
         );
     }
     let t = toolset(&root);
     assert_eq!(t.skills().found.len(), 300);
     let catalog = t.skills().catalog(MAX_CATALOG_CHARS);
     assert!(catalog.chars().count() <= MAX_CATALOG_CHARS);
-    let shown = catalog.lines().filter(|l| l.starts_with("- skill-")).count();
+    let shown = catalog
+        .lines()
+        .filter(|l| l.starts_with("- skill-"))
+        .count();
     assert!(shown > 5, "{catalog}");
     assert!(
         catalog.contains(&format!("{shown} of 300 shown")),

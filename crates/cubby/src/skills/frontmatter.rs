@@ -80,8 +80,7 @@ pub(crate) fn parse(text: &str) -> Result<Fields, String> {
         }
         // The lines that continue this field: indented or blank.
         let start = i;
-        while i < lines.len() && (lines[i].starts_with([' ', '\t']) || lines[i].trim().is_empty())
-        {
+        while i < lines.len() && (lines[i].starts_with([' ', '\t']) || lines[i].trim().is_empty()) {
             i += 1;
         }
         let mut more = &lines[start..i];

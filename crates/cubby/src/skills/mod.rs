@@ -156,7 +156,10 @@ impl Skills {
                 format!(
                     "- {}: {}",
                     s.name,
-                    cut_chars(&escape_catalog_text(&s.description), MAX_CATALOG_ENTRY_CHARS)
+                    cut_chars(
+                        &escape_catalog_text(&s.description),
+                        MAX_CATALOG_ENTRY_CHARS
+                    )
                 )
             })
             .collect();
@@ -332,7 +335,10 @@ pub fn discover(fs: &dyn FileSystem, dirs: &[WorkspacePath], policy: &Policy) ->
                 // Dot entries (`.git`, `.DS_Store`) and files beside the
                 // skills are not skills.
                 !e.name.as_encoded_bytes().starts_with(b".")
-                    && matches!(e.kind, EntryKind::Dir | EntryKind::Symlink | EntryKind::Special)
+                    && matches!(
+                        e.kind,
+                        EntryKind::Dir | EntryKind::Symlink | EntryKind::Special
+                    )
             })
             .collect();
         for (n, entry) in candidates.iter().enumerate() {
@@ -530,9 +536,7 @@ fn walk(
                 EntryKind::Dir => {
                     dirs += 1;
                     if dirs > MAX_SKILL_DIRS {
-                        return Err(format!(
-                            "it has more than {MAX_SKILL_DIRS} directories"
-                        ));
+                        return Err(format!("it has more than {MAX_SKILL_DIRS} directories"));
                     }
                     stack.push((path, inner, depth + 1));
                 }
@@ -662,7 +666,17 @@ mod tests {
         for ok in ["a", "pdf", "pdf-tools", "a1-b2-c3", "0"] {
             assert!(is_valid_name(ok), "{ok}");
         }
-        for bad in ["", "-a", "a-", "a--b", "Pdf", "a_b", "a b", "pdf\u{430}", "é"] {
+        for bad in [
+            "",
+            "-a",
+            "a-",
+            "a--b",
+            "Pdf",
+            "a_b",
+            "a b",
+            "pdf\u{430}",
+            "é",
+        ] {
             assert!(!is_valid_name(bad), "{bad}");
         }
     }
