@@ -640,7 +640,7 @@ fn split_frontmatter(text: &str) -> std::result::Result<(&str, &str, u64), Strin
             return Ok((&rest[..at], &rest[after..], line + 1));
         }
         match end {
-            Some(n) if at + n + 1 <= MAX_FRONTMATTER_BYTES => {
+            Some(n) if at + n < MAX_FRONTMATTER_BYTES => {
                 at += n + 1;
                 line += 1;
             }
