@@ -46,7 +46,7 @@ pub fn run(
         .unwrap_or_else(WorkspacePath::root);
     // The one environment of commands (SPEC §4); `cubby exec` is
     // interactive, so without the fixed variables of `run`.
-    let env = setup::command_env(&setup)?.build(setup.host_env().vars(), false);
+    let mut env = setup::command_env(&setup)?;
     if let Some(network) = network {
         setup.set_command_network(network);
     }
@@ -59,6 +59,13 @@ pub fn run(
             sandbox.kind().as_str()
         );
     }
+    // Where the command reads the skills, as `run` gives it.
+    let skills =
+        cubby::skills::discover(sandbox.fs(), setup.policy().skills_dirs(), setup.policy());
+    if let Some(dir) = skills.dirs.first().and_then(|d| sandbox.command_path(d)) {
+        env.cubby_var(cubby::skills::SKILLS_DIR_ENV, dir.into_os_string());
+    }
+    let env = env.build(setup.host_env().vars(), false);
     let spec = ExecSpec {
         argv: command,
         cwd,
@@ -124,6 +131,10 @@ pub fn doctor(common: &Common) -> anyhow::Result<ExitCode> {
             false
         }
     };
+    let skills_ok = match &setup {
+        Ok(s) => print_skills(s),
+        Err(_) => true,
+    };
     let kind = probe.kind.as_str();
     if !probe.ready() {
         println!(
@@ -148,11 +159,62 @@ pub fn doctor(common: &Common) -> anyhow::Result<ExitCode> {
             mode.as_str()
         ),
     }
-    Ok(if env_ok {
+    Ok(if env_ok && skills_ok {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)
     })
+}
+
+/// Prints the skills a session of this workspace finds, and the ones it
+/// skips with their reasons (read through the confined file system, as a
+/// toolset reads them). False when the workspace cannot be read.
+fn print_skills(workspace: &cubby::Workspace) -> bool {
+    let policy = workspace.policy();
+    let dirs: Vec<String> = policy
+        .skills_dirs()
+        .iter()
+        .map(|d| d.display_dir())
+        .collect();
+    if dirs.is_empty() {
+        println!("skills:           none (no `[skills] dirs`)");
+        return true;
+    }
+    let sandbox = match cubby::local_sandbox(workspace.root()) {
+        Ok(s) => s,
+        Err(e) => {
+            println!("skills:           unknown: {}", e.message());
+            return false;
+        }
+    };
+    let skills = cubby::skills::discover(sandbox.fs(), policy.skills_dirs(), policy);
+    let names: Vec<&str> = skills.names();
+    println!(
+        "skills:           {} found in {} ({}); read-only for tools and commands{}",
+        skills.found.len(),
+        dirs.join(", "),
+        if names.is_empty() {
+            "none".to_string()
+        } else {
+            names.join(", ")
+        },
+        skills
+            .dirs
+            .first()
+            .map(
+                |d| format!(", commands read them at ${}", cubby::skills::SKILLS_DIR_ENV)
+                    + &format!(" = {}", workspace.root().join(d.as_path()).display())
+            )
+            .unwrap_or_default()
+    );
+    for skipped in &skills.skipped {
+        println!(
+            "  skipped:        {}: {}",
+            skipped.path,
+            cubby::skills::escape_catalog_text(&skipped.reason)
+        );
+    }
+    true
 }
 
 /// Width of the label column of `cubby doctor` (`label:` and padding).

@@ -572,6 +572,27 @@ impl Default for McpConfig {
     }
 }
 
+/// The skills directory a workspace has when the config names none.
+pub const DEFAULT_SKILLS_DIR: &str = "skills";
+
+/// `[skills]`: where the skills are (SPEC §5.3).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SkillsConfig {
+    /// Directories of skills (`<dir>/<name>/SKILL.md`), relative to the
+    /// root; protected (read-only for the tools and commands). Default:
+    /// `["skills"]`; `[]` turns skills off.
+    pub dirs: Vec<String>,
+}
+
+impl Default for SkillsConfig {
+    fn default() -> SkillsConfig {
+        SkillsConfig {
+            dirs: vec![DEFAULT_SKILLS_DIR.to_string()],
+        }
+    }
+}
+
 /// The whole config file (SPEC §6).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -614,6 +635,8 @@ pub struct Config {
     pub web_search: WebSearchConfig,
     /// The MCP fronts' options.
     pub mcp: McpConfig,
+    /// Where the skills are.
+    pub skills: SkillsConfig,
 }
 
 impl Config {

@@ -25,6 +25,8 @@ impl Config {
             .map_err(|e| Error::invalid_input(format!("config `{origin}`: {}", e.message())))?;
         crate::web::validate_config(&config.network, &config.web_search)
             .map_err(|e| Error::invalid_input(format!("config `{origin}`: {}", e.message())))?;
+        crate::skills::parse_dirs(&config.skills.dirs)
+            .map_err(|e| Error::invalid_input(format!("config `{origin}`: {}", e.message())))?;
         config.check_consistency(origin)?;
         Ok(config)
     }

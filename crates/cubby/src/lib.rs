@@ -62,6 +62,7 @@ mod path;
 pub mod policy;
 pub mod process;
 pub mod sandbox;
+pub mod skills;
 mod sync;
 mod tools;
 mod toolset;

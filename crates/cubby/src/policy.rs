@@ -280,6 +280,8 @@ pub struct Policy {
     exec_rules: Vec<ExecRule>,
     env: EnvConfig,
     limits: Limits,
+    /// The skills directories (protected: in `protected` too).
+    skills_dirs: Vec<WorkspacePath>,
 }
 
 impl Default for Policy {
@@ -498,6 +500,11 @@ impl Policy {
             .any(|r| r.is_within(dir) || r.covers(dir))
     }
 
+    /// The skills directories (relative to the root, protected).
+    pub fn skills_dirs(&self) -> &[WorkspacePath] {
+        &self.skills_dirs
+    }
+
     /// The protected path rules.
     pub fn protected(&self) -> impl Iterator<Item = &str> {
         self.protected.iter().map(|r| r.shown.as_str())
@@ -671,6 +678,7 @@ pub struct PolicyBuilder {
     exec_rules: Vec<ExecRule>,
     env: EnvConfig,
     limits: Limits,
+    skills_dirs: Vec<String>,
 }
 
 impl PolicyBuilder {
@@ -704,6 +712,7 @@ impl PolicyBuilder {
             exec_rules: self.exec_rules.clone(),
             env: self.env.clone(),
             limits: self.limits.clone(),
+            skills_dirs: Vec::new(),
         }
     }
 
@@ -859,17 +868,48 @@ impl PolicyBuilder {
         self
     }
 
+    /// Directories of skills (`skills.dirs`, relative to the root), read
+    /// by each toolset when it is built and protected: read-only for the
+    /// file tools and, on `linux`, for commands. Default: none (a
+    /// [`crate::Workspace`] gives the config's, `["skills"]` by default).
+    pub fn skills_dirs<I, S>(&mut self, dirs: I) -> &mut PolicyBuilder
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.skills_dirs.extend(dirs.into_iter().map(Into::into));
+        self
+    }
+
     /// Validates and builds.
     ///
     /// # Errors
     ///
-    /// `invalid_input` for a path rule that is not relative to the root.
+    /// `invalid_input` for a path rule or a skills directory that is not
+    /// relative to the root.
     /// (Tool names in `allow`/`deny` are checked against the tools a
     /// toolset has, when it is built: [`Policy::check_tools`].)
     pub fn build(&self) -> Result<Policy> {
         let mut protected = self.protected.clone();
         for spec in &self.protected_specs {
             protected.push(PathRule::parse(spec)?);
+        }
+        let mut skills_dirs = Vec::new();
+        for spec in &self.skills_dirs {
+            let rule = PathRule::parse(spec).map_err(|e| {
+                Error::invalid_input(format!(
+                    "skills.dirs entry `{spec}`: {}; name a directory inside the workspace, \
+                     e.g. \"skills\"",
+                    e.message()
+                ))
+            })?;
+            skills_dirs.push(rule.path.clone());
+            if !protected.iter().any(|r| r.covers(&rule.path)) {
+                protected.push(PathRule {
+                    shown: format!("{}/", rule.path.display()),
+                    path: rule.path,
+                });
+            }
         }
         let configured = protected.len();
         let git = self.git_root.as_ref().map(|(root, host)| {
@@ -891,7 +931,9 @@ impl PolicyBuilder {
             .iter()
             .map(|s| PathRule::parse(s))
             .collect::<Result<Vec<_>>>()?;
-        Ok(self.assemble(protected, configured, deny_read, git))
+        let mut policy = self.assemble(protected, configured, deny_read, git);
+        policy.skills_dirs = skills_dirs;
+        Ok(policy)
     }
 }
 

@@ -24,6 +24,7 @@ use crate::output::{Redactor, Secret, ToolOutput};
 use crate::policy::Policy;
 use crate::process::{CancelToken, ProcessTable, RETAINED_LOG_BYTES, Subscriber};
 use crate::sandbox::{CommandEnv, Sandbox};
+use crate::skills::{SKILLS_DIR_ENV, Skills};
 use crate::tools::{
     Baseline, BuiltIns, Cost, Ctx, Describe, ExecSettings, Family, RunState, SourceCall, ToolFacts,
     ToolSource, ToolSpec,
@@ -117,6 +118,8 @@ struct Inner {
     catalog: ToolCatalog,
     exec: ExecSettings,
     web: WebSettings,
+    /// The skills found when the toolset was built.
+    skills: Arc<Skills>,
     subscribers: Arc<Mutex<Vec<Subscriber>>>,
     // Declared last: dropped after everything else, and its Drop kills
     // every process still running when the run ends.
@@ -185,7 +188,8 @@ impl Toolset {
     /// limits of this toolset and name only tools it offers.
     pub fn tools(&self) -> Vec<ToolSpec> {
         let names = self.tool_names();
-        let describe = Describe::new(self.inner.policy.limits(), &names);
+        let skills = self.inner.skills.names();
+        let describe = Describe::new(self.inner.policy.limits(), &names).with_skills(&skills);
         let sources = &self.inner.catalog.sources;
         self.offered()
             .filter_map(|k| {
@@ -198,10 +202,43 @@ impl Toolset {
             .collect()
     }
 
+    /// The skills this toolset found when it was built (the `skill`
+    /// tool's, the catalog of [`Toolset::instructions`]; `cubby doctor`
+    /// lists them and the skipped ones).
+    pub fn skills(&self) -> &Skills {
+        &self.inner.skills
+    }
+
     /// The server's instructions for a front that has them (MCP): what
-    /// cubby is and when to use its tools, at most `max_chars` (the list of
-    /// protected paths is shortened to fit).
+    /// cubby is and when to use its tools, then the catalog of skills
+    /// (when `skill` is offered), at most `max_chars` in all: the list of
+    /// protected paths is shortened to fit, and the catalog shows as many
+    /// skills as fit in what is left (at most
+    /// [`crate::skills::MAX_CATALOG_CHARS`]).
     pub fn instructions(&self, max_chars: usize) -> String {
+        let base = self.base_instructions(max_chars);
+        let skills = &self.inner.skills;
+        let offered = self
+            .offered()
+            .any(|k| k.facts.skills && k.source == BUILT_IN);
+        if !offered || skills.is_empty() {
+            return base;
+        }
+        let room = max_chars.saturating_sub(base.chars().count() + 2);
+        let mut catalog = skills.catalog(room.min(crate::skills::MAX_CATALOG_CHARS));
+        if catalog.is_empty() {
+            catalog = format!(
+                "{} skills: call `skill` for the catalog.",
+                skills.found.len()
+            );
+            if catalog.chars().count() > room {
+                return base;
+            }
+        }
+        format!("{base}\n\n{catalog}")
+    }
+
+    fn base_instructions(&self, max_chars: usize) -> String {
         let policy = self.policy();
         let names = self.tool_names();
         let (commands, guard) =
@@ -358,6 +395,24 @@ impl Toolset {
                 ),
             ));
         }
+        if !known.offered && known.facts.skills && self.inner.skills.is_empty() {
+            let dirs: Vec<String> = self
+                .inner
+                .policy
+                .skills_dirs()
+                .iter()
+                .map(|d| format!("`{}`", d.display_dir()))
+                .collect();
+            return Err(Error::denied(format!(
+                "{name} is not offered in this session: no skills were found{}; a skill is \
+                 `<dir>/<name>/SKILL.md`, read when a session starts",
+                if dirs.is_empty() {
+                    " (no skills directory is configured: `[skills] dirs`)".to_string()
+                } else {
+                    format!(" in {}", dirs.join(", "))
+                }
+            )));
+        }
         if !known.offered {
             let decision = self.inner.policy.tool_decision(name, known.facts.modes);
             return Err(Error::denied(format!(
@@ -377,6 +432,7 @@ impl Toolset {
             cancel: options.cancel.as_ref(),
             on_output: options.on_output.as_ref(),
             web: &self.inner.web,
+            skills: &self.inner.skills,
         };
         let out = catalog.sources[known.source].call(name, arguments, &SourceCall { ctx: &ctx })?;
         Ok(if known.source == BUILT_IN {
@@ -621,6 +677,9 @@ impl ToolsetBuilder {
         }
         let redactor = Redactor::new(&secrets)?;
         let commands = self.sandbox.supports_commands();
+        // Read anew for every toolset: a session sees the skills as they are
+        // when it starts.
+        let skills = crate::skills::discover(self.sandbox.fs(), policy.skills_dirs(), &policy);
         let mut sources: Vec<Arc<dyn ToolSource>> = vec![Arc::new(BuiltIns)];
         sources.extend(self.sources);
         let mut known: Vec<Known> = Vec::new();
@@ -629,7 +688,8 @@ impl ToolsetBuilder {
                 check_tool_name(&name, index, &known)?;
                 let offered = policy.tool_decision(&name, facts.modes).allowed
                     && (commands || facts.family != Family::Commands)
-                    && (self.track_changes || !facts.snapshot);
+                    && (self.track_changes || !facts.snapshot)
+                    && (!facts.skills || !skills.is_empty());
                 known.push(Known {
                     name,
                     facts,
@@ -669,6 +729,15 @@ impl ToolsetBuilder {
         for entry in network.iter().flat_map(|n| n.inject.iter()) {
             env.withhold(entry.secret.clone());
         }
+        // Where commands read the skills (read-only: the directory is a
+        // protected path).
+        if let Some(dir) = skills
+            .dirs
+            .first()
+            .and_then(|d| self.sandbox.command_path(d))
+        {
+            env.cubby_var(SKILLS_DIR_ENV, dir.into_os_string());
+        }
         let exec_rules = policy.exec_rules().to_vec();
         Ok(Toolset {
             inner: Arc::new(Inner {
@@ -693,6 +762,7 @@ impl ToolsetBuilder {
                     resolver: self.resolver.unwrap_or_else(|| Arc::new(SystemResolver)),
                     search,
                 },
+                skills: Arc::new(skills),
                 subscribers,
                 procs,
             }),

@@ -81,7 +81,8 @@ impl Workspace {
             .network(config.network.clone())
             .exec_rules(config.exec.rules.clone())
             .env(config.env.clone())
-            .limits(config.limits.clone());
+            .limits(config.limits.clone())
+            .skills_dirs(config.skills.dirs.iter().cloned());
         if let Some(rel) = config_path.and_then(|p| relative_to(p, root)) {
             policy.protect(rel);
         }

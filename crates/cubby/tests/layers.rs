@@ -30,6 +30,7 @@ const LAYERS: &[&str] = &[
     "sandbox",
     "process",
     "artifact",
+    "skills",
     "web",
     "config_file",
     "tools",

@@ -32,6 +32,7 @@ fn facts(modes: Modes, family: Family) -> ToolFacts {
         cost: Cost::Short,
         modes,
         snapshot: false,
+        skills: false,
     }
 }
 

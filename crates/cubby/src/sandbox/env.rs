@@ -14,7 +14,8 @@
 //!    withheld name is not given even when it is listed here.
 //! 3. The values of `env.set`. They may not name a secret, nor a variable
 //!    `run` fixes ([`NON_INTERACTIVE_ENV`]): config errors.
-//! 4. For `run` and `start_process`, the [`NON_INTERACTIVE_ENV`] variables.
+//! 4. cubby's own variables (`CUBBY_SKILLS_DIR`, [`CommandEnv::cubby_var`]).
+//! 5. For `run` and `start_process`, the [`NON_INTERACTIVE_ENV`] variables.
 //!
 //! Then the provider adds its own: the `linux` provider sets `TMPDIR` to its
 //! private `/tmp`, and with network `allow` the proxy variables and the
@@ -127,6 +128,9 @@ pub struct CommandEnv {
     set: Vec<(String, String)>,
     secrets: Vec<(String, String)>,
     withheld: Vec<String>,
+    /// cubby's own variables for commands (`CUBBY_SKILLS_DIR`): set last,
+    /// over `env.set`.
+    cubby: Vec<(String, OsString)>,
 }
 
 /// Refuses a name no environment can hold.
@@ -194,6 +198,7 @@ impl CommandEnv {
             set: set.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
             secrets: Vec::new(),
             withheld: Vec::new(),
+            cubby: Vec::new(),
         })
     }
 
@@ -257,6 +262,14 @@ impl CommandEnv {
         }
     }
 
+    /// Gives every command `name` = `value`, a variable of cubby's own
+    /// (`CUBBY_SKILLS_DIR`): it wins over `env.set` and what is inherited.
+    pub fn cubby_var(&mut self, name: impl Into<String>, value: OsString) {
+        let name = name.into();
+        self.cubby.retain(|(k, _)| *k != name);
+        self.cubby.push((name, value));
+    }
+
     fn is_withheld(&self, name: &str) -> bool {
         self.withheld.iter().any(|w| w == name)
     }
@@ -310,6 +323,9 @@ impl CommandEnv {
             if !self.is_withheld(name) {
                 put(name, value.as_ref());
             }
+        }
+        for (name, value) in &self.cubby {
+            put(name, value);
         }
         if run {
             for (name, value) in NON_INTERACTIVE_ENV {

@@ -238,6 +238,7 @@ fn meta(node: &Node) -> Metadata {
             mtime_ns: *mtime_ns,
             ctime_ns: *mtime_ns,
             ino: *id,
+            nlink: 1,
         },
         Node::Dir { mtime_ns, id, .. } => Metadata {
             kind: EntryKind::Dir,
@@ -246,6 +247,7 @@ fn meta(node: &Node) -> Metadata {
             mtime_ns: *mtime_ns,
             ctime_ns: *mtime_ns,
             ino: *id,
+            nlink: 1,
         },
     }
 }

@@ -75,6 +75,8 @@ pub struct Metadata {
     pub ctime_ns: i128,
     /// Inode number, or a unique id on the virtual provider.
     pub ino: u64,
+    /// Number of hard links (1 on the virtual provider).
+    pub nlink: u64,
 }
 
 /// One entry of a directory listing.
@@ -201,6 +203,14 @@ pub trait Sandbox: Send + Sync {
     fn exec_attached(&self, spec: &ExecSpec) -> Result<Box<dyn ProcessHandle>> {
         let _ = spec;
         Err(runs_no_commands(self.kind()))
+    }
+
+    /// Where commands see `path` of the workspace (an absolute path in
+    /// their file system), for variables that point into it
+    /// (`$CUBBY_SKILLS_DIR`). `None` for a provider that runs no commands.
+    fn command_path(&self, path: &WorkspacePath) -> Option<std::path::PathBuf> {
+        let _ = path;
+        None
     }
 
     /// How a working directory is shown in verdict lines.

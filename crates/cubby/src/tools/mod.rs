@@ -17,6 +17,7 @@ mod procs;
 mod read;
 pub(crate) mod run;
 mod search;
+mod skill;
 mod source;
 mod view;
 mod walk;
@@ -189,6 +190,8 @@ pub(crate) struct Ctx<'a> {
     pub cancel: Option<&'a crate::process::CancelToken>,
     pub on_output: Option<&'a crate::process::Subscriber>,
     pub web: &'a crate::web::WebSettings,
+    /// The skills this toolset found when it was built.
+    pub skills: &'a crate::skills::Skills,
 }
 
 /// Hints for clients (MCP tool annotations).
@@ -260,6 +263,9 @@ pub struct ToolFacts {
     /// It reads the workspace snapshot taken when the run starts
     /// (`changes`): offered only when the toolset tracks changes.
     pub snapshot: bool,
+    /// It serves the skills the toolset found (`skill`): offered only when
+    /// there are some.
+    pub skills: bool,
 }
 
 /// Facts of a file tool that only reads: every mode gives it.
@@ -271,6 +277,7 @@ pub(crate) const fn reads_files(cost: Cost) -> ToolFacts {
         cost,
         modes: Modes::ALL,
         snapshot: false,
+        skills: false,
     }
 }
 
@@ -282,6 +289,7 @@ pub(crate) const WRITES_FILES: ToolFacts = ToolFacts {
     cost: Cost::Short,
     modes: Modes::WRITING,
     snapshot: false,
+    skills: false,
 };
 
 /// Facts of a command tool (`read_only` as its annotations say).
@@ -293,6 +301,7 @@ pub(crate) const fn command(read_only: bool) -> ToolFacts {
         cost: Cost::Long,
         modes: Modes::WRITING,
         snapshot: false,
+        skills: false,
     }
 }
 
@@ -304,6 +313,7 @@ pub(crate) const WEB: ToolFacts = ToolFacts {
     cost: Cost::Long,
     modes: Modes::NONE,
     snapshot: false,
+    skills: false,
 };
 
 /// A tool's definition: name, description, JSON Schemas and facts.
@@ -355,11 +365,28 @@ impl ToolSpec {
 pub struct Describe<'a> {
     limits: &'a Limits,
     offered: &'a [&'a str],
+    skills: &'a [&'a str],
 }
 
 impl<'a> Describe<'a> {
     pub(crate) fn new(limits: &'a Limits, offered: &'a [&'a str]) -> Describe<'a> {
-        Describe { limits, offered }
+        Describe {
+            limits,
+            offered,
+            skills: &[],
+        }
+    }
+
+    /// The same, with the names of the skills the toolset found.
+    pub(crate) fn with_skills(mut self, skills: &'a [&'a str]) -> Describe<'a> {
+        self.skills = skills;
+        self
+    }
+
+    /// The names of the skills the toolset found, sorted (the `skill`
+    /// tool's `name` enum).
+    pub fn skills(&self) -> &'a [&'a str] {
+        self.skills
     }
 
     /// The limits in force.
@@ -424,6 +451,11 @@ pub(crate) trait Tool {
 
     fn call(ctx: &Ctx<'_>, params: Self::Params) -> Result<ToolOutput<Self::Output>>;
 
+    /// Adjusts the input schema derived from `Params` to this toolset (the
+    /// hook for what a type cannot say: `skill`'s `name` is an enum of the
+    /// skills found). Default: the derived schema as it is.
+    fn adjust_schema(_d: &Describe<'_>, _schema: &mut Value) {}
+
     /// For a [`Cost::Bounded`] tool: whether a call with `arguments` stays
     /// bounded (else it costs [`Cost::Short`]).
     fn bounded(_arguments: &Value) -> bool {
@@ -449,10 +481,12 @@ pub(crate) struct Entry {
 }
 
 fn spec_of<T: Tool>(d: &Describe<'_>) -> ToolSpec {
+    let mut input_schema = schema::input_schema::<T::Params>();
+    T::adjust_schema(d, &mut input_schema);
     ToolSpec {
         name: T::NAME.to_string(),
         description: T::description(d),
-        input_schema: schema::input_schema::<T::Params>(),
+        input_schema,
         output_schema: schema::output_schema::<T::Output>(),
         annotations: T::ANNOTATIONS,
         facts: T::FACTS,
@@ -493,6 +527,7 @@ pub(crate) static REGISTRY: &[Entry] = &[
     entry::<search::Search>(),
     entry::<changes::Changes>(),
     entry::<view::ViewFile>(),
+    entry::<skill::Skill>(),
     entry::<run::Run>(),
     entry::<procs::StartProcess>(),
     entry::<procs::ProcessLogs>(),
@@ -774,7 +809,17 @@ mod tests {
             "start_process",
             "view_file",
         ]);
+        let mut skills = crate::Policy::builder();
+        skills.mode(Mode::ReadOnly).skills_dirs(["skills"]);
+        let demo = root.join("skills/demo");
+        std::fs::create_dir_all(&demo).unwrap();
+        std::fs::write(
+            demo.join("SKILL.md"),
+            "---\nname: demo\ndescription: A demo skill.\n---\nDo it.\n",
+        )
+        .unwrap();
         vec![
+            ("skills", toolset("local", &skills, Limits::default(), root)),
             (
                 "default",
                 toolset("local", &default, Limits::default(), root),
@@ -864,6 +909,7 @@ mod tests {
                 &["16 KiB", "Timeout 30 s", "at most 120 s"],
             ),
             ("default", "search", &["at most 100 lines"]),
+            ("skills", "skill", &["2,000 lines", "50 KiB"]),
             ("default", "glob", &["at most 1,000"]),
             ("default", "list_files", &["At most 1,000 entries"]),
             ("default", "write_file", &["32 MiB"]),
@@ -937,6 +983,7 @@ mod tests {
             "search",
             "changes",
             "view_file",
+            "skill",
         ];
         let commands = [
             "run",
@@ -954,6 +1001,7 @@ mod tests {
             "search",
             "changes",
             "view_file",
+            "skill",
         ];
         let writing: Vec<&str> = files.iter().chain(commands.iter()).copied().collect();
         assert_eq!(named(&|f| f.modes.contains(Mode::ReadOnly)), reading);
@@ -974,6 +1022,7 @@ mod tests {
         );
         assert_eq!(named(&|f| f.streaming), ["run"]);
         assert_eq!(named(&|f| f.snapshot), ["changes"]);
+        assert_eq!(named(&|f| f.skills), ["skill"]);
         // Read-only is stated once more by the annotations: they agree, and
         // a read-only mode gives only tools that only read files.
         let limits = Limits::default();

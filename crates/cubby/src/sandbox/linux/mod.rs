@@ -790,6 +790,11 @@ impl Sandbox for LinuxSandbox {
         Ok(Box::new(self.spawn_inherited(spec)?))
     }
 
+    fn command_path(&self, path: &WorkspacePath) -> Option<std::path::PathBuf> {
+        // The root is bound at its own path in the sandbox.
+        self.host.command_path(path)
+    }
+
     fn show_cwd(&self, cwd: &WorkspacePath) -> String {
         self.host.show_cwd(cwd)
     }

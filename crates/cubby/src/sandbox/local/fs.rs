@@ -89,6 +89,8 @@ pub(crate) fn is_placeholder_mode(mode: u32) -> bool {
     mode & 0o7777 & !PLACEHOLDER_MODE == 0
 }
 
+// `nlink_t` is `u64` here and `u32` on other targets.
+#[allow(clippy::useless_conversion)]
 fn metadata_of(stat: &Stat) -> Metadata {
     Metadata {
         kind: kind_of(stat),
@@ -97,6 +99,7 @@ fn metadata_of(stat: &Stat) -> Metadata {
         mtime_ns: stat.st_mtime as i128 * 1_000_000_000 + stat.st_mtime_nsec as i128,
         ctime_ns: stat.st_ctime as i128 * 1_000_000_000 + stat.st_ctime_nsec as i128,
         ino: stat.st_ino,
+        nlink: u64::from(stat.st_nlink),
     }
 }
 

@@ -225,6 +225,10 @@ impl Sandbox for LocalSandbox {
         Ok(Box::new(AttachedChild::new(child)))
     }
 
+    fn command_path(&self, path: &WorkspacePath) -> Option<std::path::PathBuf> {
+        Some(self.fs.root_path().join(path.as_path()))
+    }
+
     fn show_cwd(&self, cwd: &WorkspacePath) -> String {
         if cwd.is_root() {
             self.fs.root_path().display().to_string()
