@@ -7,10 +7,9 @@
 //! `main.rs`.
 
 use crate::lab::*;
-use crate::{Attack, common::processes_with};
+use crate::{Attack, common::appeared};
 use serde_json::json;
 use std::os::unix::fs::PermissionsExt;
-use std::time::Duration;
 
 /// The escape suite's attacks on processes and privileges.
 pub const ATTACKS: &[Attack] = &[
@@ -277,8 +276,7 @@ fn ignores_sigterm(l: &Lab) -> Verdict {
     if out.is_error {
         return Err(out.text);
     }
-    std::thread::sleep(Duration::from_millis(300));
-    if processes_with(&m).is_empty() {
+    if appeared(&m).is_none() {
         return Err("the process did not start".into());
     }
     let out = l.tools.call("stop_process", json!({"name": "stubborn"}));

@@ -7,7 +7,10 @@
 //! `main.rs`.
 
 use crate::lab::*;
-use crate::{Attack, common::processes_with};
+use crate::{
+    Attack,
+    common::{appeared, processes_with},
+};
 use serde_json::json;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
@@ -235,9 +238,8 @@ fn fill_tmp_and_dev_shm(l: &Lab) -> Verdict {
     );
     background(&tight, "filler", &script)?;
     let filled = written(&tight.ws.join("filled"));
-    let pid = processes_with(&m)
-        .first()
-        .and_then(|p| p.split(':').next().map(str::to_string));
+    // `filled` is written just before the `exec`: wait for the marker.
+    let pid = appeared(&m).and_then(|p| p.split(':').next().map(str::to_string));
     let mut used = Vec::new();
     for dir in ["tmp", "dev/shm"] {
         if let Some(pid) = &pid

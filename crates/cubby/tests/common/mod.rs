@@ -29,6 +29,21 @@ pub fn processes_with(marker: &str) -> Vec<String> {
     found
 }
 
+/// The first process whose command line holds `marker`, once one does
+/// (within 30 s).
+pub fn appeared(marker: &str) -> Option<String> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        if let Some(first) = processes_with(marker).into_iter().next() {
+            return Some(first);
+        }
+        if std::time::Instant::now() > deadline {
+            return None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
 /// A resolver hook that pins test names to addresses (and records each
 /// lookup); any other name does not resolve.
 pub struct Pinned {
