@@ -207,29 +207,6 @@ fn deny_read_through_a_symlinked_parent(l: &Lab) -> Verdict {
     not_in(&out, &m)
 }
 
-/// Other agents' and editors' project configs that start programs (MCP
-/// servers, hooks, tasks, plugins), which the host's tools read when the
-/// user opens the project: red-team finding N13.
-pub const AGENT_CONFIGS: &[&str] = &[
-    ".gemini/settings.json",
-    ".gemini/commands/deploy.toml",
-    ".cursor/mcp.json",
-    ".cursor/environment.json",
-    ".vscode/mcp.json",
-    ".vscode/tasks.json",
-    "opencode.json",
-    "opencode.jsonc",
-    ".opencode/plugin/x.js",
-    ".kiro/settings/mcp.json",
-    ".kiro/hooks/on-save.kiro.hook",
-    ".kiro/agents/a.json",
-    ".roo/mcp.json",
-    ".amazonq/mcp.json",
-    ".continue/mcpServers/s.yaml",
-    ".windsurf/hooks.json",
-    ".zed/settings.json",
-];
-
 fn other_agents_configs_written(l: &Lab) -> Verdict {
     // Two exist already (a settings file of the editor, a rule beside a
     // protected one).
@@ -238,7 +215,7 @@ fn other_agents_configs_written(l: &Lab) -> Verdict {
         (".roo/rules/a.md", "rule\n"),
     ];
     let mut script = String::new();
-    for path in AGENT_CONFIGS {
+    for path in crate::common::AGENT_CONFIGS {
         let parent = Path::new(path).parent().unwrap().to_str().unwrap();
         if !parent.is_empty() {
             script.push_str(&format!("mkdir -p {parent}; "));
@@ -254,7 +231,11 @@ fn other_agents_configs_written(l: &Lab) -> Verdict {
         .current_dir(&twin)
         .status()
         .unwrap();
-    if !status.success() || AGENT_CONFIGS.iter().any(|p| !twin.join(p).is_file()) {
+    if !status.success()
+        || crate::common::AGENT_CONFIGS
+            .iter()
+            .any(|p| !twin.join(p).is_file())
+    {
         return Err("control: the command did not create them on the host".into());
     }
     for (path, body) in existing {
@@ -263,7 +244,7 @@ fn other_agents_configs_written(l: &Lab) -> Verdict {
         std::fs::write(&p, body).unwrap();
     }
     let out = l.sh(&script);
-    for path in AGENT_CONFIGS {
+    for path in crate::common::AGENT_CONFIGS {
         absent(&l.ws.join(path)).map_err(|e| format!("{e}: {}", out.text))?;
     }
     for (path, body) in existing {
@@ -284,7 +265,7 @@ fn other_agents_configs_written(l: &Lab) -> Verdict {
         absent(&l.ws.join(p)).map_err(|e| format!("{e} (no placeholder may stay)"))?;
     }
     // The file tools.
-    for path in AGENT_CONFIGS {
+    for path in crate::common::AGENT_CONFIGS {
         let out = l
             .tools
             .call("write_file", json!({"path": path, "content": "{}"}));

@@ -9,6 +9,31 @@
 pub mod http;
 pub mod search;
 
+/// Other agents' and editors' project configs that start programs (MCP
+/// servers, hooks, tasks, plugins), which the host's tools read when the
+/// user opens the project (red-team finding N13): one name inside each
+/// protected directory or the protected file itself, as `policy::DEFAULT_PROTECTED`
+/// lists them.
+pub const AGENT_CONFIGS: &[&str] = &[
+    ".gemini/settings.json",
+    ".gemini/commands/deploy.toml",
+    ".cursor/mcp.json",
+    ".cursor/environment.json",
+    ".vscode/mcp.json",
+    ".vscode/tasks.json",
+    "opencode.json",
+    "opencode.jsonc",
+    ".opencode/plugin/x.js",
+    ".kiro/settings/mcp.json",
+    ".kiro/hooks/on-save.kiro.hook",
+    ".kiro/agents/a.json",
+    ".roo/mcp.json",
+    ".amazonq/mcp.json",
+    ".continue/mcpServers/s.yaml",
+    ".windsurf/hooks.json",
+    ".zed/settings.json",
+];
+
 /// Processes (`pid: command line`) whose command line contains `marker`.
 /// Zombies have an empty command line, so anything found here is alive.
 pub fn processes_with(marker: &str) -> Vec<String> {

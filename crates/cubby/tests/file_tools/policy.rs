@@ -187,26 +187,8 @@ pub fn other_agents_configs_are_read_only(f: &dyn Fixture) {
     f.put(".vscode/settings.json", b"{}\n");
     f.put(".kiro/specs/plan.md", b"plan\n");
     let t = tools(f);
-    for path in [
-        ".gemini/settings.json",
-        ".gemini/commands/deploy.toml",
-        ".cursor/mcp.json",
-        ".cursor/environment.json",
-        ".vscode/mcp.json",
-        ".vscode/settings.json",
-        ".vscode/tasks.json",
-        "opencode.json",
-        "opencode.jsonc",
-        ".opencode/plugin/x.js",
-        ".kiro/settings/mcp.json",
-        ".kiro/hooks/on-save.kiro.hook",
-        ".kiro/agents/a.json",
-        ".roo/mcp.json",
-        ".amazonq/mcp.json",
-        ".continue/mcpServers/s.yaml",
-        ".windsurf/hooks.json",
-        ".zed/settings.json",
-    ] {
+    let editor_settings = [".vscode/settings.json"];
+    for &path in crate::common::AGENT_CONFIGS.iter().chain(&editor_settings) {
         if f.get(path).is_some() {
             ok(&t, "read_file", json!({"path": path}));
         }
