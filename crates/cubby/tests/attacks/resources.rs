@@ -55,6 +55,12 @@ pub const ATTACKS: &[Attack] = &[
         run: hoard_inotify_and_fanotify,
     },
     Attack {
+        name: "take every queued signal and POSIX message-queue byte of the user",
+        expect: "the host's user still queues a signal and opens a queue",
+        control: Some("outside any sandbox, this user can be left with neither"),
+        run: hoard_signals_and_message_queues,
+    },
+    Attack {
         name: "take a lease on a host file",
         expect: "no lease; the host's writer opens the file",
         control: Some("a read lease taken outside fails the next writer's open"),
@@ -348,6 +354,47 @@ fn hoard_inotify_and_fanotify(l: &Lab) -> Verdict {
         return Err(format!(
             "the host's user got no new instance ({after:?}) while the sandbox held {hoarded} \
              (inotify, fanotify; the host alone: {host:?})"
+        ));
+    }
+    Ok(())
+}
+
+/// Python: `queue()` opens a POSIX message queue of the default size
+/// (unlinked at once: its bytes stay charged while the descriptor lives;
+/// the descriptor, or the errno negated), `signal_self()` queues a blocked
+/// real-time signal to this process with `sigqueue` (`kill` is exempt from
+/// the limit; 1, or the errno negated), `hoard(f)`
+/// calls `f` until it fails (how many succeeded).
+const QUEUES_PY: &str = "import ctypes, os, signal, time\nlibc = ctypes.CDLL(None, use_errno=True)\nlibc.mq_open.argtypes = [ctypes.c_char_p, ctypes.c_int, ctypes.c_uint, ctypes.c_void_p]\nlibc.mq_unlink.argtypes = [ctypes.c_char_p]\nn = [0]\ndef queue():\n  n[0] += 1\n  name = (\"/cubby-attack-%d-%d\" % (os.getpid(), n[0])).encode()\n  fd = libc.mq_open(name, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600, None)\n  if fd < 0:\n    return -ctypes.get_errno()\n  libc.mq_unlink(name)\n  return fd\nSIG = signal.SIGRTMIN\nsignal.pthread_sigmask(signal.SIG_BLOCK, [SIG])\nlibc.sigqueue.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_void_p]\ndef signal_self():\n  if libc.sigqueue(os.getpid(), SIG, None) != 0:\n    return -ctypes.get_errno()\n  return 1\ndef hoard(f):\n  got = 0\n  while got < 1000000 and f() >= 0:\n    got += 1\n  return got\n";
+
+fn hoard_signals_and_message_queues(l: &Lab) -> Verdict {
+    // Control: outside any sandbox, one process of this user takes them
+    // all (for a moment: the program ends at once).
+    let host = host_py(&format!(
+        "{QUEUES_PY}q = hoard(queue)\ns = hoard(signal_self)\nprint(q, s, queue(), signal_self())"
+    ));
+    let host: Vec<i64> = host
+        .split_whitespace()
+        .filter_map(|n| n.parse().ok())
+        .collect();
+    if host.len() != 4 || host[0] < 2 || host[1] < 2 || host[2] >= 0 || host[3] >= 0 {
+        return Err(format!("control: on the host {host:?}"));
+    }
+    let code = format!(
+        "{QUEUES_PY}q = hoard(queue)\ns = hoard(signal_self)\nopen(\"hoarded\", \"w\").write(\"%d %d\" % (q, s))\ntime.sleep(60)"
+    );
+    background(l, "queuer", &py(&code))?;
+    let hoarded = written(&l.ws.join("hoarded"));
+    // While it holds all it could get, the host's user gets more.
+    let after = host_py(&format!(
+        "{QUEUES_PY}print(queue() >= 0, signal_self() >= 0)"
+    ));
+    stop_all(l, &["queuer".to_string()]);
+    let hoarded = hoarded?;
+    if after.trim() != "True True" {
+        return Err(format!(
+            "the host's user could not queue more ({after:?}) while the sandbox held {hoarded} \
+             (queues, signals; the host alone: {host:?})"
         ));
     }
     Ok(())

@@ -107,15 +107,25 @@ pub(super) const SANDBOX_PTYS: u64 = 64;
 /// owner's and the group's to write.
 const PTS_OPTIONS: &str = "newinstance,ptmxmode=0666,mode=0620";
 /// The rlimits a command gets, by resource (`0` in the limits: none, but
-/// for core dumps, which are always off).
-pub(super) const RLIMIT_RESOURCES: [libc::__rlimit_resource_t; 6] = [
+/// for core dumps, which are always off, and the last two, always a share).
+pub(super) const RLIMIT_RESOURCES: [libc::__rlimit_resource_t; 8] = [
     libc::RLIMIT_NOFILE,
     libc::RLIMIT_NPROC,
     libc::RLIMIT_FSIZE,
     libc::RLIMIT_AS,
     libc::RLIMIT_CPU,
     libc::RLIMIT_CORE,
+    libc::RLIMIT_SIGPENDING,
+    libc::RLIMIT_MSGQUEUE,
 ];
+/// Of [`RLIMIT_RESOURCES`], the limits a command gets as a share
+/// ([`USER_LIMIT_SHARE`]) of cubby's own hard limit: the kernel counts
+/// queued signals and POSIX message-queue bytes per user *and user
+/// namespace* and compares each namespace's count with the limit of the
+/// process charged, so every process of the sandbox holding a share keeps
+/// the sandbox as a whole to it, and the host user keeps the rest.
+const SHARED_RLIMITS: [libc::__rlimit_resource_t; 2] =
+    [libc::RLIMIT_SIGPENDING, libc::RLIMIT_MSGQUEUE];
 
 /// What a sandbox enforces, as the plan needs it.
 #[derive(Clone, Copy, Debug)]
@@ -373,6 +383,8 @@ fn rlimits(
         limits.address_space_mb.saturating_mul(MIB),
         limits.cpu_seconds,
         0,
+        0,
+        0,
     ];
     let mut out = Vec::new();
     for ((resource, value), hard) in RLIMIT_RESOURCES
@@ -380,6 +392,14 @@ fn rlimits(
         .zip(wanted)
         .zip(facts.hard_limits)
     {
+        if SHARED_RLIMITS.contains(&resource) {
+            // An unlimited one stays so (the kernel then counts nothing
+            // against it); else at least one signal or byte.
+            if hard != libc::RLIM_INFINITY {
+                out.push((resource, (hard / USER_LIMIT_SHARE).max(1)));
+            }
+            continue;
+        }
         if value == 0 && resource != libc::RLIMIT_CORE {
             continue;
         }
@@ -584,6 +604,8 @@ fn rlimit_name(resource: libc::__rlimit_resource_t) -> &'static str {
         libc::RLIMIT_AS => "as",
         libc::RLIMIT_CPU => "cpu",
         libc::RLIMIT_CORE => "core",
+        libc::RLIMIT_SIGPENDING => "sigpending",
+        libc::RLIMIT_MSGQUEUE => "msgqueue",
         _ => "other",
     }
 }
@@ -759,6 +781,8 @@ mod tests {
                 libc::RLIM_INFINITY,
                 libc::RLIM_INFINITY,
                 libc::RLIM_INFINITY,
+                63_432,
+                819_200,
             ],
         }
     }
