@@ -52,6 +52,14 @@ pub const SURFACE_NAMES: [&str; 8] = [
     "sequencer",
 ];
 
+/// What makes a directory below `.git/modules` a git directory: its `HEAD`,
+/// or one of the protected names a git directory holds. `HEAD` alone would
+/// not do: it is not protected (git writes it), so a command could move it
+/// away and the next session would find no git directory there and leave
+/// its config writable (red-team pass 3); the config, bound read-only while
+/// a command runs, cannot be moved.
+const GIT_DIR_MARKS: [&str; 4] = ["HEAD", "config", "commondir", "gitdir"];
+
 /// At most this many bytes are read of a gitfile, `commondir` or config
 /// file (git's own files are far smaller; a larger one is not followed).
 const MAX_FILE_BYTES: u64 = 1024 * 1024;
@@ -423,7 +431,7 @@ fn common_dir(git_dir: &Path) -> Option<PathBuf> {
 }
 
 /// The git directories below `dir` (a `modules` directory): each directory
-/// holding a `HEAD`, and those in its own `modules`.
+/// holding one of [`GIT_DIR_MARKS`], and those in its own `modules`.
 fn modules(dir: &Path, depth: usize, out: &mut Vec<PathBuf>) {
     if depth > MAX_MODULE_DEPTH || out.len() > MAX_GIT_DIRS {
         return;
@@ -436,7 +444,10 @@ fn modules(dir: &Path, depth: usize, out: &mut Vec<PathBuf>) {
             continue;
         }
         let path = e.path();
-        if path.join("HEAD").exists() {
+        if GIT_DIR_MARKS
+            .iter()
+            .any(|mark| std::fs::symlink_metadata(path.join(mark)).is_ok())
+        {
             modules(&path.join("modules"), depth + 1, out);
             out.push(path);
         } else {

@@ -64,6 +64,12 @@ pub const ATTACKS: &[Attack] = &[
         run: git_dirs_of_submodules_and_worktrees,
     },
     Attack {
+        name: "move a submodule's HEAD away, then write its config in the next command",
+        expect: "its config unchanged; the host's git status runs nothing",
+        control: Some("the same config written on the host makes its git status run the marker"),
+        run: submodule_unmarked_by_moving_its_head,
+    },
+    Attack {
         name: "plant git's sequencer state: a rebase todo with exec lines",
         expect: "denied and not created; the host's `git rebase --continue` runs nothing",
         control: Some(
@@ -97,15 +103,34 @@ pub const ATTACKS: &[Attack] = &[
 fn git_lab(protect: &[&str], prepare: impl FnOnce(&Path)) -> Lab {
     let (base, ws, outside) = lab_dirs();
     prepare(&ws);
+    let policy = git_policy(&ws, protect);
+    open_lab(base, ws, outside, policy)
+}
+
+/// The policy of [`git_lab`], read from the workspace as it is now.
+fn git_policy(ws: &Path, protect: &[&str]) -> Policy {
     let mut policy = Policy::builder();
-    policy.git_of(&ws, &HostEnv::capture());
+    policy.git_of(ws, &HostEnv::capture());
     for p in protect {
         policy.protect(*p);
     }
     let mut limits = Limits::default();
     limits.sandbox.processes = TEST_PROCESSES;
-    let policy = policy.limits(limits).build().unwrap();
-    open_lab(base, ws, outside, policy)
+    policy.limits(limits).build().unwrap()
+}
+
+/// A new session on the lab's workspace (a new policy, sandbox and
+/// toolset, as a new `cubby exec` or MCP session makes them).
+fn next_session(l: &Lab) -> cubby::Toolset {
+    let host = HostEnv::capture();
+    let policy = git_policy(&l.ws, &[]);
+    let sandbox = cubby::LinuxSandbox::open(&l.ws, &policy, &host).unwrap();
+    cubby::Toolset::builder(std::sync::Arc::new(sandbox))
+        .policy(policy)
+        .host_env(host)
+        .track_changes(false)
+        .build()
+        .unwrap()
 }
 
 /// The host's git in `dir` (an identity given, so that `commit` runs).
@@ -573,6 +598,84 @@ fn git_dirs_of_submodules_and_worktrees(_: &Lab) -> Verdict {
         absent(&l.ws.join(p)).map_err(|e| format!("{e}: {}", out.text))?;
     }
     Ok(())
+}
+
+/// A repository with a real submodule `sub` (its git directory in
+/// `.git/modules/sub`), made from a repository beside `ws`.
+fn with_submodule(ws: &Path) {
+    let source = ws.with_file_name(format!(
+        "{}-subsource",
+        ws.file_name().unwrap().to_string_lossy()
+    ));
+    std::fs::create_dir_all(&source).unwrap();
+    init(&source);
+    host_git(&source, &["commit", "-q", "--allow-empty", "-m", "sub"]);
+    init(ws);
+    let out = host_git(
+        ws,
+        &[
+            "-c",
+            "protocol.file.allow=always",
+            "submodule",
+            "add",
+            "-q",
+            source.to_str().unwrap(),
+            "sub",
+        ],
+    );
+    assert!(out.status.success(), "git submodule add: {out:?}");
+    host_git(ws, &["commit", "-q", "-m", "add sub"]);
+}
+
+/// The submodule's config with an fsmonitor that makes `marker`.
+fn submodule_fsmonitor(marker: &Path) -> String {
+    format!(
+        "[core]\n\trepositoryformatversion = 0\n\tworktree = ../../../sub\n\tfsmonitor = \"touch {}; false\"\n",
+        marker.display()
+    )
+}
+
+/// Red-team pass 3, R3-2: which directories of `.git/modules` are git
+/// directories was told by their `HEAD`, which a command may move; the
+/// next session then found none there and left its config writable.
+fn submodule_unmarked_by_moving_its_head(_: &Lab) -> Verdict {
+    let l = git_lab(&[], with_submodule);
+    control_runs(
+        &l,
+        with_submodule,
+        |twin, marker| {
+            std::fs::write(
+                twin.join(".git/modules/sub/config"),
+                submodule_fsmonitor(marker),
+            )
+            .unwrap();
+        },
+        false,
+    )?;
+    let config = std::fs::read_to_string(l.ws.join(".git/modules/sub/config")).unwrap();
+    let marker = l.out("submodule-ran");
+    let first = l.sh("mv .git/modules/sub/HEAD .git/modules/sub/HEAD.moved; echo moved");
+    // The next session reads the workspace again.
+    let next = next_session(&l);
+    let second = next.call(
+        "run",
+        json!({"timeout_ms": 20_000, "command": format!(
+            "printf '{}' > .git/modules/sub/config && echo wrote; \
+             mv .git/modules/sub/HEAD.moved .git/modules/sub/HEAD",
+            submodule_fsmonitor(&marker)
+                .replace('\n', "\\n")
+                .replace('\t', "\\t")
+        )}),
+    );
+    drop(next);
+    // Whatever the commands did, HEAD goes back for the host's git.
+    let moved = l.ws.join(".git/modules/sub/HEAD.moved");
+    if moved.exists() {
+        std::fs::rename(&moved, l.ws.join(".git/modules/sub/HEAD")).unwrap();
+    }
+    unchanged(&l.ws.join(".git/modules/sub/config"), &config)
+        .map_err(|e| format!("{e}: {} / {}", first.text, second.text))?;
+    host_git_runs_nothing(&l.ws, &marker, false)
 }
 
 fn git_still_works_inside(_: &Lab) -> Verdict {
