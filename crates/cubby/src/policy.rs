@@ -56,7 +56,7 @@ use serde::Serialize;
 /// directory is protected whole where what it holds keeps growing; only
 /// the program-starting parts of `.kiro/` and `.roo/`, whose other files
 /// (specs, rules) are documents an agent edits.
-pub const DEFAULT_PROTECTED: [&str; 23] = [
+pub const DEFAULT_PROTECTED: [&str; 33] = [
     // The root's `HEAD`, present or missing: with `HEAD`, `objects/` and
     // `refs/` the root itself is a bare repository to git whenever `.git`
     // is missing or broken (its `HEAD` stays writable), and a `config`
@@ -102,6 +102,25 @@ pub const DEFAULT_PROTECTED: [&str; 23] = [
     // Zed: `settings.json` (context servers, language servers),
     // `tasks.json`.
     ".zed/",
+    // Qwen Code (a fork of Gemini CLI): `settings.json` (MCP servers).
+    ".qwen/",
+    // aider: `lint-cmd` and `test-cmd`, run after each edit.
+    ".aider.conf.yml",
+    // Crush: MCP servers and language-server commands, started with it.
+    "crush.json",
+    ".crush.json",
+    // Cline: hook scripts.
+    ".clinerules/hooks/",
+    // JetBrains Junie: MCP servers.
+    ".junie/mcp/",
+    // rustup: a toolchain `path` runs the workspace's `cargo`/`rustc` on
+    // any call in the directory (`cargo --version`, rust-analyzer, a shell
+    // prompt); cargo's config: `rustc-wrapper`, runners and aliases, run by
+    // the `cargo check` rust-analyzer starts on its own (red-team pass 3).
+    "rust-toolchain.toml",
+    "rust-toolchain",
+    ".cargo/config.toml",
+    ".cargo/config",
 ];
 
 /// The name of the config file in the workspace root (also protected).

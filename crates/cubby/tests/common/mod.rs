@@ -32,6 +32,16 @@ pub const AGENT_CONFIGS: &[&str] = &[
     ".continue/mcpServers/s.yaml",
     ".windsurf/hooks.json",
     ".zed/settings.json",
+    ".qwen/settings.json",
+    ".aider.conf.yml",
+    "crush.json",
+    ".crush.json",
+    ".clinerules/hooks/pre.sh",
+    ".junie/mcp/mcp.json",
+    "rust-toolchain.toml",
+    "rust-toolchain",
+    ".cargo/config.toml",
+    ".cargo/config",
 ];
 
 /// Processes (`pid: command line`) whose command line contains `marker`.
