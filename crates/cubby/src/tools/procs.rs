@@ -63,6 +63,28 @@ fn valid_name(name: &str) -> Result<()> {
     }
 }
 
+/// `Err(unsupported)` when the sandbox's commands have a network of their
+/// own (`linux` with network `off` or `allow`): a port they listen on is
+/// not the host's, so the host can neither wait for it nor reach it, and
+/// `127.0.0.1:port` on the host would be whatever the host runs there.
+fn ports_reach_the_host(ctx: &Ctx<'_>, port: u16) -> Result<()> {
+    let own_network = ctx.sandbox.kind() == crate::config::ProviderKind::Linux
+        && ctx.policy.command_network() != crate::config::NetworkMode::On;
+    if own_network {
+        return Err(Error::new(
+            ErrorKind::Unsupported,
+            format!(
+                "commands run in a network of their own (network is not `on`): port {port} in \
+                 the sandbox cannot be reached from the host, and 127.0.0.1:{port} there is the \
+                 host's. Reach the server from inside the sandbox instead, e.g. `run` with \
+                 `curl -s http://127.0.0.1:{port}/`; without `port`, start_process starts it \
+                 all the same"
+            ),
+        ));
+    }
+    Ok(())
+}
+
 fn listening(port: u16) -> bool {
     let v4 = SocketAddr::from(([127, 0, 0, 1], port));
     let v6 = SocketAddr::from(([0, 0, 0, 0, 0, 0, 0, 1], port));
@@ -138,6 +160,9 @@ impl Tool for StartProcess {
                 "a process named `{}` is already running; stop it first or pick another name",
                 p.name
             )));
+        }
+        if let Some(port) = p.port {
+            ports_reach_the_host(ctx, port)?;
         }
         let (command, cwd) = prepare(ctx, &p.command, p.cwd.as_deref())?;
         // No call subscriber: the process outlives this call.
@@ -563,10 +588,11 @@ impl Tool for Preview {
     type Params = PreviewParams;
     type Output = PreviewOutput;
 
-    fn call(_ctx: &Ctx<'_>, p: PreviewParams) -> Result<ToolOutput<PreviewOutput>> {
+    fn call(ctx: &Ctx<'_>, p: PreviewParams) -> Result<ToolOutput<PreviewOutput>> {
         if p.port == 0 {
             return Err(Error::invalid_input("`port` must be between 1 and 65535"));
         }
+        ports_reach_the_host(ctx, p.port)?;
         let path = p.path.unwrap_or_default();
         if path.chars().any(|c| c.is_control() || c == ' ') {
             return Err(Error::invalid_input(
@@ -574,7 +600,8 @@ impl Tool for Preview {
             ));
         }
         let path = path.trim_start_matches('/');
-        // The local provider shares the host's network: the port is the host's.
+        // The command shares the host's network (`local`, or `linux` with
+        // network `on`): the port is the host's.
         let url = format!("http://127.0.0.1:{}/{path}", p.port);
         Ok(ToolOutput::ok(url.clone(), PreviewOutput { url }))
     }

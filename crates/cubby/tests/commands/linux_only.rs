@@ -60,3 +60,37 @@ pub fn file_tools_do_not_see_the_reservations_of_a_running_command(p: &dyn Fixtu
         assert!(!dir.path().join(name).exists(), "{name} is released");
     }
 }
+
+/// Red-team pass 3, R3-12: with a network of its own (the default `off`),
+/// a port a command listens on is not the host's; `preview` and
+/// `start_process` with `port` answered with the *host's* port (a host
+/// service listening there made the start look ready). The control: the
+/// host's listener is really there.
+pub fn ports_of_a_network_of_its_own_are_not_handed_out_as_the_hosts(p: &dyn Fixture) {
+    let dir = workspace();
+    let t = tools(p, dir.path());
+    let host = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = host.local_addr().unwrap().port();
+    assert!(std::net::TcpStream::connect(("127.0.0.1", port)).is_ok());
+    let out = t.call("preview", json!({"port": port}));
+    assert!(out.text.starts_with("ERROR unsupported"), "{}", out.text);
+    assert!(
+        out.text.contains("curl -s http://127.0.0.1:"),
+        "{}",
+        out.text
+    );
+    let out = t.call(
+        "start_process",
+        json!({"name": "web", "command": "sleep 30", "port": port}),
+    );
+    assert!(out.text.starts_with("ERROR unsupported"), "{}", out.text);
+    let listed = t.call("list_processes", json!({}));
+    assert!(!listed.text.contains("web"), "{}", listed.text);
+    // Without `port` it starts.
+    let out = t.call(
+        "start_process",
+        json!({"name": "web", "command": "sleep 30"}),
+    );
+    assert!(!out.is_error, "{}", out.text);
+    t.stop_processes();
+}

@@ -260,5 +260,6 @@ providers!(
     linux: crate::Linux => [
         linux_only::commands_get_pseudo_terminals_of_their_own,
         linux_only::file_tools_do_not_see_the_reservations_of_a_running_command,
+        linux_only::ports_of_a_network_of_its_own_are_not_handed_out_as_the_hosts,
     ],
 );
