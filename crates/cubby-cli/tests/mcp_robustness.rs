@@ -397,3 +397,48 @@ fn http_survives_a_flood_of_bad_messages() {
         "server errors: {statuses:?}"
     );
 }
+
+/// Sends `initialize` to the server on `port` from a python process (as
+/// `uid`, when given) and says what came back: the status line's first
+/// bytes, or `closed`.
+fn initialize_as(port: u16, uid: Option<u32>) -> String {
+    use std::os::unix::process::CommandExt;
+    let request = format!(
+        "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{INIT}",
+        INIT.len()
+    );
+    let code = format!(
+        "import socket\ns = socket.create_connection((\"127.0.0.1\", {port}))\ns.settimeout(30)\ns.sendall(bytes.fromhex(\"{}\"))\ntry:\n  got = s.recv(12)\nexcept OSError:\n  got = b\"\"\nprint(got.decode() if got else \"closed\")",
+        request
+            .bytes()
+            .map(|b| format!("{b:02x}"))
+            .collect::<String>()
+    );
+    let mut cmd = std::process::Command::new("python3");
+    cmd.args(["-c", &code]);
+    if let Some(uid) = uid {
+        cmd.uid(uid).gid(uid);
+    }
+    let out = cmd.output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// The uid of `nobody`, another user than the suite's.
+const NOBODY: u32 = 65534;
+
+/// Red-team pass 3, R3-3: on loopback without a token, any local user
+/// drove the server (and ran commands with its rights). Only sockets of the
+/// server's own user are let in; the control: the same request from the
+/// server's user is answered.
+#[test]
+fn loopback_serve_without_a_token_answers_only_its_own_user() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = common::Serve::start(dir.path());
+    assert_eq!(initialize_as(server.port, None), "HTTP/1.1 200");
+    if rustix::process::geteuid().is_root() {
+        assert_eq!(initialize_as(server.port, Some(NOBODY)), "closed");
+    }
+    // And it keeps serving its own user.
+    assert_eq!(initialize_as(server.port, None), "HTTP/1.1 200");
+}

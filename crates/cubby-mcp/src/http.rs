@@ -5,6 +5,9 @@
 //! 1. Off loopback the server refuses to start without a bearer token
 //!    (`CUBBY_TOKEN`); with a token, every request must carry
 //!    `Authorization: Bearer <token>`, compared in constant time (401).
+//!    On loopback without a token, a connection is accepted only from a
+//!    socket of the user the server runs as ([`SameUser`]; others are
+//!    closed at once): the tools act with the server's rights.
 //! 2. `Host` must name an address the server serves and `Origin`, when
 //!    present, a loopback or served origin (DNS-rebinding protection; 403).
 //! 3. Bodies over [`MAX_BODY_BYTES`] are refused (413).
@@ -43,6 +46,42 @@ pub struct HttpOptions {
     pub token: Option<String>,
     /// What results and listings carry besides the text.
     pub mcp: McpOptions,
+}
+
+/// A loopback listener that lets in only the connections whose client
+/// socket belongs to `uid` (found in the kernel's socket tables,
+/// [`crate::peer`]); the others are closed unanswered.
+struct SameUser {
+    inner: tokio::net::TcpListener,
+    uid: u32,
+}
+
+impl axum::serve::Listener for SameUser {
+    type Io = tokio::net::TcpStream;
+    type Addr = SocketAddr;
+
+    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
+        loop {
+            let (io, peer) = axum::serve::Listener::accept(&mut self.inner).await;
+            let owner = io
+                .local_addr()
+                .ok()
+                .and_then(|local| crate::peer::uid_of_peer(peer, local));
+            if owner == Some(self.uid) {
+                return (io, peer);
+            }
+            tracing::warn!(
+                "refused a connection from {peer}: its socket belongs to {} (not uid {}); \
+                 set CUBBY_TOKEN to let other users in",
+                owner.map_or_else(|| "no user found".to_string(), |u| format!("uid {u}")),
+                self.uid
+            );
+        }
+    }
+
+    fn local_addr(&self) -> std::io::Result<Self::Addr> {
+        self.inner.local_addr()
+    }
 }
 
 /// Constant-time comparison of two byte strings.
@@ -148,7 +187,9 @@ pub async fn serve_http(
     let mut app = Router::new()
         .nest_service("/mcp", service)
         .layer(middleware::from_fn(session_end_is_no_content));
-    if let Some(token) = options.token.filter(|t| !t.is_empty()) {
+    let token = options.token.filter(|t| !t.is_empty());
+    let same_user = token.is_none();
+    if let Some(token) = token {
         let token = Arc::new(token);
         app = app.layer(middleware::from_fn(move |req: Request, next: Next| {
             require_bearer(Arc::clone(&token), req, next)
@@ -159,10 +200,21 @@ pub async fn serve_http(
         let _ = ready.send(local);
     }
     let stop = shutdown.clone();
-    axum::serve(listener, app)
-        .with_graceful_shutdown(async move { stop.cancelled().await })
-        .await
-        .map_err(|e| ServeError(format!("the HTTP server failed: {e}")))?;
+    // Without a token (loopback only, above), the socket's owner decides.
+    let served = if same_user {
+        let listener = SameUser {
+            inner: listener,
+            uid: rustix::process::geteuid().as_raw(),
+        };
+        axum::serve(listener, app)
+            .with_graceful_shutdown(async move { stop.cancelled().await })
+            .await
+    } else {
+        axum::serve(listener, app)
+            .with_graceful_shutdown(async move { stop.cancelled().await })
+            .await
+    };
+    served.map_err(|e| ServeError(format!("the HTTP server failed: {e}")))?;
     drop(shared.take_stateless());
     Ok(())
 }

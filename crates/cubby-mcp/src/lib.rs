@@ -28,6 +28,7 @@
 mod direct;
 mod handler;
 mod http;
+mod peer;
 mod pool;
 mod stdio;
 

@@ -363,15 +363,16 @@ fn hoard_inotify_and_fanotify(l: &Lab) -> Verdict {
 /// (unlinked at once: its bytes stay charged while the descriptor lives;
 /// the descriptor, or the errno negated), `signal_self()` queues a blocked
 /// real-time signal to this process with `sigqueue` (`kill` is exempt from
-/// the limit; 1, or the errno negated), `hoard(f)`
+/// the limit; 1, or the errno negated), `timer()` makes a POSIX timer (each
+/// holds a queued signal's slot from the start: red-team pass 3, R3-7), `hoard(f)`
 /// calls `f` until it fails (how many succeeded).
-const QUEUES_PY: &str = "import ctypes, os, signal, time\nlibc = ctypes.CDLL(None, use_errno=True)\nlibc.mq_open.argtypes = [ctypes.c_char_p, ctypes.c_int, ctypes.c_uint, ctypes.c_void_p]\nlibc.mq_unlink.argtypes = [ctypes.c_char_p]\nn = [0]\ndef queue():\n  n[0] += 1\n  name = (\"/cubby-attack-%d-%d\" % (os.getpid(), n[0])).encode()\n  fd = libc.mq_open(name, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600, None)\n  if fd < 0:\n    return -ctypes.get_errno()\n  libc.mq_unlink(name)\n  return fd\nSIG = signal.SIGRTMIN\nsignal.pthread_sigmask(signal.SIG_BLOCK, [SIG])\nlibc.sigqueue.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_void_p]\ndef signal_self():\n  if libc.sigqueue(os.getpid(), SIG, None) != 0:\n    return -ctypes.get_errno()\n  return 1\ndef hoard(f):\n  got = 0\n  while got < 1000000 and f() >= 0:\n    got += 1\n  return got\n";
+const QUEUES_PY: &str = "import ctypes, os, signal, time\nlibc = ctypes.CDLL(None, use_errno=True)\nlibc.mq_open.argtypes = [ctypes.c_char_p, ctypes.c_int, ctypes.c_uint, ctypes.c_void_p]\nlibc.mq_unlink.argtypes = [ctypes.c_char_p]\nn = [0]\ndef queue():\n  n[0] += 1\n  name = (\"/cubby-attack-%d-%d\" % (os.getpid(), n[0])).encode()\n  fd = libc.mq_open(name, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600, None)\n  if fd < 0:\n    return -ctypes.get_errno()\n  libc.mq_unlink(name)\n  return fd\nSIG = signal.SIGRTMIN\nsignal.pthread_sigmask(signal.SIG_BLOCK, [SIG])\nlibc.sigqueue.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_void_p]\ndef signal_self():\n  if libc.sigqueue(os.getpid(), SIG, None) != 0:\n    return -ctypes.get_errno()\n  return 1\nlibc.timer_create.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p]\ntimers = []\ndef timer():\n  t = ctypes.c_void_p()\n  if libc.timer_create(1, None, ctypes.byref(t)) != 0:\n    return -ctypes.get_errno()\n  timers.append(t)\n  return 1\ndef hoard(f):\n  got = 0\n  while got < 1000000 and f() >= 0:\n    got += 1\n  return got\n";
 
 fn hoard_signals_and_message_queues(l: &Lab) -> Verdict {
     // Control: outside any sandbox, one process of this user takes them
     // all (for a moment: the program ends at once).
     let host = host_py(&format!(
-        "{QUEUES_PY}q = hoard(queue)\ns = hoard(signal_self)\nprint(q, s, queue(), signal_self())"
+        "{QUEUES_PY}q = hoard(queue)\ns = hoard(timer)\nprint(q, s, queue(), signal_self())"
     ));
     let host: Vec<i64> = host
         .split_whitespace()
@@ -381,7 +382,7 @@ fn hoard_signals_and_message_queues(l: &Lab) -> Verdict {
         return Err(format!("control: on the host {host:?}"));
     }
     let code = format!(
-        "{QUEUES_PY}q = hoard(queue)\ns = hoard(signal_self)\nopen(\"hoarded\", \"w\").write(\"%d %d\" % (q, s))\ntime.sleep(60)"
+        "{QUEUES_PY}q = hoard(queue)\ns = hoard(timer) + hoard(signal_self)\nopen(\"hoarded\", \"w\").write(\"%d %d\" % (q, s))\ntime.sleep(60)"
     );
     background(l, "queuer", &py(&code))?;
     let hoarded = written(&l.ws.join("hoarded"));
