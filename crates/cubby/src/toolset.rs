@@ -11,6 +11,7 @@
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde_json::Value;
 
@@ -26,8 +27,8 @@ use crate::process::{CancelToken, ProcessTable, RETAINED_LOG_BYTES, Subscriber};
 use crate::sandbox::{CommandEnv, Sandbox};
 use crate::skills::{SKILLS_DIR_ENV, Skills};
 use crate::tools::{
-    Baseline, BuiltIns, Cost, Ctx, Describe, ExecSettings, Family, RunState, SourceCall, ToolFacts,
-    ToolSource, ToolSpec,
+    Baseline, BuiltIns, Cost, Ctx, CustomTool, CustomTools, Describe, ExecSettings, Family,
+    Pending, RunState, SourceCall, ToolFacts, ToolSource, ToolSpec,
 };
 use crate::web::{Configured, Resolver, SearchBackend, SystemResolver, WebSettings};
 
@@ -121,6 +122,8 @@ struct Inner {
     /// The skills found when the toolset was built.
     skills: Arc<Skills>,
     subscribers: Arc<Mutex<Vec<Subscriber>>>,
+    /// The number of the next call made without an id (`call-<n>`).
+    next_call: AtomicU64,
     // Declared last: dropped after everything else, and its Drop kills
     // every process still running when the run ends.
     procs: ProcessTable,
@@ -153,6 +156,7 @@ impl Toolset {
             search_backend: None,
             resolver: None,
             sources: Vec::new(),
+            custom: Vec::new(),
         }
     }
 
@@ -333,7 +337,7 @@ impl Toolset {
     ) -> ToolOutput {
         let options = CallOptions {
             cancel: cancel.cloned(),
-            on_output: None,
+            ..CallOptions::default()
         };
         self.call_with(name, arguments, &options)
     }
@@ -420,6 +424,13 @@ impl Toolset {
                 decision.rule
             )));
         }
+        let call_id = match &options.call_id {
+            Some(id) => std::borrow::Cow::Borrowed(id.as_str()),
+            None => std::borrow::Cow::Owned(format!(
+                "call-{}",
+                self.inner.next_call.fetch_add(1, Ordering::Relaxed)
+            )),
+        };
         let ctx = Ctx {
             fs: self.inner.sandbox.fs(),
             redactor: &self.inner.redactor,
@@ -430,6 +441,7 @@ impl Toolset {
             procs: &self.inner.procs,
             exec: &self.inner.exec,
             cancel: options.cancel.as_ref(),
+            call_id: &call_id,
             on_output: options.on_output.as_ref(),
             web: &self.inner.web,
             skills: &self.inner.skills,
@@ -484,8 +496,13 @@ fn bound_source_output(mut out: ToolOutput) -> ToolOutput {
 /// Per-call options for [`Toolset::call_with`].
 #[derive(Clone, Default)]
 pub struct CallOptions {
-    /// Cancels the call (a waiting `run` kills its whole tree).
+    /// Cancels the call (a waiting `run` kills its whole tree; a custom
+    /// tool sees it in [`ToolContext::cancelled`](crate::ToolContext::cancelled)).
     pub cancel: Option<CancelToken>,
+    /// The front's id of the call (MCP: the JSON-RPC request id, as text),
+    /// what a custom tool reads as [`ToolContext::call_id`](crate::ToolContext::call_id).
+    /// Default: none (the toolset numbers the call, `call-<n>`).
+    pub call_id: Option<String>,
     /// Receives this call's command output, shaped, as it arrives.
     pub on_output: Option<Subscriber>,
 }
@@ -494,6 +511,7 @@ impl std::fmt::Debug for CallOptions {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("CallOptions")
             .field("cancel", &self.cancel)
+            .field("call_id", &self.call_id)
             .field("on_output", &self.on_output.is_some())
             .finish()
     }
@@ -525,9 +543,30 @@ pub struct ToolsetBuilder {
     search_backend: Option<Arc<dyn SearchBackend>>,
     resolver: Option<Arc<dyn Resolver>>,
     sources: Vec<Arc<dyn ToolSource>>,
+    custom: Vec<Pending>,
 }
 
 impl ToolsetBuilder {
+    /// Adds a tool written in Rust ([`CustomTool`]), offered in the modes
+    /// its [`CustomTool::modes`] name (by default: every mode for a
+    /// read-only tool, the writing modes for any other) unless `deny` names
+    /// it. Its handler runs host-side, never in the sandbox. The custom
+    /// tools are one source, offered after the built-in tools and the
+    /// sources added with [`source`](Self::source). Its name is checked at
+    /// [`build`](Self::build): a bad name, a built-in tool's name or one
+    /// another tool has is an error naming it.
+    pub fn tool(self, tool: impl CustomTool) -> ToolsetBuilder {
+        self.tool_offered(tool, true)
+    }
+
+    /// Adds a custom tool as [`tool`](Self::tool) does, offered only when
+    /// `offered` is true (in the modes it names) or the policy's `allow`
+    /// names it; `deny` always wins.
+    pub fn tool_offered(mut self, tool: impl CustomTool, offered: bool) -> ToolsetBuilder {
+        self.custom.push(Pending::new(tool, offered));
+        self
+    }
+
     /// Adds a source of tools, offered after the built-in tools and the
     /// sources added before it, through the same gate (allow, deny, the
     /// modes its facts name), output limit and redaction. Default: only the
@@ -682,10 +721,15 @@ impl ToolsetBuilder {
         let skills = crate::skills::discover(self.sandbox.fs(), policy.skills_dirs(), &policy);
         let mut sources: Vec<Arc<dyn ToolSource>> = vec![Arc::new(BuiltIns)];
         sources.extend(self.sources);
+        // The custom tools last: the sources keep their numbers.
+        let custom = (!self.custom.is_empty()).then_some(sources.len());
+        if custom.is_some() {
+            sources.push(Arc::new(CustomTools::new(self.custom)?));
+        }
         let mut known: Vec<Known> = Vec::new();
         for (index, source) in sources.iter().enumerate() {
             for (name, facts) in source.list() {
-                check_tool_name(&name, index, &known)?;
+                check_tool_name(&name, index, custom == Some(index), &known)?;
                 let offered = policy.tool_decision(&name, facts.modes).allowed
                     && (commands || facts.family != Family::Commands)
                     && (self.track_changes || !facts.snapshot)
@@ -764,6 +808,7 @@ impl ToolsetBuilder {
                 },
                 skills: Arc::new(skills),
                 subscribers,
+                next_call: AtomicU64::new(1),
                 procs,
             }),
         })
@@ -773,8 +818,9 @@ impl ToolsetBuilder {
 /// `Err(invalid_input)` for a name a source may not give its tool: empty,
 /// over [`MAX_TOOL_NAME_CHARS`], other characters than letters, digits,
 /// `_`, `-` and `.`, or a name an earlier source (the built-in tools first)
-/// already has.
-fn check_tool_name(name: &str, source: usize, known: &[Known]) -> Result<()> {
+/// already has. `custom`: the source is the custom tools (checked by
+/// [`CustomTools::new`] already, and named as such).
+fn check_tool_name(name: &str, source: usize, custom: bool, known: &[Known]) -> Result<()> {
     let well_formed = !name.is_empty()
         && name.chars().count() <= MAX_TOOL_NAME_CHARS
         && name
@@ -793,6 +839,11 @@ fn check_tool_name(name: &str, source: usize, known: &[Known]) -> Result<()> {
         } else {
             format!("a tool of source {}", other.source)
         };
+        if custom {
+            return Err(Error::invalid_input(format!(
+                "custom tool `{name}`: the name of {whose}; rename one of them"
+            )));
+        }
         return Err(Error::invalid_input(format!(
             "source {source} has a tool named `{name}`, the name of {whose}; rename one of them"
         )));

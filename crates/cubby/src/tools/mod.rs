@@ -10,6 +10,7 @@
 //! built-in tools are one [`ToolSource`]; a toolset may have others.
 
 mod changes;
+mod custom;
 mod edit;
 mod find;
 mod git_state;
@@ -24,6 +25,10 @@ mod walk;
 mod web;
 mod write;
 
+pub use custom::{
+    CustomTool, MAX_CUSTOM_TOOL_NAME_BYTES, MAX_LOG_LINE_CHARS, ToolContext, ToolResult,
+};
+pub(crate) use custom::{CustomTools, Pending};
 pub(crate) use source::BuiltIns;
 pub use source::{SourceCall, ToolSource};
 
@@ -188,6 +193,8 @@ pub(crate) struct Ctx<'a> {
     pub procs: &'a crate::process::ProcessTable,
     pub exec: &'a ExecSettings,
     pub cancel: Option<&'a crate::process::CancelToken>,
+    /// The call's id (the front's, or `call-<n>` numbered per run).
+    pub call_id: &'a str,
     pub on_output: Option<&'a crate::process::Subscriber>,
     pub web: &'a crate::web::WebSettings,
     /// The skills this toolset found when it was built.
@@ -644,6 +651,13 @@ pub mod schema {
             map.remove("description");
         }
         value
+    }
+
+    /// The output schema of a result type, as the built-in tools' are
+    /// made (draft 2020-12, inline, no `$schema`): for
+    /// [`CustomTool::output_schema`](crate::CustomTool::output_schema).
+    pub fn for_output<T: JsonSchema>() -> Value {
+        output_schema::<T>()
     }
 
     /// The output schema of a result type.
