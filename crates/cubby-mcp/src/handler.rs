@@ -253,7 +253,11 @@ impl CubbyHandler {
         let _done = CallDone(self.shared.calls_in_flight.get().cloned());
         match self.toolset_of(true) {
             Ok(toolset) => {
-                let out = toolset.call_with(name, arguments, &CallOptions::default());
+                let options = CallOptions {
+                    call_id: Some(id.to_string()),
+                    ..CallOptions::default()
+                };
+                let out = toolset.call_with(name, arguments, &options);
                 let result = to_result(out, self.shared.options);
                 let mut result = ServerResult::from(CallToolResponse::from(result));
                 // As rmcp answers a peer on a revision before 2026-07-28,
@@ -396,6 +400,9 @@ impl ServerHandler for CubbyHandler {
         });
         let options = CallOptions {
             cancel: Some(cancel.clone()),
+            // What a custom tool reads as its call id: the request's, which
+            // `notifications/cancelled` names.
+            call_id: Some(ctx.id.to_string()),
             on_output,
         };
         let name = request.name.to_string();
