@@ -17,6 +17,7 @@ use serde_json::Value;
 
 use std::sync::Mutex;
 
+use crate::artifact::{Artifacts, Store};
 use crate::config::{Limits, WebSearchConfig};
 use crate::error::{Error, ErrorKind, Result};
 use crate::exec_policy::BeforeRun;
@@ -46,6 +47,9 @@ pub const MAX_SOURCE_STRUCTURED_BYTES: usize = 256 * 1024;
 /// Most bytes of attachments such a result may carry; the attachments
 /// past it are dropped, and the text says so.
 pub const MAX_SOURCE_ATTACHMENT_BYTES: usize = 8 * 1024 * 1024;
+
+/// The directory of the artifact store in a state directory.
+pub const ARTIFACTS_DIR: &str = "artifacts";
 
 /// Longest tool name a source may have, in chars (the MCP limit).
 pub const MAX_TOOL_NAME_CHARS: usize = 64;
@@ -157,7 +161,14 @@ impl Toolset {
             resolver: None,
             sources: Vec::new(),
             custom: Vec::new(),
+            artifact_store: None,
         }
+    }
+
+    /// The run's artifacts (SPEC §5.1): what its tools and commands
+    /// published, newest first through [`Artifacts::list`].
+    pub fn artifacts(&self) -> &Artifacts {
+        self.inner.run.artifacts()
     }
 
     /// Subscribes to the output of every command of this run: each chunk,
@@ -544,6 +555,7 @@ pub struct ToolsetBuilder {
     resolver: Option<Arc<dyn Resolver>>,
     sources: Vec<Arc<dyn ToolSource>>,
     custom: Vec<Pending>,
+    artifact_store: Option<Arc<Store>>,
 }
 
 impl ToolsetBuilder {
@@ -660,6 +672,15 @@ impl ToolsetBuilder {
     /// thread, at build). Default: true. When false, `changes` is not offered.
     pub fn track_changes(mut self, yes: bool) -> ToolsetBuilder {
         self.track_changes = yes;
+        self
+    }
+
+    /// The content-addressed store the run's artifacts go to (share one
+    /// between the runs of a workspace). Default: a store in
+    /// `artifacts/` of [`default_state_dir`](crate::artifact::default_state_dir),
+    /// made at the first publication.
+    pub fn artifact_store(mut self, store: Arc<Store>) -> ToolsetBuilder {
+        self.artifact_store = Some(store);
         self
     }
 
@@ -783,12 +804,17 @@ impl ToolsetBuilder {
             env.cubby_var(SKILLS_DIR_ENV, dir.into_os_string());
         }
         let exec_rules = policy.exec_rules().to_vec();
+        let artifact_store = self.artifact_store.unwrap_or_else(|| {
+            Arc::new(Store::lazy(
+                &crate::artifact::default_state_dir(&host).join(ARTIFACTS_DIR),
+            ))
+        });
         Ok(Toolset {
             inner: Arc::new(Inner {
                 sandbox: self.sandbox,
                 policy,
                 redactor,
-                run: RunState::new(baseline),
+                run: RunState::new(baseline, artifact_store),
                 catalog: ToolCatalog {
                     known: known.into(),
                     sources: sources.into(),

@@ -44,6 +44,23 @@ pub const MAX_RUN_BYTES: u64 = 100_000_000;
 /// The most artifacts a run holds.
 pub const MAX_RUN_ARTIFACTS: usize = 1_000;
 
+/// The state directory when none is configured: `cubby-state-<uid>` in
+/// the temporary directory (`$TMPDIR` of `host`, else `/tmp`). Its store
+/// is made mode 0700 and refused when it is a link or another user's.
+pub fn default_state_dir(host: &crate::host_env::HostEnv) -> std::path::PathBuf {
+    let tmp = host
+        .var_os("TMPDIR")
+        .filter(|t| std::path::Path::new(t).is_absolute())
+        .map_or_else(
+            || std::path::PathBuf::from("/tmp"),
+            std::path::PathBuf::from,
+        );
+    tmp.join(format!(
+        "cubby-state-{}",
+        rustix::process::getuid().as_raw()
+    ))
+}
+
 /// The scheme and authority of artifact URIs.
 pub const URI_PREFIX: &str = "cubby://artifacts/";
 

@@ -123,23 +123,35 @@ pub(crate) fn sha256_file(fs: &dyn FileSystem, path: &WorkspacePath) -> Result<S
 
 use std::io::Read as _;
 
-/// State that lives as long as one run: the read-before-write tracker and
-/// the `changes` baseline.
-#[derive(Default)]
+/// State that lives as long as one run: the read-before-write tracker,
+/// the `changes` baseline and the run's artifacts.
 pub(crate) struct RunState {
     /// The digest of the bytes on disk at the last read of each path, and
     /// the size of its contents as shown then (redacted).
     reads: Mutex<HashMap<WorkspacePath, (Sha, u64)>>,
     pub(crate) baseline: Option<Arc<Baseline>>,
+    /// The run's artifacts (SPEC §5.1), over the workspace's store.
+    artifacts: crate::artifact::Artifacts,
 }
 
 impl RunState {
-    /// A fresh run, with an optional `changes` baseline.
-    pub(crate) fn new(baseline: Option<Arc<Baseline>>) -> RunState {
+    /// A fresh run, with an optional `changes` baseline, publishing into
+    /// `store`.
+    pub(crate) fn new(
+        baseline: Option<Arc<Baseline>>,
+        store: Arc<crate::artifact::Store>,
+    ) -> RunState {
         RunState {
             reads: Mutex::default(),
             baseline,
+            artifacts: crate::artifact::Artifacts::new(store, crate::artifact::Budget::default()),
         }
+    }
+
+    /// The run's artifacts: publish with [`crate::artifact::Artifacts::publish`]
+    /// (or `publish_bytes`), list, resolve and read them.
+    pub(crate) fn artifacts(&self) -> &crate::artifact::Artifacts {
+        &self.artifacts
     }
 
     /// Records that the model has seen `path` with this content (`sha` of
