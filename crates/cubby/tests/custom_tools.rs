@@ -506,3 +506,59 @@ fn the_policy_gates_custom_tools() {
     assert!(err.message().contains("unknown tool `gated`"), "{err}");
     assert_eq!(calls.load(Ordering::SeqCst), 0);
 }
+
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct CsvParams {
+    /// The artifact's name.
+    name: String,
+}
+
+/// Publishes a small CSV under the name it is given.
+struct Csv;
+
+impl CustomTool for Csv {
+    type Params = CsvParams;
+    fn name(&self) -> &str {
+        "csv"
+    }
+    fn description(&self) -> String {
+        "Publishes a CSV; use it to test artifacts.".into()
+    }
+    fn call(&self, p: CsvParams, ctx: &ToolContext<'_>) -> cubby::Result<ToolResult> {
+        let file = ctx.publish(&p.name, Some("text/csv"), b"n,square\n1,1\n2,4\n")?;
+        ToolResult::json("made a table", &json!({"sha256": file.sha256}))
+    }
+}
+
+#[test]
+fn a_custom_tool_publishes_artifacts_into_the_run() {
+    let state = tempfile::tempdir().unwrap();
+    let store = Arc::new(cubby::artifact::Store::open(state.path()).unwrap());
+    let t = builder().artifact_store(store).tool(Csv).build().unwrap();
+    let out = t.call("csv", json!({"name": "squares.csv"}));
+    assert!(!out.is_error, "{}", out.text);
+    let listed = t.artifacts().list();
+    assert_eq!(listed.len(), 1);
+    let file = &listed[0];
+    assert_eq!(
+        (file.name.as_str(), file.media_type.as_str(), file.size),
+        ("squares.csv", "text/csv", 17)
+    );
+    assert_eq!(
+        out.text,
+        format!(
+            "made a table\nartifact squares.csv (text/csv, 17 bytes): {}",
+            file.uri
+        )
+    );
+    assert_eq!(out.structured["sha256"], file.sha256);
+    assert_eq!(
+        t.artifacts().read(file, 1024).unwrap(),
+        b"n,square\n1,1\n2,4\n"
+    );
+    // A bad name is the publisher's error, through the handler's `?`.
+    let out = t.call("csv", json!({"name": "../x.csv"}));
+    assert!(out.text.starts_with("ERROR invalid_input:"), "{}", out.text);
+    assert_eq!(t.artifacts().list().len(), 1);
+}

@@ -20,6 +20,7 @@
 //! call id, the cancellation token, the run's metadata, a logger whose lines
 //! go to the run's events, and the artifact publisher.
 
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use schemars::JsonSchema;
@@ -29,6 +30,7 @@ use serde_json::Value;
 
 use super::{Annotations, Ctx, Describe, Family, REGISTRY, ToolFacts, ToolSpec};
 use super::{Cost, MAX_DESCRIPTION_CHARS, SourceCall, ToolSource, cut_line, schema};
+use crate::artifact::{FileRef, Publish};
 use crate::config::{Limits, Mode, ProviderKind};
 use crate::error::{Error, Result};
 use crate::output::ToolOutput;
@@ -200,6 +202,8 @@ pub struct ToolContext<'a> {
     ctx: &'a Ctx<'a>,
     tool: &'a str,
     cancel: CancelToken,
+    /// What the call published, in order: each one a line of its result.
+    published: Mutex<Vec<FileRef>>,
 }
 
 impl std::fmt::Debug for ToolContext<'_> {
@@ -293,6 +297,58 @@ impl ToolContext<'_> {
         };
         self.ctx.procs.emit(&event, self.ctx.on_output);
     }
+
+    /// Publishes `bytes` as an artifact of the run (SPEC §5.1) named
+    /// `name`, of `media_type` (`None`: detected from the name and the
+    /// bytes): into the run's content-addressed store, held to its budget
+    /// (25 MB a file, 100 MB and 1,000 artifacts a run), the media type
+    /// checked against the bytes' signature. The result of the call gets a
+    /// line for each artifact its handler published (name, media type,
+    /// size, URI), after the handler's own text.
+    ///
+    /// # Errors
+    ///
+    /// `invalid_input` for a bad name or a declared type the bytes do not
+    /// have; `limit` over the budget; `internal` when the store fails.
+    pub fn publish(&self, name: &str, media_type: Option<&str>, bytes: &[u8]) -> Result<FileRef> {
+        self.publish_from(name, media_type, bytes.len() as u64, &mut &bytes[..])
+    }
+
+    /// [`publish`](Self::publish) of `size` bytes read from `reader`
+    /// (streamed into the store: a large file need not be in memory).
+    ///
+    /// # Errors
+    ///
+    /// As [`publish`](Self::publish); `limit` also when `reader` gives
+    /// more than `size` bytes.
+    pub fn publish_from(
+        &self,
+        name: &str,
+        media_type: Option<&str>,
+        size: u64,
+        reader: &mut dyn std::io::Read,
+    ) -> Result<FileRef> {
+        let request = Publish {
+            name: name.to_string(),
+            media_type: media_type.map(str::to_string),
+            path: None,
+        };
+        let published = self.ctx.run.artifacts().publish(&request, size, reader)?;
+        crate::sync::lock(&self.published).push(published.file.clone());
+        Ok(published.file)
+    }
+}
+
+/// The line of a call's result that tells the model of an artifact its
+/// handler published.
+fn artifact_line(file: &FileRef) -> String {
+    format!(
+        "artifact {} ({}, {} bytes): {}",
+        crate::path::escape_name(file.name.as_bytes()),
+        file.media_type,
+        crate::output::thousands(file.size),
+        file.uri
+    )
 }
 
 /// Type erasure of [`CustomTool`]: arguments as JSON.
@@ -321,7 +377,14 @@ impl<T: CustomTool> Erased for Typed<T> {
         let structured = result
             .structured
             .unwrap_or_else(|| Value::Object(Default::default()));
-        Ok(ToolOutput::ok(result.text, structured))
+        let mut text = result.text;
+        for file in crate::sync::lock(&ctx.published).iter() {
+            if !text.is_empty() && !text.ends_with('\n') {
+                text.push('\n');
+            }
+            text.push_str(&artifact_line(file));
+        }
+        Ok(ToolOutput::ok(text, structured))
     }
 }
 
@@ -471,6 +534,7 @@ impl ToolSource for CustomTools {
             ctx: call.ctx,
             tool: &tool.name,
             cancel: call.ctx.cancel.cloned().unwrap_or_default(),
+            published: Mutex::default(),
         };
         tool.tool.call(arguments, &context)
     }
