@@ -562,3 +562,14 @@ fn a_custom_tool_publishes_artifacts_into_the_run() {
     assert!(out.text.starts_with("ERROR invalid_input:"), "{}", out.text);
     assert_eq!(t.artifacts().list().len(), 1);
 }
+
+#[test]
+fn one_instance_in_an_arc_serves_the_toolsets_of_every_run() {
+    let (tool, calls) = report();
+    let tool = Arc::new(tool);
+    let factory = move || builder().tool(tool.clone()).build().unwrap();
+    let (first, second) = (factory(), factory());
+    assert!(!first.call("make_report", json!({"rows": 1})).is_error);
+    assert!(!second.call("make_report", json!({"rows": 2})).is_error);
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
+}

@@ -129,8 +129,9 @@ pub trait CustomTool: Send + Sync + 'static {
     }
 
     /// JSON Schema of the structured part of the tool's results (the MCP
-    /// `outputSchema`). Default: any object. Declare a narrower one (e.g.
-    /// [`schema::for_output`]) only if every result carries a value of it.
+    /// `outputSchema`, sent when the front sends structured content).
+    /// Default: any object. Declare a narrower one only if every result
+    /// carries a value of it (a result of text alone carries `{}`).
     fn output_schema(&self) -> Value {
         serde_json::json!({"type": "object"})
     }
@@ -144,6 +145,30 @@ pub trait CustomTool: Send + Sync + 'static {
     ///
     /// Whatever the tool fails with.
     fn call(&self, params: Self::Params, ctx: &ToolContext<'_>) -> Result<ToolResult>;
+}
+
+/// One instance serves the toolsets of every run: a factory adds
+/// `Arc::clone(&tool)` to each.
+impl<T: CustomTool> CustomTool for std::sync::Arc<T> {
+    type Params = T::Params;
+    fn name(&self) -> &str {
+        (**self).name()
+    }
+    fn description(&self) -> String {
+        (**self).description()
+    }
+    fn annotations(&self) -> Annotations {
+        (**self).annotations()
+    }
+    fn modes(&self) -> Modes {
+        (**self).modes()
+    }
+    fn output_schema(&self) -> Value {
+        (**self).output_schema()
+    }
+    fn call(&self, params: T::Params, ctx: &ToolContext<'_>) -> Result<ToolResult> {
+        (**self).call(params, ctx)
+    }
 }
 
 /// What a custom tool returns: text for the model, and optionally a JSON

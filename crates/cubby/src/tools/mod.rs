@@ -665,13 +665,6 @@ pub mod schema {
         value
     }
 
-    /// The output schema of a result type, as the built-in tools' are
-    /// made (draft 2020-12, inline, no `$schema`): for
-    /// [`CustomTool::output_schema`](crate::CustomTool::output_schema).
-    pub fn for_output<T: JsonSchema>() -> Value {
-        output_schema::<T>()
-    }
-
     /// The output schema of a result type.
     pub(crate) fn output_schema<T: JsonSchema>() -> Value {
         let generator = SchemaSettings::draft2020_12()
