@@ -364,38 +364,39 @@ async fn a_panicking_custom_tool_is_internal_and_the_stdio_server_keeps_serving(
         server_out,
     ));
     let mut output = tokio::io::BufReader::new(output);
-    let mut ask = async |message: Value| -> Value {
-        let mut line = message.to_string().into_bytes();
-        line.push(b'\n');
-        input.write_all(&line).await.unwrap();
-        loop {
-            let mut line = String::new();
-            let n = tokio::time::timeout(WAIT, output.read_line(&mut line))
-                .await
-                .expect("an answer in time")
-                .unwrap();
-            assert!(n > 0, "the server ended");
-            let answer: Value = serde_json::from_str(&line).unwrap();
-            if answer["id"] == message["id"] {
-                return answer;
+    {
+        let mut ask = async |message: Value| -> Value {
+            let mut line = message.to_string().into_bytes();
+            line.push(b'\n');
+            input.write_all(&line).await.unwrap();
+            loop {
+                let mut line = String::new();
+                let n = tokio::time::timeout(WAIT, output.read_line(&mut line))
+                    .await
+                    .expect("an answer in time")
+                    .unwrap();
+                assert!(n > 0, "the server ended");
+                let answer: Value = serde_json::from_str(&line).unwrap();
+                if answer["id"] == message["id"] {
+                    return answer;
+                }
             }
+        };
+        ask(initialize()).await;
+        let answer = ask(call(2, "falls_over", json!({}))).await;
+        let (text, is_error) = text_of(&answer);
+        assert!(is_error, "{answer}");
+        assert!(
+            text.starts_with(
+                "ERROR internal: falls_over failed unexpectedly; the server is still running"
+            ),
+            "{text}"
+        );
+        for id in 3..5 {
+            let answer = ask(call(id, "says", json!({}))).await;
+            assert_eq!(text_of(&answer), (format!("call {id}"), false), "{answer}");
         }
-    };
-    ask(initialize()).await;
-    let answer = ask(call(2, "falls_over", json!({}))).await;
-    let (text, is_error) = text_of(&answer);
-    assert!(is_error, "{answer}");
-    assert!(
-        text.starts_with(
-            "ERROR internal: falls_over failed unexpectedly; the server is still running"
-        ),
-        "{text}"
-    );
-    for id in 3..5 {
-        let answer = ask(call(id, "says", json!({}))).await;
-        assert_eq!(text_of(&answer), (format!("call {id}"), false), "{answer}");
     }
-    drop(ask);
     drop(input);
     server.await.unwrap().unwrap();
 }

@@ -235,7 +235,7 @@ fn the_handler_sees_its_call_the_run_and_logs_into_the_run_s_events() {
         process: "tool:make_report".into(),
         chunk: "making 3 rows with [REDACTED:CUSTOM_TOKEN]␛[2J\n".into(),
     };
-    assert_eq!(*seen.lock().unwrap(), [expected.clone()]);
+    assert_eq!(*seen.lock().unwrap(), std::slice::from_ref(&expected));
     assert_eq!(*call_events.lock().unwrap(), [expected]);
     // Without a call id from the front, the toolset numbers its calls.
     let first = t.call("make_report", json!({"rows": 1}));
