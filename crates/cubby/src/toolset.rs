@@ -17,12 +17,13 @@ use serde_json::Value;
 
 use std::sync::Mutex;
 
-use crate::artifact::{Artifacts, Store};
+use crate::artifact::{Artifacts, FileRef, Store};
 use crate::config::{Limits, WebSearchConfig};
 use crate::error::{Error, ErrorKind, Result};
 use crate::exec_policy::BeforeRun;
 use crate::host_env::HostEnv;
 use crate::output::{Redactor, Secret, ToolOutput};
+use crate::path::WorkspacePath;
 use crate::policy::Policy;
 use crate::process::{CancelToken, ProcessTable, RETAINED_LOG_BYTES, Subscriber};
 use crate::sandbox::{CommandEnv, Sandbox};
@@ -47,6 +48,10 @@ pub const MAX_SOURCE_STRUCTURED_BYTES: usize = 256 * 1024;
 /// Most bytes of attachments such a result may carry; the attachments
 /// past it are dropped, and the text says so.
 pub const MAX_SOURCE_ATTACHMENT_BYTES: usize = 8 * 1024 * 1024;
+
+/// Where [`Toolset::seed`] puts an artifact that has no path, relative to
+/// the root: `<SEED_DIR>/<name>`.
+pub const SEED_DIR: &str = ".cubby/input";
 
 /// The directory of the artifact store in a state directory.
 pub const ARTIFACTS_DIR: &str = "artifacts";
@@ -169,6 +174,80 @@ impl Toolset {
     /// published, newest first through [`Artifacts::list`].
     pub fn artifacts(&self) -> &Artifacts {
         self.inner.run.artifacts()
+    }
+
+    /// The bytes of this run's artifact `uri`, when they are at most `max`
+    /// bytes (what `resources/read` serves).
+    ///
+    /// # Errors
+    ///
+    /// `invalid_input` for a malformed URI; `not_found` for an artifact of
+    /// another run or an unknown digest; `too_large` naming the size and
+    /// the limit; `denied` when the bytes hold a registered secret (an
+    /// artifact leaves unredacted, so it does not leave at all).
+    pub fn read_artifact(&self, uri: &str, max: u64) -> Result<(FileRef, Vec<u8>)> {
+        let artifacts = self.artifacts();
+        let file = artifacts.resolve(uri)?;
+        let bytes = artifacts.read(&file, max)?;
+        if self.inner.redactor.finds(&bytes) {
+            return Err(Error::denied(format!(
+                "artifact {} holds a secret's value; artifacts are not redacted, so it is not served",
+                crate::path::escape_name(file.name.as_bytes())
+            )));
+        }
+        Ok((file, bytes))
+    }
+
+    /// Seeds this run with artifacts of earlier runs of the workspace (a
+    /// follow-up turn): each FileRef's bytes, from the workspace's store,
+    /// are written into the sandbox at its `path` (or at
+    /// `.cubby/input/<name>` when it has none) and published in this run;
+    /// the FileRefs of this run come back, in order.
+    ///
+    /// # Errors
+    ///
+    /// `not_found` for a digest the store does not hold; `invalid_input`
+    /// for a bad name or path; what the sandbox says of the write (a
+    /// protected path, a read-only mode); as [`Artifacts::publish`].
+    pub fn seed(&self, files: &[FileRef]) -> Result<Vec<FileRef>> {
+        let artifacts = self.artifacts();
+        let mut seeded = Vec::with_capacity(files.len());
+        for file in files {
+            let name = crate::artifact::name::check_name(&file.name)?;
+            let path = match &file.path {
+                Some(p) => WorkspacePath::parse(p)?,
+                None => WorkspacePath::parse(&format!("{SEED_DIR}/{name}"))?,
+            };
+            self.inner.policy.check_write(&path)?;
+            let mut blob = artifacts.store().open_blob(&file.sha256)?;
+            let mut bytes = Vec::new();
+            std::io::Read::read_to_end(
+                &mut std::io::Read::take(&mut blob, crate::artifact::MAX_ARTIFACT_BYTES + 1),
+                &mut bytes,
+            )
+            .map_err(|e| Error::new(ErrorKind::Internal, format!("artifact store: {e}")))?;
+            self.inner.run.before_mutation();
+            self.inner.sandbox.fs().write_atomic(&path, &bytes)?;
+            let published = artifacts.publish_bytes(
+                &crate::artifact::Publish {
+                    name,
+                    media_type: Some(file.media_type.clone()),
+                    path: Some(path.display()),
+                },
+                &bytes,
+            )?;
+            if published.file.sha256 != file.sha256 {
+                return Err(Error::new(
+                    ErrorKind::Internal,
+                    format!(
+                        "artifact store: the blob of {} does not hash to its digest",
+                        file.sha256
+                    ),
+                ));
+            }
+            seeded.push(published.file);
+        }
+        Ok(seeded)
     }
 
     /// Subscribes to the output of every command of this run: each chunk,
@@ -490,6 +569,7 @@ fn bound_source_output(mut out: ToolOutput) -> ToolOutput {
     out.attachments.retain(|a| {
         let size = match a {
             crate::output::Attachment::Image(image) => image.bytes.len(),
+            crate::output::Attachment::Artifact(_) => 0,
         };
         total = total.saturating_add(size);
         total <= MAX_SOURCE_ATTACHMENT_BYTES

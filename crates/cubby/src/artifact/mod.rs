@@ -31,8 +31,8 @@ use std::io::Read;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, percent_decode_str, utf8_percent_encode};
-use serde::Serialize;
 
+pub use crate::output::FileRef;
 pub use store::Store;
 
 use crate::error::{Error, ErrorKind, Result};
@@ -70,24 +70,6 @@ const NAME_IN_URI: &AsciiSet = &NON_ALPHANUMERIC
     .remove(b'.')
     .remove(b'_')
     .remove(b'~');
-
-/// A published file.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct FileRef {
-    /// Lower-case hex sha256 of the bytes.
-    pub sha256: String,
-    /// The artifact's name in its run (NFC, one component).
-    pub name: String,
-    /// The normalized media type.
-    pub media_type: String,
-    /// Size in bytes.
-    pub size: u64,
-    /// `cubby://artifacts/<sha256>/<percent-encoded name>`.
-    pub uri: String,
-    /// Where the same bytes sit in the sandbox, when they do.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub path: Option<String>,
-}
 
 /// The URI of the artifact `name` with digest `sha256`.
 pub fn uri_of(sha256: &str, name: &str) -> String {

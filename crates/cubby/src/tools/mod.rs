@@ -15,6 +15,7 @@ mod edit;
 mod find;
 mod git_state;
 mod procs;
+pub(crate) mod publish;
 mod read;
 pub(crate) mod run;
 mod search;
@@ -132,7 +133,16 @@ pub(crate) struct RunState {
     pub(crate) baseline: Option<Arc<Baseline>>,
     /// The run's artifacts (SPEC §5.1), over the workspace's store.
     artifacts: crate::artifact::Artifacts,
+    /// The run's id (its output directory's name).
+    id: String,
+    /// `$CUBBY_OUTPUT_DIR`, made before the run's first command: `None`
+    /// when it cannot be (a read-only workspace, a provider without
+    /// commands).
+    output: std::sync::OnceLock<Option<WorkspacePath>>,
 }
+
+/// Runs of this process so far (part of each run's id).
+static RUNS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 impl RunState {
     /// A fresh run, with an optional `changes` baseline, publishing into
@@ -145,7 +155,45 @@ impl RunState {
             reads: Mutex::default(),
             baseline,
             artifacts: crate::artifact::Artifacts::new(store, crate::artifact::Budget::default()),
+            id: format!(
+                "{}-{}",
+                std::process::id(),
+                RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            ),
+            output: std::sync::OnceLock::new(),
         }
+    }
+
+    /// The run's output directory (`.cubby/output/<run id>`), made at the
+    /// first call where the policy lets the tools write it; `None` where
+    /// it cannot be.
+    pub(crate) fn output_dir(
+        &self,
+        fs: &dyn FileSystem,
+        policy: &Policy,
+    ) -> Option<&WorkspacePath> {
+        self.output
+            .get_or_init(|| {
+                let dir =
+                    WorkspacePath::parse(&format!("{}/{}", publish::OUTPUT_ROOT, self.id)).ok()?;
+                if policy.mode() == crate::config::Mode::ReadOnly {
+                    return None;
+                }
+                policy.check_write(&dir).ok()?;
+                match fs.create_dir_all(&dir) {
+                    Ok(()) => Some(dir),
+                    Err(e) => {
+                        tracing::debug!("no output directory for this run: {e}");
+                        None
+                    }
+                }
+            })
+            .as_ref()
+    }
+
+    /// The output directory when it was made.
+    pub(crate) fn made_output_dir(&self) -> Option<&WorkspacePath> {
+        self.output.get().and_then(Option::as_ref)
     }
 
     /// The run's artifacts: publish with [`crate::artifact::Artifacts::publish`]
