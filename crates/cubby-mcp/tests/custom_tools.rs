@@ -3,7 +3,8 @@
 //! as this test: cargo gives integration tests the paths of binaries only,
 //! not of examples), run, and spoken to over its real stdio: `initialize`,
 //! `tools/list` showing the custom tool with its derived schema, a
-//! `tools/call` that publishes an artifact, bad arguments, a call cancelled
+//! `tools/call` that publishes an artifact (its link, its bytes through
+//! `resources/read`), bad arguments, a call cancelled
 //! with `notifications/cancelled` (its handler stops: its log line on the
 //! example's stderr says so), the next call answered, the end at EOF. And a
 //! panicking custom tool through the stdio front: `ERROR internal`, and the
@@ -245,18 +246,21 @@ fn the_example_serves_its_custom_tool_over_stdio() {
         head,
         "Made a report of 4 rows; the sum of the squares is 30."
     );
-    let uri = line
-        .strip_prefix(&format!(
-            "artifact squares.csv (text/csv, {} bytes): ",
+    assert!(
+        line.starts_with(&format!(
+            "artifact squares.csv — text/csv, {} B, sha256:",
             csv.len()
-        ))
-        .unwrap_or_else(|| panic!("{text}"));
-    let sha = uri
-        .strip_prefix("cubby://artifacts/")
-        .and_then(|r| r.strip_suffix("/squares.csv"))
-        .unwrap();
-    let blob = store.path().join("sha256").join(&sha[..2]).join(sha);
-    assert_eq!(std::fs::read_to_string(blob).unwrap(), csv);
+        )),
+        "{text}"
+    );
+    // The artifact's link, and its bytes through resources/read.
+    let link = &answer["result"]["content"][1];
+    assert_eq!(link["type"], "resource_link", "{answer}");
+    let uri = link["uri"].as_str().unwrap();
+    assert!(uri.starts_with("cubby://artifacts/") && uri.ends_with("/squares.csv"));
+    assert!(line.ends_with(uri), "{line}");
+    let read = ex.ask(&request(30, "resources/read", json!({"uri": uri})));
+    assert_eq!(read["result"]["contents"][0]["text"], csv, "{read}");
     // Its log line, with the MCP request id as the call id.
     ex.wait_log("[tool:make_report] call 3: 4 rows into squares.csv");
 
@@ -297,7 +301,10 @@ fn the_example_serves_its_custom_tool_over_stdio() {
     let answer = ex.ask(&call(6, "make_report", json!({"rows": 1})));
     let (text, is_error) = text_of(&answer);
     assert!(!is_error, "{answer}");
-    assert!(text.contains("artifact report.csv (text/csv,"), "{text}");
+    assert!(
+        text.contains("\nartifact report.csv — text/csv, "),
+        "{text}"
+    );
 
     // EOF ends the server.
     drop(ex.stdin.take());

@@ -545,13 +545,16 @@ fn a_custom_tool_publishes_artifacts_into_the_run() {
         (file.name.as_str(), file.media_type.as_str(), file.size),
         ("squares.csv", "text/csv", 17)
     );
+    // The line every tool's artifact gets, and its link.
     assert_eq!(
         out.text,
         format!(
-            "made a table\nartifact squares.csv (text/csv, 17 bytes): {}",
+            "made a table\nartifact squares.csv — text/csv, 17 B, sha256:{}…, {}",
+            &file.sha256[..12],
             file.uri
         )
     );
+    assert_eq!(out.artifacts(), [file]);
     assert_eq!(out.structured["sha256"], file.sha256);
     assert_eq!(
         t.artifacts().read(file, 1024).unwrap(),
@@ -560,6 +563,14 @@ fn a_custom_tool_publishes_artifacts_into_the_run() {
     // A bad name is the publisher's error, through the handler's `?`.
     let out = t.call("csv", json!({"name": "../x.csv"}));
     assert!(out.text.starts_with("ERROR invalid_input:"), "{}", out.text);
+    // An artifact leaves unredacted: a secret in its name (or bytes) is
+    // not published.
+    let out = t.call("csv", json!({"name": format!("{SECRET}.csv")}));
+    assert_eq!(
+        out.text,
+        "ERROR denied: csv would publish a secret's value (in the name or the bytes of an \
+         artifact); artifacts leave unredacted, so it is not published"
+    );
     assert_eq!(t.artifacts().list().len(), 1);
 }
 

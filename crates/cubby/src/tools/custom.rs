@@ -30,7 +30,7 @@ use serde_json::Value;
 
 use super::{Annotations, Ctx, Describe, Family, REGISTRY, ToolFacts, ToolSpec};
 use super::{Cost, MAX_DESCRIPTION_CHARS, SourceCall, ToolSource, cut_line, schema};
-use crate::artifact::{FileRef, Publish};
+use crate::artifact::{FileRef, Publish, Published};
 use crate::config::{Limits, Mode, ProviderKind};
 use crate::error::{Error, Result};
 use crate::output::ToolOutput;
@@ -227,8 +227,9 @@ pub struct ToolContext<'a> {
     ctx: &'a Ctx<'a>,
     tool: &'a str,
     cancel: CancelToken,
-    /// What the call published, in order: each one a line of its result.
-    published: Mutex<Vec<FileRef>>,
+    /// What the call published, in order: each one a line and attachments
+    /// of its result.
+    published: Mutex<Vec<Published>>,
 }
 
 impl std::fmt::Debug for ToolContext<'_> {
@@ -327,53 +328,37 @@ impl ToolContext<'_> {
     /// `name`, of `media_type` (`None`: detected from the name and the
     /// bytes): into the run's content-addressed store, held to its budget
     /// (25 MB a file, 100 MB and 1,000 artifacts a run), the media type
-    /// checked against the bytes' signature. The result of the call gets a
-    /// line for each artifact its handler published (name, media type,
-    /// size, URI), after the handler's own text.
+    /// checked against the bytes' signature. The call's result gets, after
+    /// the handler's text, the line the model reads for each artifact the
+    /// handler published, and its attachments (a `resource_link` over MCP;
+    /// the image too when it is one that can be shown), as every tool's
+    /// artifacts do.
     ///
     /// # Errors
     ///
     /// `invalid_input` for a bad name or a declared type the bytes do not
-    /// have; `limit` over the budget; `internal` when the store fails.
+    /// have; `denied` when the name or the bytes hold a registered secret
+    /// (an artifact leaves unredacted, so nothing secret is published);
+    /// `limit` over the budget; `internal` when the store fails.
     pub fn publish(&self, name: &str, media_type: Option<&str>, bytes: &[u8]) -> Result<FileRef> {
-        self.publish_from(name, media_type, bytes.len() as u64, &mut &bytes[..])
-    }
-
-    /// [`publish`](Self::publish) of `size` bytes read from `reader`
-    /// (streamed into the store: a large file need not be in memory).
-    ///
-    /// # Errors
-    ///
-    /// As [`publish`](Self::publish); `limit` also when `reader` gives
-    /// more than `size` bytes.
-    pub fn publish_from(
-        &self,
-        name: &str,
-        media_type: Option<&str>,
-        size: u64,
-        reader: &mut dyn std::io::Read,
-    ) -> Result<FileRef> {
+        let redactor = self.ctx.redactor;
+        if redactor.finds(name.as_bytes()) || redactor.finds(bytes) {
+            return Err(Error::denied(format!(
+                "{} would publish a secret's value (in the name or the bytes of an artifact); \
+                 artifacts leave unredacted, so it is not published",
+                self.tool
+            )));
+        }
         let request = Publish {
             name: name.to_string(),
             media_type: media_type.map(str::to_string),
             path: None,
         };
-        let published = self.ctx.run.artifacts().publish(&request, size, reader)?;
-        crate::sync::lock(&self.published).push(published.file.clone());
-        Ok(published.file)
+        let published = self.ctx.run.artifacts().publish_bytes(&request, bytes)?;
+        let file = published.file.clone();
+        crate::sync::lock(&self.published).push(published);
+        Ok(file)
     }
-}
-
-/// The line of a call's result that tells the model of an artifact its
-/// handler published.
-fn artifact_line(file: &FileRef) -> String {
-    format!(
-        "artifact {} ({}, {} bytes): {}",
-        crate::path::escape_name(file.name.as_bytes()),
-        file.media_type,
-        crate::output::thousands(file.size),
-        file.uri
-    )
 }
 
 /// Type erasure of [`CustomTool`]: arguments as JSON.
@@ -402,14 +387,18 @@ impl<T: CustomTool> Erased for Typed<T> {
         let structured = result
             .structured
             .unwrap_or_else(|| Value::Object(Default::default()));
-        let mut text = result.text;
-        for file in crate::sync::lock(&ctx.published).iter() {
-            if !text.is_empty() && !text.ends_with('\n') {
-                text.push('\n');
+        let mut out = ToolOutput::ok(result.text, structured);
+        for published in crate::sync::lock(&ctx.published).iter() {
+            if !out.text.is_empty() && !out.text.ends_with('\n') {
+                out.text.push('\n');
             }
-            text.push_str(&artifact_line(file));
+            out.text.push_str(&super::publish::line(&published.file));
+            out.attachments.extend(super::publish::attachments(
+                ctx.ctx.run.artifacts(),
+                published,
+            ));
         }
-        Ok(ToolOutput::ok(text, structured))
+        Ok(out)
     }
 }
 
