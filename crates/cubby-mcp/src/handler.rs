@@ -9,9 +9,11 @@ use std::sync::{Arc, Mutex, OnceLock};
 use cubby::process::{CancelToken, OutputEvent, Subscriber};
 use cubby::{Attachment, CallOptions, Cost, ToolCatalog, ToolOutput, Toolset};
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
-    JsonObject, JsonRpcMessage, ListToolsResult, PaginatedRequestParams, ProgressNotificationParam,
-    RequestId, ServerCapabilities, ServerConfig, ServerResult, Tool, ToolAnnotations,
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Cursor, Implementation,
+    JsonObject, JsonRpcMessage, ListResourceTemplatesResult, ListResourcesResult, ListToolsResult,
+    PaginatedRequestParams, ProgressNotificationParam, ReadResourceRequestParams,
+    ReadResourceResponse, ReadResourceResult, RequestId, Resource, ResourceContents,
+    ResourceTemplate, ServerCapabilities, ServerConfig, ServerResult, Tool, ToolAnnotations,
 };
 // Logging is deprecated by SEP-2577 (2026-07-28) but part of 2025-11-25.
 #[allow(deprecated)]
@@ -253,7 +255,11 @@ impl CubbyHandler {
         let _done = CallDone(self.shared.calls_in_flight.get().cloned());
         match self.toolset_of(true) {
             Ok(toolset) => {
-                let out = toolset.call_with(name, arguments, &CallOptions::default());
+                let options = CallOptions {
+                    call_id: Some(id.to_string()),
+                    ..CallOptions::default()
+                };
+                let out = toolset.call_with(name, arguments, &options);
                 let result = to_result(out, self.shared.options);
                 let mut result = ServerResult::from(CallToolResponse::from(result));
                 // As rmcp answers a peer on a revision before 2026-07-28,
@@ -314,6 +320,84 @@ fn content_block(attachment: Attachment) -> ContentBlock {
             let data = base64::engine::general_purpose::STANDARD.encode(&image.bytes);
             ContentBlock::image(data, image.media_type)
         }
+        Attachment::Artifact(file) => ContentBlock::resource_link(resource(&file)),
+    }
+}
+
+/// An artifact as MCP shows it (`resources/list`, `resource_link`).
+fn resource(file: &cubby::artifact::FileRef) -> Resource {
+    let mut description = format!("sha256:{}", file.sha256);
+    if let Some(path) = &file.path {
+        description.push_str(&format!("; in the sandbox at {path}"));
+    }
+    Resource::new(file.uri.clone(), file.name.clone())
+        .with_mime_type(file.media_type.clone())
+        .with_size(file.size)
+        .with_description(description)
+}
+
+/// Artifacts per `resources/list` page.
+pub const RESOURCES_PAGE: usize = 100;
+
+/// Largest artifact `resources/read` returns as text (1 MiB).
+pub const MAX_RESOURCE_TEXT_BYTES: u64 = 1024 * 1024;
+
+/// Largest artifact `resources/read` returns as a blob (8 MiB).
+pub const MAX_RESOURCE_BLOB_BYTES: u64 = 8 * 1024 * 1024;
+
+/// The template of artifact URIs.
+pub const ARTIFACT_TEMPLATE: &str = "cubby://artifacts/{sha256}/{name}";
+
+/// True for media types `resources/read` returns as text.
+fn is_text(media_type: &str) -> bool {
+    let essence = media_type.split(';').next().unwrap_or("").trim();
+    essence.starts_with("text/")
+        || matches!(
+            essence,
+            "application/json" | "application/xml" | "application/javascript" | "application/toml"
+        )
+        || essence.ends_with("+json")
+        || essence.ends_with("+xml")
+}
+
+/// One page of `artifacts` (newest first): the cursor is how many of the
+/// run's oldest artifacts the next page still has, so artifacts published
+/// meanwhile (newest, on the first page) shift nothing.
+fn resources_page(
+    artifacts: &[cubby::artifact::FileRef],
+    cursor: Option<&str>,
+) -> Result<ListResourcesResult, McpError> {
+    // `artifacts` is newest first; `end` counts from the oldest.
+    let total = artifacts.len();
+    let end = match cursor {
+        None => total,
+        Some(c) => c
+            .parse::<usize>()
+            .ok()
+            .filter(|&n| n <= total)
+            .ok_or_else(|| {
+                McpError::invalid_params(
+                    "unknown cursor: pass the nextCursor of the previous resources/list page",
+                    None,
+                )
+            })?,
+    };
+    let start = end.saturating_sub(RESOURCES_PAGE);
+    let page: Vec<Resource> = artifacts[total - end..total - start]
+        .iter()
+        .map(resource)
+        .collect();
+    let mut result = ListResourcesResult::with_all_items(page);
+    result.next_cursor = (start > 0).then(|| Cursor::from(start.to_string()));
+    Ok(result)
+}
+
+/// The `resources/read` error for a cubby error.
+fn resource_error(uri: &str, e: &cubby::Error) -> McpError {
+    match e.kind() {
+        cubby::ErrorKind::NotFound => McpError::resource_not_found(e.to_string(), None),
+        cubby::ErrorKind::Internal => McpError::internal_error(e.to_string(), None),
+        _ => McpError::invalid_params(format!("{e}"), Some(serde_json::json!({ "uri": uri }))),
     }
 }
 
@@ -326,6 +410,8 @@ impl ServerHandler for CubbyHandler {
             ServerCapabilities::builder()
                 .enable_tools()
                 .enable_logging()
+                .enable_resources()
+                .enable_resources_list_changed()
                 .build(),
         )
         .with_server_info(Implementation::new(SERVER_NAME, SERVER_VERSION))
@@ -338,6 +424,84 @@ impl ServerHandler for CubbyHandler {
         _ctx: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
         Ok(ListToolsResult::with_all_items(self.shared.tools.clone()))
+    }
+
+    /// `resources/list`: this run's artifacts, newest first, paged.
+    async fn list_resources(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, McpError> {
+        let toolset = self.toolset(&ctx)?;
+        let cursor = request.and_then(|r| r.cursor);
+        resources_page(&toolset.artifacts().list(), cursor.as_deref())
+    }
+
+    /// `resources/templates/list`: the artifact URI template.
+    async fn list_resource_templates(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _ctx: RequestContext<RoleServer>,
+    ) -> Result<ListResourceTemplatesResult, McpError> {
+        Ok(ListResourceTemplatesResult::with_all_items(vec![
+            ResourceTemplate::new(ARTIFACT_TEMPLATE, "artifact").with_description(
+                "A file this session's tools or commands published (resources/list lists them)",
+            ),
+        ]))
+    }
+
+    /// `resources/read`: an artifact of this run (text ≤ 1 MiB, blob ≤ 8 MiB).
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, McpError> {
+        let toolset = self.toolset(&ctx)?;
+        let uri = request.uri;
+        let file = toolset
+            .artifacts()
+            .resolve(&uri)
+            .map_err(|e| resource_error(&uri, &e))?;
+        let text = is_text(&file.media_type);
+        let max = if text {
+            MAX_RESOURCE_TEXT_BYTES
+        } else {
+            MAX_RESOURCE_BLOB_BYTES
+        };
+        let what = if text { "text" } else { "binary" };
+        if file.size > max {
+            return Err(McpError::invalid_params(
+                format!(
+                    "artifact {} is {} bytes, over the {max}-byte limit of resources/read for {what} artifacts; its bytes are in the sandbox{}",
+                    file.name,
+                    file.size,
+                    file.path
+                        .as_deref()
+                        .map(|p| format!(" at {p}"))
+                        .unwrap_or_default()
+                ),
+                Some(serde_json::json!({ "uri": uri, "size": file.size, "limit": max })),
+            ));
+        }
+        // Off the event loop: up to 8 MiB read and encoded.
+        let read = tokio::task::spawn_blocking(move || {
+            toolset
+                .read_artifact(&uri, max)
+                .map(|(file, bytes)| (uri, file, bytes))
+        })
+        .await
+        .map_err(|e| McpError::internal_error(format!("read task failed: {e}"), None))?;
+        let (uri, file, bytes) = read.map_err(|e| resource_error(&file.uri, &e))?;
+        let contents = match (text, String::from_utf8(bytes)) {
+            (true, Ok(s)) => ResourceContents::text(s, uri).with_mime_type(file.media_type),
+            (_, bytes) => {
+                use base64::Engine as _;
+                let bytes = bytes.map_or_else(|e| e.into_bytes(), String::into_bytes);
+                let blob = base64::engine::general_purpose::STANDARD.encode(&bytes);
+                ResourceContents::blob(blob, uri).with_mime_type(file.media_type)
+            }
+        };
+        Ok(ReadResourceResult::new(vec![contents]).into())
     }
 
     fn get_tool(&self, name: &str) -> Option<Tool> {
@@ -396,11 +560,27 @@ impl ServerHandler for CubbyHandler {
         });
         let options = CallOptions {
             cancel: Some(cancel.clone()),
+            // What a custom tool reads as its call id: the request's, which
+            // `notifications/cancelled` names.
+            call_id: Some(ctx.id.to_string()),
             on_output,
         };
         let name = request.name.to_string();
+        let published_before = toolset.artifacts().usage().1;
+        let published = toolset.clone();
+        // `notifications/resources/list_changed` when the call published.
+        let notify = |ctx: &RequestContext<RoleServer>| {
+            let changed = published.artifacts().usage().1 != published_before;
+            let peer = ctx.peer.clone();
+            async move {
+                if changed {
+                    let _ = peer.notify_resource_list_changed().await;
+                }
+            }
+        };
         if pooled && runs_inline(&self.shared.catalog, &name, &arguments, alone) {
             let out = toolset.call_with(&name, arguments, &options);
+            notify(&ctx).await;
             return Ok(to_result(out, self.shared.options).into());
         }
         let call = move || toolset.call_with(&name, arguments, &options);
@@ -425,6 +605,7 @@ impl ServerHandler for CubbyHandler {
                             ).await;
                         }
                     }
+                    notify(&ctx).await;
                     return Ok(to_result(out, self.shared.options).into());
                 }
                 Some(chunk) = rx.recv() => {

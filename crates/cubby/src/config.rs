@@ -637,6 +637,10 @@ pub struct Config {
     pub mcp: McpConfig,
     /// Where the skills are.
     pub skills: SkillsConfig,
+    /// Where cubby keeps what outlives a call (the artifact store,
+    /// `<state_dir>/artifacts`): absolute or `~/`; default
+    /// `$TMPDIR/cubby-state-<uid>`.
+    pub state_dir: Option<String>,
 }
 
 impl Config {
@@ -655,6 +659,13 @@ impl Config {
                      or start with `~/` (paths in the workspace go in `deny_read`)"
                 )));
             }
+        }
+        if let Some(dir) = &self.state_dir
+            && !(dir.starts_with('/') || dir.starts_with("~/"))
+        {
+            return Err(Error::invalid_input(format!(
+                "config `{origin}`: state_dir `{dir}` must be an absolute path or start with `~/`"
+            )));
         }
         if !self.readable_roots.is_empty() && self.read_scope != ReadScope::System {
             return Err(Error::invalid_input(format!(

@@ -81,8 +81,9 @@ pub use sandbox::{
 };
 pub use tools::schema;
 pub use tools::{
-    Annotations, Cost, Describe, Family, MAX_DESCRIPTION_CHARS, SourceCall, ToolFacts, ToolSource,
-    ToolSpec, builtin_tools,
+    Annotations, Cost, CustomTool, Describe, Family, MAX_CUSTOM_TOOL_NAME_BYTES,
+    MAX_DESCRIPTION_CHARS, MAX_LOG_LINE_CHARS, SourceCall, ToolContext, ToolFacts, ToolResult,
+    ToolSource, ToolSpec, builtin_tools,
 };
 pub use toolset::{
     CallOptions, MAX_ARGUMENT_BYTES, MAX_SOURCE_ATTACHMENT_BYTES, MAX_SOURCE_STRUCTURED_BYTES,

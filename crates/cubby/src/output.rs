@@ -35,14 +35,36 @@ pub struct ImageData {
     pub bytes: Vec<u8>,
 }
 
-/// Something a result carries beside its text: an image now (`view_file`),
-/// artifacts later. A front turns each into its own content block (not
+/// A published file (an artifact, SPEC §5.1; made by `crate::artifact`).
+#[derive(
+    Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
+pub struct FileRef {
+    /// Lower-case hex sha256 of the bytes.
+    pub sha256: String,
+    /// The artifact's name in its run (NFC, one component).
+    pub name: String,
+    /// The normalized media type.
+    pub media_type: String,
+    /// Size in bytes.
+    pub size: u64,
+    /// `cubby://artifacts/<sha256>/<percent-encoded name>`.
+    pub uri: String,
+    /// Where the same bytes sit in the sandbox, when they do.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+}
+
+/// Something a result carries beside its text: an image (`view_file`, an
+/// image artifact) or an artifact (a link to it). A front turns each into its own content block (not
 /// `#[non_exhaustive]`: a new kind is a compile error in every front until
 /// it says how to send it).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Attachment {
     /// An image the model sees (MCP image content).
     Image(ImageData),
+    /// An artifact the result published (MCP `resource_link`).
+    Artifact(FileRef),
 }
 
 /// What a tool returns: the text the model reads, the same facts as JSON
@@ -84,8 +106,20 @@ impl<T> ToolOutput<T> {
     pub fn images(&self) -> Vec<&ImageData> {
         self.attachments
             .iter()
-            .map(|a| match a {
-                Attachment::Image(image) => image,
+            .filter_map(|a| match a {
+                Attachment::Image(image) => Some(image),
+                Attachment::Artifact(_) => None,
+            })
+            .collect()
+    }
+
+    /// The artifacts among the attachments, in order.
+    pub fn artifacts(&self) -> Vec<&FileRef> {
+        self.attachments
+            .iter()
+            .filter_map(|a| match a {
+                Attachment::Artifact(file) => Some(file),
+                Attachment::Image(_) => None,
             })
             .collect()
     }
@@ -220,6 +254,13 @@ impl Redactor {
         self.inner.is_none()
     }
 
+    /// True when `b` holds a secret's value.
+    pub fn finds(&self, b: &[u8]) -> bool {
+        self.inner
+            .as_ref()
+            .is_some_and(|inner| inner.automaton.is_match(b))
+    }
+
     /// Redacts a whole string.
     pub fn redact_str(&self, s: &str) -> String {
         match &self.inner {
@@ -281,6 +322,9 @@ impl Redactor {
         for attachment in &mut out.attachments {
             match attachment {
                 Attachment::Image(image) => image.media_type = self.redact_str(&image.media_type),
+                // Its name and type were checked for secrets when it was
+                // published (a redacted URI would name nothing).
+                Attachment::Artifact(_) => {}
             }
         }
     }
@@ -587,6 +631,9 @@ pub fn neutralize_output(out: &mut ToolOutput) {
                     image.media_type = t;
                 }
             }
+            // Names hold no control characters (`artifact::name`), types
+            // are normalized tokens.
+            Attachment::Artifact(_) => {}
         }
     }
 }

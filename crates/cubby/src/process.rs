@@ -70,7 +70,8 @@ impl CancelToken {
 /// One shaped chunk of a process's output, as it arrives.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct OutputEvent {
-    /// The process name (`run-3`, or the `start_process` name).
+    /// The process name (`run-3`, or the `start_process` name); for a
+    /// line a custom tool logged, `tool:<its name>`.
     pub process: String,
     /// Redacted, ANSI-stripped text.
     pub chunk: String,
@@ -398,6 +399,15 @@ impl ProcessTable {
             next_run: AtomicU64::new(1),
             redactor,
             subscribers,
+        }
+    }
+
+    /// Sends `event` to the run's subscribers and to `call` (the
+    /// subscriber of the call that made it): what a custom tool logs.
+    pub(crate) fn emit(&self, event: &OutputEvent, call: Option<&Subscriber>) {
+        let subscribers = lock(&self.subscribers).clone();
+        for s in subscribers.iter().chain(call) {
+            s(event);
         }
     }
 

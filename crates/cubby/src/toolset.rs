@@ -11,23 +11,26 @@
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde_json::Value;
 
 use std::sync::Mutex;
 
+use crate::artifact::{Artifacts, FileRef, Store};
 use crate::config::{Limits, WebSearchConfig};
 use crate::error::{Error, ErrorKind, Result};
 use crate::exec_policy::BeforeRun;
 use crate::host_env::HostEnv;
 use crate::output::{Redactor, Secret, ToolOutput};
+use crate::path::WorkspacePath;
 use crate::policy::Policy;
 use crate::process::{CancelToken, ProcessTable, RETAINED_LOG_BYTES, Subscriber};
 use crate::sandbox::{CommandEnv, Sandbox};
 use crate::skills::{SKILLS_DIR_ENV, Skills};
 use crate::tools::{
-    Baseline, BuiltIns, Cost, Ctx, Describe, ExecSettings, Family, RunState, SourceCall, ToolFacts,
-    ToolSource, ToolSpec,
+    Baseline, BuiltIns, Cost, Ctx, CustomTool, CustomTools, Describe, ExecSettings, Family,
+    Pending, RunState, SourceCall, ToolFacts, ToolSource, ToolSpec,
 };
 use crate::web::{Configured, Resolver, SearchBackend, SystemResolver, WebSettings};
 
@@ -45,6 +48,13 @@ pub const MAX_SOURCE_STRUCTURED_BYTES: usize = 256 * 1024;
 /// Most bytes of attachments such a result may carry; the attachments
 /// past it are dropped, and the text says so.
 pub const MAX_SOURCE_ATTACHMENT_BYTES: usize = 8 * 1024 * 1024;
+
+/// Where [`Toolset::seed`] puts an artifact that has no path, relative to
+/// the root: `<SEED_DIR>/<name>`.
+pub const SEED_DIR: &str = ".cubby/input";
+
+/// The directory of the artifact store in a state directory.
+pub const ARTIFACTS_DIR: &str = "artifacts";
 
 /// Longest tool name a source may have, in chars (the MCP limit).
 pub const MAX_TOOL_NAME_CHARS: usize = 64;
@@ -121,6 +131,8 @@ struct Inner {
     /// The skills found when the toolset was built.
     skills: Arc<Skills>,
     subscribers: Arc<Mutex<Vec<Subscriber>>>,
+    /// The number of the next call made without an id (`call-<n>`).
+    next_call: AtomicU64,
     // Declared last: dropped after everything else, and its Drop kills
     // every process still running when the run ends.
     procs: ProcessTable,
@@ -153,7 +165,89 @@ impl Toolset {
             search_backend: None,
             resolver: None,
             sources: Vec::new(),
+            custom: Vec::new(),
+            artifact_store: None,
         }
+    }
+
+    /// The run's artifacts (SPEC §5.1): what its tools and commands
+    /// published, newest first through [`Artifacts::list`].
+    pub fn artifacts(&self) -> &Artifacts {
+        self.inner.run.artifacts()
+    }
+
+    /// The bytes of this run's artifact `uri`, when they are at most `max`
+    /// bytes (what `resources/read` serves).
+    ///
+    /// # Errors
+    ///
+    /// `invalid_input` for a malformed URI; `not_found` for an artifact of
+    /// another run or an unknown digest; `too_large` naming the size and
+    /// the limit; `denied` when the bytes hold a registered secret (an
+    /// artifact leaves unredacted, so it does not leave at all).
+    pub fn read_artifact(&self, uri: &str, max: u64) -> Result<(FileRef, Vec<u8>)> {
+        let artifacts = self.artifacts();
+        let file = artifacts.resolve(uri)?;
+        let bytes = artifacts.read(&file, max)?;
+        if self.inner.redactor.finds(&bytes) {
+            return Err(Error::denied(format!(
+                "artifact {} holds a secret's value; artifacts are not redacted, so it is not served",
+                crate::path::escape_name(file.name.as_bytes())
+            )));
+        }
+        Ok((file, bytes))
+    }
+
+    /// Seeds this run with artifacts of earlier runs of the workspace (a
+    /// follow-up turn): each FileRef's bytes, from the workspace's store,
+    /// are written into the sandbox at its `path` (or at
+    /// `.cubby/input/<name>` when it has none) and published in this run;
+    /// the FileRefs of this run come back, in order.
+    ///
+    /// # Errors
+    ///
+    /// `not_found` for a digest the store does not hold; `invalid_input`
+    /// for a bad name or path; what the sandbox says of the write (a
+    /// protected path, a read-only mode); as [`Artifacts::publish`].
+    pub fn seed(&self, files: &[FileRef]) -> Result<Vec<FileRef>> {
+        let artifacts = self.artifacts();
+        let mut seeded = Vec::with_capacity(files.len());
+        for file in files {
+            let name = crate::artifact::name::check_name(&file.name)?;
+            let path = match &file.path {
+                Some(p) => WorkspacePath::parse(p)?,
+                None => WorkspacePath::parse(&format!("{SEED_DIR}/{name}"))?,
+            };
+            self.inner.policy.check_write(&path)?;
+            let mut blob = artifacts.store().open_blob(&file.sha256)?;
+            let mut bytes = Vec::new();
+            std::io::Read::read_to_end(
+                &mut std::io::Read::take(&mut blob, crate::artifact::MAX_ARTIFACT_BYTES + 1),
+                &mut bytes,
+            )
+            .map_err(|e| Error::new(ErrorKind::Internal, format!("artifact store: {e}")))?;
+            self.inner.run.before_mutation();
+            self.inner.sandbox.fs().write_atomic(&path, &bytes)?;
+            let published = artifacts.publish_bytes(
+                &crate::artifact::Publish {
+                    name,
+                    media_type: Some(file.media_type.clone()),
+                    path: Some(path.display()),
+                },
+                &bytes,
+            )?;
+            if published.file.sha256 != file.sha256 {
+                return Err(Error::new(
+                    ErrorKind::Internal,
+                    format!(
+                        "artifact store: the blob of {} does not hash to its digest",
+                        file.sha256
+                    ),
+                ));
+            }
+            seeded.push(published.file);
+        }
+        Ok(seeded)
     }
 
     /// Subscribes to the output of every command of this run: each chunk,
@@ -333,7 +427,7 @@ impl Toolset {
     ) -> ToolOutput {
         let options = CallOptions {
             cancel: cancel.cloned(),
-            on_output: None,
+            ..CallOptions::default()
         };
         self.call_with(name, arguments, &options)
     }
@@ -420,6 +514,13 @@ impl Toolset {
                 decision.rule
             )));
         }
+        let call_id = match &options.call_id {
+            Some(id) => std::borrow::Cow::Borrowed(id.as_str()),
+            None => std::borrow::Cow::Owned(format!(
+                "call-{}",
+                self.inner.next_call.fetch_add(1, Ordering::Relaxed)
+            )),
+        };
         let ctx = Ctx {
             fs: self.inner.sandbox.fs(),
             redactor: &self.inner.redactor,
@@ -430,6 +531,7 @@ impl Toolset {
             procs: &self.inner.procs,
             exec: &self.inner.exec,
             cancel: options.cancel.as_ref(),
+            call_id: &call_id,
             on_output: options.on_output.as_ref(),
             web: &self.inner.web,
             skills: &self.inner.skills,
@@ -467,6 +569,7 @@ fn bound_source_output(mut out: ToolOutput) -> ToolOutput {
     out.attachments.retain(|a| {
         let size = match a {
             crate::output::Attachment::Image(image) => image.bytes.len(),
+            crate::output::Attachment::Artifact(_) => 0,
         };
         total = total.saturating_add(size);
         total <= MAX_SOURCE_ATTACHMENT_BYTES
@@ -484,8 +587,13 @@ fn bound_source_output(mut out: ToolOutput) -> ToolOutput {
 /// Per-call options for [`Toolset::call_with`].
 #[derive(Clone, Default)]
 pub struct CallOptions {
-    /// Cancels the call (a waiting `run` kills its whole tree).
+    /// Cancels the call (a waiting `run` kills its whole tree; a custom
+    /// tool sees it in [`ToolContext::cancelled`](crate::ToolContext::cancelled)).
     pub cancel: Option<CancelToken>,
+    /// The front's id of the call (MCP: the JSON-RPC request id, as text),
+    /// what a custom tool reads as [`ToolContext::call_id`](crate::ToolContext::call_id).
+    /// Default: none (the toolset numbers the call, `call-<n>`).
+    pub call_id: Option<String>,
     /// Receives this call's command output, shaped, as it arrives.
     pub on_output: Option<Subscriber>,
 }
@@ -494,6 +602,7 @@ impl std::fmt::Debug for CallOptions {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("CallOptions")
             .field("cancel", &self.cancel)
+            .field("call_id", &self.call_id)
             .field("on_output", &self.on_output.is_some())
             .finish()
     }
@@ -525,9 +634,31 @@ pub struct ToolsetBuilder {
     search_backend: Option<Arc<dyn SearchBackend>>,
     resolver: Option<Arc<dyn Resolver>>,
     sources: Vec<Arc<dyn ToolSource>>,
+    custom: Vec<Pending>,
+    artifact_store: Option<Arc<Store>>,
 }
 
 impl ToolsetBuilder {
+    /// Adds a tool written in Rust ([`CustomTool`]), offered in the modes
+    /// its [`CustomTool::modes`] name (by default: every mode for a
+    /// read-only tool, the writing modes for any other) unless `deny` names
+    /// it. Its handler runs host-side, never in the sandbox. The custom
+    /// tools are one source, offered after the built-in tools and the
+    /// sources added with [`source`](Self::source). Its name is checked at
+    /// [`build`](Self::build): a bad name, a built-in tool's name or one
+    /// another tool has is an error naming it.
+    pub fn tool(self, tool: impl CustomTool) -> ToolsetBuilder {
+        self.tool_offered(tool, true)
+    }
+
+    /// Adds a custom tool as [`tool`](Self::tool) does, offered only when
+    /// `offered` is true (in the modes it names) or the policy's `allow`
+    /// names it; `deny` always wins.
+    pub fn tool_offered(mut self, tool: impl CustomTool, offered: bool) -> ToolsetBuilder {
+        self.custom.push(Pending::new(tool, offered));
+        self
+    }
+
     /// Adds a source of tools, offered after the built-in tools and the
     /// sources added before it, through the same gate (allow, deny, the
     /// modes its facts name), output limit and redaction. Default: only the
@@ -624,6 +755,15 @@ impl ToolsetBuilder {
         self
     }
 
+    /// The content-addressed store the run's artifacts go to (share one
+    /// between the runs of a workspace). Default: a store in
+    /// `artifacts/` of [`default_state_dir`](crate::artifact::default_state_dir),
+    /// made at the first publication.
+    pub fn artifact_store(mut self, store: Arc<Store>) -> ToolsetBuilder {
+        self.artifact_store = Some(store);
+        self
+    }
+
     /// Validates and builds.
     ///
     /// # Errors
@@ -682,10 +822,15 @@ impl ToolsetBuilder {
         let skills = crate::skills::discover(self.sandbox.fs(), policy.skills_dirs(), &policy);
         let mut sources: Vec<Arc<dyn ToolSource>> = vec![Arc::new(BuiltIns)];
         sources.extend(self.sources);
+        // The custom tools last: the sources keep their numbers.
+        let custom = (!self.custom.is_empty()).then_some(sources.len());
+        if custom.is_some() {
+            sources.push(Arc::new(CustomTools::new(self.custom)?));
+        }
         let mut known: Vec<Known> = Vec::new();
         for (index, source) in sources.iter().enumerate() {
             for (name, facts) in source.list() {
-                check_tool_name(&name, index, &known)?;
+                check_tool_name(&name, index, custom == Some(index), &known)?;
                 let offered = policy.tool_decision(&name, facts.modes).allowed
                     && (commands || facts.family != Family::Commands)
                     && (self.track_changes || !facts.snapshot)
@@ -739,12 +884,17 @@ impl ToolsetBuilder {
             env.cubby_var(SKILLS_DIR_ENV, dir.into_os_string());
         }
         let exec_rules = policy.exec_rules().to_vec();
+        let artifact_store = self.artifact_store.unwrap_or_else(|| {
+            Arc::new(Store::lazy(
+                &crate::artifact::default_state_dir(&host).join(ARTIFACTS_DIR),
+            ))
+        });
         Ok(Toolset {
             inner: Arc::new(Inner {
                 sandbox: self.sandbox,
                 policy,
                 redactor,
-                run: RunState::new(baseline),
+                run: RunState::new(baseline, artifact_store),
                 catalog: ToolCatalog {
                     known: known.into(),
                     sources: sources.into(),
@@ -764,6 +914,7 @@ impl ToolsetBuilder {
                 },
                 skills: Arc::new(skills),
                 subscribers,
+                next_call: AtomicU64::new(1),
                 procs,
             }),
         })
@@ -773,8 +924,9 @@ impl ToolsetBuilder {
 /// `Err(invalid_input)` for a name a source may not give its tool: empty,
 /// over [`MAX_TOOL_NAME_CHARS`], other characters than letters, digits,
 /// `_`, `-` and `.`, or a name an earlier source (the built-in tools first)
-/// already has.
-fn check_tool_name(name: &str, source: usize, known: &[Known]) -> Result<()> {
+/// already has. `custom`: the source is the custom tools (checked by
+/// [`CustomTools::new`] already, and named as such).
+fn check_tool_name(name: &str, source: usize, custom: bool, known: &[Known]) -> Result<()> {
     let well_formed = !name.is_empty()
         && name.chars().count() <= MAX_TOOL_NAME_CHARS
         && name
@@ -793,6 +945,11 @@ fn check_tool_name(name: &str, source: usize, known: &[Known]) -> Result<()> {
         } else {
             format!("a tool of source {}", other.source)
         };
+        if custom {
+            return Err(Error::invalid_input(format!(
+                "custom tool `{name}`: the name of {whose}; rename one of them"
+            )));
+        }
         return Err(Error::invalid_input(format!(
             "source {source} has a tool named `{name}`, the name of {whose}; rename one of them"
         )));

@@ -15,12 +15,13 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use crate::artifact::Store;
 use crate::config::{Config, NetworkMode, ProviderKind};
 use crate::error::{Error, ErrorKind, Result};
 use crate::host_env::HostEnv;
 use crate::policy::{CONFIG_FILE_NAME, Policy};
 use crate::sandbox::{CommandEnv, LinuxSandbox, LocalSandbox, MemoryFs, Sandbox};
-use crate::toolset::{Toolset, ToolsetBuilder};
+use crate::toolset::{ARTIFACTS_DIR, Toolset, ToolsetBuilder};
 
 /// Builds a fresh toolset: one per run (an MCP session, a CLI call).
 pub type ToolsetFactory = Arc<dyn Fn() -> Result<Toolset> + Send + Sync>;
@@ -42,6 +43,11 @@ pub struct Workspace {
     provider: ProviderKind,
     policy: Policy,
     host: HostEnv,
+    /// The state directory (`state_dir`, or the default).
+    state_dir: PathBuf,
+    /// The artifact store every run of the workspace shares (made at the
+    /// first publication).
+    store: Arc<Store>,
 }
 
 impl Workspace {
@@ -60,14 +66,42 @@ impl Workspace {
     /// # Errors
     ///
     /// `invalid_input` for an unknown tool name or a path rule that is not
-    /// relative to the root (the policy's own checks).
+    /// relative to the root (the policy's own checks), a `state_dir` inside
+    /// the root.
     pub fn from_config(
         root: &Path,
         config: &Config,
         config_path: Option<&Path>,
         host: &HostEnv,
     ) -> Result<Workspace> {
+        let state_dir = match config.state_dir.as_deref() {
+            Some(dir) => match dir.strip_prefix("~/") {
+                Some(rest) => host
+                    .var_os("HOME")
+                    .map(|home| PathBuf::from(home).join(rest))
+                    .ok_or_else(|| {
+                        Error::invalid_input(format!(
+                            "state_dir `{dir}` starts with `~/` and HOME is not set; give an absolute path"
+                        ))
+                    })?,
+                None => PathBuf::from(dir),
+            },
+            None => crate::artifact::default_state_dir(host),
+        };
+        if state_dir.starts_with(root) {
+            return Err(Error::invalid_input(format!(
+                "state_dir {} is inside the workspace, where commands could rewrite the \
+                 artifact store; choose a directory outside {}",
+                state_dir.display(),
+                root.display()
+            )));
+        }
         let mut policy = Policy::builder();
+        // Commands never read the store (other runs' artifacts): under
+        // `/tmp` the `linux` provider's private `/tmp` hides it already.
+        if !state_dir.starts_with("/tmp") {
+            policy.host_deny_read([state_dir.clone()]);
+        }
         policy
             .mode(config.mode.unwrap_or_default())
             .allow(config.allow.iter().cloned())
@@ -92,6 +126,8 @@ impl Workspace {
             provider: config.provider.unwrap_or(ProviderKind::Linux),
             policy: policy.build()?,
             host: host.clone(),
+            store: Arc::new(Store::lazy(&state_dir.join(ARTIFACTS_DIR))),
+            state_dir,
         })
     }
 
@@ -119,6 +155,12 @@ impl Workspace {
     /// The one policy: the sandbox is opened from it, every toolset gets it.
     pub fn policy(&self) -> &Policy {
         &self.policy
+    }
+
+    /// The state directory: `state_dir`, or
+    /// [`default_state_dir`](crate::artifact::default_state_dir).
+    pub fn state_dir(&self) -> &Path {
+        &self.state_dir
     }
 
     /// The environment snapshot.
@@ -195,7 +237,8 @@ impl Workspace {
         let mut builder = Toolset::builder(sandbox)
             .policy(self.policy.clone())
             .host_env(self.host.clone())
-            .web_search(self.config.web_search.clone());
+            .web_search(self.config.web_search.clone())
+            .artifact_store(self.store.clone());
         if let Some(shell) = &self.config.shell {
             builder = builder.shell(shell.clone());
         }

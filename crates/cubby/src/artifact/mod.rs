@@ -31,8 +31,8 @@ use std::io::Read;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, percent_decode_str, utf8_percent_encode};
-use serde::Serialize;
 
+pub use crate::output::FileRef;
 pub use store::Store;
 
 use crate::error::{Error, ErrorKind, Result};
@@ -44,6 +44,23 @@ pub const MAX_RUN_BYTES: u64 = 100_000_000;
 /// The most artifacts a run holds.
 pub const MAX_RUN_ARTIFACTS: usize = 1_000;
 
+/// The state directory when none is configured: `cubby-state-<uid>` in
+/// the temporary directory (`$TMPDIR` of `host`, else `/tmp`). Its store
+/// is made mode 0700 and refused when it is a link or another user's.
+pub fn default_state_dir(host: &crate::host_env::HostEnv) -> std::path::PathBuf {
+    let tmp = host
+        .var_os("TMPDIR")
+        .filter(|t| std::path::Path::new(t).is_absolute())
+        .map_or_else(
+            || std::path::PathBuf::from("/tmp"),
+            std::path::PathBuf::from,
+        );
+    tmp.join(format!(
+        "cubby-state-{}",
+        rustix::process::getuid().as_raw()
+    ))
+}
+
 /// The scheme and authority of artifact URIs.
 pub const URI_PREFIX: &str = "cubby://artifacts/";
 
@@ -53,24 +70,6 @@ const NAME_IN_URI: &AsciiSet = &NON_ALPHANUMERIC
     .remove(b'.')
     .remove(b'_')
     .remove(b'~');
-
-/// A published file.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct FileRef {
-    /// Lower-case hex sha256 of the bytes.
-    pub sha256: String,
-    /// The artifact's name in its run (NFC, one component).
-    pub name: String,
-    /// The normalized media type.
-    pub media_type: String,
-    /// Size in bytes.
-    pub size: u64,
-    /// `cubby://artifacts/<sha256>/<percent-encoded name>`.
-    pub uri: String,
-    /// Where the same bytes sit in the sandbox, when they do.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub path: Option<String>,
-}
 
 /// The URI of the artifact `name` with digest `sha256`.
 pub fn uri_of(sha256: &str, name: &str) -> String {

@@ -11,8 +11,9 @@
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Write};
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use sha2::{Digest, Sha256};
@@ -43,6 +44,9 @@ pub struct Stored {
 #[derive(Debug)]
 pub struct Store {
     dir: PathBuf,
+    /// Made once, at the first write (or at [`Store::open`]): the
+    /// directories exist, are the user's and not links; `Err` holds why not.
+    ready: OnceLock<std::result::Result<(), String>>,
 }
 
 fn internal(what: &str, path: &Path, e: &std::io::Error) -> Error {
@@ -65,17 +69,61 @@ impl Store {
     ///
     /// `internal` when the directories cannot be made.
     pub fn open(dir: &Path) -> Result<Store> {
-        for sub in ["sha256", "tmp"] {
-            let path = dir.join(sub);
-            fs::create_dir_all(&path).map_err(|e| internal("create", &path, &e))?;
-        }
-        fs::set_permissions(dir, fs::Permissions::from_mode(0o700))
-            .map_err(|e| internal("set the mode of", dir, &e))?;
-        let store = Store {
-            dir: dir.to_path_buf(),
-        };
-        store.sweep();
+        let store = Store::lazy(dir);
+        store.ready()?;
         Ok(store)
+    }
+
+    /// The store in `dir`, made (as [`Store::open`] does) only when the
+    /// first bytes are stored: a run that publishes nothing leaves nothing
+    /// on disk.
+    pub fn lazy(dir: &Path) -> Store {
+        Store {
+            dir: dir.to_path_buf(),
+            ready: OnceLock::new(),
+        }
+    }
+
+    /// The directory the store is in.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Makes the directories once (mode 0700), refusing a store directory
+    /// or a parent of it that is a link or another user's, and sweeps.
+    fn ready(&self) -> Result<()> {
+        let made = self.ready.get_or_init(|| {
+            let dir = &self.dir;
+            let make = |path: &Path| {
+                fs::DirBuilder::new()
+                    .recursive(true)
+                    .mode(0o700)
+                    .create(path)
+                    .map_err(|e| internal("create", path, &e).message().to_string())
+            };
+            make(dir)?;
+            let uid = rustix::process::getuid().as_raw();
+            for path in std::iter::once(dir.as_path()).chain(dir.parent()) {
+                let meta = fs::symlink_metadata(path)
+                    .map_err(|e| internal("inspect", path, &e).message().to_string())?;
+                if !meta.is_dir() || std::os::unix::fs::MetadataExt::uid(&meta) != uid {
+                    return Err(format!(
+                        "artifact store: {} is not a directory of this user (uid {uid}); \
+                         remove it or choose another `state_dir`",
+                        path.display()
+                    ));
+                }
+            }
+            fs::set_permissions(dir, fs::Permissions::from_mode(0o700))
+                .map_err(|e| internal("set the mode of", dir, &e).message().to_string())?;
+            for sub in ["sha256", "tmp"] {
+                make(&dir.join(sub))?;
+            }
+            self.sweep();
+            Ok(())
+        });
+        made.clone()
+            .map_err(|why| Error::new(ErrorKind::Internal, why))
     }
 
     /// Removes temporary files whose process is gone.
@@ -138,6 +186,7 @@ impl Store {
     /// `internal` on an I/O failure of the store; the reader's own error as
     /// `internal` too.
     pub fn put(&self, reader: &mut dyn Read, max: u64) -> Result<Stored> {
+        self.ready()?;
         let n = NEXT_TEMP.fetch_add(1, Ordering::Relaxed);
         let temp = self
             .dir
@@ -318,6 +367,28 @@ mod tests {
         drop(Store::open(dir.path()).unwrap());
         assert!(!dead.exists());
         assert!(mine.exists());
+    }
+
+    #[test]
+    fn a_lazy_store_makes_nothing_until_it_stores_and_refuses_a_link() {
+        let dir = tempfile::tempdir().unwrap();
+        let lazy = Store::lazy(&dir.path().join("state/artifacts"));
+        assert!(!dir.path().join("state").exists());
+        lazy.put(&mut &b"x"[..], 1).unwrap();
+        assert_eq!(walk(&dir.path().join("state/artifacts/sha256")).len(), 1);
+        let mode = fs::metadata(dir.path().join("state/artifacts"))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o700);
+        // A store directory that is a link (someone else's, in a shared
+        // temp dir) is refused, and nothing is written through it.
+        fs::create_dir(dir.path().join("elsewhere")).unwrap();
+        std::os::unix::fs::symlink(dir.path().join("elsewhere"), dir.path().join("link")).unwrap();
+        let linked = Store::lazy(&dir.path().join("link"));
+        let e = linked.put(&mut &b"x"[..], 1).unwrap_err();
+        assert!(e.message().contains("not a directory of this user"), "{e}");
+        assert!(walk(&dir.path().join("elsewhere")).is_empty());
     }
 
     fn walk(dir: &Path) -> Vec<PathBuf> {

@@ -265,6 +265,10 @@ impl MemoryFs {
 }
 
 impl FileSystem for MemoryFs {
+    fn create_dir_all(&self, path: &WorkspacePath) -> Result<()> {
+        MemoryFs::create_dir_all(self, path)
+    }
+
     fn metadata(&self, path: &WorkspacePath) -> Result<Metadata> {
         self.lookup(path, |n| Ok(meta(n)))
     }

@@ -115,6 +115,15 @@ pub trait FileSystem: Send + Sync {
     /// missing parent directories. An existing file keeps its mode bits.
     fn write_atomic(&self, path: &WorkspacePath, content: &[u8]) -> Result<()>;
 
+    /// Creates `path` and its missing parents as directories (an existing
+    /// directory is fine). Default: `unsupported`.
+    fn create_dir_all(&self, path: &WorkspacePath) -> Result<()> {
+        Err(crate::Error::new(
+            crate::ErrorKind::Unsupported,
+            format!("this file system cannot create the directory `{path}`"),
+        ))
+    }
+
     /// Reads a whole regular file of at most `max` bytes (`too_large` beyond).
     fn read_to_vec(&self, path: &WorkspacePath, max: u64) -> Result<Vec<u8>> {
         let file = self.open(path)?;
@@ -154,6 +163,9 @@ impl<T: FileSystem + ?Sized> FileSystem for Arc<T> {
     }
     fn write_atomic(&self, path: &WorkspacePath, content: &[u8]) -> Result<()> {
         (**self).write_atomic(path, content)
+    }
+    fn create_dir_all(&self, path: &WorkspacePath) -> Result<()> {
+        (**self).create_dir_all(path)
     }
 }
 

@@ -10,10 +10,12 @@
 //! built-in tools are one [`ToolSource`]; a toolset may have others.
 
 mod changes;
+mod custom;
 mod edit;
 mod find;
 mod git_state;
 mod procs;
+pub(crate) mod publish;
 mod read;
 pub(crate) mod run;
 mod search;
@@ -24,6 +26,10 @@ mod walk;
 mod web;
 mod write;
 
+pub use custom::{
+    CustomTool, MAX_CUSTOM_TOOL_NAME_BYTES, MAX_LOG_LINE_CHARS, ToolContext, ToolResult,
+};
+pub(crate) use custom::{CustomTools, Pending};
 pub(crate) use source::BuiltIns;
 pub use source::{SourceCall, ToolSource};
 
@@ -118,23 +124,82 @@ pub(crate) fn sha256_file(fs: &dyn FileSystem, path: &WorkspacePath) -> Result<S
 
 use std::io::Read as _;
 
-/// State that lives as long as one run: the read-before-write tracker and
-/// the `changes` baseline.
-#[derive(Default)]
+/// State that lives as long as one run: the read-before-write tracker,
+/// the `changes` baseline and the run's artifacts.
 pub(crate) struct RunState {
     /// The digest of the bytes on disk at the last read of each path, and
     /// the size of its contents as shown then (redacted).
     reads: Mutex<HashMap<WorkspacePath, (Sha, u64)>>,
     pub(crate) baseline: Option<Arc<Baseline>>,
+    /// The run's artifacts (SPEC §5.1), over the workspace's store.
+    artifacts: crate::artifact::Artifacts,
+    /// The run's id (its output directory's name).
+    id: String,
+    /// `$CUBBY_OUTPUT_DIR`, made before the run's first command: `None`
+    /// when it cannot be (a read-only workspace, a provider without
+    /// commands).
+    output: std::sync::OnceLock<Option<WorkspacePath>>,
 }
 
+/// Runs of this process so far (part of each run's id).
+static RUNS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
 impl RunState {
-    /// A fresh run, with an optional `changes` baseline.
-    pub(crate) fn new(baseline: Option<Arc<Baseline>>) -> RunState {
+    /// A fresh run, with an optional `changes` baseline, publishing into
+    /// `store`.
+    pub(crate) fn new(
+        baseline: Option<Arc<Baseline>>,
+        store: Arc<crate::artifact::Store>,
+    ) -> RunState {
         RunState {
             reads: Mutex::default(),
             baseline,
+            artifacts: crate::artifact::Artifacts::new(store, crate::artifact::Budget::default()),
+            id: format!(
+                "{}-{}",
+                std::process::id(),
+                RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            ),
+            output: std::sync::OnceLock::new(),
         }
+    }
+
+    /// The run's output directory (`.cubby/output/<run id>`), made at the
+    /// first call where the policy lets the tools write it; `None` where
+    /// it cannot be.
+    pub(crate) fn output_dir(
+        &self,
+        fs: &dyn FileSystem,
+        policy: &Policy,
+    ) -> Option<&WorkspacePath> {
+        self.output
+            .get_or_init(|| {
+                let dir =
+                    WorkspacePath::parse(&format!("{}/{}", publish::OUTPUT_ROOT, self.id)).ok()?;
+                if policy.mode() == crate::config::Mode::ReadOnly {
+                    return None;
+                }
+                policy.check_write(&dir).ok()?;
+                match fs.create_dir_all(&dir) {
+                    Ok(()) => Some(dir),
+                    Err(e) => {
+                        tracing::debug!("no output directory for this run: {e}");
+                        None
+                    }
+                }
+            })
+            .as_ref()
+    }
+
+    /// The output directory when it was made.
+    pub(crate) fn made_output_dir(&self) -> Option<&WorkspacePath> {
+        self.output.get().and_then(Option::as_ref)
+    }
+
+    /// The run's artifacts: publish with [`crate::artifact::Artifacts::publish`]
+    /// (or `publish_bytes`), list, resolve and read them.
+    pub(crate) fn artifacts(&self) -> &crate::artifact::Artifacts {
+        &self.artifacts
     }
 
     /// Records that the model has seen `path` with this content (`sha` of
@@ -188,6 +253,8 @@ pub(crate) struct Ctx<'a> {
     pub procs: &'a crate::process::ProcessTable,
     pub exec: &'a ExecSettings,
     pub cancel: Option<&'a crate::process::CancelToken>,
+    /// The call's id (the front's, or `call-<n>` numbered per run).
+    pub call_id: &'a str,
     pub on_output: Option<&'a crate::process::Subscriber>,
     pub web: &'a crate::web::WebSettings,
     /// The skills this toolset found when it was built.

@@ -65,6 +65,12 @@ pub struct Output {
     pub output_bytes: u64,
     /// Bytes cut from the middle of `output`.
     pub cut_bytes: u64,
+    /// Artifacts the command left in `$CUBBY_OUTPUT_DIR`, new in this call.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub artifacts: Vec<crate::artifact::FileRef>,
+    /// Files in `$CUBBY_OUTPUT_DIR` that were not published, with why.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub skipped: Vec<String>,
 }
 
 /// The `run` tool.
@@ -127,10 +133,19 @@ pub(crate) fn start(
     ctx.run.before_mutation();
     let mut argv = ctx.exec.shell.clone();
     argv.push(command.to_string());
+    let mut env = ctx.exec.env.build(ctx.exec.host.vars(), true);
+    if let Some(dir) = ctx
+        .run
+        .output_dir(ctx.fs, ctx.policy)
+        .and_then(|d| ctx.sandbox.command_path(d))
+    {
+        env.retain(|(name, _)| name != super::publish::OUTPUT_DIR_ENV);
+        env.push((super::publish::OUTPUT_DIR_ENV.into(), dir.into_os_string()));
+    }
     let spawned = ctx.sandbox.exec(&ExecSpec {
         argv,
         cwd: cwd.clone(),
-        env: ctx.exec.env.build(ctx.exec.host.vars(), true),
+        env,
         stdin,
     })?;
     ctx.procs.track(
@@ -244,7 +259,21 @@ impl Tool for Run {
         if !text.ends_with('\n') {
             text.push('\n');
         }
-        Ok(ToolOutput::ok(
+        let collected = ctx
+            .run
+            .made_output_dir()
+            .map(|dir| super::publish::collect(ctx.fs, ctx.redactor, ctx.run.artifacts(), dir));
+        let collected = collected.unwrap_or_default();
+        let mut attachments = Vec::new();
+        if !collected.published.is_empty() || !collected.skipped.is_empty() {
+            text.push_str(&format!("{}:", super::publish::OUTPUT_DIR_ENV));
+            text.push_str(&collected.render());
+            text.push('\n');
+            for p in &collected.published {
+                attachments.extend(super::publish::attachments(ctx.run.artifacts(), p));
+            }
+        }
+        let mut out = ToolOutput::ok(
             text,
             Output {
                 name,
@@ -256,7 +285,15 @@ impl Tool for Run {
                 output,
                 output_bytes,
                 cut_bytes,
+                artifacts: collected.published.iter().map(|p| p.file.clone()).collect(),
+                skipped: collected
+                    .skipped
+                    .iter()
+                    .map(|(path, why)| format!("{path}: {why}"))
+                    .collect(),
             },
-        ))
+        );
+        out.attachments = attachments;
+        Ok(out)
     }
 }

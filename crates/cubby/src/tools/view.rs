@@ -128,12 +128,16 @@ pub struct Output {
     pub first_frame_only: Option<bool>,
     /// The `read_file` result (text files).
     pub text: Option<super::read::Output>,
+    /// The file as an artifact (SPEC §5.1): published by this view when no
+    /// tool had published it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub artifact: Option<crate::artifact::FileRef>,
 }
 
 /// The `view_file` tool.
 pub struct ViewFile;
 
-fn format_of(media_type: &str) -> Option<ImageFormat> {
+pub(super) fn format_of(media_type: &str) -> Option<ImageFormat> {
     match media_type {
         "image/png" => Some(ImageFormat::Png),
         "image/jpeg" => Some(ImageFormat::Jpeg),
@@ -147,8 +151,8 @@ fn format_of(media_type: &str) -> Option<ImageFormat> {
 type Dims = (u32, u32);
 
 /// The image sent and how it came from the file.
-struct ShownImage {
-    data: ImageData,
+pub(super) struct ShownImage {
+    pub(super) data: ImageData,
     /// The file's dimensions.
     original: Dims,
     /// The dimensions of the image sent.
@@ -503,7 +507,7 @@ fn encode_within(
 /// own bytes never leave, so nothing but pixels does — no text chunk,
 /// comment, EXIF, XMP or ICC profile, and no byte a decoder skips, which
 /// redaction could not see (a compressed `zTXt` chunk) or would pass over.
-fn shown_image(
+pub(super) fn shown_image(
     path: &WorkspacePath,
     bytes: &[u8],
     format: ImageFormat,
@@ -543,6 +547,36 @@ fn shown_image(
         first_frame_only: animated,
         steps,
     })
+}
+
+/// The viewed file as an artifact of the run: the FileRef a tool gave it
+/// already (same path and bytes), else a new publication of `bytes`.
+fn publish_viewed(
+    ctx: &Ctx<'_>,
+    path: &WorkspacePath,
+    bytes: &[u8],
+) -> Result<crate::artifact::FileRef> {
+    let name = path
+        .as_path()
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    if ctx.redactor.finds(name.as_bytes()) || ctx.redactor.finds(bytes) {
+        return Err(Error::denied(
+            "the file holds a secret's value, and artifacts leave unredacted",
+        ));
+    }
+    ctx.run
+        .artifacts()
+        .publish_bytes(
+            &crate::artifact::Publish {
+                name,
+                media_type: None,
+                path: Some(path.display()),
+            },
+            bytes,
+        )
+        .map(|p| p.file)
 }
 
 impl Tool for ViewFile {
@@ -585,6 +619,7 @@ impl Tool for ViewFile {
             ));
         }
         let bytes = ctx.fs.read_to_vec(&path, MAX_VIEW_BYTES)?;
+        let artifact = publish_viewed(ctx, &path, &bytes);
         let sha = sha256(&bytes);
         let shown = Shown::of(ctx.redactor, &bytes, sha);
         ctx.run.record_read(&path, sha, shown.size);
@@ -605,7 +640,14 @@ impl Tool for ViewFile {
             shown_size: None,
             first_frame_only: None,
             text: None,
+            artifact: None,
         };
+        let (artifact_line, artifact) = match artifact {
+            Ok(file) => (format!("\n{}", super::publish::line(&file)), Some(file)),
+            Err(e) => (format!("\nnot published as an artifact: {e}"), None),
+        };
+        out.artifact.clone_from(&artifact);
+        let link = artifact.map(Attachment::Artifact);
         if let Some(format) = format_of(&sniffed) {
             let shown = shown_image(&path, &bytes, format, &sniffed)?;
             let (w, h) = shown.original;
@@ -630,11 +672,15 @@ impl Tool for ViewFile {
             out.shown_media_type = Some(shown.data.media_type.clone());
             out.shown_size = Some(shown.data.bytes.len() as u64);
             out.first_frame_only = Some(shown.first_frame_only);
-            return Ok(ToolOutput::ok(text, out).with_attachment(Attachment::Image(shown.data)));
+            text.push_str(&artifact_line);
+            let mut result =
+                ToolOutput::ok(text, out).with_attachment(Attachment::Image(shown.data));
+            result.attachments.extend(link);
+            return Ok(result);
         }
         if !looks_binary(head) {
             let ToolOutput {
-                text,
+                mut text,
                 structured: read,
                 ..
             } = ReadFile::call(
@@ -648,13 +694,22 @@ impl Tool for ViewFile {
             out.kind = "text".into();
             out.media_type = "text/plain".into();
             out.text = Some(read);
-            return Ok(ToolOutput::ok(text, out));
+            if !text.ends_with('\n') {
+                text.push('\n');
+            }
+            text.push_str(artifact_line.trim_start());
+            let mut result = ToolOutput::ok(text, out);
+            result.attachments.extend(link);
+            return Ok(result);
         }
-        let text = format!(
+        let mut text = format!(
             "`{path}` is a binary file ({sniffed}, {} bytes, sha256 {}); it cannot be shown.",
             thousands(out.size),
             out.sha256
         );
-        Ok(ToolOutput::ok(text, out))
+        text.push_str(&artifact_line);
+        let mut result = ToolOutput::ok(text, out);
+        result.attachments.extend(link);
+        Ok(result)
     }
 }

@@ -531,10 +531,10 @@ pub fn a_call_subscriber_gets_only_its_own_output(p: &dyn Fixture) {
     let got = Arc::new(Mutex::new(String::new()));
     let got2 = got.clone();
     let options = cubby::CallOptions {
-        cancel: None,
         on_output: Some(Arc::new(move |e: &cubby::process::OutputEvent| {
             got2.lock().unwrap().push_str(&e.chunk);
         })),
+        ..cubby::CallOptions::default()
     };
     let other = t.clone();
     let noise = std::thread::spawn(move || {

@@ -350,7 +350,7 @@ fn cancellation_aborts_the_request() {
         json!({"url": server.url("allowed.test", "/slow")}),
         &CallOptions {
             cancel: Some(token),
-            on_output: None,
+            ..CallOptions::default()
         },
     );
     canceller.join().unwrap();

@@ -389,6 +389,11 @@ impl WithoutReservations {
 }
 
 impl FileSystem for WithoutReservations {
+    fn create_dir_all(&self, path: &WorkspacePath) -> Result<()> {
+        self.refuse_reserved(path)?;
+        self.0.fs.create_dir_all(path)
+    }
+
     fn metadata(&self, path: &WorkspacePath) -> Result<Metadata> {
         self.refuse_reserved(path)?;
         self.0.fs.metadata(path)

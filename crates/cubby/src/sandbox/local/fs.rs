@@ -282,6 +282,10 @@ impl LocalFs {
 }
 
 impl FileSystem for LocalFs {
+    fn create_dir_all(&self, path: &WorkspacePath) -> Result<()> {
+        self.open_dir_creating(path).map(drop)
+    }
+
     fn metadata(&self, path: &WorkspacePath) -> Result<Metadata> {
         let fd = self.resolve(path, OFlags::PATH)?;
         let stat = fstat(&fd).map_err(|e| io_err(e, path))?;

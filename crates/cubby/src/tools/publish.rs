@@ -1,0 +1,252 @@
+//! Artifacts in tool results (SPEC §5.1): publishing a file of the
+//! sandbox, the line the model reads per artifact, its attachments (a link,
+//! and the image when it is one within the limits), and the collection of
+//! `$CUBBY_OUTPUT_DIR`.
+//!
+//! ```text
+//! publish_file(path)      metadata → size ≤ 25 MB → read (bounded) →
+//!                         no secret in name or bytes → Artifacts::publish
+//! collect(dir)            walk ≤ depth 4, regular files only (links, FIFOs,
+//!                         devices listed as skipped) → publish_file each
+//! attachments(published)  Artifact(FileRef) [+ Image, re-encoded as view_file does]
+//! ```
+
+use crate::artifact::{Artifacts, FileRef, Publish, Published};
+use crate::error::{Error, ErrorKind, Result};
+use crate::output::{Attachment, Redactor};
+use crate::path::WorkspacePath;
+use crate::sandbox::{EntryKind, FileSystem};
+
+/// The variable naming the run's output directory in every command.
+pub const OUTPUT_DIR_ENV: &str = "CUBBY_OUTPUT_DIR";
+
+/// Where the runs' output directories are, relative to the root:
+/// `<OUTPUT_ROOT>/<run id>`.
+pub const OUTPUT_ROOT: &str = ".cubby/output";
+
+/// How deep the collection looks below the output directory (a file in
+/// the directory itself is at depth 1).
+pub const MAX_OUTPUT_DEPTH: usize = 4;
+
+/// Most directory entries one collection looks at (past it, the rest are
+/// skipped with `limit`).
+pub const MAX_OUTPUT_ENTRIES: usize = 20_000;
+
+/// Most skipped files a result names one by one (the rest are counted).
+pub const MAX_SKIPPED_NAMED: usize = 20;
+
+/// The line the model reads for an artifact: `artifact report.pdf —
+/// application/pdf, 1.2 MB, sha256:ab12cd34…, cubby://artifacts/…, in the
+/// sandbox at out/report.pdf`.
+pub(crate) fn line(file: &FileRef) -> String {
+    let mut line = format!(
+        "artifact {} — {}, {}, sha256:{}…, {}",
+        crate::path::escape_name(file.name.as_bytes()),
+        file.media_type,
+        human_size(file.size),
+        &file.sha256[..12],
+        file.uri
+    );
+    if let Some(path) = &file.path {
+        line.push_str(", in the sandbox at ");
+        line.push_str(path);
+    }
+    line
+}
+
+/// `1.2 MB`, `512 B` (decimal units, as the limits are stated).
+fn human_size(n: u64) -> String {
+    const UNITS: [(u64, &str); 3] = [(1_000_000_000, "GB"), (1_000_000, "MB"), (1_000, "kB")];
+    for (unit, name) in UNITS {
+        if n >= unit {
+            #[allow(clippy::cast_precision_loss)]
+            return format!("{:.1} {name}", n as f64 / unit as f64);
+        }
+    }
+    format!("{n} B")
+}
+
+/// What a result carries for `published`: the artifact (a link), then the
+/// image the model sees when it is a whole PNG, JPEG, GIF or WebP that
+/// view_file's bounds can show (downscaled and re-encoded as there; never
+/// SVG, HTML or XML, which `media` never marks as images).
+pub(crate) fn attachments(artifacts: &Artifacts, published: &Published) -> Vec<Attachment> {
+    let mut out = vec![Attachment::Artifact(published.file.clone())];
+    if published.image
+        && let Some(image) = image_of(artifacts, &published.file)
+    {
+        out.push(Attachment::Image(image));
+    }
+    out
+}
+
+fn image_of(artifacts: &Artifacts, file: &FileRef) -> Option<crate::output::ImageData> {
+    let format = super::view::format_of(&file.media_type)?;
+    let bytes = artifacts
+        .read(file, crate::artifact::MAX_ARTIFACT_BYTES)
+        .ok()?;
+    let path = WorkspacePath::parse(file.path.as_deref().unwrap_or(&file.name)).ok()?;
+    super::view::shown_image(&path, &bytes, format, &file.media_type)
+        .ok()
+        .map(|shown| shown.data)
+}
+
+/// Publishes the file at `path` of the sandbox under its own name (or
+/// `name`), its `path` in the FileRef.
+///
+/// # Errors
+///
+/// `limit` before reading when it is over the artifact limit; what the
+/// file system says of a link, a special file or a directory;
+/// `denied` when its name or bytes hold a registered secret (an artifact
+/// leaves unredacted: nothing secret is handed out); as
+/// [`Artifacts::publish`].
+pub(crate) fn publish_file(
+    fs: &dyn FileSystem,
+    redactor: &Redactor,
+    artifacts: &Artifacts,
+    path: &WorkspacePath,
+    name: Option<&str>,
+) -> Result<Published> {
+    let meta = fs.metadata(path)?;
+    if meta.kind != EntryKind::File {
+        return Err(Error::invalid_input(format!(
+            "`{path}` is not a regular file; only regular files are published"
+        )));
+    }
+    if meta.size > crate::artifact::MAX_ARTIFACT_BYTES {
+        return Err(Error::new(
+            ErrorKind::Limit,
+            format!(
+                "`{path}` is {} bytes, over the {}-byte limit of one artifact; publish a smaller file (compress or split it)",
+                meta.size,
+                crate::artifact::MAX_ARTIFACT_BYTES
+            ),
+        ));
+    }
+    let name = match name {
+        Some(n) => n.to_string(),
+        None => path
+            .as_path()
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default(),
+    };
+    if redactor.finds(name.as_bytes()) {
+        return Err(Error::denied(format!(
+            "the name of `{path}` holds a secret's value; artifacts are not redacted, so it is not published"
+        )));
+    }
+    // Read once, bounded: the bytes checked are the bytes stored and hashed
+    // (a file rewritten meanwhile is stored as read, or refused when it grew).
+    let bytes = fs.read_to_vec(path, crate::artifact::MAX_ARTIFACT_BYTES)?;
+    if redactor.finds(&bytes) {
+        return Err(Error::denied(format!(
+            "`{path}` holds a secret's value; artifacts leave unredacted, so it is not published (write a copy without it)"
+        )));
+    }
+    artifacts.publish_bytes(
+        &Publish {
+            name,
+            media_type: None,
+            path: Some(path.display()),
+        },
+        &bytes,
+    )
+}
+
+/// What one collection of an output directory found.
+#[derive(Debug, Default)]
+pub(crate) struct Collected {
+    /// New artifacts, in the order found.
+    pub published: Vec<Published>,
+    /// Files already published with these bytes under this name.
+    pub known: usize,
+    /// What was not published: the path and why.
+    pub skipped: Vec<(String, String)>,
+}
+
+impl Collected {
+    /// The lines of the result: one per new artifact, then what was skipped
+    /// (the first [`MAX_SKIPPED_NAMED`] named, the rest counted).
+    pub(crate) fn render(&self) -> String {
+        let mut text = String::new();
+        for p in &self.published {
+            text.push('\n');
+            text.push_str(&line(&p.file));
+        }
+        for (path, why) in self.skipped.iter().take(MAX_SKIPPED_NAMED) {
+            text.push_str(&format!("\nskipped {path}: {why}"));
+        }
+        if self.skipped.len() > MAX_SKIPPED_NAMED {
+            let rest = &self.skipped[MAX_SKIPPED_NAMED..];
+            let limits = rest.iter().filter(|(_, w)| w.starts_with("limit")).count();
+            text.push_str(&format!(
+                "\nskipped {} more file(s) ({limits} of them for `limit`)",
+                rest.len()
+            ));
+        }
+        text
+    }
+}
+
+/// Collects the output directory `dir`: every regular file at most
+/// [`MAX_OUTPUT_DEPTH`] deep is published (once per name and bytes);
+/// links, FIFOs, sockets and devices are skipped unopened and listed.
+pub(crate) fn collect(
+    fs: &dyn FileSystem,
+    redactor: &Redactor,
+    artifacts: &Artifacts,
+    dir: &WorkspacePath,
+) -> Collected {
+    let mut found = Collected::default();
+    let mut seen = 0usize;
+    let mut stack = vec![(dir.clone(), 1usize)];
+    while let Some((at, depth)) = stack.pop() {
+        let Ok(entries) = fs.read_dir(&at) else {
+            continue;
+        };
+        for entry in entries {
+            let path = at.join_name(&entry.name);
+            let shown = path.display();
+            seen += 1;
+            if seen > MAX_OUTPUT_ENTRIES {
+                found.skipped.push((
+                    shown,
+                    format!("limit: one collection looks at {MAX_OUTPUT_ENTRIES} entries"),
+                ));
+                continue;
+            }
+            match entry.kind {
+                EntryKind::Dir if depth < MAX_OUTPUT_DEPTH => stack.push((path, depth + 1)),
+                EntryKind::Dir => found.skipped.push((
+                    shown,
+                    format!("a directory deeper than {MAX_OUTPUT_DEPTH} levels"),
+                )),
+                EntryKind::Symlink => found
+                    .skipped
+                    .push((shown, "a symbolic link (never followed)".into())),
+                EntryKind::Special => found
+                    .skipped
+                    .push((shown, "a FIFO, socket or device (never opened)".into())),
+                EntryKind::File if artifacts.usage().1 >= crate::artifact::MAX_RUN_ARTIFACTS => {
+                    found.skipped.push((
+                        shown,
+                        format!(
+                            "limit: this run holds {} artifacts, the most it may",
+                            crate::artifact::MAX_RUN_ARTIFACTS
+                        ),
+                    ));
+                }
+                EntryKind::File => match publish_file(fs, redactor, artifacts, &path, None) {
+                    Ok(p) if p.new => found.published.push(p),
+                    Ok(_) => found.known += 1,
+                    Err(e) => found
+                        .skipped
+                        .push((shown, format!("{}: {}", e.kind().as_str(), e.message()))),
+                },
+            }
+        }
+    }
+    found
+}

@@ -1,0 +1,90 @@
+//! Each run has its own artifacts over the workspace's one store, in the
+//! state directory.
+
+use cubby::artifact::Publish;
+use cubby::config::ProviderKind;
+use cubby::{Config, ErrorKind, HostEnv, Workspace};
+
+fn workspace(state_dir: Option<String>) -> (tempfile::TempDir, Workspace) {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("root")).unwrap();
+    let root = dir.path().join("root").canonicalize().unwrap();
+    let config = Config {
+        provider: Some(ProviderKind::Virtual),
+        state_dir,
+        ..Config::default()
+    };
+    let ws = Workspace::from_config(&root, &config, None, &HostEnv::default()).unwrap();
+    (dir, ws)
+}
+
+#[test]
+fn runs_publish_into_the_state_dir_and_see_only_their_own_artifacts() {
+    let state = tempfile::tempdir().unwrap();
+    let state_dir = state.path().join("state");
+    let (_dir, ws) = workspace(Some(state_dir.to_str().unwrap().to_string()));
+    assert_eq!(ws.state_dir(), state_dir);
+    let factory = ws.factory(false).unwrap();
+    let first = factory().unwrap();
+    let second = factory().unwrap();
+    // Nothing on disk until a run publishes.
+    assert!(!state_dir.exists());
+    let published = first
+        .artifacts()
+        .publish_bytes(
+            &Publish {
+                name: "notes.txt".into(),
+                ..Publish::default()
+            },
+            b"hello\n",
+        )
+        .unwrap();
+    let sha = &published.file.sha256;
+    let blob = state_dir.join("artifacts/sha256").join(&sha[..2]).join(sha);
+    assert_eq!(std::fs::read(&blob).unwrap(), b"hello\n");
+    assert_eq!(first.artifacts().list(), [published.file.clone()]);
+    assert_eq!(
+        first.artifacts().resolve(&published.file.uri).unwrap(),
+        published.file
+    );
+    // Another run (another session) shares the store, not the artifacts.
+    assert!(second.artifacts().list().is_empty());
+    assert_eq!(
+        second
+            .artifacts()
+            .resolve(&published.file.uri)
+            .unwrap_err()
+            .kind(),
+        ErrorKind::NotFound
+    );
+}
+
+#[test]
+fn a_state_dir_inside_the_workspace_or_relative_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    let config = Config {
+        state_dir: Some(root.join(".cubby").to_str().unwrap().to_string()),
+        ..Config::default()
+    };
+    let e = Workspace::from_config(&root, &config, None, &HostEnv::default()).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidInput);
+    assert!(e.message().contains("inside the workspace"), "{e}");
+    let e = Config::from_toml("state_dir = \"state\"\n", "cubby.toml").unwrap_err();
+    assert!(e.message().contains("state_dir"), "{e}");
+}
+
+#[test]
+fn the_default_state_dir_is_the_users_in_the_temp_dir() {
+    let host = HostEnv::default().with("TMPDIR", "/var/tmp/x");
+    let uid = rustix::process::getuid().as_raw();
+    assert_eq!(
+        cubby::artifact::default_state_dir(&host),
+        std::path::PathBuf::from(format!("/var/tmp/x/cubby-state-{uid}"))
+    );
+    let (_dir, ws) = workspace(None);
+    assert_eq!(
+        ws.state_dir(),
+        std::path::PathBuf::from(format!("/tmp/cubby-state-{uid}"))
+    );
+}
