@@ -481,7 +481,7 @@ impl ProcessTable {
         }
         let cap = wanted.min(share);
         let mut over = (held + cap).saturating_sub(self.log_budget);
-        caps.sort_by(|a, b| b.0.cmp(&a.0));
+        caps.sort_by_key(|c| std::cmp::Reverse(c.0));
         for (have, proc) in caps {
             if over == 0 || have <= share {
                 break;
