@@ -111,16 +111,7 @@ fn escape_name_unless(bytes: &[u8], ambiguous: impl Fn(&str) -> bool) -> Cow<'_,
             match c {
                 '"' => out.push_str("\\\""),
                 '\\' => out.push_str("\\\\"),
-                '\n' => out.push_str("\\n"),
-                '\r' => out.push_str("\\r"),
-                '\t' => out.push_str("\\t"),
-                c if (c as u32) < 0x80 && c.is_control() => {
-                    let _ = write!(out, "\\x{:02x}", c as u32);
-                }
-                c if needs_escape(c) => {
-                    let _ = write!(out, "\\u{{{:x}}}", c as u32);
-                }
-                c => out.push(c),
+                c => push_escaped(&mut out, c),
             }
         }
         for b in chunk.invalid() {
@@ -128,6 +119,43 @@ fn escape_name_unless(bytes: &[u8], ambiguous: impl Fn(&str) -> bool) -> Cow<'_,
         }
     }
     out.push('"');
+    Cow::Owned(out)
+}
+
+/// Pushes `c`, escaped as [`escape_name`] escapes it when it is a control
+/// or bidirectional character (`\n`, `\x1b`, `\u{202e}`).
+fn push_escaped(out: &mut String, c: char) {
+    match c {
+        '\n' => out.push_str("\\n"),
+        '\r' => out.push_str("\\r"),
+        '\t' => out.push_str("\\t"),
+        c if (c as u32) < 0x80 && c.is_control() => {
+            let _ = write!(out, "\\x{:02x}", c as u32);
+        }
+        c if needs_escape(c) && c != '"' && c != '\\' => {
+            let _ = write!(out, "\\u{{{:x}}}", c as u32);
+        }
+        c => out.push(c),
+    }
+}
+
+/// `text` (a message built by a library from the model's input, such as
+/// serde's `unknown field` naming a key) with every control and
+/// bidirectional character escaped as in [`escape_name`], quotes and
+/// backslashes left as they are: one line, whatever the input held.
+/// Redacted with the current call's redactor first, as [`escape_name`] is.
+pub fn escape_controls(text: &str) -> Cow<'_, str> {
+    let text = crate::output::redact_for_cut(text);
+    if !text
+        .chars()
+        .any(|c| needs_escape(c) && c != '"' && c != '\\')
+    {
+        return text;
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        push_escaped(&mut out, c);
+    }
     Cow::Owned(out)
 }
 

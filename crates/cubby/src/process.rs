@@ -8,7 +8,12 @@
 //! arrival order), strips ANSI escapes, redacts secrets (safe across reads),
 //! and appends the result to a retained window (a ring, default 1 MiB) and,
 //! for `run`, to a head+tail capture. Memory per process is bounded whatever
-//! the command prints: reads are of a fixed size. Subscribers receive each
+//! the command prints: reads are of a fixed size. The windows of one run's
+//! processes, running and finished, share a budget (default
+//! [`RETAINED_LOG_TOTAL_BYTES`]): a process that would take the sum past it
+//! gets a smaller window, and the largest windows shrink to make room (their
+//! oldest bytes go, as `dropped` bytes in `process_logs`), never below
+//! [`MIN_RETAINED_LOG_BYTES`]. Subscribers receive each
 //! shaped chunk as it arrives. At the end of the stream the reader waits for
 //! the command's [`ExitStatus`] and records it as a [`Status`].
 //!
@@ -37,6 +42,12 @@ use crate::sync::lock;
 
 /// Bytes of output retained per process for `process_logs`.
 pub const RETAINED_LOG_BYTES: usize = 1024 * 1024;
+/// Bytes of output retained by all the processes of one run together
+/// (running and finished): 64 full windows.
+pub const RETAINED_LOG_TOTAL_BYTES: usize = 64 * 1024 * 1024;
+/// Smallest window a process keeps when the run's budget is shared out;
+/// when even this does not fit, a new process is refused (`limit`).
+pub const MIN_RETAINED_LOG_BYTES: usize = 64 * 1024;
 /// Finished processes kept for paging.
 pub const MAX_FINISHED_PROCESSES: usize = 64;
 /// Grace between the polite stop and the kill.
@@ -136,6 +147,16 @@ struct LogRing {
 }
 
 impl LogRing {
+    /// Keeps at most `cap` bytes from now on, dropping the oldest.
+    fn shrink_to(&mut self, cap: usize) {
+        let cap = cap.max(1);
+        let overflow = self.buf.len().saturating_sub(cap);
+        self.buf.drain(..overflow);
+        self.start += overflow as u64;
+        self.buf.shrink_to(cap);
+        self.cap = cap;
+    }
+
     fn push(&mut self, bytes: &[u8]) {
         if bytes.len() >= self.cap {
             let drop = self.buf.len() as u64 + (bytes.len() - self.cap) as u64;
@@ -241,6 +262,12 @@ impl Proc {
     /// Bytes of output seen so far (the next cursor at the end).
     pub fn output_end(&self) -> u64 {
         lock(&self.state).log.end()
+    }
+
+    /// The most bytes of output this process keeps for `process_logs`
+    /// (less than asked for when the run's budget is shared out).
+    pub fn retained_window(&self) -> usize {
+        lock(&self.state).log.cap
     }
 
     /// Output from `cursor`, at most `max` bytes: (text, start offset, next
@@ -380,6 +407,8 @@ pub struct ProcessTable {
     next_run: AtomicU64,
     redactor: Redactor,
     subscribers: Arc<Mutex<Vec<Subscriber>>>,
+    /// Most bytes the windows of all its processes keep together.
+    log_budget: usize,
 }
 
 impl std::fmt::Debug for ProcessTable {
@@ -392,6 +421,7 @@ impl ProcessTable {
     pub(crate) fn new(
         redactor: Redactor,
         subscribers: Arc<Mutex<Vec<Subscriber>>>,
+        log_budget: usize,
     ) -> ProcessTable {
         ProcessTable {
             procs: Mutex::new(BTreeMap::new()),
@@ -399,6 +429,7 @@ impl ProcessTable {
             next_run: AtomicU64::new(1),
             redactor,
             subscribers,
+            log_budget: log_budget.max(1),
         }
     }
 
@@ -409,6 +440,67 @@ impl ProcessTable {
         for s in subscribers.iter().chain(call) {
             s(event);
         }
+    }
+
+    /// The bytes of output the windows of its processes hold now
+    /// (`process_logs` can show them), and the most they may hold together.
+    pub fn retained_log_bytes(&self) -> (usize, usize) {
+        let held = lock(&self.procs)
+            .values()
+            .map(|p| lock(&p.state).log.buf.len())
+            .sum();
+        (held, self.log_budget)
+    }
+
+    /// The window for a new process that asks for `wanted` bytes, with
+    /// `procs` (less `replaced`, which the new one takes the place of)
+    /// keeping theirs: `wanted` when the budget has room; else the share of
+    /// each window with the new one counted, the larger windows shrunk to
+    /// it, largest first, until the sum fits.
+    fn make_room(
+        &self,
+        procs: &BTreeMap<String, Arc<Proc>>,
+        replaced: Option<&Arc<Proc>>,
+        wanted: usize,
+    ) -> Result<usize> {
+        let others: Vec<&Arc<Proc>> = procs
+            .values()
+            .filter(|p| !replaced.is_some_and(|r| Arc::ptr_eq(p, r)))
+            .collect();
+        let mut caps: Vec<(usize, &Arc<Proc>)> = others
+            .iter()
+            .map(|p| (lock(&p.state).log.cap, *p))
+            .collect();
+        let held: usize = caps.iter().map(|(c, _)| c).sum();
+        if held.saturating_add(wanted) <= self.log_budget {
+            return Ok(wanted);
+        }
+        let count = caps.len() + 1;
+        let share = self.log_budget / count;
+        if share < MIN_RETAINED_LOG_BYTES.min(self.log_budget) {
+            return Err(Error::new(
+                ErrorKind::Limit,
+                format!(
+                    "{count} processes would share the {} bytes kept of their output, less \
+                     than {} bytes each; stop background processes you no longer need \
+                     (stop_process), then start this one again",
+                    crate::output::thousands(self.log_budget as u64),
+                    crate::output::thousands(MIN_RETAINED_LOG_BYTES as u64),
+                ),
+            ));
+        }
+        let cap = wanted.min(share);
+        let mut over = (held + cap).saturating_sub(self.log_budget);
+        caps.sort_by_key(|c| std::cmp::Reverse(c.0));
+        for (have, proc) in caps {
+            if over == 0 || have <= share {
+                break;
+            }
+            let cut = (have - share).min(over);
+            lock(&proc.state).log.shrink_to(have - cut);
+            over -= cut;
+        }
+        Ok(cap)
     }
 
     /// A fresh name for a `run`: `run-1`, `run-2`, …
@@ -434,7 +526,29 @@ impl ProcessTable {
     }
 
     /// Registers a spawned process and starts its reader.
+    ///
+    /// # Errors
+    ///
+    /// `invalid_input` when a live process has the name; `limit` when the
+    /// run's log budget has no window of [`MIN_RETAINED_LOG_BYTES`] left.
     pub(crate) fn track(&self, spawned: Spawned, track: Track) -> Result<Arc<Proc>> {
+        let mut procs = lock(&self.procs);
+        let replaced = procs.get(&track.name);
+        let room = match replaced {
+            Some(old) if old.status() == Status::Running => Err(Error::invalid_input(format!(
+                "a process named `{}` is already running; stop it or pick another name",
+                track.name
+            ))),
+            _ => self.make_room(&procs, replaced, track.retained_bytes.max(1)),
+        };
+        let cap = match room {
+            Ok(cap) => cap,
+            Err(e) => {
+                drop(procs);
+                abandon(spawned);
+                return Err(e);
+            }
+        };
         let proc = Arc::new(Proc {
             name: track.name.clone(),
             command: track.command,
@@ -446,7 +560,7 @@ impl ProcessTable {
                 status: Status::Running,
                 log: LogRing {
                     buf: VecDeque::new(),
-                    cap: track.retained_bytes.max(1),
+                    cap,
                     start: 0,
                 },
                 capture: track.capture_bytes.map(HeadTail::new),
@@ -457,18 +571,8 @@ impl ProcessTable {
             child: Arc::from(spawned.handle),
             stdin: Mutex::new(spawned.stdin),
         });
-        {
-            let mut procs = lock(&self.procs);
-            if let Some(old) = procs.get(&track.name)
-                && old.status() == Status::Running
-            {
-                return Err(Error::invalid_input(format!(
-                    "a process named `{}` is already running; stop it or pick another name",
-                    track.name
-                )));
-            }
-            procs.insert(track.name.clone(), proc.clone());
-        }
+        procs.insert(track.name.clone(), proc.clone());
+        drop(procs);
         let reader = Reader {
             on_exit: spawned.on_exit,
             proc: proc.clone(),
@@ -521,6 +625,46 @@ impl ProcessTable {
 impl Drop for ProcessTable {
     fn drop(&mut self) {
         self.stop_all();
+    }
+}
+
+/// Ends a command that was started but is not tracked: its tree killed,
+/// waited for, and what its provider holds released.
+fn abandon(spawned: Spawned) {
+    let Spawned {
+        handle,
+        output,
+        stdin,
+        on_exit,
+    } = spawned;
+    drop((output, stdin));
+    let handle: Arc<dyn ProcessHandle> = Arc::from(handle);
+    let (done, waited) = std::sync::mpsc::channel();
+    let waiter = handle.clone();
+    let started = std::thread::Builder::new()
+        .name("cubby-abandon".into())
+        .spawn(move || {
+            let _ = waiter.wait();
+            let _ = done.send(());
+        });
+    if started.is_err() {
+        handle.kill_tree();
+        return;
+    }
+    // As `Proc::kill_tree`: the kill is repeated until the tree is reaped.
+    let deadline = Instant::now() + KILL_WAIT;
+    loop {
+        handle.kill_tree();
+        if waited.recv_timeout(KILL_RESEND).is_ok() {
+            if let Some(release) = on_exit {
+                release();
+            }
+            return;
+        }
+        if Instant::now() >= deadline {
+            tracing::error!(pid = handle.id(), "an untracked process tree did not die");
+            return;
+        }
     }
 }
 
@@ -849,7 +993,11 @@ mod contract_tests {
     }
 
     fn table() -> ProcessTable {
-        ProcessTable::new(Redactor::default(), Arc::new(Mutex::new(Vec::new())))
+        ProcessTable::new(
+            Redactor::default(),
+            Arc::new(Mutex::new(Vec::new())),
+            crate::process::RETAINED_LOG_TOTAL_BYTES,
+        )
     }
 
     fn track(retained: usize) -> Track {

@@ -25,7 +25,9 @@ use crate::host_env::HostEnv;
 use crate::output::{Redactor, Secret, ToolOutput};
 use crate::path::WorkspacePath;
 use crate::policy::Policy;
-use crate::process::{CancelToken, ProcessTable, RETAINED_LOG_BYTES, Subscriber};
+use crate::process::{
+    CancelToken, ProcessTable, RETAINED_LOG_BYTES, RETAINED_LOG_TOTAL_BYTES, Subscriber,
+};
 use crate::sandbox::{CommandEnv, Sandbox};
 use crate::skills::{SKILLS_DIR_ENV, Skills};
 use crate::tools::{
@@ -160,6 +162,7 @@ impl Toolset {
             before_run: None,
             shell: None,
             retained_log_bytes: RETAINED_LOG_BYTES,
+            retained_log_total_bytes: RETAINED_LOG_TOTAL_BYTES,
             subscribers: Vec::new(),
             web_search: None,
             search_backend: None,
@@ -309,7 +312,20 @@ impl Toolset {
     /// protected paths is shortened to fit, and the catalog shows as many
     /// skills as fit in what is left (at most
     /// [`crate::skills::MAX_CATALOG_CHARS`]).
+    ///
+    /// What comes from the workspace (skill descriptions, protected names)
+    /// is redacted before it is cut, and its control characters are
+    /// neutralised, as in a tool's result; the whole text is redacted again.
     pub fn instructions(&self, max_chars: usize) -> String {
+        let _scope = crate::output::CallScope::enter(&self.inner.redactor);
+        let text = self
+            .inner
+            .redactor
+            .redact_str(&self.instructions_unredacted(max_chars));
+        crate::output::neutralize_controls(&text).into_owned()
+    }
+
+    fn instructions_unredacted(&self, max_chars: usize) -> String {
         let base = self.base_instructions(max_chars);
         let skills = &self.inner.skills;
         let offered = self
@@ -347,7 +363,11 @@ impl Toolset {
             policy.mode().as_str(),
         );
         let tail = format!(" Tools: {}.", names.join(", "));
-        let protected: Vec<&str> = policy.protected().collect();
+        // Names escaped (redacted first) as every tool shows a path.
+        let protected: Vec<std::borrow::Cow<'_, str>> = policy
+            .protected()
+            .map(|p| crate::path::escape_name(p.as_bytes()))
+            .collect();
         let mut shown = protected.len();
         loop {
             let mut list = protected[..shown].join(", ");
@@ -476,7 +496,7 @@ impl Toolset {
         let Some(known) = catalog.find(name) else {
             return Err(Error::invalid_input(format!(
                 "there is no tool named `{}`; available tools: {}",
-                crate::output::truncate_for_message(name),
+                crate::output::truncate_for_message(&crate::path::escape_controls(name)),
                 self.tool_names().join(", ")
             )));
         };
@@ -629,6 +649,7 @@ pub struct ToolsetBuilder {
     before_run: Option<BeforeRun>,
     shell: Option<Vec<String>>,
     retained_log_bytes: usize,
+    retained_log_total_bytes: usize,
     subscribers: Vec<Subscriber>,
     web_search: Option<WebSearchConfig>,
     search_backend: Option<Arc<dyn SearchBackend>>,
@@ -720,6 +741,16 @@ impl ToolsetBuilder {
     /// Bytes of output kept per process for `process_logs`. Default: 1 MiB.
     pub fn retained_log_bytes(mut self, bytes: usize) -> ToolsetBuilder {
         self.retained_log_bytes = bytes.max(1);
+        self
+    }
+
+    /// Bytes of output kept by all the processes of the run together,
+    /// running and finished: past it, new processes get smaller windows
+    /// and the largest shrink, down to
+    /// [`crate::process::MIN_RETAINED_LOG_BYTES`] each. Default:
+    /// [`crate::process::RETAINED_LOG_TOTAL_BYTES`] (64 MiB).
+    pub fn retained_log_total_bytes(mut self, bytes: usize) -> ToolsetBuilder {
+        self.retained_log_total_bytes = bytes.max(1);
         self
     }
 
@@ -857,7 +888,11 @@ impl ToolsetBuilder {
             None => default_shell(&host),
         };
         let subscribers = Arc::new(Mutex::new(self.subscribers));
-        let procs = ProcessTable::new(redactor.clone(), subscribers.clone());
+        let procs = ProcessTable::new(
+            redactor.clone(),
+            subscribers.clone(),
+            self.retained_log_total_bytes,
+        );
         // Variables only cubby itself may use: never in a command's env.
         let mut env = CommandEnv::new(&policy.env().pass, &policy.env().set)?;
         for secret in &user_secrets {

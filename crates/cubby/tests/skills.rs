@@ -10,7 +10,9 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use cubby::config::ProviderKind;
-use cubby::skills::{MAX_CATALOG_CHARS, MAX_SKILL_BYTES, MAX_SKILL_FILES, SKILLS_DIR_ENV};
+use cubby::skills::{
+    MAX_CATALOG_CHARS, MAX_CATALOG_ENTRY_CHARS, MAX_SKILL_BYTES, MAX_SKILL_FILES, SKILLS_DIR_ENV,
+};
 use cubby::{Config, HostEnv, Policy, Toolset, Workspace, local_sandbox};
 use serde_json::json;
 
@@ -392,6 +394,57 @@ fn file_may_not_leave_the_skill() {
     assert!(out.text.starts_with("ERROR path_escape:"), "{}", out.text);
     let out = t.call("skill", json!({"name": "pdf", "file": "nothing.txt"}));
     assert!(out.text.starts_with("ERROR not_found:"), "{}", out.text);
+}
+
+/// R3-9: the catalog in the MCP `initialize` instructions is redacted as a
+/// tool's result is, each description before its cut at
+/// `MAX_CATALOG_ENTRY_CHARS` (a secret straddling the cut would otherwise
+/// leave a prefix the redaction of the whole text cannot recognise).
+#[test]
+fn the_catalog_in_the_instructions_is_redacted_before_its_cut() {
+    const KEY: &str = "ABCDEFGHIJKLMNOPQRSTUVWXYZ012345";
+    let (_tmp, root) = workspace();
+    put(
+        &root,
+        "demo",
+        &md("demo", &format!("Deploy using key {KEY} now")),
+    );
+    let long = format!("{}{KEY}", "a".repeat(MAX_CATALOG_ENTRY_CHARS - 20));
+    put(&root, "edge", &md("edge", &long));
+    let with = |secret: bool| {
+        let mut policy = Policy::builder();
+        policy.skills_dirs(["skills"]);
+        let mut b = Toolset::builder(local_sandbox(&root).unwrap());
+        b = b.policy(policy.build().unwrap()).track_changes(false);
+        if secret {
+            b = b.secret("RT_SEC", KEY);
+        }
+        b.build().unwrap()
+    };
+    let shows = |text: &str| (0..=KEY.len() - 8).any(|i| text.contains(&KEY[i..i + 8]));
+    // Control: with no secret registered both descriptions show the key,
+    // the second cut inside it (what the redaction of the whole text
+    // cannot recognise).
+    let text = with(false).instructions(2_000);
+    assert!(
+        text.contains(&format!("- demo: Deploy using key {KEY} now")),
+        "{text}"
+    );
+    let edge = text.lines().find(|l| l.starts_with("- edge: ")).unwrap();
+    assert!(edge.contains(&KEY[..16]) && !edge.contains(KEY), "{edge}");
+    let t = with(true);
+    let text = t.instructions(2_000);
+    assert!(!shows(&text), "{text}");
+    assert!(
+        text.contains("- demo: Deploy using key [REDACTED:RT_SEC] now"),
+        "{text}"
+    );
+    assert!(text.contains("- edge: aaaa"), "{text}");
+    // The oracle: the `skill` tool's catalog says the same.
+    let out = t.call("skill", json!({}));
+    assert!(!out.is_error, "{}", out.text);
+    assert!(out.text.contains("[REDACTED:RT_SEC]"), "{}", out.text);
+    assert!(!shows(&out.text), "{}", out.text);
 }
 
 #[test]

@@ -143,7 +143,9 @@ impl Skills {
     /// [`MAX_CATALOG_ENTRY_CHARS`]), as many as fit in `max_chars` with the
     /// header saying how many it shows, and `… and N more: call `skill``
     /// when not all do. Empty when there are no skills or not even the
-    /// header and that line fit.
+    /// header and that line fit. Descriptions are redacted with the
+    /// current call's redactor ([`crate::output::CallScope`]) before they
+    /// are cut.
     pub fn catalog(&self, max_chars: usize) -> String {
         let total = self.found.len();
         if total == 0 {
@@ -157,7 +159,7 @@ impl Skills {
                     "- {}: {}",
                     s.name,
                     cut_chars(
-                        &escape_catalog_text(&s.description),
+                        &escape_catalog_text(&crate::output::redact_for_cut(&s.description)),
                         MAX_CATALOG_ENTRY_CHARS
                     )
                 )

@@ -227,12 +227,13 @@ impl Tool for Changes {
     };
     fn description(_d: &super::Describe<'_>) -> String {
         "List what changed in the sandboxed workspace since this session started, whoever \
-         changed it (your edits and what commands did): `A path` (added), `M path` (modified), \
-         `D path` (deleted); `git <dir>: …` lines say a branch or tag moved or the index now \
-         hides a file from git (commits are not files: read them with `git log -p`), and a \
-         `[not listed: …]` note counts files that ignore rules made during the session leave \
-         out. Use it to review the session's work, instead of `git status`, which also shows \
-         what was changed before."
+         changed it (your edits and what commands did); use it to review the session's work, \
+         instead of `git status`, which also shows what was changed before. `A path` (added), \
+         `M path` (modified), `D path` (deleted); `git <dir>: …` lines say a branch or tag \
+         moved, the index now hides a file from git, or a file that decides which commits git \
+         shows (grafts, shallow, alternates) changed (commits are not files: read them with \
+         `git log -p`); a `[not listed: …]` note counts files that ignore rules made during the \
+         session leave out."
             .to_string()
     }
     const ANNOTATIONS: super::Annotations = READ_ONLY;

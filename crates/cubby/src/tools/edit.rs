@@ -8,12 +8,14 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use similar::TextDiff;
+use std::borrow::Cow;
 
 use super::read::ReadFile;
 use super::write::WriteFile;
 use super::write::{commit, guard_overwrite};
 use super::{Annotations, Ctx, Tool, hex, thousands};
 use crate::error::{Error, ErrorKind, Result};
+use crate::output::Redactor;
 use crate::output::ToolOutput;
 use crate::output::cap_head_tail;
 use crate::output::truncate_for_message;
@@ -124,10 +126,21 @@ impl Tool for EditFile {
             ));
         };
         let replace_all = params.replace_all.unwrap_or(false);
-        let (new, count) = apply(&old, &params.find, &params.replace, replace_all, &path)?;
+        let (new, count) = apply(
+            &old,
+            &params.find,
+            &params.replace,
+            replace_all,
+            &path,
+            ctx.redactor,
+        )?;
         let digest = commit(ctx, &path, new.as_bytes())?;
         let shown = path.display();
-        let diff = TextDiff::from_lines(&old, &new)
+        // The diff is of the contents as `read_file` shows them: a secret
+        // spanning lines is redacted before the lines are cut and prefixed,
+        // which the redaction of the result alone could no longer see.
+        let (old_shown, new_shown) = (as_shown(ctx.redactor, &old), as_shown(ctx.redactor, &new));
+        let diff = TextDiff::from_lines(old_shown.as_ref(), new_shown.as_ref())
             .unified_diff()
             .context_radius(DIFF_CONTEXT_LINES)
             .header(&format!("a/{shown}"), &format!("b/{shown}"))
@@ -157,13 +170,24 @@ impl Tool for EditFile {
     }
 }
 
+/// `text` as `read_file` shows it: every secret replaced by its marker,
+/// the line feeds it held kept.
+fn as_shown<'t>(redactor: &Redactor, text: &'t str) -> Cow<'t, str> {
+    match redactor.redact_lines(text.as_bytes()) {
+        Cow::Borrowed(_) => Cow::Borrowed(text),
+        Cow::Owned(bytes) => Cow::Owned(String::from_utf8_lossy(&bytes).into_owned()),
+    }
+}
+
 /// Applies the edit; returns the new text and the number of replacements.
+/// The diagnostics quote `old` as shown through `redactor`.
 fn apply(
     old: &str,
     find: &str,
     replace: &str,
     replace_all: bool,
     path: &WorkspacePath,
+    redactor: &Redactor,
 ) -> Result<(String, u64)> {
     let crlf = old.contains("\r\n") && !find.contains('\r');
     let (find_eff, replace_eff) = if crlf {
@@ -173,7 +197,7 @@ fn apply(
     };
     let positions: Vec<usize> = old.match_indices(&find_eff).map(|(i, _)| i).collect();
     match positions.len() {
-        0 => Err(no_match(old, find, path)),
+        0 => Err(no_match(&as_shown(redactor, old), find, path)),
         1 => Ok((old.replacen(&find_eff, &replace_eff, 1), 1)),
         n if replace_all => Ok((old.replace(&find_eff, &replace_eff), n as u64)),
         n => {
@@ -273,6 +297,7 @@ fn describe_difference(file_line: &str, find_line: &str) -> String {
     }
 }
 
+/// The `no_match` error; `old` is the file as shown (secrets redacted).
 fn no_match(old: &str, find: &str, path: &WorkspacePath) -> Error {
     let file_lines: Vec<&str> = old.split('\n').take(MAX_DIAGNOSTIC_LINES).collect();
     let find_lines: Vec<&str> = find.split('\n').map(|l| l.trim_end_matches('\r')).collect();
@@ -374,24 +399,32 @@ mod tests {
 
     #[test]
     fn replaces_exactly_once() {
-        let (new, n) = apply("a b c", "b", "B", false, &p()).unwrap();
+        let (new, n) = apply("a b c", "b", "B", false, &p(), &Redactor::default()).unwrap();
         assert_eq!((new.as_str(), n), ("a B c", 1));
     }
 
     #[test]
     fn ambiguous_lists_lines() {
-        let err = apply("x\ny\nx\n", "x", "z", false, &p()).unwrap_err();
+        let err = apply("x\ny\nx\n", "x", "z", false, &p(), &Redactor::default()).unwrap_err();
         assert_eq!(err.kind(), ErrorKind::AmbiguousMatch);
         assert!(err.message().contains("2 times"));
         assert!(err.message().contains("lines 1, 3"));
-        let (new, n) = apply("x\ny\nx\n", "x", "z", true, &p()).unwrap();
+        let (new, n) = apply("x\ny\nx\n", "x", "z", true, &p(), &Redactor::default()).unwrap();
         assert_eq!((new.as_str(), n), ("z\ny\nz\n", 2));
     }
 
     #[test]
     fn crlf_files_match_lf_find_and_stay_crlf() {
         let old = "one\r\ntwo\r\nthree\r\n";
-        let (new, _) = apply(old, "one\ntwo", "uno\ndos", false, &p()).unwrap();
+        let (new, _) = apply(
+            old,
+            "one\ntwo",
+            "uno\ndos",
+            false,
+            &p(),
+            &Redactor::default(),
+        )
+        .unwrap();
         assert_eq!(new, "uno\r\ndos\r\nthree\r\n");
     }
 
@@ -403,6 +436,7 @@ mod tests {
             "",
             false,
             &p(),
+            &Redactor::default(),
         )
         .unwrap_err();
         assert_eq!(err.kind(), ErrorKind::NoMatch);
@@ -413,20 +447,44 @@ mod tests {
 
     #[test]
     fn no_match_names_nbsp_and_trailing_space() {
-        let err = apply("let\u{a0}x = 1;\n", "let x = 1;", "", false, &p()).unwrap_err();
+        let err = apply(
+            "let\u{a0}x = 1;\n",
+            "let x = 1;",
+            "",
+            false,
+            &p(),
+            &Redactor::default(),
+        )
+        .unwrap_err();
         assert!(err.message().contains("U+00A0"), "{err}");
-        let err = apply("let x = 1;  \nnext\n", "let x = 1;\nnext", "", false, &p()).unwrap_err();
+        let err = apply(
+            "let x = 1;  \nnext\n",
+            "let x = 1;\nnext",
+            "",
+            false,
+            &p(),
+            &Redactor::default(),
+        )
+        .unwrap_err();
         assert!(err.message().contains("trailing"), "{err}");
     }
 
     #[test]
     fn no_match_names_crlf() {
         // `find` carries a CR that the LF file does not have.
-        let err = apply("a\nb\n", "a\r\nb", "", false, &p()).unwrap_err();
+        let err = apply("a\nb\n", "a\r\nb", "", false, &p(), &Redactor::default()).unwrap_err();
         assert_eq!(err.kind(), ErrorKind::NoMatch);
         assert!(err.message().contains("CRLF"), "{err}");
         // CRLF file with a find containing CR on one line only.
-        let err = apply("a\r\nb\r\n", "a\r\nb\nc", "", false, &p()).unwrap_err();
+        let err = apply(
+            "a\r\nb\r\n",
+            "a\r\nb\nc",
+            "",
+            false,
+            &p(),
+            &Redactor::default(),
+        )
+        .unwrap_err();
         assert_eq!(err.kind(), ErrorKind::NoMatch);
     }
 
@@ -438,6 +496,7 @@ mod tests {
             "",
             false,
             &p(),
+            &Redactor::default(),
         )
         .unwrap_err();
         assert!(err.message().contains("line 1"), "{err}");

@@ -1,9 +1,12 @@
 //! What `changes` reads of git's own state, so that a command cannot hide a
 //! change behind git (SPEC §2, "nothing is silently unseen"): the refs of
 //! every git directory in the workspace (`HEAD`, loose refs, `packed-refs`,
-//! a reftable's table list) and the paths its index marks `skip-worktree`
+//! a reftable's table list), the paths its index marks `skip-worktree`
 //! or `assume-unchanged` (which make the host's `git status` and `git diff`
-//! pass over a file's changes).
+//! pass over a file's changes), and the files that change which commits
+//! and objects git sees (`info/grafts`, `shallow`,
+//! `objects/info/alternates`: a graft or a shallow line hides history from
+//! the host's `git log`), by their digests.
 //!
 //! Everything is read from the files themselves through the provider's
 //! [`FileSystem`] — no git process runs, and nothing a command can rewrite
@@ -42,6 +45,21 @@ const MAX_MODULE_DEPTH: usize = 8;
 pub(crate) const MAX_GIT_NOTES: usize = 200;
 /// Bytes of a SHA-1 and of a SHA-256 object id.
 const HASH_LENS: [usize; 2] = [20, 32];
+/// The files of a git directory that change which commits and objects git
+/// sees, compared by digest: a graft or a `shallow` line cuts a commit's
+/// parents off (the host's `git log` stops there), an alternate lends
+/// objects from another store.
+pub(crate) const HISTORY_FILES: [&str; 4] = [
+    "info/grafts",
+    "shallow",
+    "objects/info/alternates",
+    "objects/info/http-alternates",
+];
+/// Most bytes read of one of [`HISTORY_FILES`] (a shallow clone lists a
+/// line per boundary commit).
+const MAX_HISTORY_FILE_BYTES: u64 = 32 * 1024 * 1024;
+/// Hex digits of a digest shown for a file of [`HISTORY_FILES`].
+const SHOWN_DIGEST_HEX: usize = 16;
 /// An index entry's fixed part before its object id (stat data, mode).
 const INDEX_STAT_BYTES: usize = 40;
 
@@ -64,8 +82,20 @@ impl Flag {
 /// What one git directory's files say, or why they could not be read.
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct DirState {
-    refs: Result<BTreeMap<String, String>, String>,
+    refs: Result<Refs, String>,
     flags: Result<BTreeSet<(String, Flag)>, String>,
+    /// Each of [`HISTORY_FILES`] present: its digest, or why it could not be
+    /// read.
+    history: BTreeMap<&'static str, Result<String, String>>,
+}
+
+/// The refs of a git directory, and the lines of its `packed-refs` that
+/// name no ref git would accept (skipped, so that a line written to forge
+/// a `changes` line is never shown as a ref).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+struct Refs {
+    refs: BTreeMap<String, String>,
+    skipped: usize,
 }
 
 /// Git's state in a workspace at one moment: per git directory (relative
@@ -82,10 +112,14 @@ pub struct GitNote {
     pub git_dir: String,
     /// `ref` (a ref moved, appeared or went), `skip-worktree` or
     /// `assume-unchanged` (the index now marks the path: git passes over
-    /// its changes), `not_compared` (what could not be read; `name` says
-    /// what, `after` why).
+    /// its changes), `history` (a file that decides which commits and
+    /// objects git sees — `info/grafts`, `shallow`,
+    /// `objects/info/alternates` — appeared, changed or went; `before` and
+    /// `after` are digests), `not_compared` (what could not be read; `name`
+    /// says what, `after` why).
     pub kind: String,
-    /// The ref (`HEAD`, `refs/heads/main`) or the path.
+    /// The ref (`HEAD`, `refs/heads/main`), the path, or the file within
+    /// the git directory (`info/grafts`).
     pub name: String,
     /// A ref's value at the baseline (`None`: it did not exist).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -108,6 +142,17 @@ impl GitNote {
             }
             ("ref", None, Some(a)) => format!("git {dir}: {name} added at {}", esc(a)),
             ("ref", Some(b), None) => format!("git {dir}: {name} removed (was {})", esc(b)),
+            ("history", before, after) => {
+                let what = match (before, after) {
+                    (None, _) => "added",
+                    (_, None) => "removed",
+                    _ => "changed",
+                };
+                format!(
+                    "git {dir}: {name} {what} (it decides which commits and objects git sees: \
+                     the host's `git log` may show another history)"
+                )
+            }
             ("not_compared", _, why) => format!(
                 "git {dir}: {name} not compared: {}",
                 esc(why.as_deref().unwrap_or(""))
@@ -129,6 +174,7 @@ impl GitState {
                 let state = DirState {
                     refs: refs(fs, &dir),
                     flags: index_flags(fs, &dir),
+                    history: history(fs, &dir),
                 };
                 (dir, state)
             })
@@ -142,8 +188,9 @@ impl GitState {
         let mut out = Vec::new();
         let names: BTreeSet<&WorkspacePath> = self.dirs.keys().chain(now.dirs.keys()).collect();
         let empty = DirState {
-            refs: Ok(BTreeMap::new()),
+            refs: Ok(Refs::default()),
             flags: Ok(BTreeSet::new()),
+            history: BTreeMap::new(),
         };
         for dir in names {
             let before = self.dirs.get(dir).unwrap_or(&empty);
@@ -159,12 +206,20 @@ impl GitState {
                 };
             match (&before.refs, &after.refs) {
                 (Ok(b), Ok(a)) => {
-                    let refs: BTreeSet<&String> = b.keys().chain(a.keys()).collect();
+                    let refs: BTreeSet<&String> = b.refs.keys().chain(a.refs.keys()).collect();
                     for name in refs {
-                        let (was, is) = (b.get(name), a.get(name));
+                        let (was, is) = (b.refs.get(name), a.refs.get(name));
                         if was != is {
                             out.push(note("ref", name, was, is));
                         }
+                    }
+                    if a.skipped != b.skipped && a.skipped > 0 {
+                        let why = format!(
+                            "{} line{} naming no valid ref (skipped, not shown)",
+                            crate::output::thousands(a.skipped as u64),
+                            if a.skipped == 1 { "" } else { "s" }
+                        );
+                        out.push(note("not_compared", "packed-refs", None, Some(&why)));
                     }
                 }
                 (_, Err(why)) | (Err(why), _) => {
@@ -179,6 +234,23 @@ impl GitState {
                 }
                 (_, Err(why)) | (Err(why), _) => {
                     out.push(note("not_compared", "index", None, Some(why)));
+                }
+            }
+            let files: BTreeSet<&&str> =
+                before.history.keys().chain(after.history.keys()).collect();
+            for name in files {
+                match (before.history.get(name), after.history.get(name)) {
+                    (_, Some(Err(why))) | (Some(Err(why)), _) => {
+                        out.push(note("not_compared", name, None, Some(why)));
+                    }
+                    (was, is) if was != is => {
+                        let (was, is) = (
+                            was.and_then(|r| r.as_ref().ok()),
+                            is.and_then(|r| r.as_ref().ok()),
+                        );
+                        out.push(note("history", name, was, is));
+                    }
+                    _ => {}
                 }
             }
         }
@@ -274,8 +346,9 @@ fn small_text(
 
 /// The refs of the git directory `dir`: `HEAD`, `packed-refs` overridden
 /// by loose refs, and a reftable's table list (by its digest).
-fn refs(fs: &dyn FileSystem, dir: &WorkspacePath) -> Result<BTreeMap<String, String>, String> {
+fn refs(fs: &dyn FileSystem, dir: &WorkspacePath) -> Result<Refs, String> {
     let mut out = BTreeMap::new();
+    let mut skipped = 0;
     if let Some(head) = small_text(fs, &dir.join_name(OsStr::new("HEAD")), MAX_REF_FILE_BYTES)? {
         out.insert("HEAD".to_string(), head);
     }
@@ -288,8 +361,11 @@ fn refs(fs: &dyn FileSystem, dir: &WorkspacePath) -> Result<BTreeMap<String, Str
             if line.starts_with(['#', '^']) {
                 continue;
             }
-            if let Some((oid, name)) = line.split_once(' ') {
-                out.insert(name.to_string(), oid.to_string());
+            match line.split_once(' ') {
+                Some((oid, name)) if is_object_id(oid) && is_ref_name(name) => {
+                    out.insert(name.to_string(), oid.to_string());
+                }
+                _ => skipped += 1,
             }
         }
     }
@@ -308,7 +384,64 @@ fn refs(fs: &dyn FileSystem, dir: &WorkspacePath) -> Result<BTreeMap<String, Str
             crate::output::thousands(MAX_REFS as u64)
         ));
     }
-    Ok(out)
+    Ok(Refs { refs: out, skipped })
+}
+
+/// True for a SHA-1 or SHA-256 object id in lower-case hex, as git writes
+/// them in `packed-refs`.
+fn is_object_id(s: &str) -> bool {
+    HASH_LENS.iter().any(|n| s.len() == n * 2)
+        && s.bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
+/// True for a name `git check-ref-format` accepts beneath `refs/`: no
+/// control character, space or any of `~^:?*[\`, no `..`, `@{` or `//`, no
+/// component that starts with `.` or ends with `.lock`, and no `/` or `.`
+/// at the end.
+fn is_ref_name(name: &str) -> bool {
+    let Some(rest) = name.strip_prefix("refs/") else {
+        return false;
+    };
+    !rest.is_empty()
+        && !name
+            .chars()
+            .any(|c| c.is_control() || matches!(c, ' ' | '~' | '^' | ':' | '?' | '*' | '[' | '\\'))
+        && !name.contains("..")
+        && !name.contains("@{")
+        && !name.ends_with(['/', '.'])
+        && rest
+            .split('/')
+            .all(|part| !part.is_empty() && !part.starts_with('.') && !part.ends_with(".lock"))
+}
+
+/// The digest of each of [`HISTORY_FILES`] in the git directory `dir`
+/// that exists (`sha256 <16 hex>…`), or why it could not be read.
+fn history(
+    fs: &dyn FileSystem,
+    dir: &WorkspacePath,
+) -> BTreeMap<&'static str, Result<String, String>> {
+    let mut out = BTreeMap::new();
+    for name in HISTORY_FILES {
+        let path = name
+            .split('/')
+            .fold(dir.clone(), |p, part| p.join_name(OsStr::new(part)));
+        let state = match fs.read_to_vec(&path, MAX_HISTORY_FILE_BYTES) {
+            Ok(bytes) => {
+                let digest = super::sha256(&bytes);
+                let hex: String = digest
+                    .iter()
+                    .take(SHOWN_DIGEST_HEX / 2)
+                    .map(|b| format!("{b:02x}"))
+                    .collect();
+                Ok(format!("sha256 {hex}…"))
+            }
+            Err(e) if e.kind() == ErrorKind::NotFound => continue,
+            Err(e) => Err(format!("`{path}` could not be read: {}", e.message())),
+        };
+        out.insert(name, state);
+    }
+    out
 }
 
 /// The loose refs beneath `dir` (named `name/…`) into `out`.
@@ -516,6 +649,41 @@ mod tests {
         assert_eq!(parse_index(&empty), Ok(BTreeSet::new()));
         // Cut short of its checksum.
         assert!(parse_index(&empty[..20]).is_err());
+    }
+
+    #[test]
+    fn packed_refs_keep_only_names_git_accepts() {
+        let oid = "0123456789abcdef0123456789abcdef01234567";
+        assert!(is_object_id(oid));
+        assert!(is_object_id(&"ab".repeat(32)));
+        assert!(!is_object_id("M"));
+        assert!(!is_object_id(&oid.to_uppercase()));
+        for good in [
+            "refs/heads/main",
+            "refs/tags/v1.0",
+            "refs/remotes/origin/feature/x-y",
+        ] {
+            assert!(is_ref_name(good), "{good}");
+        }
+        for bad in [
+            "fake.rs",
+            "HEAD",
+            "refs/",
+            "refs/heads/a b",
+            "refs/heads/a\nA forged.rs",
+            "refs/heads/a\u{1b}[31m",
+            "refs/heads/../x",
+            "refs/heads/.hidden",
+            "refs/heads/x.lock",
+            "refs/heads/x/",
+            "refs/heads//x",
+            "refs/heads/x.",
+            "refs/heads/a@{1}",
+            "refs/heads/a~1",
+            "refs/heads/a:b",
+        ] {
+            assert!(!is_ref_name(bad), "{bad:?}");
+        }
     }
 
     #[test]

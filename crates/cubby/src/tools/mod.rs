@@ -565,7 +565,9 @@ fn call_of<T: Tool>(ctx: &Ctx<'_>, args: Value) -> Result<ToolOutput> {
         Error::invalid_input(format!(
             "arguments for {} do not fit its schema: {}; see the tool's input schema",
             T::NAME,
-            crate::output::truncate_for_message(&e.to_string())
+            // serde names an unknown key or variant as it came: escaped,
+            // a key holding a line feed cannot start a line of its own.
+            crate::output::truncate_for_message(&crate::path::escape_controls(&e.to_string()))
         ))
     })?;
     let out = T::call(ctx, params)?;

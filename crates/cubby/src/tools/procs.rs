@@ -285,8 +285,21 @@ impl Tool for ProcessLogs {
         let more = next < proc.output_end();
         let mut text = String::new();
         if dropped > 0 {
+            let window = proc.retained_window();
+            // A window shrunk to share the run's budget says so.
+            let why = if window < ctx.exec.retained_log_bytes {
+                let (_, budget) = ctx.procs.retained_log_bytes();
+                format!(
+                    " (this process keeps its last {} bytes: the session's processes share {} \
+                     bytes of output)",
+                    thousands(window as u64),
+                    thousands(budget as u64)
+                )
+            } else {
+                String::new()
+            };
             text.push_str(&format!(
-                "[{} bytes before this point are no longer kept]\n",
+                "[{} bytes before this point are no longer kept{why}]\n",
                 thousands(dropped)
             ));
         }

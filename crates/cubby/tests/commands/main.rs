@@ -255,6 +255,7 @@ providers!(
         a_call_subscriber_gets_only_its_own_output,
         walking_the_workspace_finds_nothing_unreadable,
         the_hosts_api_keys_never_reach_commands,
+        retained_logs_of_many_processes_stay_within_the_budget,
     ];
     local: crate::Local => [],
     linux: crate::Linux => [

@@ -677,3 +677,115 @@ pub fn the_hosts_api_keys_never_reach_commands(p: &dyn Fixture) {
     }
     assert!(out.text.contains("secret-is-there"), "{}", out.text);
 }
+
+/// R3-8: every running process kept its whole window (1 MiB by default)
+/// and nothing bounded the sum (300 processes took the server to 457 MB).
+/// The windows of one run now share a budget: the bytes the table holds
+/// (counted by `process_logs`, what the model can read back) stay within
+/// it however many processes print, each window keeps at least the floor
+/// and its newest output, and what a shrunk window lost is said as dropped
+/// bytes. Past the floor a process is refused (`limit`) and not left
+/// running. The control: with no budget the same processes hold more.
+pub fn retained_logs_of_many_processes_stay_within_the_budget(p: &dyn Fixture) {
+    use cubby::process::MIN_RETAINED_LOG_BYTES;
+    const WINDOW: usize = 256 * 1024;
+    const BUDGET: usize = 1024 * 1024;
+    const PRINTED: u64 = 300_000;
+    let dir = workspace();
+    let marker = unique("budget");
+    let script = sleeper(dir.path(), &marker);
+    let toolset = |budget: usize| {
+        Toolset::builder(p.sandbox(dir.path()))
+            .host_env(cubby::HostEnv::capture())
+            .track_changes(false)
+            .retained_log_bytes(WINDOW)
+            .retained_log_total_bytes(budget)
+            .build()
+            .unwrap()
+    };
+    let start = |t: &Toolset, name: &str| {
+        t.call(
+            "start_process",
+            json!({"name": name, "command": format!("head -c {PRINTED} /dev/zero | tr '\\0' a; echo END; exec {script}")}),
+        )
+    };
+    // Every process has printed all its output (`END` ends it).
+    let printed_all = |t: &Toolset, names: &[String]| {
+        for name in names {
+            let proc = t.processes().get(name).unwrap();
+            let deadline = Instant::now() + Duration::from_secs(60);
+            while proc.output_end() < PRINTED + 4 {
+                assert!(
+                    Instant::now() < deadline,
+                    "{name} printed {}",
+                    proc.output_end()
+                );
+                proc.wait_until(Some(Instant::now() + Duration::from_millis(20)), None);
+            }
+        }
+    };
+    // What `process_logs` can show of each: from the oldest byte kept to
+    // the end.
+    let kept = |t: &Toolset, name: &str| -> (u64, String) {
+        let first = t.call("process_logs", json!({"name": name, "cursor": 0}));
+        assert!(!first.is_error, "{}", first.text);
+        let from = first.structured["cursor"].as_u64().unwrap();
+        assert_eq!(first.structured["dropped_bytes"].as_u64().unwrap(), from);
+        (PRINTED + 4 - from, first.text)
+    };
+    let names: Vec<String> = (0..12).map(|i| format!("p{i}")).collect();
+    // The control: no budget to speak of, every window whole.
+    {
+        let t = toolset(usize::MAX);
+        for name in &names {
+            let out = start(&t, name);
+            assert!(!out.is_error, "{}", out.text);
+        }
+        printed_all(&t, &names);
+        let total: u64 = names.iter().map(|n| kept(&t, n).0).sum();
+        assert_eq!(total, 12 * WINDOW as u64);
+        assert!(total > BUDGET as u64);
+    }
+    let t = toolset(BUDGET);
+    for name in &names {
+        let out = start(&t, name);
+        assert!(!out.is_error, "{}", out.text);
+    }
+    printed_all(&t, &names);
+    let (held, budget) = t.processes().retained_log_bytes();
+    assert_eq!(budget, BUDGET);
+    assert!(held <= BUDGET, "{held} bytes held");
+    let mut total = 0;
+    for name in &names {
+        let (bytes, text) = kept(&t, name);
+        assert!(bytes >= MIN_RETAINED_LOG_BYTES as u64, "{name}: {bytes}");
+        assert!(bytes < WINDOW as u64, "{name}: {bytes}");
+        assert!(
+            text.contains("bytes of output)]") && text.contains("no longer kept"),
+            "{name}: {}",
+            &text[..200.min(text.len())]
+        );
+        total += bytes;
+    }
+    assert!(total <= BUDGET as u64, "{total} bytes kept");
+    assert_eq!(total, held as u64);
+    // The newest output is what is kept.
+    let last = t.call("process_logs", json!({"name": "p0", "cursor": PRINTED - 6}));
+    assert_eq!(last.structured["output"], "aaaaaaEND\n", "{}", last.text);
+    // Past the floor: refused, and nothing is left running.
+    let mut refused = None;
+    for i in names.len()..BUDGET / MIN_RETAINED_LOG_BYTES + 1 {
+        let out = start(&t, &format!("p{i}"));
+        if out.is_error {
+            refused = Some((i, out));
+            break;
+        }
+    }
+    let (i, out) = refused.expect("a process past the floor is refused");
+    assert_eq!(i, BUDGET / MIN_RETAINED_LOG_BYTES, "{}", out.text);
+    assert!(out.text.starts_with("ERROR limit: "), "{}", out.text);
+    assert!(t.processes().get(&format!("p{i}")).is_none());
+    assert!(t.processes().retained_log_bytes().0 <= BUDGET);
+    drop(t);
+    assert_eq!(processes_with(&marker), Vec::<String>::new());
+}

@@ -269,6 +269,7 @@ both!(
     redaction::echoed_input_is_redacted_before_its_cut,
     redaction::digests_of_redacted_files_confirm_no_guess,
     redaction::view_file_sends_no_image_metadata,
+    redaction::edit_file_never_shows_part_of_a_multiline_secret,
     names::names_cannot_forge_lines_in_listings,
     names::names_cannot_forge_lines_in_changes,
     names::names_with_colons_cannot_forge_hits,
@@ -282,4 +283,6 @@ both!(
     walks::changes_compares_what_the_baseline_saw_whatever_ignores_say,
     walks::changes_counts_what_new_ignore_files_hide,
     walks::changes_says_when_git_refs_move_or_the_index_hides_files,
+    walks::changes_says_when_grafts_shallow_or_alternates_change,
+    walks::changes_skips_packed_refs_lines_that_name_no_ref,
 );

@@ -450,3 +450,69 @@ pub fn view_file_sends_no_image_metadata(f: &dyn Fixture) {
         no_part_of_secret(path, &out);
     }
 }
+
+/// A secret spanning two lines (a key held in an environment variable).
+pub const TWO_LINE_SECRET: &str = "BEGINxSECRETxLINE1\nLINE2xSECRETxEND";
+
+/// R3-1: `edit_file` shows the file as `read_file` does. A secret spanning
+/// lines was redacted from the diff only after its lines had been cut and
+/// prefixed (` `, `-`, `+`), when the redactor could no longer see it whole,
+/// and the `no_match` diagnostics quoted one raw line of it.
+pub fn edit_file_never_shows_part_of_a_multiline_secret(f: &dyn Fixture) {
+    let raw = format!("x\n{TWO_LINE_SECRET}\ny\n");
+    let shows_part = |out: &cubby::ToolOutput| {
+        let both = format!("{}\n{}", out.text, out.structured);
+        both.contains("SECRETxLINE1") || both.contains("LINE2xSECRET")
+    };
+    let with = || {
+        Toolset::builder(f.sandbox())
+            .secret("ML", TWO_LINE_SECRET)
+            .build()
+            .unwrap()
+    };
+    // Control: with no secret registered, the same calls show the lines.
+    for (t, secret) in [(tools(f), false), (with(), true)] {
+        f.put("notes.txt", raw.as_bytes());
+        let read = ok(&t, "read_file", json!({"path": "notes.txt"}));
+        assert_eq!(shows_part(&read), !secret, "{}", read.text);
+        if secret {
+            // The oracle: read_file shows the marker, line numbers kept.
+            assert!(
+                read.text.contains("     2\t[REDACTED:ML]\n"),
+                "{}",
+                read.text
+            );
+            assert!(read.text.contains("     4\ty\n"), "{}", read.text);
+        }
+        // An edit next to the secret: its lines are diff context.
+        let out = ok(
+            &t,
+            "edit_file",
+            json!({"path": "notes.txt", "find": "x\n", "replace": "X\n"}),
+        );
+        assert_eq!(shows_part(&out), !secret, "{}", out.text);
+        if secret {
+            assert!(out.text.contains("\n [REDACTED:ML]\n"), "{}", out.text);
+            assert!(out.text.contains("\n-x\n+X\n"), "{}", out.text);
+        }
+        // A `find` that is nearly a line of it (`no_match`'s most similar
+        // line), or equal to one but for its indentation (`no_match`'s
+        // whitespace step).
+        for find in [
+            "BEGINxSECRETxLINE9",
+            "   BEGINxSECRETxLINE1",
+            "\tLINE2xSECRETxEND",
+        ] {
+            let out = t.call(
+                "edit_file",
+                json!({"path": "notes.txt", "find": find, "replace": "z"}),
+            );
+            assert!(out.text.starts_with("ERROR no_match:"), "{}", out.text);
+            assert_eq!(shows_part(&out), !secret, "{find:?}: {}", out.text);
+        }
+        assert_eq!(
+            f.get("notes.txt").unwrap(),
+            format!("X\n{TWO_LINE_SECRET}\ny\n").into_bytes()
+        );
+    }
+}

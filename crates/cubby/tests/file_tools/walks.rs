@@ -385,6 +385,12 @@ type GitFiles = Vec<(String, Vec<u8>)>;
 /// A small repository made by the host's git: the files of its `.git`
 /// before and after `change` ran in it, and the commit `HEAD` names then.
 fn git_states(change: &str) -> (GitFiles, GitFiles, String, String) {
+    git_states_after("true", change)
+}
+
+/// [`git_states`], with `setup` run after the first commit, before the
+/// baseline is taken.
+fn git_states_after(setup: &str, change: &str) -> (GitFiles, GitFiles, String, String) {
     let dir = tempfile::tempdir().unwrap();
     let sh = |script: &str| {
         let out = std::process::Command::new("sh")
@@ -405,6 +411,7 @@ fn git_states(change: &str) -> (GitFiles, GitFiles, String, String) {
         "git init -q -b main . && printf 'hello\\n' > README && printf 'x\\n' > other.txt \
         && git add README other.txt && git commit -q -m first",
     );
+    sh(setup);
     let files = |root: &std::path::Path| {
         let mut out = Vec::new();
         let mut stack = vec![root.join(".git")];
@@ -425,7 +432,10 @@ fn git_states(change: &str) -> (GitFiles, GitFiles, String, String) {
     let head_before = sh("git rev-parse HEAD").trim().to_string();
     sh(change);
     let after = files(dir.path());
-    let head_after = sh("git rev-parse HEAD").trim().to_string();
+    // git refuses a `packed-refs` line it cannot parse.
+    let head_after = sh("git rev-parse HEAD 2>/dev/null || echo unreadable")
+        .trim()
+        .to_string();
     (before, after, head_before, head_after)
 }
 
@@ -479,6 +489,130 @@ pub fn changes_says_when_git_refs_move_or_the_index_hides_files(f: &dyn Fixture)
     }
     assert!(
         out.text.contains("refs/heads/main") && out.text.contains("skip-worktree README"),
+        "{}",
+        out.text
+    );
+}
+
+/// Puts the `.git` files of `before` in the fixture's workspace, makes a
+/// toolset (its baseline), then writes the files `after` changed or added.
+fn baseline_then(f: &dyn Fixture, before: &GitFiles, after: &GitFiles) -> Toolset {
+    for (path, bytes) in before {
+        f.put(path, bytes);
+    }
+    let t = tools(f);
+    let out = ok(&t, "changes", json!({}));
+    assert!(out.text.contains("No changes"), "{}", out.text);
+    for (path, bytes) in after {
+        if before.iter().all(|(p, b)| p != path || b != bytes) {
+            f.put(path, bytes);
+        }
+    }
+    t
+}
+
+/// R3-10: a graft, a `shallow` line and an alternate object store change
+/// which commits git shows (the control: the host's `git log` then lists
+/// one commit of two) and move no ref. `changes` said "No changes"; it now
+/// names each file, compared by digest like a ref.
+pub fn changes_says_when_grafts_shallow_or_alternates_change(f: &dyn Fixture) {
+    let (before, after, old, new) = git_states_after(
+        "printf 'y\\n' > other.txt && git commit -q -a -m second",
+        "mkdir -p .git/info .git/objects/info && git rev-parse HEAD > .git/info/grafts \
+         && git rev-parse HEAD > .git/shallow \
+         && printf '/nowhere/objects\\n' > .git/objects/info/alternates \
+         && test \"$(git log --oneline | wc -l)\" -eq 1",
+    );
+    assert_eq!(old, new, "no ref moved");
+    let t = baseline_then(f, &before, &after);
+    let out = ok(&t, "changes", json!({}));
+    assert!(!out.text.contains("No changes"), "{}", out.text);
+    let git = out.structured["git"].as_array().unwrap();
+    for name in ["info/grafts", "shallow", "objects/info/alternates"] {
+        assert!(
+            git.iter().any(|g| g["kind"] == "history"
+                && g["name"] == name
+                && g["before"].is_null()
+                && g["after"]
+                    .as_str()
+                    .is_some_and(|a| a.starts_with("sha256 "))),
+            "{name}: {}",
+            out.structured
+        );
+        assert!(
+            out.text.contains(&format!("git .git: {name} added (")),
+            "{}",
+            out.text
+        );
+    }
+    assert!(
+        !git.iter().any(|g| g["kind"] == "ref"),
+        "{}",
+        out.structured
+    );
+    // Changed, then removed.
+    f.put(".git/shallow", format!("{old}\n{old}\n").as_bytes());
+    f.remove(".git/info/grafts");
+    let out = ok(&t, "changes", json!({}));
+    assert!(
+        out.text.contains("git .git: shallow added ("),
+        "{}",
+        out.text
+    );
+    assert!(!out.text.contains("info/grafts"), "{}", out.text);
+    let t = tools(f);
+    // The baseline is taken (on its own thread) before the next change.
+    let out = ok(&t, "changes", json!({}));
+    assert!(out.text.contains("No changes"), "{}", out.text);
+    f.put(".git/shallow", b"changed\n");
+    f.remove(".git/objects/info/alternates");
+    let out = ok(&t, "changes", json!({}));
+    assert!(
+        out.text.contains("git .git: shallow changed ("),
+        "{}",
+        out.text
+    );
+    assert!(
+        out.text
+            .contains("git .git: objects/info/alternates removed ("),
+        "{}",
+        out.text
+    );
+}
+
+/// R3-11(b): `packed-refs` lines are refs only when git would accept them
+/// (an object id, then a name beneath `refs/` that `git check-ref-format`
+/// allows); a line written to forge a `changes` line (`M fake.rs` showed as
+/// `git .git: fake.rs added at M`) is skipped and counted. The oracle: a
+/// valid ref added the same way is listed.
+pub fn changes_skips_packed_refs_lines_that_name_no_ref(f: &dyn Fixture) {
+    let (before, after, old, _) = git_states_after(
+        "git pack-refs --all",
+        "h=$(git rev-parse HEAD) && printf 'M fake.rs\\n' >> .git/packed-refs \
+         && printf '%s refs/heads/a b\\n' \"$h\" >> .git/packed-refs \
+         && printf '%s refs/heads/extra\\n' \"$h\" >> .git/packed-refs",
+    );
+    let t = baseline_then(f, &before, &after);
+    let out = ok(&t, "changes", json!({}));
+    let git = out.structured["git"].as_array().unwrap();
+    assert!(
+        git.iter().any(|g| g["kind"] == "ref"
+            && g["name"] == "refs/heads/extra"
+            && g["after"] == old.as_str()),
+        "{}",
+        out.structured
+    );
+    assert!(!out.text.contains("fake.rs"), "{}", out.text);
+    assert!(!out.text.contains("refs/heads/a b"), "{}", out.text);
+    assert!(
+        git.iter()
+            .all(|g| g["kind"] != "ref" || g["name"] == "refs/heads/extra"),
+        "{}",
+        out.structured
+    );
+    assert!(
+        out.text
+            .contains("git .git: packed-refs not compared: 2 lines naming no valid ref"),
         "{}",
         out.text
     );
