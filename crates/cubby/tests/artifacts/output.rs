@@ -270,3 +270,16 @@ fn a_new_run_is_seeded_with_earlier_artifacts() {
         cubby::ErrorKind::NotFound
     );
 }
+
+#[test]
+fn a_run_that_leaves_nothing_there_leaves_no_output_dir() {
+    let r = Run::new();
+    let t = r.toolset();
+    let out = ok(
+        &t,
+        "run",
+        json!({"command": "test -d \"$CUBBY_OUTPUT_DIR\" && echo there"}),
+    );
+    assert!(out.text.contains("there"), "{}", out.text);
+    assert!(!r.root.join(".cubby").exists());
+}
