@@ -97,9 +97,10 @@ fn main() {
             .build()
             .unwrap()
     };
-    let mut k = 0usize;
+    let k = std::cell::Cell::new(0usize);
     let mut collected = || {
-        k += 1;
+        k.set(k.get() + 1);
+        let k = k.get();
         let t = toolset();
         let out = t.call(
             "run",
@@ -110,7 +111,8 @@ fn main() {
         std::fs::remove_dir_all(root.join(".cubby")).unwrap();
     };
     let mut elsewhere = || {
-        k += 1;
+        k.set(k.get() + 1);
+        let k = k.get();
         let t = toolset();
         let out = t.call(
             "run",
