@@ -132,6 +132,10 @@ pub(crate) struct RunState {
     id: String,
     /// True once a command was given `$CUBBY_OUTPUT_DIR`.
     output_used: std::sync::atomic::AtomicBool,
+    /// Held while a command is given the output directory and started, and
+    /// while a `run` decides to remove it: a command never starts with a
+    /// directory being removed.
+    pub(crate) output_lock: Mutex<()>,
 }
 
 /// Runs of this process so far (part of each run's id).
@@ -154,6 +158,7 @@ impl RunState {
                 RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
             ),
             output_used: std::sync::atomic::AtomicBool::new(false),
+            output_lock: Mutex::new(()),
         }
     }
 

@@ -134,6 +134,7 @@ pub(crate) fn start(
     let mut argv = ctx.exec.shell.clone();
     argv.push(command.to_string());
     let mut env = ctx.exec.env.build(ctx.exec.host.vars(), true);
+    let _output = crate::sync::lock(&ctx.run.output_lock);
     if let Some(dir) = ctx
         .run
         .output_dir(ctx.fs, ctx.policy)
@@ -148,6 +149,7 @@ pub(crate) fn start(
         env,
         stdin,
     })?;
+    // Tracked (listed as running) before the lock is let go.
     ctx.procs.track(
         spawned,
         Track {
@@ -262,6 +264,7 @@ impl Tool for Run {
         let collected = ctx.run.made_output_dir().map(|dir| {
             let found = super::publish::collect(ctx.fs, ctx.redactor, ctx.run.artifacts(), &dir);
             // A background process may still write there.
+            let _output = crate::sync::lock(&ctx.run.output_lock);
             let live = ctx
                 .procs
                 .list()

@@ -1,6 +1,8 @@
 //! Artifacts wired to the runs (SPEC §5.1): the per-run store, tool
 //! results, `$CUBBY_OUTPUT_DIR`, `view_file`, seeding a run.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod output;
 mod store;
 
@@ -17,6 +19,12 @@ pub struct Run {
     pub root: PathBuf,
     pub state: PathBuf,
     pub store: Arc<Store>,
+}
+
+impl Default for Run {
+    fn default() -> Run {
+        Run::new()
+    }
 }
 
 impl Run {

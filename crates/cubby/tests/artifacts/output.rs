@@ -163,7 +163,7 @@ fn view_file_publishes_what_no_tool_published_once() {
     assert_eq!(f.path.as_deref(), Some("shots/a.png"));
     assert_eq!(out.structured["artifact"]["uri"], f.uri);
     assert!(
-        out.text.contains(&format!("artifact a.png — image/png, ")),
+        out.text.contains("artifact a.png — image/png, "),
         "{}",
         out.text
     );

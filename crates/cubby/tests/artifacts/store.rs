@@ -43,7 +43,10 @@ fn runs_publish_into_the_state_dir_and_see_only_their_own_artifacts() {
     let sha = &published.file.sha256;
     let blob = state_dir.join("artifacts/sha256").join(&sha[..2]).join(sha);
     assert_eq!(std::fs::read(&blob).unwrap(), b"hello\n");
-    assert_eq!(first.artifacts().list(), [published.file.clone()]);
+    assert_eq!(
+        first.artifacts().list(),
+        std::slice::from_ref(&published.file)
+    );
     assert_eq!(
         first.artifacts().resolve(&published.file.uri).unwrap(),
         published.file
