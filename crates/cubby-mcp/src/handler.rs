@@ -646,6 +646,50 @@ mod tests {
             .unwrap()
     }
 
+    fn files(n: usize) -> Vec<cubby::artifact::FileRef> {
+        // Newest first, as `Artifacts::list` gives them.
+        (0..n)
+            .rev()
+            .map(|i| {
+                let sha = format!("{i:064x}");
+                cubby::artifact::FileRef {
+                    uri: cubby::artifact::uri_of(&sha, &format!("f{i}")),
+                    sha256: sha,
+                    name: format!("f{i}"),
+                    media_type: "text/plain".into(),
+                    size: 1,
+                    path: None,
+                }
+            })
+            .collect()
+    }
+
+    #[test]
+    fn resources_are_paged_newest_first_and_later_publications_shift_nothing() {
+        let first = resources_page(&files(250), None).unwrap();
+        assert_eq!(first.resources.len(), RESOURCES_PAGE);
+        assert_eq!(first.resources[0].name, "f249");
+        let cursor = first.next_cursor.clone().unwrap();
+        // Three more published between the pages.
+        let second = resources_page(&files(253), Some(&cursor)).unwrap();
+        assert_eq!(second.resources[0].name, "f149");
+        let third = resources_page(&files(253), second.next_cursor.as_deref()).unwrap();
+        assert_eq!(third.resources.len(), 50);
+        assert_eq!(third.resources[49].name, "f0");
+        assert!(third.next_cursor.is_none());
+        assert!(resources_page(&files(3), Some("999")).is_err());
+        assert!(resources_page(&files(3), Some("x")).is_err());
+    }
+
+    #[test]
+    fn text_types_are_read_as_text_and_images_as_blobs() {
+        assert!(is_text("text/plain"));
+        assert!(is_text("application/json"));
+        assert!(is_text("image/svg+xml"));
+        assert!(!is_text("image/png"));
+        assert!(!is_text("application/pdf"));
+    }
+
     #[test]
     fn instructions_fit_and_say_when_to_use_the_tools() {
         let dir = tempfile::tempdir().unwrap();

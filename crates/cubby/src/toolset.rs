@@ -787,9 +787,10 @@ impl ToolsetBuilder {
     }
 
     /// The content-addressed store the run's artifacts go to (share one
-    /// between the runs of a workspace). Default: a store in
-    /// `artifacts/` of [`default_state_dir`](crate::artifact::default_state_dir),
-    /// made at the first publication.
+    /// between the runs of a workspace, as [`crate::Workspace`] does: then a
+    /// run can be [seeded](Toolset::seed) with another's artifacts).
+    /// Default: a store of the run's own in the temporary directory, made
+    /// at the first publication and removed when the run ends.
     pub fn artifact_store(mut self, store: Arc<Store>) -> ToolsetBuilder {
         self.artifact_store = Some(store);
         self
@@ -920,9 +921,8 @@ impl ToolsetBuilder {
         }
         let exec_rules = policy.exec_rules().to_vec();
         let artifact_store = self.artifact_store.unwrap_or_else(|| {
-            Arc::new(Store::lazy(
-                &crate::artifact::default_state_dir(&host).join(ARTIFACTS_DIR),
-            ))
+            let tmp = crate::artifact::default_state_dir(&host);
+            Arc::new(Store::private(tmp.parent().unwrap_or(&tmp)))
         });
         Ok(Toolset {
             inner: Arc::new(Inner {

@@ -47,6 +47,16 @@ pub struct Store {
     /// Made once, at the first write (or at [`Store::open`]): the
     /// directories exist, are the user's and not links; `Err` holds why not.
     ready: OnceLock<std::result::Result<(), String>>,
+    /// A store of one run ([`Store::private`]): removed when dropped.
+    private: bool,
+}
+
+impl Drop for Store {
+    fn drop(&mut self) {
+        if self.private && self.ready.get().is_some() {
+            let _ = fs::remove_dir_all(&self.dir);
+        }
+    }
 }
 
 fn internal(what: &str, path: &Path, e: &std::io::Error) -> Error {
@@ -81,6 +91,19 @@ impl Store {
         Store {
             dir: dir.to_path_buf(),
             ready: OnceLock::new(),
+            private: false,
+        }
+    }
+
+    /// A store of its own for one run, in `tmp` (`cubby-run-<pid>-<n>`):
+    /// made at the first write, removed with everything in it when the
+    /// store is dropped (the run ends).
+    pub fn private(tmp: &Path) -> Store {
+        let n = NEXT_TEMP.fetch_add(1, Ordering::Relaxed);
+        Store {
+            dir: tmp.join(format!("cubby-run-{}-{n}", std::process::id())),
+            ready: OnceLock::new(),
+            private: true,
         }
     }
 
@@ -367,6 +390,19 @@ mod tests {
         drop(Store::open(dir.path()).unwrap());
         assert!(!dead.exists());
         assert!(mine.exists());
+    }
+
+    #[test]
+    fn a_private_store_is_gone_when_dropped() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::private(dir.path());
+        let made = store.dir().to_path_buf();
+        assert!(!made.exists());
+        store.put(&mut &b"x"[..], 1).unwrap();
+        assert!(made.join("sha256").exists());
+        drop(store);
+        assert!(!made.exists());
+        assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 0);
     }
 
     #[test]

@@ -269,6 +269,18 @@ impl FileSystem for MemoryFs {
         MemoryFs::create_dir_all(self, path)
     }
 
+    fn remove_empty_dir(&self, path: &WorkspacePath) -> Result<bool> {
+        let empty = matches!(
+            self.nodes.read().map_err(|_| poisoned())?.get(path.as_path()),
+            Some(Node::Dir { children, .. }) if children.is_empty()
+        );
+        if empty && !path.is_root() {
+            self.remove(path)?;
+            return Ok(true);
+        }
+        Ok(false)
+    }
+
     fn metadata(&self, path: &WorkspacePath) -> Result<Metadata> {
         self.lookup(path, |n| Ok(meta(n)))
     }

@@ -124,6 +124,13 @@ pub trait FileSystem: Send + Sync {
         ))
     }
 
+    /// Removes the directory `path` when it is empty; `Ok(false)` when it
+    /// holds something (or is not there). Default: `Ok(false)`.
+    fn remove_empty_dir(&self, path: &WorkspacePath) -> Result<bool> {
+        let _ = path;
+        Ok(false)
+    }
+
     /// Reads a whole regular file of at most `max` bytes (`too_large` beyond).
     fn read_to_vec(&self, path: &WorkspacePath, max: u64) -> Result<Vec<u8>> {
         let file = self.open(path)?;
@@ -166,6 +173,9 @@ impl<T: FileSystem + ?Sized> FileSystem for Arc<T> {
     }
     fn create_dir_all(&self, path: &WorkspacePath) -> Result<()> {
         (**self).create_dir_all(path)
+    }
+    fn remove_empty_dir(&self, path: &WorkspacePath) -> Result<bool> {
+        (**self).remove_empty_dir(path)
     }
 }
 

@@ -135,10 +135,12 @@ pub(crate) struct RunState {
     artifacts: crate::artifact::Artifacts,
     /// The run's id (its output directory's name).
     id: String,
-    /// `$CUBBY_OUTPUT_DIR`, made before the run's first command: `None`
-    /// when it cannot be (a read-only workspace, a provider without
-    /// commands).
-    output: std::sync::OnceLock<Option<WorkspacePath>>,
+    /// True once a command was given `$CUBBY_OUTPUT_DIR`.
+    output_used: std::sync::atomic::AtomicBool,
+    /// Held while a command is given the output directory and started, and
+    /// while a `run` decides to remove it: a command never starts with a
+    /// directory being removed.
+    pub(crate) output_lock: Mutex<()>,
 }
 
 /// Runs of this process so far (part of each run's id).
@@ -160,40 +162,39 @@ impl RunState {
                 std::process::id(),
                 RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
             ),
-            output: std::sync::OnceLock::new(),
+            output_used: std::sync::atomic::AtomicBool::new(false),
+            output_lock: Mutex::new(()),
         }
     }
 
-    /// The run's output directory (`.cubby/output/<run id>`), made at the
-    /// first call where the policy lets the tools write it; `None` where
-    /// it cannot be.
-    pub(crate) fn output_dir(
-        &self,
-        fs: &dyn FileSystem,
-        policy: &Policy,
-    ) -> Option<&WorkspacePath> {
-        self.output
-            .get_or_init(|| {
-                let dir =
-                    WorkspacePath::parse(&format!("{}/{}", publish::OUTPUT_ROOT, self.id)).ok()?;
-                if policy.mode() == crate::config::Mode::ReadOnly {
-                    return None;
-                }
-                policy.check_write(&dir).ok()?;
-                match fs.create_dir_all(&dir) {
-                    Ok(()) => Some(dir),
-                    Err(e) => {
-                        tracing::debug!("no output directory for this run: {e}");
-                        None
-                    }
-                }
-            })
-            .as_ref()
+    /// The run's output directory (`.cubby/output/<run id>`), made (again)
+    /// before each command where the policy lets the tools write it;
+    /// `None` where it cannot be.
+    pub(crate) fn output_dir(&self, fs: &dyn FileSystem, policy: &Policy) -> Option<WorkspacePath> {
+        if policy.mode() == crate::config::Mode::ReadOnly {
+            return None;
+        }
+        let dir = WorkspacePath::parse(&format!("{}/{}", publish::OUTPUT_ROOT, self.id)).ok()?;
+        policy.check_write(&dir).ok()?;
+        match fs.create_dir_all(&dir) {
+            Ok(()) => {
+                self.output_used
+                    .store(true, std::sync::atomic::Ordering::Relaxed);
+                Some(dir)
+            }
+            Err(e) => {
+                tracing::debug!("no output directory for this run: {e}");
+                None
+            }
+        }
     }
 
-    /// The output directory when it was made.
-    pub(crate) fn made_output_dir(&self) -> Option<&WorkspacePath> {
-        self.output.get().and_then(Option::as_ref)
+    /// The output directory when a command of the run was given it.
+    pub(crate) fn made_output_dir(&self) -> Option<WorkspacePath> {
+        if !self.output_used.load(std::sync::atomic::Ordering::Relaxed) {
+            return None;
+        }
+        WorkspacePath::parse(&format!("{}/{}", publish::OUTPUT_ROOT, self.id)).ok()
     }
 
     /// The run's artifacts: publish with [`crate::artifact::Artifacts::publish`]

@@ -250,3 +250,16 @@ pub(crate) fn collect(
     }
     found
 }
+
+/// Removes the output directory `dir` and the empty directories above it
+/// up to the root when nothing is in them (no trace in a workspace whose
+/// commands wrote nothing there); a process still writing there keeps it.
+pub(crate) fn tidy(fs: &dyn FileSystem, dir: &WorkspacePath) {
+    let mut at = dir.clone();
+    while !at.is_root() {
+        if !matches!(fs.remove_empty_dir(&at), Ok(true)) {
+            break;
+        }
+        at = at.parent();
+    }
+}

@@ -134,10 +134,11 @@ pub(crate) fn start(
     let mut argv = ctx.exec.shell.clone();
     argv.push(command.to_string());
     let mut env = ctx.exec.env.build(ctx.exec.host.vars(), true);
+    let _output = crate::sync::lock(&ctx.run.output_lock);
     if let Some(dir) = ctx
         .run
         .output_dir(ctx.fs, ctx.policy)
-        .and_then(|d| ctx.sandbox.command_path(d))
+        .and_then(|d| ctx.sandbox.command_path(&d))
     {
         env.retain(|(name, _)| name != super::publish::OUTPUT_DIR_ENV);
         env.push((super::publish::OUTPUT_DIR_ENV.into(), dir.into_os_string()));
@@ -148,6 +149,7 @@ pub(crate) fn start(
         env,
         stdin,
     })?;
+    // Tracked (listed as running) before the lock is let go.
     ctx.procs.track(
         spawned,
         Track {
@@ -259,10 +261,20 @@ impl Tool for Run {
         if !text.ends_with('\n') {
             text.push('\n');
         }
-        let collected = ctx
-            .run
-            .made_output_dir()
-            .map(|dir| super::publish::collect(ctx.fs, ctx.redactor, ctx.run.artifacts(), dir));
+        let collected = ctx.run.made_output_dir().map(|dir| {
+            let found = super::publish::collect(ctx.fs, ctx.redactor, ctx.run.artifacts(), &dir);
+            // A background process may still write there.
+            let _output = crate::sync::lock(&ctx.run.output_lock);
+            let live = ctx
+                .procs
+                .list()
+                .iter()
+                .any(|p| p.status() == Status::Running);
+            if !live {
+                super::publish::tidy(ctx.fs, &dir);
+            }
+            found
+        });
         let collected = collected.unwrap_or_default();
         let mut attachments = Vec::new();
         if !collected.published.is_empty() || !collected.skipped.is_empty() {

@@ -619,7 +619,6 @@ impl Tool for ViewFile {
             ));
         }
         let bytes = ctx.fs.read_to_vec(&path, MAX_VIEW_BYTES)?;
-        let artifact = publish_viewed(ctx, &path, &bytes);
         let sha = sha256(&bytes);
         let shown = Shown::of(ctx.redactor, &bytes, sha);
         ctx.run.record_read(&path, sha, shown.size);
@@ -642,9 +641,13 @@ impl Tool for ViewFile {
             text: None,
             artifact: None,
         };
-        let (artifact_line, artifact) = match artifact {
-            Ok(file) => (format!("\n{}", super::publish::line(&file)), Some(file)),
-            Err(e) => (format!("\nnot published as an artifact: {e}"), None),
+        // Images and binaries become artifacts (a text file's text is the
+        // result itself, as read_file gives it).
+        let publish = format_of(&sniffed).is_some() || looks_binary(head);
+        let (artifact_line, artifact) = match publish.then(|| publish_viewed(ctx, &path, &bytes)) {
+            None => (String::new(), None),
+            Some(Ok(file)) => (format!("\n{}", super::publish::line(&file)), Some(file)),
+            Some(Err(e)) => (format!("\nnot published as an artifact: {e}"), None),
         };
         out.artifact.clone_from(&artifact);
         let link = artifact.map(Attachment::Artifact);
@@ -680,7 +683,7 @@ impl Tool for ViewFile {
         }
         if !looks_binary(head) {
             let ToolOutput {
-                mut text,
+                text,
                 structured: read,
                 ..
             } = ReadFile::call(
@@ -694,10 +697,6 @@ impl Tool for ViewFile {
             out.kind = "text".into();
             out.media_type = "text/plain".into();
             out.text = Some(read);
-            if !text.ends_with('\n') {
-                text.push('\n');
-            }
-            text.push_str(artifact_line.trim_start());
             let mut result = ToolOutput::ok(text, out);
             result.attachments.extend(link);
             return Ok(result);

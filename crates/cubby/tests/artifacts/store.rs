@@ -4,6 +4,7 @@
 use cubby::artifact::Publish;
 use cubby::config::ProviderKind;
 use cubby::{Config, ErrorKind, HostEnv, Workspace};
+use serde_json::json;
 
 fn workspace(state_dir: Option<String>) -> (tempfile::TempDir, Workspace) {
     let dir = tempfile::tempdir().unwrap();
@@ -42,7 +43,10 @@ fn runs_publish_into_the_state_dir_and_see_only_their_own_artifacts() {
     let sha = &published.file.sha256;
     let blob = state_dir.join("artifacts/sha256").join(&sha[..2]).join(sha);
     assert_eq!(std::fs::read(&blob).unwrap(), b"hello\n");
-    assert_eq!(first.artifacts().list(), [published.file.clone()]);
+    assert_eq!(
+        first.artifacts().list(),
+        std::slice::from_ref(&published.file)
+    );
     assert_eq!(
         first.artifacts().resolve(&published.file.uri).unwrap(),
         published.file
@@ -87,4 +91,44 @@ fn the_default_state_dir_is_the_users_in_the_temp_dir() {
         ws.state_dir(),
         std::path::PathBuf::from(format!("/tmp/cubby-state-{uid}"))
     );
+}
+
+/// On `linux` commands write `$CUBBY_OUTPUT_DIR` (in the workspace) and
+/// never see the store, whether `state_dir` is under `/tmp` (the sandbox's
+/// private `/tmp` covers it) or elsewhere (`host_deny_read`).
+#[test]
+fn on_linux_commands_write_the_output_dir_and_never_read_the_store() {
+    let home = std::env::var_os("HOME")
+        .map(std::path::PathBuf::from)
+        .unwrap();
+    let outside_tmp = tempfile::tempdir_in(&home).unwrap();
+    let in_tmp = tempfile::tempdir_in("/tmp").unwrap();
+    for base in [in_tmp.path(), outside_tmp.path()] {
+        let state_dir = base.join("state");
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        let config = Config {
+            provider: Some(ProviderKind::Linux),
+            state_dir: Some(state_dir.to_str().unwrap().to_string()),
+            ..Config::default()
+        };
+        let ws = Workspace::from_config(&root, &config, None, &HostEnv::capture()).unwrap();
+        let t = ws.factory(false).unwrap()().unwrap();
+        let out = t.call(
+            "run",
+            json!({"command": "echo hi > \"$CUBBY_OUTPUT_DIR/hi.txt\""}),
+        );
+        assert!(!out.is_error, "{}", out.text);
+        let files = out.artifacts();
+        assert_eq!(files.len(), 1, "{}", out.text);
+        let blob = state_dir
+            .join("artifacts/sha256")
+            .join(&files[0].sha256[..2])
+            .join(&files[0].sha256);
+        assert!(blob.is_file());
+        let out = t.call("run", json!({"command": format!("cat {}", blob.display())}));
+        assert!(out.is_error || !out.text.contains("hi\n"), "{}", out.text);
+        assert!(out.text.starts_with("FAILED"), "{}", out.text);
+        t.stop_processes();
+    }
 }

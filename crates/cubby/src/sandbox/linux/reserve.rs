@@ -394,6 +394,11 @@ impl FileSystem for WithoutReservations {
         self.0.fs.create_dir_all(path)
     }
 
+    fn remove_empty_dir(&self, path: &WorkspacePath) -> Result<bool> {
+        self.refuse_reserved(path)?;
+        self.0.fs.remove_empty_dir(path)
+    }
+
     fn metadata(&self, path: &WorkspacePath) -> Result<Metadata> {
         self.refuse_reserved(path)?;
         self.0.fs.metadata(path)

@@ -286,6 +286,22 @@ impl FileSystem for LocalFs {
         self.open_dir_creating(path).map(drop)
     }
 
+    fn remove_empty_dir(&self, path: &WorkspacePath) -> Result<bool> {
+        let Some(name) = path.file_name() else {
+            return Ok(false);
+        };
+        let parent = match self.resolve(&path.parent(), OFlags::RDONLY | OFlags::DIRECTORY) {
+            Ok(fd) => fd,
+            Err(e) if e.kind() == ErrorKind::NotFound => return Ok(false),
+            Err(e) => return Err(e),
+        };
+        match unlinkat(&parent, name, AtFlags::REMOVEDIR) {
+            Ok(()) => Ok(true),
+            Err(Errno::NOTEMPTY | Errno::EXIST | Errno::NOENT | Errno::NOTDIR) => Ok(false),
+            Err(e) => Err(io_err(e, path)),
+        }
+    }
+
     fn metadata(&self, path: &WorkspacePath) -> Result<Metadata> {
         let fd = self.resolve(path, OFlags::PATH)?;
         let stat = fstat(&fd).map_err(|e| io_err(e, path))?;

@@ -1,0 +1,285 @@
+//! `$CUBBY_OUTPUT_DIR`, artifacts in `run` and `view_file` results, seeding
+//! a run, secrets (on `local`: the collector reads through the confined
+//! file system, as on every provider).
+
+use cubby::Attachment;
+
+use crate::*;
+
+/// The FileRefs a `run` result carries (structured and attachments agree).
+fn artifacts_of(out: &cubby::ToolOutput) -> Vec<cubby::artifact::FileRef> {
+    let files: Vec<_> = out.artifacts().into_iter().cloned().collect();
+    let structured: Vec<cubby::artifact::FileRef> = out
+        .structured
+        .get("artifacts")
+        .map(|v| serde_json::from_value(v.clone()).unwrap())
+        .unwrap_or_default();
+    assert_eq!(files, structured, "{}", out.text);
+    files
+}
+
+#[test]
+fn a_file_left_in_the_output_dir_becomes_an_artifact_of_the_run() {
+    let r = Run::new();
+    let t = r.toolset();
+    let out = ok(
+        &t,
+        "run",
+        json!({"command": "test -d \"$CUBBY_OUTPUT_DIR\" && printf 'report\\n' > \"$CUBBY_OUTPUT_DIR/report.txt\" && echo \"dir=$CUBBY_OUTPUT_DIR\""}),
+    );
+    let files = artifacts_of(&out);
+    assert_eq!(files.len(), 1, "{}", out.text);
+    let f = &files[0];
+    assert_eq!(f.name, "report.txt");
+    assert_eq!(f.media_type, "text/plain");
+    assert_eq!(f.sha256, sha256_hex(b"report\n"));
+    assert_eq!(r.blob(&f.sha256), b"report\n");
+    assert!(f.uri.starts_with("cubby://artifacts/"), "{}", f.uri);
+    let path = f.path.as_deref().unwrap();
+    assert!(path.starts_with(".cubby/output/"), "{path}");
+    // The line the model reads.
+    let line = format!(
+        "artifact report.txt — text/plain, 7 B, sha256:{}…, {}, in the sandbox at {path}",
+        &f.sha256[..12],
+        f.uri
+    );
+    assert!(out.text.contains(&line), "{}", out.text);
+    // The command saw the directory at its path in the sandbox.
+    let shown = r.root.join(path).parent().unwrap().display().to_string();
+    assert!(out.text.contains(&format!("dir={shown}")), "{}", out.text);
+    // A second run of the same output publishes nothing new.
+    let again = ok(&t, "run", json!({"command": "true"}));
+    assert!(artifacts_of(&again).is_empty(), "{}", again.text);
+    assert_eq!(t.artifacts().list(), files);
+}
+
+#[test]
+fn links_fifos_and_a_sparse_terabyte_are_skipped_with_the_reason_and_nothing_hangs() {
+    let r = Run::new();
+    let t = r.toolset();
+    let started = std::time::Instant::now();
+    let out = ok(
+        &t,
+        "run",
+        json!({"command": "cd \"$CUBBY_OUTPUT_DIR\" && ln -s /etc/shadow shadow && mkfifo pipe \
+            && truncate -s 1T huge.bin && mkdir -p a/b/c/d && echo deep > a/b/c/d/e.txt \
+            && echo ok > a/ok.txt"}),
+    );
+    assert!(started.elapsed() < std::time::Duration::from_secs(20));
+    let text = &out.text;
+    assert!(
+        text.contains("skipped .cubby/output/")
+            && text.contains("/shadow: a symbolic link (never followed)"),
+        "{text}"
+    );
+    assert!(
+        text.contains("/pipe: a FIFO, socket or device (never opened)"),
+        "{text}"
+    );
+    assert!(text.contains("/huge.bin: limit: "), "{text}");
+    assert!(text.contains("over the 25000000-byte limit"), "{text}");
+    assert!(
+        text.contains("/a/b/c/d: a directory deeper than 4 levels"),
+        "{text}"
+    );
+    let files = artifacts_of(&out);
+    let names: Vec<&str> = files.iter().map(|f| f.name.as_str()).collect();
+    assert_eq!(names, ["ok.txt"], "{text}");
+    let skipped = out.structured["skipped"].as_array().unwrap();
+    assert_eq!(skipped.len(), 4, "{skipped:?}");
+}
+
+#[test]
+fn ten_thousand_small_files_stop_at_the_run_limit_and_the_rest_are_counted() {
+    let r = Run::new();
+    let t = r.toolset();
+    let out = ok(
+        &t,
+        "run",
+        json!({"command": "cd \"$CUBBY_OUTPUT_DIR\" && for d in 0 1 2 3 4 5 6 7 8 9; do mkdir $d; \
+            for i in $(seq 1000); do echo \"$d-$i\" > $d/f$i.txt; done; done"}),
+    );
+    let files = artifacts_of(&out);
+    assert_eq!(files.len(), 1000);
+    assert_eq!(t.artifacts().usage().1, 1000);
+    let skipped = out.structured["skipped"].as_array().unwrap();
+    assert_eq!(skipped.len(), 9000);
+    assert!(
+        skipped
+            .iter()
+            .all(|s| s.as_str().unwrap().contains(": limit: ")),
+        "{:?}",
+        skipped[0]
+    );
+    assert!(
+        out.text
+            .contains("skipped 8980 more file(s) (8980 of them for `limit`)"),
+        "{}",
+        &out.text[out.text.len() - 300..]
+    );
+    // The text stays bounded: a line per artifact, 20 skipped named.
+    assert!(out.text.lines().count() < 1100);
+}
+
+#[test]
+fn a_file_rewritten_during_collection_is_stored_as_it_was_read() {
+    let r = Run::new();
+    let t = r.toolset();
+    // A writer that keeps rewriting one file (two sizes, two contents)
+    // while runs collect the directory.
+    ok(
+        &t,
+        "start_process",
+        json!({"name": "rewriter", "command": "cd \"$CUBBY_OUTPUT_DIR\" && while :; do \
+            head -c 300000 /dev/zero > churn.bin; head -c 700000 /dev/urandom > churn.bin; done"}),
+    );
+    let mut seen = 0;
+    for _ in 0..20 {
+        let out = t.call("run", json!({"command": "true"}));
+        assert!(!out.is_error, "{}", out.text);
+        for f in artifacts_of(&out) {
+            // The digest names exactly the bytes stored.
+            let bytes = r.blob(&f.sha256);
+            assert_eq!(sha256_hex(&bytes), f.sha256);
+            assert_eq!(bytes.len() as u64, f.size);
+            seen += 1;
+        }
+    }
+    t.stop_processes();
+    assert!(seen > 0, "no version of the file was collected");
+}
+
+#[test]
+fn view_file_publishes_what_no_tool_published_once() {
+    let r = Run::new();
+    r.put("shots/a.png", &png(40, 30));
+    let t = r.toolset();
+    let out = ok(&t, "view_file", json!({"path": "shots/a.png"}));
+    let files = out.artifacts();
+    assert_eq!(files.len(), 1, "{}", out.text);
+    let f = files[0].clone();
+    assert_eq!(f.name, "a.png");
+    assert_eq!(f.media_type, "image/png");
+    assert_eq!(f.path.as_deref(), Some("shots/a.png"));
+    assert_eq!(out.structured["artifact"]["uri"], f.uri);
+    assert!(
+        out.text.contains("artifact a.png — image/png, "),
+        "{}",
+        out.text
+    );
+    assert_eq!(out.images().len(), 1);
+    let again = ok(&t, "view_file", json!({"path": "shots/a.png"}));
+    assert_eq!(again.artifacts(), [&f]);
+    assert_eq!(t.artifacts().list(), [f]);
+}
+
+#[test]
+fn an_image_artifact_comes_with_its_image_and_an_svg_never_does() {
+    let r = Run::new();
+    let t = r.toolset();
+    let png = png(3000, 1000);
+    r.put("big.png", &png);
+    r.put(
+        "evil.svg",
+        b"<svg xmlns=\"http://www.w3.org/2000/svg\"><script>alert(1)</script></svg>",
+    );
+    let out = ok(
+        &t,
+        "run",
+        json!({"command": "cp big.png evil.svg \"$CUBBY_OUTPUT_DIR\"/"}),
+    );
+    assert_eq!(artifacts_of(&out).len(), 2, "{}", out.text);
+    let images = out.images();
+    assert_eq!(images.len(), 1, "{}", out.text);
+    let shown = image::load_from_memory(&images[0].bytes).unwrap();
+    assert_eq!((shown.width(), shown.height()), (1568, 523));
+    let svg = out
+        .artifacts()
+        .into_iter()
+        .find(|f| f.name == "evil.svg")
+        .unwrap();
+    assert_eq!(svg.media_type, "image/svg+xml");
+    // Order: each artifact's link, then its image.
+    assert!(matches!(out.attachments[0], Attachment::Artifact(_)));
+}
+
+#[test]
+fn a_file_holding_a_secret_is_not_published() {
+    let r = Run::new();
+    let t = r.toolset();
+    let out = ok(
+        &t,
+        "run",
+        json!({"command": "printf 'key=%s\\n' \"$CUBBY_TEST_TOKEN\" > \"$CUBBY_OUTPUT_DIR/leak.txt\""}),
+    );
+    assert!(artifacts_of(&out).is_empty(), "{}", out.text);
+    assert!(out.text.contains("/leak.txt: denied: "), "{}", out.text);
+    assert!(t.artifacts().list().is_empty());
+    assert!(
+        !r.state.join("artifacts/sha256").exists()
+            || std::fs::read_dir(r.state.join("artifacts/sha256"))
+                .unwrap()
+                .count()
+                == 0
+    );
+}
+
+#[test]
+fn a_new_run_is_seeded_with_earlier_artifacts() {
+    let r = Run::new();
+    let first = r.toolset();
+    let out = ok(
+        &first,
+        "run",
+        json!({"command": "printf 'v1\\n' > \"$CUBBY_OUTPUT_DIR/notes.md\""}),
+    );
+    let earlier = artifacts_of(&out);
+    std::fs::remove_dir_all(r.root.join(".cubby")).unwrap();
+    let second = r.toolset();
+    assert!(second.artifacts().list().is_empty());
+    let mut moved = earlier[0].clone();
+    moved.path = None;
+    moved.name = "copy.md".into();
+    let seeded = second.seed(&[earlier[0].clone(), moved]).unwrap();
+    assert_eq!(seeded[0].sha256, earlier[0].sha256);
+    assert_eq!(seeded[0].path, earlier[0].path);
+    assert_eq!(
+        std::fs::read(r.root.join(seeded[0].path.as_deref().unwrap())).unwrap(),
+        b"v1\n"
+    );
+    assert_eq!(seeded[1].path.as_deref(), Some(".cubby/input/copy.md"));
+    assert_eq!(
+        std::fs::read(r.root.join(".cubby/input/copy.md")).unwrap(),
+        b"v1\n"
+    );
+    assert_eq!(
+        second.artifacts().resolve(&seeded[0].uri).unwrap(),
+        seeded[0]
+    );
+    let out = ok(
+        &second,
+        "read_file",
+        json!({"path": ".cubby/input/copy.md"}),
+    );
+    assert!(out.text.contains("v1"));
+    // A digest the store does not hold.
+    let mut bogus = earlier[0].clone();
+    bogus.sha256 = "0".repeat(64);
+    assert_eq!(
+        second.seed(&[bogus]).unwrap_err().kind(),
+        cubby::ErrorKind::NotFound
+    );
+}
+
+#[test]
+fn a_run_that_leaves_nothing_there_leaves_no_output_dir() {
+    let r = Run::new();
+    let t = r.toolset();
+    let out = ok(
+        &t,
+        "run",
+        json!({"command": "test -d \"$CUBBY_OUTPUT_DIR\" && echo there"}),
+    );
+    assert!(out.text.contains("there"), "{}", out.text);
+    assert!(!r.root.join(".cubby").exists());
+}
