@@ -338,11 +338,18 @@ struct BuiltLayer {
     /// Each ancestor listed, with its identity and change time before the
     /// listing (`None`: not a directory then).
     listed: Vec<(PathBuf, Option<DirKey>)>,
+    /// For each of `listed`, the watched directory of the same name, if
+    /// any: a look ([`HostStores::current_looked`]) has just `stat`ed it.
+    watched_as: Vec<Option<usize>>,
     /// Whether every change time was old enough to move at the next change.
     trusted: bool,
     /// Commands that restricted themselves with it.
     uses: usize,
 }
+
+/// What one look `stat`ed: for each watched directory, its identity and
+/// change time then (`None`: not looked at, its parent's listing lacks it).
+pub(crate) struct Looked(Vec<Option<Option<DirKey>>>);
 
 /// A store layer listed and granted but not finished: made while a new
 /// holder sets up (see [`HostStores::draft_layer`]).
@@ -365,6 +372,8 @@ struct LayerPlan {
 
 /// A directory's identity and change time, following links.
 fn dir_key(path: &Path) -> Option<DirKey> {
+    #[cfg(test)]
+    tests::KEYS.with(|n| n.set(n.get() + 1));
     std::fs::metadata(path)
         .ok()
         .filter(std::fs::Metadata::is_dir)
@@ -492,18 +501,24 @@ impl HostStores {
     /// # Errors
     ///
     /// Landlock's, as `unsupported`.
+    /// `looked`: the look this command's masks were taken from, whose
+    /// `stat`s of the watched directories are used again here.
     pub(crate) fn layer(
         &self,
         draft: Option<LayerDraft>,
         roots: &[PathBuf],
         holder_dirs: &[OwnedFd],
+        looked: Option<&Looked>,
     ) -> Result<Arc<OwnedFd>> {
         let mut built = lock(&self.layer);
         if draft.is_none()
             && let Some(b) = built.as_mut()
             && b.trusted
             && b.uses < MAX_LAYER_USES
-            && b.listed.iter().all(|(dir, key)| dir_key(dir) == *key)
+            && b.listed.iter().zip(&b.watched_as).all(|((dir, key), at)| {
+                let now = at.and_then(|i| looked.and_then(|l| l.0[i]));
+                now.unwrap_or_else(|| dir_key(dir)) == *key
+            })
         {
             b.uses += 1;
             return Ok(b.fd.clone());
@@ -513,9 +528,15 @@ impl HostStores {
             None => self.draft_layer(roots)?,
         };
         let fd = Arc::new(draft.builder.finish(holder_dirs)?);
+        let watched_as = draft
+            .listed
+            .iter()
+            .map(|(dir, _)| self.watch.watched.iter().position(|w| w.dir == *dir))
+            .collect();
         *built = Some(BuiltLayer {
             fd: fd.clone(),
             listed: draft.listed,
+            watched_as,
             trusted: draft.trusted,
             uses: 1,
         });
@@ -531,29 +552,53 @@ impl HostStores {
     pub(crate) fn draft_layer(&self, roots: &[PathBuf]) -> Result<LayerDraft> {
         use rustix::fs::OFlags;
         use std::os::fd::AsFd;
-        use std::os::unix::fs::FileTypeExt;
+        use std::os::unix::ffi::OsStrExt;
         let plan = self.layer_plan();
         let started = SystemTime::now();
         let mut builder = StoreLayerBuilder::new()?;
         let mut listed = Vec::with_capacity(plan.ancestors.len());
         let mut trusted = true;
         for dir in &plan.ancestors {
-            // Its change time before its listing: a change during the
-            // listing moves it, and the next command builds again.
-            let key = dir_key(dir);
+            // One fd for the look, the listing and the rules: its change
+            // time before its listing (a change during the listing moves
+            // it, and the next command builds again).
+            let opened = rustix::fs::open(
+                dir,
+                OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+                rustix::fs::Mode::empty(),
+            );
+            let Ok(dir_fd) = opened else {
+                // Not a directory, or not one this process may list: no
+                // rule (nothing in it readable); its change time watched
+                // all the same.
+                let key = dir_key(dir);
+                trusted &= settled(key, started);
+                listed.push((dir.clone(), key));
+                continue;
+            };
+            let key = rustix::fs::fstat(&dir_fd)
+                .ok()
+                .filter(|st| rustix::fs::FileType::from_raw_mode(st.st_mode).is_dir())
+                .map(|st| (st.st_dev, st.st_ino, st.st_ctime, st.st_ctime_nsec as i64));
             trusted &= settled(key, started);
             listed.push((dir.clone(), key));
-            let (Some(_), Ok(entries)) = (key, std::fs::read_dir(dir)) else {
+            if key.is_none() {
                 continue;
-            };
-            let Ok(dir_fd) = open_path(dir, false) else {
-                continue;
-            };
+            }
             builder.grant(dir_fd.as_fd(), StoreGrant::List)?;
             let names = plan.names.get(dir);
-            for entry in entries.flatten() {
-                let name = entry.file_name();
-                let path = dir.join(&name);
+            let Ok(mut entries) = rustix::fs::Dir::new(dir_fd) else {
+                continue;
+            };
+            while let Some(Ok(entry)) = entries.next() {
+                let Ok(dir_fd) = entries.fd() else {
+                    break;
+                };
+                let name = std::ffi::OsStr::from_bytes(entry.file_name().to_bytes());
+                if name == "." || name == ".." {
+                    continue;
+                }
+                let path = dir.join(name);
                 if plan.ancestors.contains(&path) || plan.excluded.contains(&path) {
                     continue;
                 }
@@ -562,31 +607,34 @@ impl HostStores {
                 {
                     continue;
                 }
-                // A link gets no rule: what it leads to is granted at its
-                // own place in the tree (and a link into a store grants
-                // nothing).
-                let Ok(kind) = entry.file_type() else {
-                    continue;
-                };
-                let grant = if kind.is_dir() {
-                    StoreGrant::ReadDir
-                } else if kind.is_file()
-                    || kind.is_char_device()
-                    || kind.is_block_device()
-                    || kind.is_fifo()
-                    || kind.is_socket()
-                {
-                    StoreGrant::ReadFile
-                } else {
-                    continue;
-                };
                 let Ok(fd) = rustix::fs::openat(
-                    &dir_fd,
-                    name.as_os_str(),
+                    dir_fd,
+                    name,
                     OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
                     rustix::fs::Mode::empty(),
                 ) else {
                     continue;
+                };
+                // The entry's type as the listing gives it (a file system
+                // that does not tell: the opened entry's).
+                let kind = match entry.file_type() {
+                    rustix::fs::FileType::Unknown => match rustix::fs::fstat(&fd) {
+                        Ok(st) => rustix::fs::FileType::from_raw_mode(st.st_mode),
+                        Err(_) => continue,
+                    },
+                    kind => kind,
+                };
+                // A link gets no rule: what it leads to is granted at its
+                // own place in the tree (and a link into a store grants
+                // nothing).
+                let grant = match kind {
+                    rustix::fs::FileType::Directory => StoreGrant::ReadDir,
+                    rustix::fs::FileType::RegularFile
+                    | rustix::fs::FileType::CharacterDevice
+                    | rustix::fs::FileType::BlockDevice
+                    | rustix::fs::FileType::Fifo
+                    | rustix::fs::FileType::Socket => StoreGrant::ReadFile,
+                    _ => continue,
                 };
                 builder.grant(fd.as_fd(), grant)?;
             }
@@ -622,7 +670,7 @@ impl HostStores {
         // The stores and the state of the same look (the state is shared:
         // another sandbox's look may change it as soon as it is unlocked).
         let mut state = lock(&self.watch.state);
-        let stores = self.look(&mut state);
+        let stores = self.look(&mut state, None);
         let state = &*state;
         // Each existing watched directory, resolved.
         let mut resolved: HashMap<&Path, PathBuf> = HashMap::new();
@@ -694,11 +742,20 @@ impl HostStores {
     /// init checks what it leads to when it masks), and each
     /// `host_deny_read` entry.
     pub(crate) fn current(&self) -> Vec<PathBuf> {
-        self.look(&mut lock(&self.watch.state))
+        self.look(&mut lock(&self.watch.state), None)
     }
 
-    /// [`HostStores::current`] with `state` locked.
-    fn look(&self, state: &mut [WatchState]) -> Vec<PathBuf> {
+    /// [`HostStores::current`], and what its look `stat`ed (for
+    /// [`HostStores::layer`]).
+    pub(crate) fn current_looked(&self) -> (Vec<PathBuf>, Looked) {
+        let mut looked = Looked(vec![None; self.watch.watched.len()]);
+        let stores = self.look(&mut lock(&self.watch.state), Some(&mut looked));
+        (stores, looked)
+    }
+
+    /// [`HostStores::current`] with `state` locked; what it `stat`s into
+    /// `looked`.
+    fn look(&self, state: &mut [WatchState], mut looked: Option<&mut Looked>) -> Vec<PathBuf> {
         let mut out = self.watch.exact.clone();
         // Whether each watch's listing is current: unchanged since a
         // trusted scan, or read now.
@@ -724,6 +781,9 @@ impl HostStores {
                 .ok()
                 .filter(std::fs::Metadata::is_dir)
                 .map(|m| (m.dev(), m.ino(), m.ctime(), m.ctime_nsec()));
+            if let Some(looked) = looked.as_deref_mut() {
+                looked.0[i] = Some(key);
+            }
             if key.is_some() && key == st.key && st.trusted {
                 known[i] = true;
                 out.extend(st.matches.iter().cloned());
@@ -1067,6 +1127,8 @@ mod tests {
         /// Watched directories `stat`ed by [`HostStores::current`] on this
         /// thread.
         pub(super) static LOOKS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+        /// Directories `stat`ed by `dir_key` on this thread.
+        pub(super) static KEYS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
     }
 
     fn looks_of(stores: &HostStores) -> (usize, Vec<PathBuf>) {
@@ -1159,6 +1221,56 @@ mod tests {
         std::fs::create_dir_all(home.join(".config/gh")).unwrap();
         assert!(first.current().contains(&home.join(".config/gh")));
         assert!(second.current().contains(&home.join(".config/gh")));
+    }
+
+    #[test]
+    fn a_layer_check_uses_the_looks_stats_of_watched_directories() {
+        let dir = tempfile::tempdir().unwrap();
+        let home = std::fs::canonicalize(dir.path()).unwrap();
+        std::fs::create_dir_all(home.join(".config/gh")).unwrap();
+        std::fs::create_dir_all(home.join(".cargo")).unwrap();
+        std::fs::create_dir_all(home.join("other")).unwrap();
+        let stores = HostStores::watching(Vec::new(), std::slice::from_ref(&home), &[]);
+        // A layer built on three watched directories and one other (the
+        // directories above the home left out: the machine's neighbours
+        // write to `/tmp`).
+        let listed: Vec<(PathBuf, Option<DirKey>)> = [
+            home.clone(),
+            home.join(".config"),
+            home.join(".cargo"),
+            home.join("other"),
+        ]
+        .into_iter()
+        .map(|d| {
+            let key = dir_key(&d);
+            (d, key)
+        })
+        .collect();
+        let watched_as = listed
+            .iter()
+            .map(|(d, _)| stores.watch.watched.iter().position(|w| w.dir == *d))
+            .collect();
+        let fd = Arc::new(open_path(&home, false).unwrap());
+        *lock(&stores.layer) = Some(BuiltLayer {
+            fd: fd.clone(),
+            listed,
+            watched_as,
+            trusted: true,
+            uses: 1,
+        });
+        let (_, looked) = stores.current_looked();
+        KEYS.with(|n| n.set(0));
+        let reused = stores.layer(None, &[], &[], Some(&looked)).unwrap();
+        assert!(Arc::ptr_eq(&fd, &reused));
+        // Only `other` is `stat`ed again.
+        assert_eq!(KEYS.with(std::cell::Cell::get), 1);
+        // A store made in a watched directory moves its change time: the
+        // look sees it, and the layer is built again.
+        std::fs::write(home.join(".npmrc"), "t").unwrap();
+        let (found, looked) = stores.current_looked();
+        assert!(found.contains(&home.join(".npmrc")));
+        let rebuilt = stores.layer(None, &[], &[], Some(&looked)).unwrap();
+        assert!(!Arc::ptr_eq(&fd, &rebuilt));
     }
 
     #[test]
