@@ -341,6 +341,11 @@ struct BuiltLayer {
     /// For each of `listed`, the watched directory of the same name, if
     /// any: a look ([`HostStores::current_looked`]) has just `stat`ed it.
     watched_as: Vec<Option<usize>>,
+    /// What the look the layer was planned from `stat`ed: a later look
+    /// that finds any watched directory otherwise (made, removed, changed
+    /// between that look and the listing, where the listed change times
+    /// cannot show it) builds it again.
+    planned_from: Looked,
     /// Whether every change time was old enough to move at the next change.
     trusted: bool,
     /// Commands that restricted themselves with it.
@@ -349,6 +354,7 @@ struct BuiltLayer {
 
 /// What one look `stat`ed: for each watched directory, its identity and
 /// change time then (`None`: not looked at, its parent's listing lacks it).
+#[derive(Debug, Default)]
 pub(crate) struct Looked(Vec<Option<Option<DirKey>>>);
 
 /// A store layer listed and granted but not finished: made while a new
@@ -357,6 +363,8 @@ pub(crate) struct LayerDraft {
     builder: StoreLayerBuilder,
     listed: Vec<(PathBuf, Option<DirKey>)>,
     trusted: bool,
+    /// The look the layer was planned from.
+    looked: Looked,
 }
 
 /// What the store layer is built from (see [`HostStores::layer_plan`]).
@@ -368,6 +376,8 @@ struct LayerPlan {
     excluded: HashSet<PathBuf>,
     /// The store names of each watched directory (canonical).
     names: HashMap<PathBuf, Vec<&'static str>>,
+    /// What the look it was planned from `stat`ed.
+    looked: Option<Looked>,
 }
 
 /// A directory's identity and change time, following links.
@@ -515,6 +525,7 @@ impl HostStores {
             && let Some(b) = built.as_mut()
             && b.trusted
             && b.uses < MAX_LAYER_USES
+            && looked.is_none_or(|l| l.0 == b.planned_from.0)
             && b.listed.iter().zip(&b.watched_as).all(|((dir, key), at)| {
                 let now = at.and_then(|i| looked.and_then(|l| l.0[i]));
                 now.unwrap_or_else(|| dir_key(dir)) == *key
@@ -537,6 +548,7 @@ impl HostStores {
             fd: fd.clone(),
             listed: draft.listed,
             watched_as,
+            planned_from: draft.looked,
             trusted: draft.trusted,
             uses: 1,
         });
@@ -654,6 +666,7 @@ impl HostStores {
             builder,
             listed,
             trusted,
+            looked: plan.looked.unwrap_or_else(|| Looked(Vec::new())),
         })
     }
 
@@ -670,7 +683,9 @@ impl HostStores {
         // The stores and the state of the same look (the state is shared:
         // another sandbox's look may change it as soon as it is unlocked).
         let mut state = lock(&self.watch.state);
-        let stores = self.look(&mut state, None);
+        let mut looked = Looked(vec![None; self.watch.watched.len()]);
+        let stores = self.look(&mut state, Some(&mut looked));
+        plan.looked = Some(looked);
         let state = &*state;
         // Each existing watched directory, resolved.
         let mut resolved: HashMap<&Path, PathBuf> = HashMap::new();
@@ -1246,18 +1261,9 @@ mod tests {
             (d, key)
         })
         .collect();
-        let watched_as = listed
-            .iter()
-            .map(|(d, _)| stores.watch.watched.iter().position(|w| w.dir == *d))
-            .collect();
         let fd = Arc::new(open_path(&home, false).unwrap());
-        *lock(&stores.layer) = Some(BuiltLayer {
-            fd: fd.clone(),
-            listed,
-            watched_as,
-            trusted: true,
-            uses: 1,
-        });
+        let (_, planned_from) = stores.current_looked();
+        built_by_hand(&stores, &fd, listed, planned_from);
         let (_, looked) = stores.current_looked();
         KEYS.with(|n| n.set(0));
         let reused = stores.layer(None, &[], &[], Some(&looked)).unwrap();
@@ -1271,6 +1277,48 @@ mod tests {
         assert!(found.contains(&home.join(".npmrc")));
         let rebuilt = stores.layer(None, &[], &[], Some(&looked)).unwrap();
         assert!(!Arc::ptr_eq(&fd, &rebuilt));
+    }
+
+    /// `stores`' layer as if built on `listed` from the look
+    /// `planned_from`, trusted, its ruleset `fd`.
+    fn built_by_hand(
+        stores: &HostStores,
+        fd: &Arc<OwnedFd>,
+        listed: Vec<(PathBuf, Option<DirKey>)>,
+        planned_from: Looked,
+    ) {
+        let watched_as = listed
+            .iter()
+            .map(|(d, _)| stores.watch.watched.iter().position(|w| w.dir == *d))
+            .collect();
+        *lock(&stores.layer) = Some(BuiltLayer {
+            fd: fd.clone(),
+            listed,
+            watched_as,
+            planned_from,
+            trusted: true,
+            uses: 1,
+        });
+    }
+
+    #[test]
+    fn a_watched_directory_made_between_the_look_and_the_listing_builds_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let home = std::fs::canonicalize(dir.path()).unwrap();
+        let stores = HostStores::watching(Vec::new(), std::slice::from_ref(&home), &[]);
+        // The layer's look finds no `.config`; the host makes it before
+        // the home is listed, so the home's listed change time is the one
+        // after it, and `.config` got a rule (readable whole).
+        let (_, planned_from) = stores.current_looked();
+        std::fs::create_dir(home.join(".config")).unwrap();
+        let listed = vec![(home.clone(), dir_key(&home))];
+        let fd = Arc::new(open_path(&home, false).unwrap());
+        built_by_hand(&stores, &fd, listed, planned_from);
+        // The next command's look finds `.config`: not the layer's, which
+        // is built again (`~/.config/gh` made later must have no rule).
+        let (_, looked) = stores.current_looked();
+        let layer = stores.layer(None, &[], &[], Some(&looked)).unwrap();
+        assert!(!Arc::ptr_eq(&fd, &layer));
     }
 
     #[test]
