@@ -12,6 +12,9 @@
 //! file-system timestamps come from a coarse clock, so a change within the
 //! same tick as a scan keeps the time the scan saw). The command's init
 //! then masks every name the holder did not (it tells a mask by its device).
+//! The list and what the looks found are shared by the sandboxes of this
+//! process that watch the same homes and `host_deny_read` entries: each
+//! open looks the homes up, but builds no list of its own.
 //!
 //! **The store layer** ([`HostStores::layer`]): a mask is a mount on a
 //! name, and the name can be taken from under it — the host saves a store
