@@ -784,11 +784,20 @@ impl HostStores {
                 && !state[p].present.contains(&via)
             {
                 // Not in its parent's listing: missing, and so is all it
-                // would hold.
-                state[i] = WatchState {
-                    trusted: true,
-                    ..WatchState::default()
-                };
+                // would hold. Written only when it was not so already: the
+                // state is shared, and a page of it rewritten after a
+                // holder was forked becomes a copy of that holder's own.
+                let st = &mut state[i];
+                if st.key.is_some()
+                    || !st.trusted
+                    || !st.matches.is_empty()
+                    || !st.present.is_empty()
+                {
+                    *st = WatchState {
+                        trusted: true,
+                        ..WatchState::default()
+                    };
+                }
                 known[i] = true;
                 continue;
             }
