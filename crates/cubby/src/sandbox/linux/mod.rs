@@ -629,22 +629,25 @@ impl LinuxSandbox {
     /// With `fresh_holder` (this command's start started the holder, which
     /// masked the stores it found a moment ago) the stores are not looked
     /// for again.
-    fn mask_plan(&self, fresh_holder: bool) -> Result<Vec<Vec<u8>>> {
+    /// Also returns the look at the stores (`None` with `fresh_holder`),
+    /// whose `stat`s the store layer's check uses again.
+    fn mask_plan(&self, fresh_holder: bool) -> Result<(Vec<Vec<u8>>, Option<read_view::Looked>)> {
         let mut plan = Vec::new();
         for path in &self.options.deny_read {
             if self.deny_read_exists(path)? {
                 plan.push(wire::mask_entry(ENTRY_DENY_READ, path.as_path()));
             }
         }
-        let stores = if fresh_holder {
-            Vec::new()
+        let (stores, looked) = if fresh_holder {
+            (Vec::new(), None)
         } else {
-            self.stores.current()
+            let (stores, looked) = self.stores.current_looked();
+            (stores, Some(looked))
         };
         for store in stores {
             plan.push(wire::mask_entry(ENTRY_STORE, &store));
         }
-        Ok(plan)
+        Ok((plan, looked))
     }
 
     /// Asks the holder to start `spec` with `stdio` (stdin, stdout,
@@ -669,10 +672,10 @@ impl LinuxSandbox {
         })?;
         let (protect, lease) = plan?;
         let draft = draft.transpose()?;
-        let masks = self.mask_plan(fresh_holder)?;
-        let store_layer = self
-            .stores
-            .layer(draft, &self.layer_roots, &live.store_dirs)?;
+        let (masks, looked) = self.mask_plan(fresh_holder)?;
+        let store_layer =
+            self.stores
+                .layer(draft, &self.layer_roots, &live.store_dirs, looked.as_ref())?;
         let cwd: &[u8] = if spec.cwd.is_root() {
             b""
         } else {

@@ -24,24 +24,25 @@ impl LinuxSandbox {
         let read = read
             .filter(|r| r.fresh_for(root).is_some())
             .unwrap_or_else(|| crate::git::SurfaceRead::now(root, &self.options.host));
-        let mut paths = self.options.protected.clone();
-        for path in read.surface().paths() {
-            if !paths.contains(&path) {
-                paths.push(path);
-            }
-        }
-        *lock(&self.git_at_open) = Some(read);
+        // The configured paths borrowed, git's surface's that are not among
+        // them (an open runs this: no copy of the list on the heap).
+        let protected = &self.options.protected;
+        let surface = read.surface().paths();
+        let paths = protected
+            .iter()
+            .chain(surface.iter().filter(|p| !protected.contains(p)));
         // Directories already looked at (and kept) on the way to an
         // earlier path.
         let mut kept: Vec<WorkspacePath> = Vec::new();
-        for path in &paths {
+        for path in paths {
             let mut prefix = WorkspacePath::root();
             for name in path.components() {
                 prefix = prefix.join_name(name);
                 if kept.contains(&prefix) {
                     continue;
                 }
-                let Ok(meta) = self.fs.metadata(&prefix) else {
+                // Most are missing: no error made for them.
+                let Some(meta) = self.fs.metadata_if_any(&prefix) else {
                     break;
                 };
                 let leftover = match (meta.kind, Kind::for_path(&prefix)) {
@@ -62,6 +63,8 @@ impl LinuxSandbox {
                 }
             }
         }
+        drop(surface);
+        *lock(&self.git_at_open) = Some(read);
     }
 
     /// What each command's init binds, in order (a directory before what

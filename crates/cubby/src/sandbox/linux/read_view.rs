@@ -12,6 +12,9 @@
 //! file-system timestamps come from a coarse clock, so a change within the
 //! same tick as a scan keeps the time the scan saw). The command's init
 //! then masks every name the holder did not (it tells a mask by its device).
+//! The list and what the looks found are shared by the sandboxes of this
+//! process that watch the same homes and `host_deny_read` entries: each
+//! open looks the homes up, but builds no list of its own.
 //!
 //! **The store layer** ([`HostStores::layer`]): a mask is a mount on a
 //! name, and the name can be taken from under it — the host saves a store
@@ -237,6 +240,16 @@ const RACY_WINDOW: Duration = Duration::from_millis(50);
 /// matches than this is masked in part; see [`HostStores::current`]).
 const MAX_MATCHES_PER_DIR: usize = 64;
 
+/// Room for the names of homes looked at by [`homes`] (more grow it).
+const HOMES_LOOKED: usize = 32;
+
+/// Room for `/proc/self/fd/<fd>`.
+const PROC_FD_NAME_BYTES: usize = 32;
+
+/// What a resolved directory's name is given at first (a longer one grows
+/// it).
+const PATH_GUESS_BYTES: usize = 128;
+
 /// A directory's identity and change time, as `stat` gives them.
 type DirKey = (u64, u64, i64, i64);
 
@@ -274,14 +287,51 @@ struct WatchState {
 /// what of them exists, kept up to date cheaply (see the module doc).
 #[derive(Debug)]
 pub(crate) struct HostStores {
+    /// What is watched and what was found, shared with every sandbox of
+    /// this process that watches the same homes and `host_deny_read`
+    /// entries (see [`shared_watch`]).
+    watch: Arc<Watch>,
+    /// The store layer as last built (see the module doc).
+    layer: Mutex<Option<BuiltLayer>>,
+}
+
+/// The watched directories of one set of homes and `host_deny_read`
+/// entries, and what their last looks found. Immutable but for `state`, a
+/// cache of the host's tree that every look checks against the directories'
+/// change times: sharing it between sandboxes changes nothing of what each
+/// command sees, and spares each open the building of the list (about 290
+/// allocations, 23 KB, written into heap pages the holders already forked
+/// share with the server) and each start the listing of every directory.
+#[derive(Debug)]
+struct Watch {
     watched: Vec<Watched>,
     state: Mutex<Vec<WatchState>>,
     /// `host_deny_read` entries: always passed on (the init checks them).
     exact: Vec<PathBuf>,
     /// The homes whose stores are watched (canonical).
     homes: Vec<PathBuf>,
-    /// The store layer as last built (see the module doc).
-    layer: Mutex<Option<BuiltLayer>>,
+}
+
+/// Most distinct watches this process keeps for sharing (one per set of
+/// homes and `host_deny_read` entries; a front has one or a few).
+const MAX_SHARED_WATCHES: usize = 8;
+
+/// The watches kept for sharing, the most recently made last.
+static SHARED_WATCHES: Mutex<Vec<Arc<Watch>>> = Mutex::new(Vec::new());
+
+/// The watch of `homes` (with the system's stores) and `extra`: the one
+/// kept for the same inputs, else a new one, kept.
+fn shared_watch(homes: &[PathBuf], extra: &[PathBuf]) -> Arc<Watch> {
+    let mut shared = lock(&SHARED_WATCHES);
+    if let Some(watch) = shared.iter().find(|w| w.homes == homes && w.exact == extra) {
+        return watch.clone();
+    }
+    let watch = Arc::new(Watch::new(system_watched(), homes, extra));
+    if shared.len() >= MAX_SHARED_WATCHES {
+        shared.remove(0);
+    }
+    shared.push(watch.clone());
+    watch
 }
 
 /// The store layer's ruleset and what it was built from.
@@ -291,11 +341,24 @@ struct BuiltLayer {
     /// Each ancestor listed, with its identity and change time before the
     /// listing (`None`: not a directory then).
     listed: Vec<(PathBuf, Option<DirKey>)>,
+    /// For each of `listed`, the watched directory of the same name, if
+    /// any: a look ([`HostStores::current_looked`]) has just `stat`ed it.
+    watched_as: Vec<Option<usize>>,
+    /// What the look the layer was planned from `stat`ed: a later look
+    /// that finds any watched directory otherwise (made, removed, changed
+    /// between that look and the listing, where the listed change times
+    /// cannot show it) builds it again.
+    planned_from: Looked,
     /// Whether every change time was old enough to move at the next change.
     trusted: bool,
     /// Commands that restricted themselves with it.
     uses: usize,
 }
+
+/// What one look `stat`ed: for each watched directory, its identity and
+/// change time then (`None`: not looked at, its parent's listing lacks it).
+#[derive(Debug, Default)]
+pub(crate) struct Looked(Vec<Option<Option<DirKey>>>);
 
 /// A store layer listed and granted but not finished: made while a new
 /// holder sets up (see [`HostStores::draft_layer`]).
@@ -303,6 +366,8 @@ pub(crate) struct LayerDraft {
     builder: StoreLayerBuilder,
     listed: Vec<(PathBuf, Option<DirKey>)>,
     trusted: bool,
+    /// The look the layer was planned from.
+    looked: Looked,
 }
 
 /// What the store layer is built from (see [`HostStores::layer_plan`]).
@@ -314,10 +379,14 @@ struct LayerPlan {
     excluded: HashSet<PathBuf>,
     /// The store names of each watched directory (canonical).
     names: HashMap<PathBuf, Vec<&'static str>>,
+    /// What the look it was planned from `stat`ed.
+    looked: Option<Looked>,
 }
 
 /// A directory's identity and change time, following links.
 fn dir_key(path: &Path) -> Option<DirKey> {
+    #[cfg(test)]
+    tests::KEYS.with(|n| n.set(n.get() + 1));
     std::fs::metadata(path)
         .ok()
         .filter(std::fs::Metadata::is_dir)
@@ -358,12 +427,30 @@ impl HostStores {
     /// The stores of every home (see the module doc) and `extra` (absolute
     /// paths); homes beneath `/tmp` only when `host_tmp` (the sandbox sees
     /// the host's `/tmp`); `$HOME` from `host`.
+    /// The list is shared with the other sandboxes of this process that
+    /// watch the same homes and entries ([`shared_watch`]); the store
+    /// layer is this sandbox's own.
     pub(crate) fn new(extra: &[PathBuf], host_tmp: bool, host: &HostEnv) -> HostStores {
-        HostStores::watching(system_watched(), &homes(host_tmp, host), extra)
+        HostStores::with_watch(shared_watch(&homes(host_tmp, host), extra))
     }
 
+    fn with_watch(watch: Arc<Watch>) -> HostStores {
+        HostStores {
+            watch,
+            layer: Mutex::new(None),
+        }
+    }
+
+    /// `watched` and the [`HOME_STORES`] of each of `homes`, not shared.
+    #[cfg(test)]
+    fn watching(watched: Vec<Watched>, homes: &[PathBuf], extra: &[PathBuf]) -> HostStores {
+        HostStores::with_watch(Arc::new(Watch::new(watched, homes, extra)))
+    }
+}
+
+impl Watch {
     /// `watched` and the [`HOME_STORES`] of each of `homes`.
-    fn watching(mut watched: Vec<Watched>, homes: &[PathBuf], extra: &[PathBuf]) -> HostStores {
+    fn new(mut watched: Vec<Watched>, homes: &[PathBuf], extra: &[PathBuf]) -> Watch {
         for home in homes {
             let at = watched.len();
             for (i, (sub, names)) in HOME_STORES.iter().enumerate() {
@@ -405,15 +492,16 @@ impl HostStores {
             }
         }
         let state = Mutex::new(vec![WatchState::default(); watched.len()]);
-        HostStores {
+        Watch {
             watched,
             state,
             exact: extra.to_vec(),
             homes: homes.to_vec(),
-            layer: Mutex::new(None),
         }
     }
+}
 
+impl HostStores {
     /// The store layer (see the module doc) as the Landlock ruleset fd each
     /// command restricts itself with: `draft` finished when given (made
     /// while the holder set up), else the one built before if no
@@ -426,18 +514,25 @@ impl HostStores {
     /// # Errors
     ///
     /// Landlock's, as `unsupported`.
+    /// `looked`: the look this command's masks were taken from, whose
+    /// `stat`s of the watched directories are used again here.
     pub(crate) fn layer(
         &self,
         draft: Option<LayerDraft>,
         roots: &[PathBuf],
         holder_dirs: &[OwnedFd],
+        looked: Option<&Looked>,
     ) -> Result<Arc<OwnedFd>> {
         let mut built = lock(&self.layer);
         if draft.is_none()
             && let Some(b) = built.as_mut()
             && b.trusted
             && b.uses < MAX_LAYER_USES
-            && b.listed.iter().all(|(dir, key)| dir_key(dir) == *key)
+            && looked.is_none_or(|l| l.0 == b.planned_from.0)
+            && b.listed.iter().zip(&b.watched_as).all(|((dir, key), at)| {
+                let now = at.and_then(|i| looked.and_then(|l| l.0[i]));
+                now.unwrap_or_else(|| dir_key(dir)) == *key
+            })
         {
             b.uses += 1;
             return Ok(b.fd.clone());
@@ -447,9 +542,16 @@ impl HostStores {
             None => self.draft_layer(roots)?,
         };
         let fd = Arc::new(draft.builder.finish(holder_dirs)?);
+        let watched_as = draft
+            .listed
+            .iter()
+            .map(|(dir, _)| self.watch.watched.iter().position(|w| w.dir == *dir))
+            .collect();
         *built = Some(BuiltLayer {
             fd: fd.clone(),
             listed: draft.listed,
+            watched_as,
+            planned_from: draft.looked,
             trusted: draft.trusted,
             uses: 1,
         });
@@ -465,29 +567,53 @@ impl HostStores {
     pub(crate) fn draft_layer(&self, roots: &[PathBuf]) -> Result<LayerDraft> {
         use rustix::fs::OFlags;
         use std::os::fd::AsFd;
-        use std::os::unix::fs::FileTypeExt;
+        use std::os::unix::ffi::OsStrExt;
         let plan = self.layer_plan();
         let started = SystemTime::now();
         let mut builder = StoreLayerBuilder::new()?;
         let mut listed = Vec::with_capacity(plan.ancestors.len());
         let mut trusted = true;
         for dir in &plan.ancestors {
-            // Its change time before its listing: a change during the
-            // listing moves it, and the next command builds again.
-            let key = dir_key(dir);
+            // One fd for the look, the listing and the rules: its change
+            // time before its listing (a change during the listing moves
+            // it, and the next command builds again).
+            let opened = rustix::fs::open(
+                dir,
+                OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+                rustix::fs::Mode::empty(),
+            );
+            let Ok(dir_fd) = opened else {
+                // Not a directory, or not one this process may list: no
+                // rule (nothing in it readable); its change time watched
+                // all the same.
+                let key = dir_key(dir);
+                trusted &= settled(key, started);
+                listed.push((dir.clone(), key));
+                continue;
+            };
+            let key = rustix::fs::fstat(&dir_fd)
+                .ok()
+                .filter(|st| rustix::fs::FileType::from_raw_mode(st.st_mode).is_dir())
+                .map(|st| (st.st_dev, st.st_ino, st.st_ctime, st.st_ctime_nsec as i64));
             trusted &= settled(key, started);
             listed.push((dir.clone(), key));
-            let (Some(_), Ok(entries)) = (key, std::fs::read_dir(dir)) else {
+            if key.is_none() {
                 continue;
-            };
-            let Ok(dir_fd) = open_path(dir, false) else {
-                continue;
-            };
+            }
             builder.grant(dir_fd.as_fd(), StoreGrant::List)?;
             let names = plan.names.get(dir);
-            for entry in entries.flatten() {
-                let name = entry.file_name();
-                let path = dir.join(&name);
+            let Ok(mut entries) = rustix::fs::Dir::new(dir_fd) else {
+                continue;
+            };
+            while let Some(Ok(entry)) = entries.next() {
+                let Ok(dir_fd) = entries.fd() else {
+                    break;
+                };
+                let name = std::ffi::OsStr::from_bytes(entry.file_name().to_bytes());
+                if name == "." || name == ".." {
+                    continue;
+                }
+                let path = dir.join(name);
                 if plan.ancestors.contains(&path) || plan.excluded.contains(&path) {
                     continue;
                 }
@@ -496,31 +622,34 @@ impl HostStores {
                 {
                     continue;
                 }
-                // A link gets no rule: what it leads to is granted at its
-                // own place in the tree (and a link into a store grants
-                // nothing).
-                let Ok(kind) = entry.file_type() else {
-                    continue;
-                };
-                let grant = if kind.is_dir() {
-                    StoreGrant::ReadDir
-                } else if kind.is_file()
-                    || kind.is_char_device()
-                    || kind.is_block_device()
-                    || kind.is_fifo()
-                    || kind.is_socket()
-                {
-                    StoreGrant::ReadFile
-                } else {
-                    continue;
-                };
                 let Ok(fd) = rustix::fs::openat(
-                    &dir_fd,
-                    name.as_os_str(),
+                    dir_fd,
+                    name,
                     OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
                     rustix::fs::Mode::empty(),
                 ) else {
                     continue;
+                };
+                // The entry's type as the listing gives it (a file system
+                // that does not tell: the opened entry's).
+                let kind = match entry.file_type() {
+                    rustix::fs::FileType::Unknown => match rustix::fs::fstat(&fd) {
+                        Ok(st) => rustix::fs::FileType::from_raw_mode(st.st_mode),
+                        Err(_) => continue,
+                    },
+                    kind => kind,
+                };
+                // A link gets no rule: what it leads to is granted at its
+                // own place in the tree (and a link into a store grants
+                // nothing).
+                let grant = match kind {
+                    rustix::fs::FileType::Directory => StoreGrant::ReadDir,
+                    rustix::fs::FileType::RegularFile
+                    | rustix::fs::FileType::CharacterDevice
+                    | rustix::fs::FileType::BlockDevice
+                    | rustix::fs::FileType::Fifo
+                    | rustix::fs::FileType::Socket => StoreGrant::ReadFile,
+                    _ => continue,
                 };
                 builder.grant(fd.as_fd(), grant)?;
             }
@@ -540,6 +669,7 @@ impl HostStores {
             builder,
             listed,
             trusted,
+            looked: plan.looked.unwrap_or_else(|| Looked(Vec::new())),
         })
     }
 
@@ -553,11 +683,16 @@ impl HostStores {
     fn layer_plan(&self) -> LayerPlan {
         let mut plan = LayerPlan::default();
         plan.ancestors.insert(PathBuf::from("/"));
-        let stores = self.current();
-        let state = lock(&self.state).clone();
+        // The stores and the state of the same look (the state is shared:
+        // another sandbox's look may change it as soon as it is unlocked).
+        let mut state = lock(&self.watch.state);
+        let mut looked = Looked(vec![None; self.watch.watched.len()]);
+        let stores = self.look(&mut state, Some(&mut looked));
+        plan.looked = Some(looked);
+        let state = &*state;
         // Each existing watched directory, resolved.
         let mut resolved: HashMap<&Path, PathBuf> = HashMap::new();
-        for (i, w) in self.watched.iter().enumerate() {
+        for (i, w) in self.watch.watched.iter().enumerate() {
             if state[i].key.is_some() {
                 if let Some(dir) = resolved_dir(&w.dir) {
                     with_ancestors(&mut plan.ancestors, &dir);
@@ -625,22 +760,44 @@ impl HostStores {
     /// init checks what it leads to when it masks), and each
     /// `host_deny_read` entry.
     pub(crate) fn current(&self) -> Vec<PathBuf> {
-        let mut out = self.exact.clone();
-        let mut state = lock(&self.state);
+        self.look(&mut lock(&self.watch.state), None)
+    }
+
+    /// [`HostStores::current`], and what its look `stat`ed (for
+    /// [`HostStores::layer`]).
+    pub(crate) fn current_looked(&self) -> (Vec<PathBuf>, Looked) {
+        let mut looked = Looked(vec![None; self.watch.watched.len()]);
+        let stores = self.look(&mut lock(&self.watch.state), Some(&mut looked));
+        (stores, looked)
+    }
+
+    /// [`HostStores::current`] with `state` locked; what it `stat`s into
+    /// `looked`.
+    fn look(&self, state: &mut [WatchState], mut looked: Option<&mut Looked>) -> Vec<PathBuf> {
+        let mut out = self.watch.exact.clone();
         // Whether each watch's listing is current: unchanged since a
         // trusted scan, or read now.
-        let mut known = vec![false; self.watched.len()];
-        for (i, w) in self.watched.iter().enumerate() {
+        let mut known = vec![false; self.watch.watched.len()];
+        for (i, w) in self.watch.watched.iter().enumerate() {
             if let Some((p, via)) = w.parent
                 && known[p]
                 && !state[p].present.contains(&via)
             {
                 // Not in its parent's listing: missing, and so is all it
-                // would hold.
-                state[i] = WatchState {
-                    trusted: true,
-                    ..WatchState::default()
-                };
+                // would hold. Written only when it was not so already: the
+                // state is shared, and a page of it rewritten after a
+                // holder was forked becomes a copy of that holder's own.
+                let st = &mut state[i];
+                if st.key.is_some()
+                    || !st.trusted
+                    || !st.matches.is_empty()
+                    || !st.present.is_empty()
+                {
+                    *st = WatchState {
+                        trusted: true,
+                        ..WatchState::default()
+                    };
+                }
                 known[i] = true;
                 continue;
             }
@@ -651,6 +808,9 @@ impl HostStores {
                 .ok()
                 .filter(std::fs::Metadata::is_dir)
                 .map(|m| (m.dev(), m.ino(), m.ctime(), m.ctime_nsec()));
+            if let Some(looked) = looked.as_deref_mut() {
+                looked.0[i] = Some(key);
+            }
             if key.is_some() && key == st.key && st.trusted {
                 known[i] = true;
                 out.extend(st.matches.iter().cloned());
@@ -680,10 +840,10 @@ impl HostStores {
     /// watched directory's list on its way there. By name, with no look at
     /// the file system (what lies above an existing path exists).
     pub(crate) fn covering(&self, path: &Path) -> Option<PathBuf> {
-        if let Some(exact) = self.exact.iter().find(|e| path.starts_with(e)) {
+        if let Some(exact) = self.watch.exact.iter().find(|e| path.starts_with(e)) {
             return Some(exact.clone());
         }
-        self.watched.iter().find_map(|w| {
+        self.watch.watched.iter().find_map(|w| {
             let rest = path.strip_prefix(&w.dir).ok()?;
             let Some(Component::Normal(name)) = rest.components().next() else {
                 return None;
@@ -764,41 +924,43 @@ fn matches(pattern: &str, name: &str) -> bool {
 
 /// Every home directory (see the module doc), each once, canonical. Each
 /// name is looked at once (`/etc/passwd` names `/nonexistent` or `/bin`
-/// for several accounts); a missing one costs one failed `open`.
+/// for several accounts); a missing one costs one failed `open`. Frugal
+/// with the heap (every open of a sandbox runs this, and what it writes
+/// there after a holder was forked becomes that holder's own copy): the
+/// names are borrowed from `/etc/passwd` as read, and only those resolved
+/// are allocated.
 fn homes(host_tmp: bool, host: &HostEnv) -> Vec<PathBuf> {
-    let mut found: Vec<PathBuf> = Vec::new();
-    if let Ok(passwd) = std::fs::read_to_string("/etc/passwd") {
-        for line in passwd.lines() {
-            if let Some(home) = line.split(':').nth(5)
-                && home.starts_with('/')
-            {
-                found.push(PathBuf::from(home));
-            }
-        }
-    }
-    found.push(PathBuf::from("/root"));
-    if let Ok(entries) = std::fs::read_dir("/home") {
-        found.extend(entries.flatten().map(|e| e.path()));
-    }
-    if let Some(home) = host.var_os("HOME").filter(|h| !h.is_empty()) {
-        found.push(PathBuf::from(home));
-    }
-    let mut looked = HashSet::new();
-    let mut seen = HashSet::new();
-    let mut out = Vec::new();
+    use std::os::unix::ffi::OsStrExt;
+    let passwd = std::fs::read("/etc/passwd").unwrap_or_default();
+    let in_home: Vec<PathBuf> = std::fs::read_dir("/home")
+        .map(|entries| entries.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default();
+    let named = passwd
+        .split(|b| *b == b'\n')
+        .filter_map(|line| line.split(|b| *b == b':').nth(5))
+        .filter(|home| home.starts_with(b"/"))
+        .map(|home| Path::new(std::ffi::OsStr::from_bytes(home)));
+    let env_home = host.var_os("HOME").filter(|h| !h.is_empty()).map(Path::new);
+    let mut looked: Vec<&Path> = Vec::with_capacity(HOMES_LOOKED);
+    let mut out: Vec<PathBuf> = Vec::new();
+    let found = named
+        .chain([Path::new("/root")])
+        .chain(in_home.iter().map(PathBuf::as_path))
+        .chain(env_home);
     for home in found {
         // A name beneath the system's directories is a system account's
         // home (`/usr/sbin`, `/bin`): skipped without a look.
-        if !looked.insert(home.clone()) || excluded_lexically(&home) {
+        if looked.contains(&home) || excluded_lexically(home) {
             continue;
         }
-        let Some(canonical) = resolved_dir(&home) else {
+        looked.push(home);
+        let Some(canonical) = resolved_dir(home) else {
             continue;
         };
         let excluded = canonical == Path::new("/")
             || NOT_HOMES.iter().any(|n| canonical.starts_with(n))
             || (!host_tmp && canonical.starts_with("/tmp"));
-        if !excluded && seen.insert(canonical.clone()) {
+        if !excluded && !out.contains(&canonical) {
             out.push(canonical);
         }
     }
@@ -819,15 +981,22 @@ fn excluded_lexically(home: &Path) -> bool {
 /// link), where `realpath` reads a link per component and `is_dir` stats
 /// again.
 fn resolved_dir(path: &Path) -> Option<PathBuf> {
+    use std::io::Write;
     use std::os::fd::AsRawFd;
-    use std::os::unix::ffi::OsStringExt;
+    use std::os::unix::ffi::{OsStrExt, OsStringExt};
     let fd = rustix::fs::open(
         path,
         rustix::fs::OFlags::PATH | rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::CLOEXEC,
         rustix::fs::Mode::empty(),
     )
     .ok()?;
-    match rustix::fs::readlink(format!("/proc/self/fd/{}", fd.as_raw_fd()), Vec::new()) {
+    // The link's name and its target, with one allocation (the target).
+    let mut name = [0u8; PROC_FD_NAME_BYTES];
+    let mut cursor = std::io::Cursor::new(&mut name[..]);
+    write!(cursor, "/proc/self/fd/{}", fd.as_raw_fd()).ok()?;
+    let len = cursor.position() as usize;
+    let name = std::ffi::OsStr::from_bytes(&name[..len]);
+    match rustix::fs::readlink(name, Vec::with_capacity(PATH_GUESS_BYTES)) {
         Ok(link) => {
             let p = PathBuf::from(std::ffi::OsString::from_vec(link.into_bytes()));
             p.is_absolute().then_some(p)
@@ -862,7 +1031,12 @@ impl HostStores {
     /// itself with `~/.local/lib` (where `pip --user` installs). Each only
     /// when [`HostStores::grantable`]: else the entry alone, or nothing.
     pub(crate) fn toolchain_root(&self, entry: &Path) -> Vec<PathBuf> {
-        if let Some(home) = self.homes.iter().find(|h| *entry == h.join(".local/bin")) {
+        if let Some(home) = self
+            .watch
+            .homes
+            .iter()
+            .find(|h| *entry == h.join(".local/bin"))
+        {
             return [home.join(".local/bin"), home.join(".local/lib")]
                 .into_iter()
                 .filter(|p| self.grantable(p))
@@ -894,17 +1068,19 @@ impl HostStores {
                 .all(|c| matches!(c, Component::RootDir | Component::Normal(_)));
         plain
             && dir != Path::new("/")
-            && !self.homes.iter().any(|h| h.starts_with(dir))
+            && !self.watch.homes.iter().any(|h| h.starts_with(dir))
             && !self
+                .watch
                 .homes
                 .iter()
                 .any(|h| CONFIG_ROOTS.iter().any(|c| dir == h.join(c)))
             && self.covering(dir).is_none()
             && !self
+                .watch
                 .watched
                 .iter()
                 .any(|w| w.dir != dir && w.dir.starts_with(dir))
-            && !self.exact.iter().any(|e| e.starts_with(dir))
+            && !self.watch.exact.iter().any(|e| e.starts_with(dir))
     }
 
     /// What commands read with `read_scope = "system"`, besides the
@@ -978,6 +1154,8 @@ mod tests {
         /// Watched directories `stat`ed by [`HostStores::current`] on this
         /// thread.
         pub(super) static LOOKS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+        /// Directories `stat`ed by `dir_key` on this thread.
+        pub(super) static KEYS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
     }
 
     fn looks_of(stores: &HostStores) -> (usize, Vec<PathBuf>) {
@@ -1044,6 +1222,115 @@ mod tests {
         // The home, `.config` and `.local/share` (`.config/git` and
         // `.config/containers` are not in `.config`'s listing): three.
         assert_eq!(looks, 3, "{found:?}");
+    }
+
+    #[test]
+    fn sandboxes_of_the_same_homes_share_one_watch_and_see_later_stores() {
+        let dir = tempfile::tempdir().unwrap();
+        let home = std::fs::canonicalize(dir.path()).unwrap();
+        let homes = std::slice::from_ref(&home);
+        let first = HostStores::with_watch(shared_watch(homes, &[]));
+        let second = HostStores::with_watch(shared_watch(homes, &[]));
+        assert!(Arc::ptr_eq(&first.watch, &second.watch));
+        // Other inputs, another watch.
+        let vault = [PathBuf::from("/nowhere/vault")];
+        let other = HostStores::with_watch(shared_watch(homes, &vault));
+        assert!(!Arc::ptr_eq(&first.watch, &other.watch));
+        assert!(other.current().contains(&vault[0]));
+        assert!(!first.current().contains(&vault[0]));
+        // A store made after one sandbox's look is found by the other's,
+        // and by the first's next look.
+        assert!(!first.current().contains(&home.join(".npmrc")));
+        std::fs::write(home.join(".npmrc"), "t").unwrap();
+        assert!(second.current().contains(&home.join(".npmrc")));
+        assert!(first.current().contains(&home.join(".npmrc")));
+        // And one made two levels down, right after those looks.
+        std::fs::create_dir_all(home.join(".config/gh")).unwrap();
+        assert!(first.current().contains(&home.join(".config/gh")));
+        assert!(second.current().contains(&home.join(".config/gh")));
+    }
+
+    #[test]
+    fn a_layer_check_uses_the_looks_stats_of_watched_directories() {
+        let dir = tempfile::tempdir().unwrap();
+        let home = std::fs::canonicalize(dir.path()).unwrap();
+        std::fs::create_dir_all(home.join(".config/gh")).unwrap();
+        std::fs::create_dir_all(home.join(".cargo")).unwrap();
+        std::fs::create_dir_all(home.join("other")).unwrap();
+        let stores = HostStores::watching(Vec::new(), std::slice::from_ref(&home), &[]);
+        // A layer built on three watched directories and one other (the
+        // directories above the home left out: the machine's neighbours
+        // write to `/tmp`).
+        let listed: Vec<(PathBuf, Option<DirKey>)> = [
+            home.clone(),
+            home.join(".config"),
+            home.join(".cargo"),
+            home.join("other"),
+        ]
+        .into_iter()
+        .map(|d| {
+            let key = dir_key(&d);
+            (d, key)
+        })
+        .collect();
+        let fd = Arc::new(open_path(&home, false).unwrap());
+        let (_, planned_from) = stores.current_looked();
+        built_by_hand(&stores, &fd, listed, planned_from);
+        let (_, looked) = stores.current_looked();
+        KEYS.with(|n| n.set(0));
+        let reused = stores.layer(None, &[], &[], Some(&looked)).unwrap();
+        assert!(Arc::ptr_eq(&fd, &reused));
+        // Only `other` is `stat`ed again.
+        assert_eq!(KEYS.with(std::cell::Cell::get), 1);
+        // A store made in a watched directory moves its change time: the
+        // look sees it, and the layer is built again.
+        std::fs::write(home.join(".npmrc"), "t").unwrap();
+        let (found, looked) = stores.current_looked();
+        assert!(found.contains(&home.join(".npmrc")));
+        let rebuilt = stores.layer(None, &[], &[], Some(&looked)).unwrap();
+        assert!(!Arc::ptr_eq(&fd, &rebuilt));
+    }
+
+    /// `stores`' layer as if built on `listed` from the look
+    /// `planned_from`, trusted, its ruleset `fd`.
+    fn built_by_hand(
+        stores: &HostStores,
+        fd: &Arc<OwnedFd>,
+        listed: Vec<(PathBuf, Option<DirKey>)>,
+        planned_from: Looked,
+    ) {
+        let watched_as = listed
+            .iter()
+            .map(|(d, _)| stores.watch.watched.iter().position(|w| w.dir == *d))
+            .collect();
+        *lock(&stores.layer) = Some(BuiltLayer {
+            fd: fd.clone(),
+            listed,
+            watched_as,
+            planned_from,
+            trusted: true,
+            uses: 1,
+        });
+    }
+
+    #[test]
+    fn a_watched_directory_made_between_the_look_and_the_listing_builds_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let home = std::fs::canonicalize(dir.path()).unwrap();
+        let stores = HostStores::watching(Vec::new(), std::slice::from_ref(&home), &[]);
+        // The layer's look finds no `.config`; the host makes it before
+        // the home is listed, so the home's listed change time is the one
+        // after it, and `.config` got a rule (readable whole).
+        let (_, planned_from) = stores.current_looked();
+        std::fs::create_dir(home.join(".config")).unwrap();
+        let listed = vec![(home.clone(), dir_key(&home))];
+        let fd = Arc::new(open_path(&home, false).unwrap());
+        built_by_hand(&stores, &fd, listed, planned_from);
+        // The next command's look finds `.config`: not the layer's, which
+        // is built again (`~/.config/gh` made later must have no rule).
+        let (_, looked) = stores.current_looked();
+        let layer = stores.layer(None, &[], &[], Some(&looked)).unwrap();
+        assert!(!Arc::ptr_eq(&fd, &layer));
     }
 
     #[test]
@@ -1117,18 +1404,16 @@ mod tests {
     #[test]
     fn a_store_made_later_is_found_at_the_next_look() {
         let dir = tempfile::tempdir().unwrap();
-        let stores = HostStores {
-            watched: vec![Watched {
+        let stores = HostStores::watching(
+            vec![Watched {
                 dir: dir.path().to_path_buf(),
                 names: &[".npmrc", ".yarnrc*"],
                 parent: None,
                 children: Vec::new(),
             }],
-            state: Mutex::new(vec![WatchState::default()]),
-            exact: vec![PathBuf::from("/nowhere/listed")],
-            homes: Vec::new(),
-            layer: Mutex::new(None),
-        };
+            &[],
+            &[PathBuf::from("/nowhere/listed")],
+        );
         assert_eq!(stores.current(), [PathBuf::from("/nowhere/listed")]);
         std::fs::write(dir.path().join(".npmrc"), "t").unwrap();
         std::fs::write(dir.path().join("notes"), "n").unwrap();

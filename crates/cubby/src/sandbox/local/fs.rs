@@ -207,6 +207,16 @@ impl LocalFs {
         }
     }
 
+    /// `path`'s metadata, or `None` when it cannot be looked at (missing,
+    /// through a link, …): [`FileSystem::metadata`] without making an
+    /// error, for looks where most paths are missing.
+    pub(crate) fn metadata_if_any(&self, path: &WorkspacePath) -> Option<Metadata> {
+        let fd = self
+            .resolve_in(&self.root, path.for_open(), OFlags::PATH, Mode::empty())
+            .ok()?;
+        fstat(&fd).ok().map(|stat| metadata_of(&stat))
+    }
+
     fn resolve(&self, path: &WorkspacePath, flags: OFlags) -> Result<OwnedFd> {
         self.resolve_in(&self.root, path.for_open(), flags, Mode::empty())
             .map_err(|e| self.explain(e, &self.root, path.for_open(), path))
