@@ -238,11 +238,29 @@ fn stdio_image_blocks_stay_within_the_clients_limits() {
     let result = &answer["result"];
     assert_eq!(result["isError"], false, "{}", result["content"][0]);
     let content = result["content"].as_array().unwrap();
-    assert_eq!(content.len(), 2, "a text block and an image block");
+    // The text, the image, and the file as an artifact (`view_file`
+    // publishes what it shows: SPEC §5.1), whose bytes are not inlined.
+    assert_eq!(
+        content.len(),
+        3,
+        "text, image and resource link: {content:?}"
+    );
     assert_eq!(content[0]["type"], "text");
     let text = content[0]["text"].as_str().unwrap();
-    let block = &content[1];
-    assert_eq!(block["type"], "image");
+    let link = content
+        .iter()
+        .find(|b| b["type"] == "resource_link")
+        .expect("a resource link");
+    assert!(
+        link["uri"]
+            .as_str()
+            .is_some_and(|u| u.starts_with("cubby://artifacts/") && u.ends_with("/noise.png")),
+        "{link}"
+    );
+    let block = content
+        .iter()
+        .find(|b| b["type"] == "image")
+        .expect("an image block");
     let data = block["data"].as_str().unwrap();
     assert!(
         data.len() <= MAX_IMAGE_BASE64_CHARS,
