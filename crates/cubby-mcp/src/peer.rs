@@ -10,6 +10,9 @@
 
 use std::net::{IpAddr, SocketAddr};
 
+/// The state column of a socket in TIME_WAIT.
+const TIME_WAIT: &str = "06";
+
 /// The kernel's socket tables: IPv4, IPv6 (whose addresses are 128-bit).
 const TCP_TABLES: [(&str, bool); 2] = [("/proc/net/tcp", false), ("/proc/net/tcp6", true)];
 
@@ -53,11 +56,17 @@ fn uid_in_table(table: &str, v6: bool, peer: SocketAddr, local: SocketAddr) -> O
     // The first line names the columns.
     for row in table.lines().skip(1) {
         let fields: Vec<&str> = row.split_whitespace().collect();
-        // sl, local, remote, st, queues, timer, retransmits, uid, …
-        if fields.len() > 7
+        // sl, local, remote, st, queues, timer, retransmits, uid, timeout,
+        // inode, …
+        if fields.len() > 9
             && fields[1].eq_ignore_ascii_case(&want_local)
             && fields[2].eq_ignore_ascii_case(&want_remote)
         {
+            // A socket its process has closed (TIME_WAIT, or orphaned: no
+            // inode) shows uid 0: it is no one's, not root's.
+            if fields[3] == TIME_WAIT || fields[9] == "0" {
+                return None;
+            }
             return fields[7].parse().ok();
         }
     }
@@ -86,6 +95,18 @@ mod tests {
         assert_eq!(uid_in_table(V4, false, server, client), Some(0));
         let other: SocketAddr = "127.0.0.1:41669".parse().unwrap();
         assert_eq!(uid_in_table(V4, false, other, server), None);
+    }
+
+    #[test]
+    fn a_closed_clients_row_is_no_ones() {
+        let server: SocketAddr = "127.0.0.1:8080".parse().unwrap();
+        let client: SocketAddr = "127.0.0.1:41700".parse().unwrap();
+        let time_wait = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n\
+   0: 0100007F:A2E4 0100007F:1F90 06 00000000:00000000 03:00000F4C 00000000     0        0 0 3 0000000000000000\n";
+        assert_eq!(uid_in_table(time_wait, false, client, server), None);
+        let orphaned = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n\
+   0: 0100007F:A2E4 0100007F:1F90 05 00000000:00000000 00:00000000 00000000     0        0 0 1 0000000000000000 20 4 30 10 -1\n";
+        assert_eq!(uid_in_table(orphaned, false, client, server), None);
     }
 
     #[test]

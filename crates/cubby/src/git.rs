@@ -60,6 +60,10 @@ pub const SURFACE_NAMES: [&str; 8] = [
 /// a command runs, cannot be moved.
 const GIT_DIR_MARKS: [&str; 4] = ["HEAD", "config", "commondir", "gitdir"];
 
+/// Directories of a git directory that hold no submodule's: not looked
+/// into for nested names below `.git/modules`.
+const GIT_OWN_DIRS: [&str; 6] = ["objects", "refs", "logs", "info", "hooks", "lfs"];
+
 /// At most this many bytes are read of a gitfile, `commondir` or config
 /// file (git's own files are far smaller; a larger one is not followed).
 const MAX_FILE_BYTES: u64 = 1024 * 1024;
@@ -431,7 +435,8 @@ fn common_dir(git_dir: &Path) -> Option<PathBuf> {
 }
 
 /// The git directories below `dir` (a `modules` directory): each directory
-/// holding one of [`GIT_DIR_MARKS`], and those in its own `modules`.
+/// holding one of [`GIT_DIR_MARKS`], at any depth (names with slashes, the
+/// `modules` of a git directory), git's own directories left out.
 fn modules(dir: &Path, depth: usize, out: &mut Vec<PathBuf>) {
     if depth > MAX_MODULE_DEPTH || out.len() > MAX_GIT_DIRS {
         return;
@@ -448,10 +453,15 @@ fn modules(dir: &Path, depth: usize, out: &mut Vec<PathBuf>) {
             .iter()
             .any(|mark| std::fs::symlink_metadata(path.join(mark)).is_ok())
         {
-            modules(&path.join("modules"), depth + 1, out);
-            out.push(path);
-        } else {
-            // A name with slashes: `modules/a/b`.
+            out.push(path.clone());
+        }
+        // A name with slashes (`modules/a/b`), also beneath a git directory:
+        // a mark planted in `a` must not hide `a/b` (nor do submodules `a`
+        // and `a/b` hide each other). Git's own directories are not names.
+        if e.file_name()
+            .to_str()
+            .is_none_or(|n| !GIT_OWN_DIRS.contains(&n))
+        {
             modules(&path, depth + 1, out);
         }
     }
@@ -611,6 +621,31 @@ mod tests {
             s.paths()
                 .contains(&p(".git/modules/a/b/modules/c/commondir"))
         );
+    }
+
+    /// Red-team pass 3 (review): a mark planted in `a` made the scan take
+    /// `a` for the git directory and stop there, leaving submodule `a/b`'s
+    /// config writable.
+    #[test]
+    fn a_planted_mark_does_not_hide_a_nested_submodule() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(dir.path()).unwrap();
+        std::fs::create_dir_all(root.join(".git/modules/a/b/objects/pack")).unwrap();
+        std::fs::write(root.join(".git/modules/a/b/HEAD"), "x").unwrap();
+        std::fs::write(root.join(".git/modules/a/b/config"), "[core]\n").unwrap();
+        std::fs::write(root.join(".git/modules/a/config"), "planted\n").unwrap();
+        let s = surface(&root, &HostEnv::default());
+        assert!(
+            s.git_dirs.contains(&p(".git/modules/a/b")),
+            "{:?}",
+            s.git_dirs
+        );
+        assert!(
+            s.git_dirs.contains(&p(".git/modules/a")),
+            "{:?}",
+            s.git_dirs
+        );
+        assert!(!s.git_dirs.iter().any(|d| d.display().contains("objects")));
     }
 
     #[test]

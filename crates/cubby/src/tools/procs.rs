@@ -68,7 +68,9 @@ fn valid_name(name: &str) -> Result<()> {
 /// not the host's, so the host can neither wait for it nor reach it, and
 /// `127.0.0.1:port` on the host would be whatever the host runs there.
 fn ports_reach_the_host(ctx: &Ctx<'_>, port: u16) -> Result<()> {
+    // `full-access` runs `linux` commands on the host, its network too.
     let own_network = ctx.sandbox.kind() == crate::config::ProviderKind::Linux
+        && ctx.policy.mode() != crate::policy::Mode::FullAccess
         && ctx.policy.command_network() != crate::config::NetworkMode::On;
     if own_network {
         return Err(Error::new(

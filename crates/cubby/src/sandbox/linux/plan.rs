@@ -119,7 +119,8 @@ pub(super) const RLIMIT_RESOURCES: [libc::__rlimit_resource_t; 8] = [
     libc::RLIMIT_MSGQUEUE,
 ];
 /// Of [`RLIMIT_RESOURCES`], the limits a command gets as a share
-/// ([`USER_LIMIT_SHARE`]) of cubby's own hard limit: the kernel counts
+/// ([`USER_LIMIT_SHARE`]) of cubby's own soft limit (the probe records
+/// it in the hard limit's place for these two): the kernel counts
 /// queued signals and POSIX message-queue bytes per user *and user
 /// namespace* and compares each namespace's count with the limit of the
 /// process charged, so every process of the sandbox holding a share keeps
@@ -393,8 +394,8 @@ fn rlimits(
         .zip(facts.hard_limits)
     {
         if SHARED_RLIMITS.contains(&resource) {
-            // An unlimited one stays so (the kernel then counts nothing
-            // against it); else at least one signal or byte.
+            // An unlimited one stays so (the sandbox then is bounded by
+            // nothing, as before); else at least one signal or byte.
             if hard != libc::RLIM_INFINITY {
                 out.push((resource, (hard / USER_LIMIT_SHARE).max(1)));
             }

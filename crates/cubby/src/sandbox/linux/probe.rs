@@ -206,6 +206,11 @@ fn hard_limit(resource: libc::__rlimit_resource_t) -> libc::rlim_t {
     if unsafe { libc::getrlimit(resource, &mut limit) } != 0 {
         return libc::RLIM_INFINITY;
     }
+    // A share is of what the host's own processes get, their soft limit
+    // (the kernel checks them against it), not of what they could raise it to.
+    if resource == libc::RLIMIT_SIGPENDING || resource == libc::RLIMIT_MSGQUEUE {
+        return limit.rlim_cur.min(limit.rlim_max);
+    }
     limit.rlim_max
 }
 
