@@ -488,7 +488,7 @@ impl Toolset {
             other => {
                 return Err(Error::invalid_input(format!(
                     "the arguments must be a JSON object, got {}",
-                    json_type(&other)
+                    crate::tools::json_kind(&other)
                 )));
             }
         };
@@ -625,17 +625,6 @@ impl std::fmt::Debug for CallOptions {
             .field("call_id", &self.call_id)
             .field("on_output", &self.on_output.is_some())
             .finish()
-    }
-}
-
-fn json_type(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
     }
 }
 

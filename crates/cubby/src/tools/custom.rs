@@ -203,7 +203,7 @@ impl ToolResult {
             }),
             Ok(other) => Err(Error::internal(format!(
                 "a custom tool's JSON result must be an object, not {}",
-                json_kind(&other)
+                super::json_kind(&other)
             ))),
             Err(e) => Err(Error::internal(format!(
                 "a custom tool's JSON result cannot be encoded: {e}"
@@ -551,17 +551,5 @@ impl ToolSource for CustomTools {
             published: Mutex::default(),
         };
         tool.tool.call(arguments, &context)
-    }
-}
-
-/// What kind of JSON value `v` is, as a message says it.
-fn json_kind(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
     }
 }

@@ -801,6 +801,20 @@ pub mod schema {
     }
 }
 
+/// What kind of JSON value `v` is, as a message says it (arguments that
+/// are not an object).
+pub(crate) fn json_kind(v: &serde_json::Value) -> &'static str {
+    use serde_json::Value;
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -329,11 +329,33 @@ fn fill_tmp_and_dev_shm(l: &Lab) -> Verdict {
 const HOARD_PY: &str = "import ctypes, fcntl, os, sys, time\nlibc = ctypes.CDLL(None, use_errno=True)\ndef hoard(open):\n  fds = []\n  while True:\n    fd = open()\n    if fd < 0:\n      return len(fds)\n    fds.append(fd)\ninotify = lambda: libc.inotify_init1(0)\nfanotify = lambda: libc.fanotify_init(0x200, 0)\n";
 
 fn hoard_inotify_and_fanotify(l: &Lab) -> Verdict {
+    held_while_the_host_gets_more(
+        l,
+        HOARD_PY,
+        "a = hoard(inotify)\nb = hoard(fanotify)",
+        "a = hoard(inotify)\nb = hoard(fanotify)",
+        ["inotify()", "fanotify()"],
+        "inotify, fanotify",
+    )
+}
+
+/// A per-user budget attack with its control: on the host, `take` (Python
+/// after `prelude`, setting `a` and `b`, how many it got of each) leaves
+/// the user with none of either (`probes` fail); in the sandbox, while a
+/// background command holds what `sandbox_take` got, the host's user still
+/// gets one of each.
+fn held_while_the_host_gets_more(
+    l: &Lab,
+    prelude: &str,
+    take: &str,
+    sandbox_take: &str,
+    probes: [&str; 2],
+    what: &str,
+) -> Verdict {
+    let [p1, p2] = probes;
     // Control: outside any sandbox, this user can be left with none (for
     // a moment: the program ends at once).
-    let host = host_py(&format!(
-        "{HOARD_PY}i = hoard(inotify)\nf = hoard(fanotify)\nprint(i, f, inotify(), fanotify())"
-    ));
+    let host = host_py(&format!("{prelude}{take}\nprint(a, b, {p1}, {p2})"));
     let host: Vec<i64> = host
         .split_whitespace()
         .filter_map(|n| n.parse().ok())
@@ -342,18 +364,18 @@ fn hoard_inotify_and_fanotify(l: &Lab) -> Verdict {
         return Err(format!("control: on the host {host:?}"));
     }
     let code = format!(
-        "{HOARD_PY}i = hoard(inotify)\nf = hoard(fanotify)\nopen(\"hoarded\", \"w\").write(f\"{{i}} {{f}}\")\ntime.sleep(60)"
+        "{prelude}{sandbox_take}\nopen(\"hoarded\", \"w\").write(\"%d %d\" % (a, b))\ntime.sleep(60)"
     );
     background(l, "hoarder", &py(&code))?;
     let hoarded = written(&l.ws.join("hoarded"));
     // While it holds all it could get, the host's user gets more.
-    let after = host_py(&format!("{HOARD_PY}print(inotify() >= 0, fanotify() >= 0)"));
+    let after = host_py(&format!("{prelude}print({p1} >= 0, {p2} >= 0)"));
     stop_all(l, &["hoarder".to_string()]);
     let hoarded = hoarded?;
     if after.trim() != "True True" {
         return Err(format!(
-            "the host's user got no new instance ({after:?}) while the sandbox held {hoarded} \
-             (inotify, fanotify; the host alone: {host:?})"
+            "the host's user got no more ({after:?}) while the sandbox held {hoarded} \
+             ({what}; the host alone: {host:?})"
         ));
     }
     Ok(())
@@ -369,36 +391,14 @@ fn hoard_inotify_and_fanotify(l: &Lab) -> Verdict {
 const QUEUES_PY: &str = "import ctypes, os, signal, time\nlibc = ctypes.CDLL(None, use_errno=True)\nlibc.mq_open.argtypes = [ctypes.c_char_p, ctypes.c_int, ctypes.c_uint, ctypes.c_void_p]\nlibc.mq_unlink.argtypes = [ctypes.c_char_p]\nn = [0]\ndef queue():\n  n[0] += 1\n  name = (\"/cubby-attack-%d-%d\" % (os.getpid(), n[0])).encode()\n  fd = libc.mq_open(name, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600, None)\n  if fd < 0:\n    return -ctypes.get_errno()\n  libc.mq_unlink(name)\n  return fd\nSIG = signal.SIGRTMIN\nsignal.pthread_sigmask(signal.SIG_BLOCK, [SIG])\nlibc.sigqueue.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_void_p]\ndef signal_self():\n  if libc.sigqueue(os.getpid(), SIG, None) != 0:\n    return -ctypes.get_errno()\n  return 1\nlibc.timer_create.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p]\ntimers = []\ndef timer():\n  t = ctypes.c_void_p()\n  if libc.timer_create(1, None, ctypes.byref(t)) != 0:\n    return -ctypes.get_errno()\n  timers.append(t)\n  return 1\ndef hoard(f):\n  got = 0\n  while got < 1000000 and f() >= 0:\n    got += 1\n  return got\n";
 
 fn hoard_signals_and_message_queues(l: &Lab) -> Verdict {
-    // Control: outside any sandbox, one process of this user takes them
-    // all (for a moment: the program ends at once).
-    let host = host_py(&format!(
-        "{QUEUES_PY}q = hoard(queue)\ns = hoard(timer)\nprint(q, s, queue(), signal_self())"
-    ));
-    let host: Vec<i64> = host
-        .split_whitespace()
-        .filter_map(|n| n.parse().ok())
-        .collect();
-    if host.len() != 4 || host[0] < 2 || host[1] < 2 || host[2] >= 0 || host[3] >= 0 {
-        return Err(format!("control: on the host {host:?}"));
-    }
-    let code = format!(
-        "{QUEUES_PY}q = hoard(queue)\ns = hoard(timer) + hoard(signal_self)\nopen(\"hoarded\", \"w\").write(\"%d %d\" % (q, s))\ntime.sleep(60)"
-    );
-    background(l, "queuer", &py(&code))?;
-    let hoarded = written(&l.ws.join("hoarded"));
-    // While it holds all it could get, the host's user gets more.
-    let after = host_py(&format!(
-        "{QUEUES_PY}print(queue() >= 0, signal_self() >= 0)"
-    ));
-    stop_all(l, &["queuer".to_string()]);
-    let hoarded = hoarded?;
-    if after.trim() != "True True" {
-        return Err(format!(
-            "the host's user could not queue more ({after:?}) while the sandbox held {hoarded} \
-             (queues, signals; the host alone: {host:?})"
-        ));
-    }
-    Ok(())
+    held_while_the_host_gets_more(
+        l,
+        QUEUES_PY,
+        "a = hoard(queue)\nb = hoard(timer)",
+        "a = hoard(queue)\nb = hoard(timer) + hoard(signal_self)",
+        ["queue()", "signal_self()"],
+        "queues, signals",
+    )
 }
 
 /// Python: System V shared memory through libc. `make(mb)` creates a
