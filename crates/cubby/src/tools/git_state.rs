@@ -5,8 +5,11 @@
 //! or `assume-unchanged` (which make the host's `git status` and `git diff`
 //! pass over a file's changes), and the files that change which commits
 //! and objects git sees (`info/grafts`, `shallow`,
-//! `objects/info/alternates`: a graft or a shallow line hides history from
-//! the host's `git log`), by their digests.
+//! `objects/info/alternates`, the commit-graph: a graft, a shallow line or
+//! a forged commit-graph hides history from the host's `git log`) and the
+//! state the host's next `git commit` takes (`MERGE_HEAD`,
+//! `CHERRY_PICK_HEAD`, `MERGE_MSG`, …: a merge's extra parent, a
+//! cherry-pick's author, the message), by their digests.
 //!
 //! Everything is read from the files themselves through the provider's
 //! [`FileSystem`] — no git process runs, and nothing a command can rewrite
@@ -48,15 +51,38 @@ const HASH_LENS: [usize; 2] = [20, 32];
 /// The files of a git directory that change which commits and objects git
 /// sees, compared by digest: a graft or a `shallow` line cuts a commit's
 /// parents off (the host's `git log` stops there), an alternate lends
-/// objects from another store.
-pub(crate) const HISTORY_FILES: [&str; 4] = [
+/// objects from another store, a commit-graph answers for the commits
+/// themselves (git reads parents from it without checking its checksum).
+/// A name ending in `/` is a directory, compared by the names and bytes of
+/// its files (a split commit-graph's chain and layers).
+pub(crate) const HISTORY_FILES: [&str; 6] = [
     "info/grafts",
     "shallow",
     "objects/info/alternates",
     "objects/info/http-alternates",
+    "objects/info/commit-graph",
+    "objects/info/commit-graphs/",
 ];
-/// Most bytes read of one of [`HISTORY_FILES`] (a shallow clone lists a
-/// line per boundary commit).
+/// The files of a git directory that the host's next `git commit` takes
+/// (red-team pass 4, R4-6): `MERGE_HEAD` adds parents (a merge pulling in
+/// a hidden commit), `CHERRY_PICK_HEAD` and `REVERT_HEAD` give the
+/// commit's author, the `*_MSG` files its message, `MERGE_MODE` and
+/// `AUTO_MERGE` how the merge is recorded. Compared by digest.
+pub(crate) const PENDING_FILES: [&str; 7] = [
+    "MERGE_HEAD",
+    "CHERRY_PICK_HEAD",
+    "REVERT_HEAD",
+    "MERGE_MSG",
+    "MERGE_MODE",
+    "SQUASH_MSG",
+    "AUTO_MERGE",
+];
+/// Most files of a [`HISTORY_FILES`] directory read (a split commit-graph
+/// has a layer per write, merged as they grow).
+const MAX_HISTORY_DIR_FILES: usize = 64;
+/// Most bytes read of one of [`HISTORY_FILES`] or [`PENDING_FILES`] (a
+/// shallow clone lists a line per boundary commit), or of all files of a
+/// directory among them.
 const MAX_HISTORY_FILE_BYTES: u64 = 32 * 1024 * 1024;
 /// Hex digits of a digest shown for a file of [`HISTORY_FILES`].
 const SHOWN_DIGEST_HEX: usize = 16;
@@ -87,6 +113,8 @@ struct DirState {
     /// Each of [`HISTORY_FILES`] present: its digest, or why it could not be
     /// read.
     history: BTreeMap<&'static str, Result<String, String>>,
+    /// Each of [`PENDING_FILES`] present, the same way.
+    pending: BTreeMap<&'static str, Result<String, String>>,
 }
 
 /// The refs of a git directory, and the lines of its `packed-refs` that
@@ -115,8 +143,10 @@ pub struct GitNote {
     /// its changes), `history` (a file that decides which commits and
     /// objects git sees — `info/grafts`, `shallow`,
     /// `objects/info/alternates` — appeared, changed or went; `before` and
-    /// `after` are digests), `not_compared` (what could not be read; `name`
-    /// says what, `after` why).
+    /// `after` are digests), `pending` (a file the host's next `git commit`
+    /// takes — `MERGE_HEAD`, `CHERRY_PICK_HEAD`, `MERGE_MSG`, … — appeared,
+    /// changed or went; digests), `not_compared` (what could not be read;
+    /// `name` says what, `after` why).
     pub kind: String,
     /// The ref (`HEAD`, `refs/heads/main`), the path, or the file within
     /// the git directory (`info/grafts`).
@@ -153,6 +183,17 @@ impl GitNote {
                      the host's `git log` may show another history)"
                 )
             }
+            ("pending", before, after) => {
+                let what = match (before, after) {
+                    (None, _) => "added",
+                    (_, None) => "removed",
+                    _ => "changed",
+                };
+                format!(
+                    "git {dir}: {name} {what} (the host's next `git commit` takes it: \
+                     a merge's parents, a cherry-pick's author or the message)"
+                )
+            }
             ("not_compared", _, why) => format!(
                 "git {dir}: {name} not compared: {}",
                 esc(why.as_deref().unwrap_or(""))
@@ -174,7 +215,8 @@ impl GitState {
                 let state = DirState {
                     refs: refs(fs, &dir),
                     flags: index_flags(fs, &dir),
-                    history: history(fs, &dir),
+                    history: digests(fs, &dir, &HISTORY_FILES),
+                    pending: digests(fs, &dir, &PENDING_FILES),
                 };
                 (dir, state)
             })
@@ -191,6 +233,7 @@ impl GitState {
             refs: Ok(Refs::default()),
             flags: Ok(BTreeSet::new()),
             history: BTreeMap::new(),
+            pending: BTreeMap::new(),
         };
         for dir in names {
             let before = self.dirs.get(dir).unwrap_or(&empty);
@@ -236,21 +279,25 @@ impl GitState {
                     out.push(note("not_compared", "index", None, Some(why)));
                 }
             }
-            let files: BTreeSet<&&str> =
-                before.history.keys().chain(after.history.keys()).collect();
-            for name in files {
-                match (before.history.get(name), after.history.get(name)) {
-                    (_, Some(Err(why))) | (Some(Err(why)), _) => {
-                        out.push(note("not_compared", name, None, Some(why)));
+            for (kind, b, a) in [
+                ("history", &before.history, &after.history),
+                ("pending", &before.pending, &after.pending),
+            ] {
+                let files: BTreeSet<&&str> = b.keys().chain(a.keys()).collect();
+                for name in files {
+                    match (b.get(name), a.get(name)) {
+                        (_, Some(Err(why))) | (Some(Err(why)), _) => {
+                            out.push(note("not_compared", name, None, Some(why)));
+                        }
+                        (was, is) if was != is => {
+                            let (was, is) = (
+                                was.and_then(|r| r.as_ref().ok()),
+                                is.and_then(|r| r.as_ref().ok()),
+                            );
+                            out.push(note(kind, name, was, is));
+                        }
+                        _ => {}
                     }
-                    (was, is) if was != is => {
-                        let (was, is) = (
-                            was.and_then(|r| r.as_ref().ok()),
-                            is.and_then(|r| r.as_ref().ok()),
-                        );
-                        out.push(note("history", name, was, is));
-                    }
-                    _ => {}
                 }
             }
         }
@@ -415,18 +462,31 @@ fn is_ref_name(name: &str) -> bool {
             .all(|part| !part.is_empty() && !part.starts_with('.') && !part.ends_with(".lock"))
 }
 
-/// The digest of each of [`HISTORY_FILES`] in the git directory `dir`
-/// that exists (`sha256 <16 hex>…`), or why it could not be read.
-fn history(
+/// The digest of each of `names` in the git directory `dir` that exists
+/// (`sha256 <16 hex>…`), or why it could not be read. A name ending in `/`
+/// is a directory: the digest of its regular files' names and bytes.
+fn digests(
     fs: &dyn FileSystem,
     dir: &WorkspacePath,
+    names: &[&'static str],
 ) -> BTreeMap<&'static str, Result<String, String>> {
     let mut out = BTreeMap::new();
-    for name in HISTORY_FILES {
+    for &name in names {
         let path = name
+            .trim_end_matches('/')
             .split('/')
             .fold(dir.clone(), |p, part| p.join_name(OsStr::new(part)));
-        let state = match fs.read_to_vec(&path, MAX_HISTORY_FILE_BYTES) {
+        let bytes = if name.ends_with('/') {
+            dir_bytes(fs, &path)
+        } else {
+            fs.read_to_vec(&path, MAX_HISTORY_FILE_BYTES).map_err(|e| {
+                (
+                    e.kind(),
+                    format!("`{path}` could not be read: {}", e.message()),
+                )
+            })
+        };
+        let state = match bytes {
             Ok(bytes) => {
                 let digest = super::sha256(&bytes);
                 let hex: String = digest
@@ -436,12 +496,61 @@ fn history(
                     .collect();
                 Ok(format!("sha256 {hex}…"))
             }
-            Err(e) if e.kind() == ErrorKind::NotFound => continue,
-            Err(e) => Err(format!("`{path}` could not be read: {}", e.message())),
+            Err((ErrorKind::NotFound, _)) => continue,
+            Err((_, why)) => Err(why),
         };
         out.insert(name, state);
     }
     out
+}
+
+/// The names and bytes of the regular files in `dir`, in name order, each
+/// name and content preceded by its length (no two listings give the same
+/// bytes); within [`MAX_HISTORY_DIR_FILES`] files and
+/// [`MAX_HISTORY_FILE_BYTES`] in all.
+fn dir_bytes(
+    fs: &dyn FileSystem,
+    dir: &WorkspacePath,
+) -> std::result::Result<Vec<u8>, (ErrorKind, String)> {
+    let mut entries = fs.read_dir(dir).map_err(|e| {
+        (
+            e.kind(),
+            format!("`{dir}` could not be listed: {}", e.message()),
+        )
+    })?;
+    if entries.len() > MAX_HISTORY_DIR_FILES {
+        return Err((
+            ErrorKind::Limit,
+            format!(
+                "`{dir}` holds {} entries; at most {MAX_HISTORY_DIR_FILES} are compared",
+                entries.len()
+            ),
+        ));
+    }
+    entries.sort_by(|a, b| a.name.cmp(&b.name));
+    let mut out = Vec::new();
+    for e in entries {
+        let name = e.name.as_encoded_bytes();
+        out.extend_from_slice(&(name.len() as u64).to_le_bytes());
+        out.extend_from_slice(name);
+        let path = dir.join_name(&e.name);
+        let bytes = match e.kind {
+            EntryKind::File => {
+                let left = MAX_HISTORY_FILE_BYTES.saturating_sub(out.len() as u64);
+                fs.read_to_vec(&path, left).map_err(|e| {
+                    (
+                        ErrorKind::Limit,
+                        format!("`{path}` could not be read: {}", e.message()),
+                    )
+                })?
+            }
+            // Not a file git reads as a layer, but a change all the same.
+            _ => format!("{:?}", e.kind).into_bytes(),
+        };
+        out.extend_from_slice(&(bytes.len() as u64).to_le_bytes());
+        out.extend_from_slice(&bytes);
+    }
+    Ok(out)
 }
 
 /// The loose refs beneath `dir` (named `name/…`) into `out`.

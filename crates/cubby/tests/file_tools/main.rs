@@ -284,5 +284,6 @@ both!(
     walks::changes_counts_what_new_ignore_files_hide,
     walks::changes_says_when_git_refs_move_or_the_index_hides_files,
     walks::changes_says_when_grafts_shallow_or_alternates_change,
+    walks::changes_says_when_what_the_next_commit_takes_changes,
     walks::changes_skips_packed_refs_lines_that_name_no_ref,
 );

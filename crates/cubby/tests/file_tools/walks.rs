@@ -511,6 +511,93 @@ fn baseline_then(f: &dyn Fixture, before: &GitFiles, after: &GitFiles) -> Toolse
     t
 }
 
+/// R4-6: what the host's next `git commit` takes — a planted
+/// `CHERRY_PICK_HEAD` gives it another author, a `MERGE_HEAD` makes it a
+/// merge pulling in a hidden commit, a `MERGE_MSG` its message — and a
+/// split commit-graph (which git reads parents from) move no ref.
+/// `changes` said "No changes"; it now names each file. The control: git
+/// itself, in the fixture repository, commits with the planted author and
+/// parents.
+pub fn changes_says_when_what_the_next_commit_takes_changes(f: &dyn Fixture) {
+    let plant = "C=$(GIT_AUTHOR_NAME=Mallory GIT_AUTHOR_EMAIL=m@evil git commit-tree \
+         -m evil HEAD^{tree}) && echo $C > .git/CHERRY_PICK_HEAD && echo $C > .git/MERGE_HEAD \
+         && echo 'Merge evil' > .git/MERGE_MSG && git commit-graph write --split --reachable";
+    let (before, after, old, new) = git_states_after("true", plant);
+    assert_eq!(old, new, "no ref moved");
+    // The oracle: the next commit of the repository as planted (git takes
+    // `MERGE_HEAD` over `CHERRY_PICK_HEAD`: one of them at a time).
+    let next_commit = |without: &str| {
+        let dir = tempfile::tempdir().unwrap();
+        for (path, bytes) in after.iter().filter(|(p, _)| !p.ends_with(without)) {
+            let p = dir.path().join(path);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(p, bytes).unwrap();
+        }
+        let out = std::process::Command::new("sh")
+            .args([
+                "-c",
+                "git -c user.name=Alice -c user.email=a@b commit -q --no-edit --allow-empty \
+                 && git log -1 --format='%an %P'",
+            ])
+            .current_dir(dir.path())
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let picked = next_commit("MERGE_HEAD");
+    assert!(picked.starts_with("Mallory "), "{picked}");
+    let merged = next_commit("CHERRY_PICK_HEAD");
+    assert_eq!(merged.split_whitespace().count(), 3, "a merge: {merged}");
+    let t = baseline_then(f, &before, &after);
+    let out = ok(&t, "changes", json!({}));
+    assert!(!out.text.contains("No changes"), "{}", out.text);
+    let git = out.structured["git"].as_array().unwrap();
+    for (kind, name) in [
+        ("pending", "CHERRY_PICK_HEAD"),
+        ("pending", "MERGE_HEAD"),
+        ("pending", "MERGE_MSG"),
+        ("history", "objects/info/commit-graphs/"),
+    ] {
+        assert!(
+            git.iter().any(|g| g["kind"] == kind
+                && g["name"] == name
+                && g["before"].is_null()
+                && g["after"]
+                    .as_str()
+                    .is_some_and(|a| a.starts_with("sha256 "))),
+            "{name}: {}",
+            out.structured
+        );
+        assert!(
+            out.text.contains(&format!("git .git: {name} added (")),
+            "{}",
+            out.text
+        );
+    }
+    // A layer rewritten in place under its own name is a change too.
+    let graphs = |o: &serde_json::Value| {
+        o["git"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|g| g["name"] == "objects/info/commit-graphs/")
+            .map(|g| g["after"].clone())
+    };
+    let first = graphs(&out.structured);
+    let layer = after
+        .iter()
+        .find(|(p, _)| p.ends_with(".graph"))
+        .map(|(p, _)| p.clone())
+        .unwrap();
+    f.put(&layer, b"forged");
+    let out = ok(&t, "changes", json!({}));
+    assert!(first.is_some() && graphs(&out.structured).is_some());
+    assert_ne!(graphs(&out.structured), first, "{}", out.structured);
+}
+
 /// R3-10: a graft, a `shallow` line and an alternate object store change
 /// which commits git shows (the control: the host's `git log` then lists
 /// one commit of two) and move no ref. `changes` said "No changes"; it now
