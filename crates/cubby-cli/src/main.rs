@@ -238,11 +238,21 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     termination().await;
                     stop.cancel();
                 });
+                let has_token = token.is_some();
                 let options = cubby_mcp::HttpOptions { listen, token, mcp };
                 let (ready, bound) = tokio::sync::oneshot::channel();
                 tokio::spawn(async move {
                     if let Ok(addr) = bound.await {
                         eprintln!("cubby: listening on http://{addr}/mcp");
+                        if !has_token {
+                            // R4-2 (docs/SECURITY.md): the peer check tells
+                            // users apart, not a user's sandboxed commands.
+                            eprintln!(
+                                "cubby: no CUBBY_TOKEN: only this user's connections are \
+                                 answered, and commands of this user with network \"on\" \
+                                 are this user too; set CUBBY_TOKEN where such sandboxes run"
+                            );
+                        }
                     }
                 });
                 cubby_mcp::serve_http(factory, options, shutdown, Some(ready)).await

@@ -56,7 +56,7 @@ use serde::Serialize;
 /// directory is protected whole where what it holds keeps growing; only
 /// the program-starting parts of `.kiro/` and `.roo/`, whose other files
 /// (specs, rules) are documents an agent edits.
-pub const DEFAULT_PROTECTED: [&str; 33] = [
+pub const DEFAULT_PROTECTED: [&str; 40] = [
     // The root's `HEAD`, present or missing: with `HEAD`, `objects/` and
     // `refs/` the root itself is a bare repository to git whenever `.git`
     // is missing or broken (its `HEAD` stays writable), and a `config`
@@ -121,6 +121,40 @@ pub const DEFAULT_PROTECTED: [&str; 33] = [
     "rust-toolchain",
     ".cargo/config.toml",
     ".cargo/config",
+    // Version queries that run the workspace's code (red-team pass 4,
+    // R4-4): yarn's `yarn-path` / `yarnPath` (`yarn --version` runs that
+    // script), Maven's `.mvn/jvm.config` (`-javaagent:` on `mvn --version`)
+    // and the rest of `.mvn/` (extensions, the wrapper's distribution URL),
+    // sbt's JVM options, bazelisk's config (the Bazel binary it fetches
+    // and runs), .NET's `global.json` (`sdk.paths`: the SDK `dotnet` runs).
+    ".yarnrc",
+    ".yarnrc.yml",
+    ".mvn/",
+    ".jvmopts",
+    ".sbtopts",
+    ".bazeliskrc",
+    "global.json",
+];
+
+/// Names of [`DEFAULT_PROTECTED`] that their tools also obey in every
+/// directory below the root (rustup and cargo look in the current
+/// directory and each parent, as yarn, Maven and `dotnet` do): the file
+/// tools refuse them at any depth (red-team pass 4, R4-3). A name ending
+/// in `/` covers a directory and what it holds; one with a `/` inside is
+/// matched as the last components of a path. Commands are refused them at
+/// the root only (docs/SECURITY.md, "Toolchain files below the root").
+pub const PROTECTED_AT_ANY_DEPTH: [&str; 11] = [
+    "rust-toolchain.toml",
+    "rust-toolchain",
+    ".cargo/config.toml",
+    ".cargo/config",
+    ".yarnrc",
+    ".yarnrc.yml",
+    ".mvn/",
+    ".jvmopts",
+    ".sbtopts",
+    ".bazeliskrc",
+    "global.json",
 ];
 
 /// The name of the config file in the workspace root (also protected).
@@ -463,6 +497,9 @@ impl Policy {
         if let Some(rule) = git_surface_rule(path) {
             return Decision::deny(rule);
         }
+        if let Some(rule) = any_depth_rule(path) {
+            return Decision::deny(rule);
+        }
         if let Some(rule) = self.protected.iter().find(|r| r.covers(path)) {
             return Decision::deny(format!("`{}` is a protected path", rule.shown));
         }
@@ -676,6 +713,41 @@ fn git_surface_rule(path: &WorkspacePath) -> Option<String> {
          or remove"
             .to_string()
     })
+}
+
+/// The rule of [`PROTECTED_AT_ANY_DEPTH`] that covers `path`, in any
+/// directory.
+fn any_depth_rule(path: &WorkspacePath) -> Option<String> {
+    let names: Vec<&std::ffi::OsStr> = path.components().collect();
+    for spec in PROTECTED_AT_ANY_DEPTH {
+        let (spec, dir) = match spec.strip_suffix('/') {
+            Some(s) => (s, true),
+            None => (spec, false),
+        };
+        let parts: Vec<&str> = spec.split('/').collect();
+        // Where the spec's components end in `path`: at its end, or (a
+        // directory) anywhere before it.
+        let ends = if dir {
+            (parts.len()..=names.len()).collect::<Vec<_>>()
+        } else {
+            vec![names.len()]
+        };
+        for end in ends {
+            let Some(start) = end.checked_sub(parts.len()) else {
+                continue;
+            };
+            if names[start..end].iter().zip(&parts).all(|(n, p)| n == p) {
+                let at: PathBuf = names[..end].iter().collect();
+                return Some(format!(
+                    "`{}` is protected: `{spec}` is obeyed by a tool the host runs (rustup, \
+                     cargo, yarn, Maven, sbt, bazelisk, dotnet) in its directory and below, in \
+                     any directory",
+                    at.display()
+                ));
+            }
+        }
+    }
+    None
 }
 
 /// Builds a [`Policy`].

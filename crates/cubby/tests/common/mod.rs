@@ -42,6 +42,30 @@ pub const AGENT_CONFIGS: &[&str] = &[
     "rust-toolchain",
     ".cargo/config.toml",
     ".cargo/config",
+    ".yarnrc",
+    ".yarnrc.yml",
+    ".mvn/jvm.config",
+    ".jvmopts",
+    ".sbtopts",
+    ".bazeliskrc",
+    "global.json",
+];
+
+/// Toolchain and tool configs their tools obey in every directory below the
+/// root too (red-team pass 4, R4-3), as `policy::PROTECTED_AT_ANY_DEPTH`
+/// lists them, each placed one crate down.
+pub const NESTED_TOOL_CONFIGS: &[&str] = &[
+    "crates/foo/rust-toolchain.toml",
+    "crates/foo/rust-toolchain",
+    "crates/foo/.cargo/config.toml",
+    "crates/foo/.cargo/config",
+    "web/.yarnrc",
+    "web/.yarnrc.yml",
+    "svc/.mvn/jvm.config",
+    "svc/.jvmopts",
+    "svc/.sbtopts",
+    "a/b/.bazeliskrc",
+    "src/App/global.json",
 ];
 
 /// Processes (`pid: command line`) whose command line contains `marker`.

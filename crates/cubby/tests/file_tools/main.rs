@@ -280,6 +280,7 @@ both!(
     git::git_surface_is_read_only_for_the_tools,
     git::git_sequencer_state_is_read_only_for_the_tools,
     policy::other_agents_configs_are_read_only,
+    policy::tool_configs_below_the_root_are_read_only,
     walks::changes_compares_what_the_baseline_saw_whatever_ignores_say,
     walks::changes_counts_what_new_ignore_files_hide,
     walks::changes_says_when_git_refs_move_or_the_index_hides_files,

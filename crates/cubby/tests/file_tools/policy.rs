@@ -218,3 +218,33 @@ pub fn other_agents_configs_are_read_only(f: &dyn Fixture) {
         json!({"path": "opencode.md", "content": "notes\n"}),
     );
 }
+
+/// Red-team pass 4, R4-3 (file tools): rustup's toolchain file, cargo's
+/// config, yarn's, Maven's, sbt's, bazelisk's and `dotnet`'s are obeyed in
+/// every directory below the root too (`cd crates/foo && cargo --version`
+/// ran a planted toolchain): the file tools refuse them at any depth. The
+/// control: the same names as parts of other names, and files beside
+/// them, are written.
+pub fn tool_configs_below_the_root_are_read_only(f: &dyn Fixture) {
+    let t = tools(f);
+    for &path in crate::common::NESTED_TOOL_CONFIGS {
+        let msg = err(
+            &t,
+            "write_file",
+            json!({"path": path, "content": "[toolchain]\npath = \"/x\"\n"}),
+            "denied",
+        );
+        assert!(msg.contains("protected"), "{path}: {msg}");
+        assert!(f.get(path).is_none(), "{path} written");
+    }
+    for path in [
+        "crates/foo/rust-toolchain.toml.md",
+        "crates/foo/cargo/config.toml",
+        "crates/foo/.cargo/registry.toml",
+        "svc/mvn/jvm.config",
+        "src/App/global.jsonc",
+    ] {
+        ok(&t, "write_file", json!({"path": path, "content": "x\n"}));
+        assert_eq!(f.get(path).unwrap(), b"x\n", "{path}");
+    }
+}
