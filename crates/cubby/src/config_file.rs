@@ -27,6 +27,11 @@ impl Config {
             .map_err(|e| Error::invalid_input(format!("config `{origin}`: {}", e.message())))?;
         crate::skills::parse_dirs(&config.skills.dirs)
             .map_err(|e| Error::invalid_input(format!("config `{origin}`: {}", e.message())))?;
+        for (name, gateway) in &config.gateway {
+            crate::net::check_gateway(name, gateway).map_err(|e| {
+                Error::invalid_input(format!("config `{origin}`: {}", e.message()))
+            })?;
+        }
         config.check_consistency(origin)?;
         Ok(config)
     }
