@@ -28,9 +28,8 @@ impl Config {
         crate::skills::parse_dirs(&config.skills.dirs)
             .map_err(|e| Error::invalid_input(format!("config `{origin}`: {}", e.message())))?;
         for (name, gateway) in &config.gateway {
-            crate::net::check_gateway(name, gateway).map_err(|e| {
-                Error::invalid_input(format!("config `{origin}`: {}", e.message()))
-            })?;
+            crate::net::check_gateway(name, gateway)
+                .map_err(|e| Error::invalid_input(format!("config `{origin}`: {}", e.message())))?;
         }
         config.check_consistency(origin)?;
         Ok(config)

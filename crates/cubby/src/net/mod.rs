@@ -24,14 +24,14 @@ use crate::error::{Error, ErrorKind, Result};
 
 pub use address::MAX_URL_CHARS;
 pub(crate) use address::{Host, WebUrl};
-pub(crate) use proxy::{Egress, EgressProxy, check_injection};
-pub use proxy::{EgressOptions, Injection, MAX_EGRESS_CONNECTIONS};
-pub(crate) use rules::NetRules;
-pub(crate) use gateway::{GatewayServers, check_gateway};
 pub use gateway::{
     GATEWAY_TOKEN_ENV, GATEWAY_URL_ENV, GatewayEvent, GatewayOptions, GatewayRun, Gateways,
     MAX_GATEWAY_CONNECTIONS, MAX_GATEWAY_EVENTS, MAX_GATEWAY_IN_FLIGHT,
 };
+pub(crate) use gateway::{GatewayServers, check_gateway};
+pub(crate) use proxy::{Egress, EgressProxy, check_injection};
+pub use proxy::{EgressOptions, Injection, MAX_EGRESS_CONNECTIONS};
+pub(crate) use rules::NetRules;
 
 /// Turns a host name into addresses for `web_fetch`.
 ///

@@ -18,7 +18,7 @@ use tokio::sync::{Semaphore, watch};
 
 use super::path::{Target, check_target};
 use super::{
-    GatewayEvent, Gateway, MAX_GATEWAY_CONNECTIONS, MAX_GATEWAY_IN_FLIGHT, RunLog, Shared,
+    Gateway, GatewayEvent, MAX_GATEWAY_CONNECTIONS, MAX_GATEWAY_IN_FLIGHT, RunLog, Shared,
     until_closed,
 };
 use crate::output::StreamRedactor;
@@ -224,27 +224,26 @@ enum Framing {
 async fn serve(mut stream: TcpStream, ctx: &Listener) {
     let mut buf: Vec<u8> = Vec::with_capacity(READ_BYTES);
     loop {
-        let head = match tokio::time::timeout(HEADER_TIMEOUT, read_head(&mut stream, &mut buf))
-            .await
-        {
-            Err(_) => {
-                if !buf.is_empty() {
-                    let r = Refusal::new(
-                        408,
-                        format!("the request head did not arrive within {HEADER_TIMEOUT:?}"),
-                    );
-                    let _ = tokio::time::timeout(HEADER_TIMEOUT, r.write(&mut stream)).await;
+        let head =
+            match tokio::time::timeout(HEADER_TIMEOUT, read_head(&mut stream, &mut buf)).await {
+                Err(_) => {
+                    if !buf.is_empty() {
+                        let r = Refusal::new(
+                            408,
+                            format!("the request head did not arrive within {HEADER_TIMEOUT:?}"),
+                        );
+                        let _ = tokio::time::timeout(HEADER_TIMEOUT, r.write(&mut stream)).await;
+                    }
+                    return;
                 }
-                return;
-            }
-            Ok(Ok(None)) => return,
-            Ok(Ok(Some(head))) => head,
-            Ok(Err(refusal)) => {
-                let _ = tokio::time::timeout(HEADER_TIMEOUT, refusal.write(&mut stream)).await;
-                record(ctx, None, "-", &refusal, 0, Instant::now(), None);
-                return;
-            }
-        };
+                Ok(Ok(None)) => return,
+                Ok(Ok(Some(head))) => head,
+                Ok(Err(refusal)) => {
+                    let _ = tokio::time::timeout(HEADER_TIMEOUT, refusal.write(&mut stream)).await;
+                    record(ctx, None, "-", &refusal, 0, Instant::now(), None);
+                    return;
+                }
+            };
         let started = Instant::now();
         let method = truncate_for_message(&head.method);
         match handle(&mut stream, &mut buf, &head, ctx, started).await {
@@ -344,7 +343,10 @@ async fn read_head(
             if before == 0 {
                 return Ok(None);
             }
-            return Err(Refusal::new(400, "the connection closed inside a request head"));
+            return Err(Refusal::new(
+                400,
+                "the connection closed inside a request head",
+            ));
         }
     }
 }
@@ -370,7 +372,7 @@ fn check_head<'h>(head: &'h Head) -> std::result::Result<(Target<'h>, Framing), 
     let codings: Vec<&[u8]> = head.all("transfer-encoding").collect();
     if lengths.len() > 1 {
         return Err(bad(
-            "`Content-Length` is sent more than once; send it once".into(),
+            "`Content-Length` is sent more than once; send it once".into()
         ));
     }
     if !lengths.is_empty() && !codings.is_empty() {
@@ -398,7 +400,10 @@ fn check_head<'h>(head: &'h Head) -> std::result::Result<(Target<'h>, Framing), 
     if let Some(expect) = head.all("expect").next()
         && !expect.eq_ignore_ascii_case(b"100-continue")
     {
-        return Err(Refusal::new(417, "only `Expect: 100-continue` is understood"));
+        return Err(Refusal::new(
+            417,
+            "only `Expect: 100-continue` is understood",
+        ));
     }
     Ok((target, framing))
 }
@@ -501,8 +506,8 @@ async fn handle(
             if expect {
                 continue_100(stream).await;
             }
-            let got = tokio::time::timeout(BODY_TIMEOUT, read_exact_body(stream, buf, n as usize))
-                .await;
+            let got =
+                tokio::time::timeout(BODY_TIMEOUT, read_exact_body(stream, buf, n as usize)).await;
             match got {
                 Ok(Ok(body)) => Some(body),
                 Ok(Err(why)) => return Err(limited(400, why)),
@@ -519,8 +524,7 @@ async fn handle(
                 continue_100(stream).await;
             }
             let got =
-                tokio::time::timeout(BODY_TIMEOUT, read_chunked(stream, buf, route.max_body))
-                    .await;
+                tokio::time::timeout(BODY_TIMEOUT, read_chunked(stream, buf, route.max_body)).await;
             match got {
                 Ok(Ok(body)) => Some(body),
                 Ok(Err(ChunkError::TooLarge)) => {
@@ -778,7 +782,10 @@ fn filter_response_headers(headers: &mut HeaderMap, gateway: &Gateway) {
     let mut unfit = Vec::new();
     for (name, value) in headers.iter_mut() {
         let bytes = value.as_bytes();
-        if !bytes.iter().all(|b| (0x20..0x7f).contains(b) || *b == b'\t') {
+        if !bytes
+            .iter()
+            .all(|b| (0x20..0x7f).contains(b) || *b == b'\t')
+        {
             unfit.push(name.clone());
             continue;
         }

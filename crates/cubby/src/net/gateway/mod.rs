@@ -53,8 +53,6 @@ use crate::output::{Redactor, Secret};
 use crate::sync::lock;
 use route::Route;
 
-pub use path::MAX_TARGET_BYTES;
-
 /// The variable commands find a lone gateway's URL in.
 pub const GATEWAY_URL_ENV: &str = "CUBBY_GATEWAY_URL";
 /// The variable commands find their run's token in.
@@ -158,9 +156,8 @@ impl Gateway {
     fn new(options: &GatewayOptions) -> Result<Gateway> {
         let name = &options.name;
         let config = &options.config;
-        let bad = |key: &str, why: String| {
-            Error::invalid_input(format!("`gateway.{name}.{key}`: {why}"))
-        };
+        let bad =
+            |key: &str, why: String| Error::invalid_input(format!("`gateway.{name}.{key}`: {why}"));
         let name_ok = name.len() <= MAX_NAME_CHARS
             && name.starts_with(|c: char| c.is_ascii_lowercase())
             && name
@@ -173,8 +170,12 @@ impl Gateway {
                 MAX_NAME_CHARS - 1
             )));
         }
-        let url = url::Url::parse(&config.base_url)
-            .map_err(|e| bad("base_url", format!("`{}` is not a URL: {e}", config.base_url)))?;
+        let url = url::Url::parse(&config.base_url).map_err(|e| {
+            bad(
+                "base_url",
+                format!("`{}` is not a URL: {e}", config.base_url),
+            )
+        })?;
         if url.scheme() != "https" {
             return Err(bad(
                 "base_url",
@@ -285,7 +286,9 @@ impl Gateway {
             credential,
             redactor,
             lower_value: secret.map(|v| v.to_ascii_lowercase()),
-            max_response: config.max_response.map_or(GATEWAY_MAX_RESPONSE_BYTES, |b| b.0),
+            max_response: config
+                .max_response
+                .map_or(GATEWAY_MAX_RESPONSE_BYTES, |b| b.0),
             client: OnceLock::new(),
             tls,
         })
@@ -348,8 +351,9 @@ fn tls_config(ca_file: Option<&str>) -> std::result::Result<rustls::ClientConfig
             builder.with_root_certificates(roots).with_no_client_auth()
         }
         None => {
-            let verifier = rustls_platform_verifier::Verifier::new(provider)
-                .map_err(|e| format!("the system's CA certificates cannot be used ({e}); give a `ca_file`"))?;
+            let verifier = rustls_platform_verifier::Verifier::new(provider).map_err(|e| {
+                format!("the system's CA certificates cannot be used ({e}); give a `ca_file`")
+            })?;
             builder
                 .dangerous()
                 .with_custom_certificate_verifier(Arc::new(verifier))
@@ -413,7 +417,10 @@ pub struct Gateways {
 impl std::fmt::Debug for Gateways {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Gateways")
-            .field("names", &self.list.iter().map(|g| &g.name).collect::<Vec<_>>())
+            .field(
+                "names",
+                &self.list.iter().map(|g| &g.name).collect::<Vec<_>>(),
+            )
             .finish_non_exhaustive()
     }
 }

@@ -13,7 +13,7 @@
 //! and well-formed escapes, and forwarded as it came.
 
 /// The longest request target the gateway reads.
-pub const MAX_TARGET_BYTES: usize = 8 * 1024;
+pub(crate) const MAX_TARGET_BYTES: usize = 8 * 1024;
 
 /// A target that passed: the raw path and query, and the path's segments.
 #[derive(Debug, PartialEq, Eq)]
