@@ -479,3 +479,78 @@ fn a_thousand_concurrent_requests_stay_bounded_and_a_slow_client_is_cut_off() {
         .unwrap_or_else(|| panic!("the slow client was never cut off: {text}"));
     assert!((9..=20).contains(&after), "cut off after {after} s: {text}");
 }
+
+/// The benchmark client: `n` sequential keep-alive requests, direct
+/// (HTTPS, the CA given) or through the gateway (plain HTTP inside the
+/// sandbox); then `n` more from 8 threads. Prints p50/p99 in µs and
+/// requests a second.
+const BENCH: &str = r#"
+import http.client, os, ssl, sys, threading, time
+mode, n, up_port, ca = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+tok = os.environ['CUBBY_GATEWAY_TOKEN']
+gw_port = int(os.environ['CUBBY_GATEWAY_URL'].rsplit(':', 1)[1])
+def conn():
+    if mode == 'direct':
+        ctx = ssl.create_default_context(cafile=ca)
+        return http.client.HTTPSConnection('localhost', up_port, context=ctx), {'Authorization': 'Bearer real'}
+    return http.client.HTTPConnection('127.0.0.1', gw_port), {'Authorization': 'Bearer ' + tok}
+def one(c, h, i):
+    c.request('GET', f'/repos/o/r{i % 7}/issues', headers=h)
+    r = c.getresponse(); r.read()
+    assert r.status == 200, r.status
+c, h = conn()
+for i in range(50): one(c, h, i)
+lat = []
+for i in range(n):
+    t = time.perf_counter(); one(c, h, i); lat.append(time.perf_counter() - t)
+lat.sort()
+p50, p99 = lat[len(lat) // 2] * 1e6, lat[int(len(lat) * 0.99)] * 1e6
+seq = n / sum(lat)
+def worker(k):
+    c, h = conn()
+    for i in range(n // 8): one(c, h, i)
+ts = [threading.Thread(target=worker, args=(k,)) for k in range(8)]
+t = time.perf_counter()
+for x in ts: x.start()
+for x in ts: x.join()
+par = (n // 8 * 8) / (time.perf_counter() - t)
+print(f'{mode} p50_us={p50:.0f} p99_us={p99:.0f} seq_rps={seq:.0f} par8_rps={par:.0f}')
+"#;
+
+/// The gateway against a direct request to the same upstream, side by
+/// side in one run (docs/PERFORMANCE.md). Network `on`: the sandbox shares
+/// the host's network, so that one client inside it reaches both.
+#[test]
+#[ignore = "a benchmark: cargo test -p cubby --test gateway -- --ignored --nocapture"]
+fn bench_gateway_against_direct() {
+    let up = Upstream::start();
+    let dir = tempfile::tempdir().unwrap();
+    let network = cubby::config::NetworkConfig {
+        mode: cubby::NetworkMode::On,
+        ..Default::default()
+    };
+    let policy = Policy::builder()
+        .gateways(gateways(&up))
+        .network(network)
+        .build()
+        .unwrap();
+    let sb: Arc<dyn Sandbox> = Arc::new(LinuxSandbox::open(dir.path(), &policy, &host()).unwrap());
+    let t = Toolset::builder(sb)
+        .policy(policy)
+        .host_env(host())
+        .build()
+        .unwrap();
+    std::fs::write(dir.path().join("bench.py"), BENCH).unwrap();
+    let n = std::env::var("GATEWAY_BENCH_N").unwrap_or_else(|_| "2000".into());
+    let ca = up.ca_file.display().to_string();
+    for round in 0..2 {
+        for mode in ["direct", "gateway"] {
+            let text = run(&t, &format!("python3 bench.py {mode} {n} {} {ca}", up.port));
+            let line = text
+                .lines()
+                .find(|l| l.starts_with(mode))
+                .unwrap_or_else(|| panic!("{text}"));
+            eprintln!("round {round}: {line}");
+        }
+    }
+}
