@@ -17,6 +17,9 @@ use cubby::{HostEnv, LinuxSandbox, Policy, Sandbox, Toolset};
 use serde_json::json;
 use upstream::Upstream;
 
+/// The tests' gateway relays answers of at most this many bytes.
+const MAX_RESPONSE: u64 = 200_000;
+
 /// The credential's real value: it must reach only the upstream.
 const REAL: &str = "ghp_real_credential_5f1e9a";
 
@@ -27,6 +30,7 @@ fn gateways(up: &Upstream) -> BTreeMap<String, GatewayConfig> {
         "GET /leak/:x",
         "GET /redirect/:x",
         "GET /cookie/:x",
+        "GET /big/:n",
     ];
     let config = GatewayConfig {
         base_url: format!("https://localhost:{}", up.port),
@@ -40,7 +44,7 @@ fn gateways(up: &Upstream) -> BTreeMap<String, GatewayConfig> {
             .map(|r| GatewayRoute::Plain(r.to_string()))
             .collect(),
         max_body: None,
-        max_response: None,
+        max_response: Some(cubby::config::ByteSize(MAX_RESPONSE)),
         ca_file: Some(up.ca_file.display().to_string()),
     };
     BTreeMap::from([("gh".to_string(), config)])
@@ -313,6 +317,27 @@ fn the_gateway_forwards_allowed_calls_with_the_credential_and_refuses_the_rest_u
     assert!(text.contains("200"), "{text}");
     assert!(!text.to_ascii_lowercase().contains("set-cookie"), "{text}");
 
+    // Answers are capped: one within the cap passes whole; one whose
+    // length says it is over is 502; one that passes the cap while it
+    // streams is cut (curl: the transfer closed early).
+    let text = run(
+        &t,
+        &format!(
+            "curl -sS -o big -w 'size %{{size_download}} code %{{http_code}}\\n' {AUTH} \
+             \"$CUBBY_GATEWAY_URL/big/{MAX_RESPONSE}\"; \
+             curl -sS -o /dev/null -w 'code %{{http_code}}\\n' {AUTH} \"$CUBBY_GATEWAY_URL/big/{}\"; \
+             curl -sS -o /dev/null {AUTH} \"$CUBBY_GATEWAY_URL/big/chunked-{}\"; echo rc=$?",
+            MAX_RESPONSE + 1,
+            MAX_RESPONSE * 3
+        ),
+    );
+    assert!(
+        text.contains(&format!("size {MAX_RESPONSE} code 200")),
+        "{text}"
+    );
+    assert!(text.contains("code 502"), "{text}");
+    assert!(text.contains("rc=18"), "{text}");
+
     // Network off: the gateway is all the command reaches; the upstream
     // itself is not.
     let text = run(
@@ -542,7 +567,9 @@ fn bench_gateway_against_direct() {
         .unwrap();
     std::fs::write(dir.path().join("bench.py"), BENCH).unwrap();
     let n = std::env::var("GATEWAY_BENCH_N").unwrap_or_else(|_| "2000".into());
-    let ca = up.ca_file.display().to_string();
+    // The sandbox has a /tmp of its own: the CA goes into the workspace.
+    std::fs::copy(&up.ca_file, dir.path().join("ca.pem")).unwrap();
+    let ca = "ca.pem";
     for round in 0..2 {
         for mode in ["direct", "gateway"] {
             let text = run(&t, &format!("python3 bench.py {mode} {n} {} {ca}", up.port));

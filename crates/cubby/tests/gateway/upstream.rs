@@ -6,6 +6,7 @@
 //!   body split across two chunks mid-value;
 //! - `/redirect/…`: a 302 to another host;
 //! - `/cookie/…`: a `Set-Cookie`;
+//! - `/big/<n>`, `/big/chunked-<n>`: `n` bytes, with a length or chunked;
 //! - anything else: the request echoed (method, target, headers, body).
 
 use std::io::{Read, Write};
@@ -18,6 +19,9 @@ use std::thread::JoinHandle;
 
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+
+/// How much of a request body the echo shows.
+const ECHOED_BODY_BYTES: usize = 4096;
 
 /// A request the upstream received.
 #[derive(Clone, Debug)]
@@ -200,6 +204,7 @@ fn serve(
 ) {
     conn.set_read_timeout(Some(std::time::Duration::from_secs(30)))
         .unwrap();
+    conn.set_nodelay(true).unwrap();
     let Ok(server) = rustls::ServerConnection::new(config) else {
         return;
     };
@@ -272,6 +277,28 @@ fn answer(tls: &mut impl Write, req: &Seen) -> std::io::Result<()> {
         write!(tls, "{:x}\r\n{b}\r\n0\r\n\r\n", b.len())?;
         return tls.flush();
     }
+    if let Some(n) = req.target.strip_prefix("/big/") {
+        // `n` bytes, with a length; `/big/chunked-<n>` without one.
+        let (chunked, n) = match n.strip_prefix("chunked-") {
+            Some(n) => (true, n),
+            None => (false, n),
+        };
+        let n: usize = n.parse().unwrap_or(0);
+        let body = vec![b'x'; n];
+        if chunked {
+            write!(tls, "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n")?;
+            for part in body.chunks(65536) {
+                write!(tls, "{:x}\r\n", part.len())?;
+                tls.write_all(part)?;
+                write!(tls, "\r\n")?;
+            }
+            write!(tls, "0\r\n\r\n")?;
+        } else {
+            write!(tls, "HTTP/1.1 200 OK\r\ncontent-length: {n}\r\n\r\n")?;
+            tls.write_all(&body)?;
+        }
+        return tls.flush();
+    }
     if req.target.starts_with("/redirect") {
         write!(
             tls,
@@ -284,19 +311,22 @@ fn answer(tls: &mut impl Write, req: &Seen) -> std::io::Result<()> {
     for (n, v) in &req.headers {
         body.push_str(&format!("header {n}: {v}\n"));
     }
-    body.push_str("body=");
+    // The body's length, and its start.
+    body.push_str(&format!("body_len={}\nbody=", req.body.len()));
     let mut bytes = body.into_bytes();
-    bytes.extend_from_slice(&req.body);
+    bytes.extend_from_slice(&req.body[..req.body.len().min(ECHOED_BODY_BYTES)]);
     let cookie = if req.target.starts_with("/cookie") {
         "set-cookie: session=abc; Path=/\r\n"
     } else {
         ""
     };
-    write!(
-        tls,
+    // One write: one TLS record, one segment.
+    let mut out = format!(
         "HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\n{cookie}content-length: {}\r\n\r\n",
         bytes.len()
-    )?;
-    tls.write_all(&bytes)?;
+    )
+    .into_bytes();
+    out.extend_from_slice(&bytes);
+    tls.write_all(&out)?;
     tls.flush()
 }

@@ -37,6 +37,11 @@ const MAX_HEADERS: usize = 100;
 const MAX_CHUNK_LINE: usize = 1024;
 /// Bytes read from a client at once.
 const READ_BYTES: usize = 16 * 1024;
+/// How long a refused client's remaining bytes are read (and dropped)
+/// before the socket closes.
+const LINGER: Duration = Duration::from_secs(2);
+/// The most bytes read from a refused client before the socket closes.
+const MAX_LINGER_BYTES: usize = 4 * 1024 * 1024;
 /// Pause after a failed `accept` (e.g. out of fds) before the next.
 const ACCEPT_RETRY: Duration = Duration::from_millis(50);
 /// Marks the gateway's own answers (refusals).
@@ -140,7 +145,7 @@ pub(super) async fn accept(listener: tokio::net::TcpListener, ctx: Arc<Listener>
                          retry, or reuse a connection"
                     ),
                 );
-                let _ = tokio::time::timeout(HEADER_TIMEOUT, refusal.write(&mut stream)).await;
+                refuse(&mut stream, &refusal).await;
                 drop(ctx);
             });
             continue;
@@ -184,6 +189,31 @@ impl Refusal {
         stream.write_all(body.as_bytes()).await?;
         stream.flush().await
     }
+}
+
+/// Writes `refusal`, then closes gently: the write side shut first, and
+/// what the client still sends (the rest of a refused body) read and
+/// dropped for a moment — closing a socket with unread bytes resets the
+/// connection, and the client could lose the answer.
+async fn refuse(stream: &mut TcpStream, refusal: &Refusal) {
+    if tokio::time::timeout(HEADER_TIMEOUT, refusal.write(stream))
+        .await
+        .is_err()
+    {
+        return;
+    }
+    let _ = stream.shutdown().await;
+    let _ = tokio::time::timeout(LINGER, async {
+        let mut sink = [0u8; READ_BYTES];
+        let mut total = 0;
+        while total < MAX_LINGER_BYTES {
+            match stream.read(&mut sink).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => total += n,
+            }
+        }
+    })
+    .await;
 }
 
 fn reason(status: u16) -> &'static str {
@@ -232,14 +262,14 @@ async fn serve(mut stream: TcpStream, ctx: &Listener) {
                             408,
                             format!("the request head did not arrive within {HEADER_TIMEOUT:?}"),
                         );
-                        let _ = tokio::time::timeout(HEADER_TIMEOUT, r.write(&mut stream)).await;
+                        refuse(&mut stream, &r).await;
                     }
                     return;
                 }
                 Ok(Ok(None)) => return,
                 Ok(Ok(Some(head))) => head,
                 Ok(Err(refusal)) => {
-                    let _ = tokio::time::timeout(HEADER_TIMEOUT, refusal.write(&mut stream)).await;
+                    refuse(&mut stream, &refusal).await;
                     record(ctx, None, "-", &refusal, 0, Instant::now(), None);
                     return;
                 }
@@ -253,7 +283,7 @@ async fn serve(mut stream: TcpStream, ctx: &Listener) {
                 }
             }
             Err((refusal, run)) => {
-                let _ = tokio::time::timeout(HEADER_TIMEOUT, refusal.write(&mut stream)).await;
+                refuse(&mut stream, &refusal).await;
                 record(ctx, run.as_deref(), &method, &refusal, 0, started, None);
                 return;
             }

@@ -59,6 +59,11 @@ impl Route {
         let mut segments = Vec::new();
         if path != "/" {
             for seg in path[1..].split('/') {
+                if seg.is_empty() {
+                    return Err(format!(
+                        "route `{text}`: the path has an empty segment (`//` or a trailing `/`)"
+                    ));
+                }
                 if let Some(name) = seg.strip_prefix(':') {
                     let ok = !name.is_empty()
                         && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
