@@ -27,6 +27,9 @@ use crate::output::truncate_for_message;
 /// How long a client may take to send a request head (and may stay idle
 /// between requests): a slow client is cut off after it.
 pub const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+/// An answer of at most this many bytes (by its `Content-Length`) is read
+/// whole and sent in one write; a larger one streams.
+const SMALL_ANSWER_BYTES: u64 = 64 * 1024;
 /// How long a client may take to send a request body.
 const BODY_TIMEOUT: Duration = Duration::from_secs(30);
 /// The largest request head.
@@ -638,6 +641,12 @@ async fn handle(
         ));
     }
     let no_body = head.method == "HEAD" || status == 204 || status == 304 || status < 200;
+    // A small answer of known length is read whole and sent in one write
+    // with its (redacted) length; a larger one streams, chunked.
+    let whole = !no_body
+        && response
+            .content_length()
+            .is_some_and(|n| n <= SMALL_ANSWER_BYTES);
     let mut out_headers = response.headers().clone();
     let upstream_length = out_headers.get(hyper::header::CONTENT_LENGTH).cloned();
     filter_response_headers(&mut out_headers, gateway);
@@ -658,7 +667,7 @@ async fn handle(
             text.push_str(&String::from_utf8_lossy(length.as_bytes()));
             text.push_str("\r\n");
         }
-    } else {
+    } else if !whole {
         text.push_str("transfer-encoding: chunked\r\n");
     }
     if !keep_alive {
@@ -674,6 +683,24 @@ async fn handle(
         bytes_out,
         ms: started.elapsed().as_millis() as u64,
     };
+    if whole {
+        let body = response.bytes().await.map_err(|e| {
+            limited(
+                502,
+                format!("the upstream's answer failed: {}", describe(&e)),
+            )
+        })?;
+        let body = gateway.redactor.redact_bytes(&body);
+        let mut out = text.into_bytes();
+        // Before the empty line that ends the head.
+        out.truncate(out.len() - 2);
+        out.extend_from_slice(format!("content-length: {}\r\n\r\n", body.len()).as_bytes());
+        out.extend_from_slice(&body);
+        let sent = stream.write_all(&out).await.is_ok();
+        ctx.shared
+            .record(event(status, body.len() as u64), Some(&run));
+        return Ok(keep_alive && sent);
+    }
     if stream.write_all(text.as_bytes()).await.is_err() {
         ctx.shared.record(event(status, 0), Some(&run));
         return Ok(false);
