@@ -593,6 +593,151 @@ impl Default for SkillsConfig {
     }
 }
 
+/// Request bodies a gateway forwards, by default (SPEC §5.5): 1 MB.
+pub const GATEWAY_MAX_BODY_BYTES: u64 = 1_000_000;
+/// Response bodies a gateway relays, by default: 10 MB.
+pub const GATEWAY_MAX_RESPONSE_BYTES: u64 = 10_000_000;
+
+/// A byte count in the config: an integer, or a string such as `"1MB"`,
+/// `"512 KiB"` or `"2000000"` (`KB`/`MB`/`GB` are powers of 1,000,
+/// `KiB`/`MiB`/`GiB` of 1,024).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "SizeText", into = "u64")]
+pub struct ByteSize(pub u64);
+
+/// What a [`ByteSize`] is written as.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum SizeText {
+    Number(u64),
+    Text(String),
+}
+
+impl From<ByteSize> for u64 {
+    fn from(size: ByteSize) -> u64 {
+        size.0
+    }
+}
+
+impl TryFrom<SizeText> for ByteSize {
+    type Error = String;
+    fn try_from(text: SizeText) -> std::result::Result<ByteSize, String> {
+        match text {
+            SizeText::Number(n) => Ok(ByteSize(n)),
+            SizeText::Text(t) => ByteSize::parse(&t),
+        }
+    }
+}
+
+impl ByteSize {
+    /// Parses `"1MB"`, `"512 KiB"`, `"100"` (bytes).
+    ///
+    /// # Errors
+    ///
+    /// A message naming the text and the accepted units.
+    pub fn parse(text: &str) -> std::result::Result<ByteSize, String> {
+        let t = text.trim();
+        let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+        let (digits, unit) = t.split_at(split);
+        let unit = unit.trim();
+        let scale: u64 = match unit.to_ascii_lowercase().as_str() {
+            "" | "b" => 1,
+            "kb" => 1_000,
+            "mb" => 1_000_000,
+            "gb" => 1_000_000_000,
+            "kib" => 1 << 10,
+            "mib" => 1 << 20,
+            "gib" => 1 << 30,
+            _ => {
+                return Err(format!(
+                    "`{text}` is not a size: write bytes (`1000000`) or a number with \
+                     KB, MB, GB, KiB, MiB or GiB (`\"1MB\"`)"
+                ));
+            }
+        };
+        digits
+            .parse::<u64>()
+            .ok()
+            .and_then(|n| n.checked_mul(scale))
+            .map(ByteSize)
+            .ok_or_else(|| format!("`{text}` is not a size: it needs a number before the unit"))
+    }
+}
+
+/// `credential` of a `[gateway.<name>]`: the header the gateway adds to
+/// every request it forwards, built from a secret of cubby's environment.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GatewayCredential {
+    /// The environment variable (of cubby's) holding the value. Commands
+    /// never get it; it is redacted from everything.
+    pub secret: String,
+    /// The request header it goes in (`Authorization`).
+    pub header: String,
+    /// The header's value, with `{}` where the secret goes (`"Bearer
+    /// {}"`). Default `"{}"`.
+    #[serde(default = "default_credential_format")]
+    pub format: String,
+}
+
+fn default_credential_format() -> String {
+    "{}".to_string()
+}
+
+/// One entry of a gateway's `routes`: `"METHOD /path/:param"`, or a table
+/// with its own body cap.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum GatewayRoute {
+    /// `"GET /repos/:owner/:repo/issues"`.
+    Plain(String),
+    /// `{ route = "POST /uploads", max_body = "10MB" }`.
+    Limited {
+        /// As [`GatewayRoute::Plain`].
+        route: String,
+        /// This route's request body cap.
+        max_body: ByteSize,
+    },
+}
+
+impl GatewayRoute {
+    /// The `"METHOD /path"` text.
+    pub fn text(&self) -> &str {
+        match self {
+            GatewayRoute::Plain(t) | GatewayRoute::Limited { route: t, .. } => t,
+        }
+    }
+}
+
+/// `[gateway.<name>]` (SPEC §5.5): a scoped HTTP API for commands. They
+/// call a plain-HTTP listener inside the sandbox (`CUBBY_GATEWAY_URL`);
+/// cubby checks the request against `routes` and calls `base_url` over
+/// HTTPS with the credential added.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GatewayConfig {
+    /// `https://host[:port][/prefix]`: where requests go (the checked
+    /// path is appended to the prefix).
+    pub base_url: String,
+    /// The header cubby adds. Default: none.
+    #[serde(default)]
+    pub credential: Option<GatewayCredential>,
+    /// `"METHOD /a/:param/b"`: what commands may call; anything else is
+    /// 403. Required.
+    #[serde(default)]
+    pub routes: Vec<GatewayRoute>,
+    /// Request body cap (default [`GATEWAY_MAX_BODY_BYTES`]).
+    #[serde(default)]
+    pub max_body: Option<ByteSize>,
+    /// Response body cap (default [`GATEWAY_MAX_RESPONSE_BYTES`]).
+    #[serde(default)]
+    pub max_response: Option<ByteSize>,
+    /// A PEM file of CA certificates the upstream's certificate must chain
+    /// to, instead of the system's roots.
+    #[serde(default)]
+    pub ca_file: Option<String>,
+}
+
 /// The whole config file (SPEC §6).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -641,6 +786,8 @@ pub struct Config {
     /// `<state_dir>/artifacts`): absolute or `~/`; default
     /// `$TMPDIR/cubby-state-<uid>`.
     pub state_dir: Option<String>,
+    /// Scoped HTTP APIs for commands, by name (`[gateway.<name>]`).
+    pub gateway: std::collections::BTreeMap<String, GatewayConfig>,
 }
 
 impl Config {

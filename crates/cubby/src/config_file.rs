@@ -27,6 +27,10 @@ impl Config {
             .map_err(|e| Error::invalid_input(format!("config `{origin}`: {}", e.message())))?;
         crate::skills::parse_dirs(&config.skills.dirs)
             .map_err(|e| Error::invalid_input(format!("config `{origin}`: {}", e.message())))?;
+        for (name, gateway) in &config.gateway {
+            crate::net::check_gateway(name, gateway)
+                .map_err(|e| Error::invalid_input(format!("config `{origin}`: {}", e.message())))?;
+        }
         config.check_consistency(origin)?;
         Ok(config)
     }
@@ -156,5 +160,66 @@ decision = "deny"
         assert_eq!(Limits::default().sandbox.tmp_mb, SANDBOX_TMP_MB);
         let err = Config::from_toml("[limits.sandbox]\ntmp_mb = 0", "c").unwrap_err();
         assert!(err.message().contains("limits.sandbox.tmp_mb"), "{err}");
+    }
+
+    #[test]
+    fn gateways_are_checked_at_load_naming_the_key() {
+        let ok = r#"
+[gateway.github]
+base_url = "https://api.github.com"
+credential = { secret = "GITHUB_TOKEN", header = "Authorization", format = "Bearer {}" }
+routes = ["GET /repos/:owner/:repo/issues", { route = "POST /repos/:owner/:repo/issues", max_body = "2MB" }]
+max_body = "1MB"
+"#;
+        let c = Config::from_toml(ok, "c").unwrap();
+        let g = &c.gateway["github"];
+        assert_eq!(g.max_body, Some(ByteSize(1_000_000)));
+        assert_eq!(g.routes[1].text(), "POST /repos/:owner/:repo/issues");
+        let base = "[gateway.gh]\nbase_url = \"https://api.example\"\nroutes = [\"GET /a\"]\n";
+        for (extra, key) in [
+            ("", ""),
+            ("bogus = 1\n", "bogus"),
+            ("max_body = \"1 parsec\"\n", "max_body"),
+            ("ca_file = \"/nonexistent/ca.pem\"\n", "gateway.gh.ca_file"),
+            (
+                "credential = { secret = \"T\", header = \"Authorization\", format = \"Bearer\" }\n",
+                "gateway.gh.credential.format",
+            ),
+            (
+                "credential = { secret = \"T\", header = \"bad header\" }\n",
+                "gateway.gh.credential.header",
+            ),
+        ] {
+            let text = format!("{base}{extra}");
+            match Config::from_toml(&text, "c") {
+                Ok(_) => assert!(key.is_empty(), "{text} passed"),
+                Err(e) => assert!(!key.is_empty() && e.message().contains(key), "{key}: {e}"),
+            }
+        }
+        for (text, key) in [
+            (
+                "[gateway.gh]\nbase_url = \"http://api.example\"\nroutes = [\"GET /a\"]",
+                "gateway.gh.base_url",
+            ),
+            (
+                "[gateway.gh]\nbase_url = \"https://api.example\"\nroutes = []",
+                "gateway.gh.routes",
+            ),
+            (
+                "[gateway.gh]\nbase_url = \"https://api.example\"\nroutes = [\"GET /a/../b\"]",
+                "gateway.gh.routes",
+            ),
+            (
+                "[gateway.gh]\nbase_url = \"https://api.example\"\nroutes = [\"fetch /a\"]",
+                "gateway.gh.routes",
+            ),
+            (
+                "[gateway.Git_Hub]\nbase_url = \"https://api.example\"\nroutes = [\"GET /a\"]",
+                "gateway.Git_Hub",
+            ),
+        ] {
+            let err = Config::from_toml(text, "c").unwrap_err();
+            assert!(err.message().contains(key), "{key}: {err}");
+        }
     }
 }

@@ -72,6 +72,10 @@ pub mod workspace;
 pub use config::{Config, Limits, NetworkMode, ReadScope, SandboxLimits};
 pub use error::{Error, ErrorKind, Result};
 pub use host_env::HostEnv;
+pub use net::{
+    GATEWAY_TOKEN_ENV, GATEWAY_URL_ENV, GatewayEvent, GatewayOptions, GatewayRun, Gateways,
+    MAX_GATEWAY_CONNECTIONS, MAX_GATEWAY_EVENTS, MAX_GATEWAY_IN_FLIGHT,
+};
 pub use output::{Attachment, ImageData, Redactor, Secret, ToolOutput};
 pub use path::{MAX_NAME_BYTES, MAX_PATH_BYTES, WorkspacePath};
 pub use policy::{Mode, Modes, Policy, PolicyBuilder, PolicyDigest};

@@ -35,11 +35,13 @@
 //! repository's git config names inside the workspace (`core.hooksPath`,
 //! included config files), read when the policy is built.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 
 pub use crate::config::Mode;
-use crate::config::{EnvConfig, ExecRule, Limits, NetworkConfig, NetworkMode, ReadScope};
+use crate::config::{
+    EnvConfig, ExecRule, GatewayConfig, Limits, NetworkConfig, NetworkMode, ReadScope,
+};
 use crate::error::{Error, Result};
 use crate::host_env::HostEnv;
 use crate::path::WorkspacePath;
@@ -335,6 +337,7 @@ pub struct Policy {
     limits: Limits,
     /// The skills directories (protected: in `protected` too).
     skills_dirs: Vec<WorkspacePath>,
+    gateways: BTreeMap<String, GatewayConfig>,
 }
 
 impl Default for Policy {
@@ -388,6 +391,7 @@ struct DigestFacts<'a> {
     allowed_cidrs: &'a [String],
     inject: Bindings<'a>,
     limits: &'a crate::config::SandboxLimits,
+    gateways: &'a BTreeMap<String, GatewayConfig>,
 }
 
 /// Path rules as their paths show (`WorkspacePath::display`), serialised
@@ -614,6 +618,11 @@ impl Policy {
         self.network.as_ref()
     }
 
+    /// The gateways, by name (`[gateway.<name>]`).
+    pub fn gateways(&self) -> &BTreeMap<String, GatewayConfig> {
+        &self.gateways
+    }
+
     /// The network commands get: [`PolicyBuilder::command_network`] when
     /// set, else `on` in `full-access`, else the `[network]` mode (`off`
     /// without one).
@@ -671,6 +680,7 @@ impl Policy {
             allowed_cidrs: &rules.allowed_cidrs,
             inject: Bindings(&rules.inject),
             limits: &self.limits.sandbox,
+            gateways: &self.gateways,
         };
         // Serialised straight into the hasher: a sandbox's open computes
         // this, and a tree of JSON values (a few dozen allocations, freed at
@@ -770,6 +780,7 @@ pub struct PolicyBuilder {
     env: EnvConfig,
     limits: Limits,
     skills_dirs: Vec<String>,
+    gateways: BTreeMap<String, GatewayConfig>,
 }
 
 impl PolicyBuilder {
@@ -804,6 +815,7 @@ impl PolicyBuilder {
             env: self.env.clone(),
             limits: self.limits.clone(),
             skills_dirs: Vec::new(),
+            gateways: self.gateways.clone(),
         }
     }
 
@@ -918,6 +930,13 @@ impl PolicyBuilder {
     /// address, no domain lists".
     pub fn network(&mut self, network: NetworkConfig) -> &mut PolicyBuilder {
         self.network = Some(network);
+        self
+    }
+
+    /// The gateways (`[gateway.<name>]`, SPEC §5.5) commands reach inside
+    /// the sandbox. Default: none.
+    pub fn gateways(&mut self, gateways: BTreeMap<String, GatewayConfig>) -> &mut PolicyBuilder {
+        self.gateways = gateways;
         self
     }
 

@@ -135,6 +135,8 @@ struct Inner {
     subscribers: Arc<Mutex<Vec<Subscriber>>>,
     /// The number of the next call made without an id (`call-<n>`).
     next_call: AtomicU64,
+    /// This run's gateway token (revoked when the run ends).
+    gateway: Option<crate::net::GatewayRun>,
     // Declared last: dropped after everything else, and its Drop kills
     // every process still running when the run ends.
     procs: ProcessTable,
@@ -270,6 +272,16 @@ impl Toolset {
     /// the toolset is dropped).
     pub fn stop_processes(&self) {
         self.inner.procs.stop_all();
+    }
+
+    /// The requests this run's commands made through the sandbox's
+    /// gateways (`[gateway.<name>]`), oldest first: method, route, status,
+    /// bytes, ms. Empty without gateways.
+    pub fn gateway_events(&self) -> Vec<crate::net::GatewayEvent> {
+        self.inner
+            .gateway
+            .as_ref()
+            .map_or_else(Vec::new, crate::net::GatewayRun::events)
     }
 
     /// Names of the offered tools, in order.
@@ -836,6 +848,29 @@ impl ToolsetBuilder {
                 });
             }
         }
+        // The sandbox's gateways: this run's token, and every credential,
+        // are secrets (redacted); commands get the token, never a
+        // credential.
+        let gateway = self.sandbox.gateway_run()?;
+        if let Some(run) = &gateway {
+            secrets.push(Secret {
+                name: crate::net::GATEWAY_TOKEN_ENV.to_string(),
+                value: run.token().to_string(),
+            });
+        }
+        let credentials: Vec<String> = policy
+            .gateways()
+            .values()
+            .filter_map(|g| g.credential.as_ref().map(|c| c.secret.clone()))
+            .collect();
+        for name in &credentials {
+            if let Some(value) = host.non_empty(name) {
+                secrets.push(Secret {
+                    name: name.clone(),
+                    value,
+                });
+            }
+        }
         let redactor = Redactor::new(&secrets)?;
         let commands = self.sandbox.supports_commands();
         // Read anew for every toolset: a session sees the skills as they are
@@ -899,6 +934,12 @@ impl ToolsetBuilder {
         for entry in network.iter().flat_map(|n| n.inject.iter()) {
             env.withhold(entry.secret.clone());
         }
+        for name in credentials {
+            env.withhold(name);
+        }
+        if let Some(run) = &gateway {
+            env.cubby_var(crate::net::GATEWAY_TOKEN_ENV, run.token().into());
+        }
         // Where commands read the skills (read-only: the directory is a
         // protected path).
         if let Some(dir) = skills
@@ -939,6 +980,7 @@ impl ToolsetBuilder {
                 skills: Arc::new(skills),
                 subscribers,
                 next_call: AtomicU64::new(1),
+                gateway,
                 procs,
             }),
         })

@@ -113,6 +113,7 @@ impl Workspace {
             .read_scope(config.read_scope)
             .readable_roots(config.readable_roots.iter().map(PathBuf::from))
             .network(config.network.clone())
+            .gateways(config.gateway.clone())
             .exec_rules(config.exec.rules.clone())
             .env(config.env.clone())
             .limits(config.limits.clone())

@@ -10,8 +10,10 @@
 //! - `rules.rs`: [`NetRules`], the compiled `[network]` section (allowed and
 //!   denied domains, refused address ranges, `allowed_cidrs`).
 //! - `proxy.rs`: the egress proxy and its secret injection.
+//! - `gateway/`: the scoped gateway (`[gateway.<name>]`, SPEC §5.5).
 
 mod address;
+mod gateway;
 mod proxy;
 mod rules;
 
@@ -22,6 +24,11 @@ use crate::error::{Error, ErrorKind, Result};
 
 pub use address::MAX_URL_CHARS;
 pub(crate) use address::{Host, WebUrl};
+pub use gateway::{
+    GATEWAY_TOKEN_ENV, GATEWAY_URL_ENV, GatewayEvent, GatewayOptions, GatewayRun, Gateways,
+    MAX_GATEWAY_CONNECTIONS, MAX_GATEWAY_EVENTS, MAX_GATEWAY_IN_FLIGHT,
+};
+pub(crate) use gateway::{GatewayServers, check_gateway};
 pub(crate) use proxy::{Egress, EgressProxy, check_injection};
 pub use proxy::{EgressOptions, Injection, MAX_EGRESS_CONNECTIONS};
 pub(crate) use rules::NetRules;

@@ -239,6 +239,22 @@ pub trait Sandbox: Send + Sync {
     fn show_cwd(&self, cwd: &WorkspacePath) -> String {
         format!("/{}", cwd.as_path().display())
     }
+
+    /// A new run's hold on the sandbox's gateways (`[gateway.<name>]`,
+    /// SPEC §5.5): the token its commands get, live until it drops. `None`
+    /// for a sandbox without gateways (every provider but `linux`).
+    ///
+    /// # Errors
+    ///
+    /// `internal` when no token can be made.
+    fn gateway_run(&self) -> Result<Option<crate::net::GatewayRun>> {
+        Ok(None)
+    }
+
+    /// The latest requests the sandbox's gateways answered, oldest first.
+    fn gateway_events(&self) -> Vec<crate::net::GatewayEvent> {
+        Vec::new()
+    }
 }
 
 /// The error of starting a command on a provider without commands.

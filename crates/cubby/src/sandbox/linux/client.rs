@@ -32,6 +32,8 @@ pub(super) struct Live {
     pub(super) private_tmp: bool,
     /// The egress proxy (network `allow`); dropped after the holder ends.
     pub(super) _proxy: Option<EgressProxy>,
+    /// The gateways' listeners; dropped after the holder ends.
+    pub(super) _gateways: Option<crate::net::GatewayServers>,
     /// What every command's environment gets on top (proxy variables,
     /// placeholders).
     pub(super) extra_env: Vec<(String, String)>,

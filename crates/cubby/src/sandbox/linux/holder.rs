@@ -195,6 +195,9 @@ pub(super) struct HolderPlan {
     /// Open a TCP listener on `127.0.0.1` inside the network namespace and
     /// send it to the server (`MSG_LISTENER`): the egress proxy's socket.
     pub proxy_listener: bool,
+    /// Listeners to open the same way for the gateways, one each, sent
+    /// after the proxy's.
+    pub gateway_listeners: usize,
     /// The holder's end of its socket: requests come in, replies go out,
     /// and the holder ends when the other end closes.
     pub sock_fd: RawFd,
@@ -263,6 +266,7 @@ impl HolderPlan {
             loopback: plan.loopback,
             fork_ahead: plan.fork_ahead,
             proxy_listener: plan.proxy_listener,
+            gateway_listeners: plan.gateway_listeners,
             sock_fd,
             filter: super::seccomp::filter(plan.sockets)?,
             commands: CommandSetup {
@@ -563,7 +567,8 @@ unsafe fn holder_setup(plan: &HolderPlan) -> io::Result<()> {
     if plan.loopback && !loopback::loopback_up() {
         return Err(holder_fail(report, HolderStep::Loopback));
     }
-    if plan.proxy_listener {
+    let listeners = usize::from(plan.proxy_listener) + plan.gateway_listeners;
+    for _ in 0..listeners {
         let listener = loopback::loopback_listener();
         if listener < 0 {
             return Err(holder_fail(report, HolderStep::Listener));

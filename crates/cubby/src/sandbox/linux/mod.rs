@@ -109,7 +109,7 @@ use super::{ProcessHandle, Spawned};
 use crate::config::{NetworkMode, ReadScope};
 use crate::error::{Error, ErrorKind, Result};
 use crate::host_env::HostEnv;
-use crate::net::{Egress, EgressProxy, Resolver};
+use crate::net::{Egress, EgressProxy, GatewayRun, GatewayServers, Gateways, Resolver};
 use crate::path::WorkspacePath;
 use crate::policy::{Mode, Policy, PolicyDigest};
 use crate::sync::lock;
@@ -130,6 +130,7 @@ struct HolderReady {
     /// The server's end of its socket.
     sock: OwnedFd,
     proxy: Option<EgressProxy>,
+    gateways: Option<GatewayServers>,
     extra_env: Vec<(String, String)>,
     /// The finished Landlock ruleset (sent to it once).
     landlock: OwnedFd,
@@ -153,6 +154,8 @@ pub struct LinuxSandbox {
     view: WithoutReservations,
     /// The egress proxy's rules (network `allow`).
     egress: Option<Arc<Egress>>,
+    /// The gateways (`[gateway.<name>]`) and their runs' tokens.
+    gateways: Option<Arc<Gateways>>,
     /// Git's surface as read when the sandbox opened, for its first
     /// command if it comes within [`crate::git::SHARE_WINDOW`] (later ones
     /// read it again).
@@ -232,6 +235,11 @@ impl LinuxSandbox {
             Some(Arc::new(Egress::new(&options.egress)?))
         } else {
             None
+        };
+        let gateways = if options.mode == Mode::FullAccess {
+            None
+        } else {
+            Gateways::new(&options.gateways)?.map(Arc::new)
         };
         let mut writable_roots = Vec::new();
         for w in &options.writable_roots {
@@ -336,6 +344,7 @@ impl LinuxSandbox {
             live: Mutex::new(None),
             fork_ahead: std::sync::atomic::AtomicBool::new(true),
             egress,
+            gateways,
             git_at_open: Mutex::new(None),
             stores,
             read_roots,
@@ -454,6 +463,7 @@ impl LinuxSandbox {
             options: &self.options,
             fork_ahead,
             proxy_listener: self.egress.is_some(),
+            gateway_listeners: self.gateways.as_ref().map_or(0, |g| g.len()),
         };
         let mut plan = plan::plan(&inputs, &self.holder_facts()?)?;
         let landlock_rules = std::mem::take(&mut plan.landlock);
@@ -480,6 +490,7 @@ impl LinuxSandbox {
             cgroup,
             private_tmp,
             _proxy: ready.proxy,
+            _gateways: ready.gateways,
             extra_env: ready.extra_env,
             store_dirs: ready.store_dirs,
         };
@@ -546,7 +557,7 @@ impl LinuxSandbox {
                 }
                 Err(e) => return Err(start_error(e)),
             };
-            let (proxy, extra_env) = match &self.egress {
+            let (proxy, mut extra_env) = match &self.egress {
                 Some(egress) => {
                     let listener = wire::recv_listener(&sock)?;
                     let proxy = EgressProxy::start(listener, egress.clone())?;
@@ -555,18 +566,30 @@ impl LinuxSandbox {
                 }
                 None => (None, Vec::new()),
             };
+            let gateways = match &self.gateways {
+                Some(gateways) => {
+                    let listeners = (0..gateways.len())
+                        .map(|_| wire::recv_listener(&sock))
+                        .collect::<Result<Vec<_>>>()?;
+                    let servers = gateways.serve(listeners)?;
+                    extra_env.extend(servers.env().iter().cloned());
+                    Some(servers)
+                }
+                None => None,
+            };
             let holder_root = landlock::holder_root(holder.id());
             let landlock = landlock::finish(base?, landlock_rules, &holder_root)?;
             let store_dirs =
                 landlock::holder_dirs(&landlock_rules.store_holder_read, &holder_root)?;
-            Ok((holder, proxy, extra_env, landlock, store_dirs))
+            Ok((holder, proxy, gateways, extra_env, landlock, store_dirs))
         })();
         match ready {
-            Ok((holder, proxy, extra_env, landlock, store_dirs)) => Ok((
+            Ok((holder, proxy, gateways, extra_env, landlock, store_dirs)) => Ok((
                 HolderReady {
                     holder,
                     sock,
                     proxy,
+                    gateways,
                     extra_env,
                     landlock,
                     store_dirs,
@@ -800,5 +823,13 @@ impl Sandbox for LinuxSandbox {
 
     fn show_cwd(&self, cwd: &WorkspacePath) -> String {
         self.host.show_cwd(cwd)
+    }
+
+    fn gateway_run(&self) -> Result<Option<GatewayRun>> {
+        self.gateways.as_ref().map(|g| g.open_run()).transpose()
+    }
+
+    fn gateway_events(&self) -> Vec<crate::net::GatewayEvent> {
+        self.gateways.as_ref().map_or_else(Vec::new, |g| g.events())
     }
 }

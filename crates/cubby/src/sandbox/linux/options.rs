@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use crate::config::{NetworkMode, ReadScope, SandboxLimits};
 use crate::host_env::HostEnv;
-use crate::net::{EgressOptions, Injection};
+use crate::net::{EgressOptions, GatewayOptions, Injection};
 use crate::path::WorkspacePath;
 use crate::policy::{Mode, Policy};
 
@@ -21,6 +21,9 @@ pub struct LinuxOptions {
     pub network: NetworkMode,
     /// What the egress proxy enforces with network `allow`.
     pub egress: EgressOptions,
+    /// The gateways commands reach inside the sandbox (`[gateway.<name>]`,
+    /// whatever the network mode; none in `full-access`). Default: none.
+    pub gateways: Vec<GatewayOptions>,
     /// Extra writable directories (absolute or relative to the root).
     pub writable_roots: Vec<PathBuf>,
     /// Paths (relative to the root) that commands may not change.
@@ -79,8 +82,28 @@ impl LinuxOptions {
                 ),
             }
         }
+        let gateways = policy
+            .gateways()
+            .iter()
+            .map(|(name, config)| GatewayOptions {
+                name: name.clone(),
+                config: config.clone(),
+                credential: config.credential.as_ref().and_then(|c| {
+                    let value = host.non_empty(&c.secret);
+                    if value.is_none() {
+                        tracing::warn!(
+                            "gateway.{name}: `{}` is not set in the environment; the gateway \
+                             adds no credential",
+                            c.secret
+                        );
+                    }
+                    value
+                }),
+            })
+            .collect();
         LinuxOptions {
             mode: policy.mode(),
+            gateways,
             network: policy.command_network(),
             egress: EgressOptions { rules, inject },
             writable_roots: policy.writable_roots().to_vec(),

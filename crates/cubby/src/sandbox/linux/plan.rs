@@ -144,6 +144,9 @@ pub(super) struct Inputs<'a> {
     pub fork_ahead: bool,
     /// Network `allow`: the holder opens the egress proxy's listener.
     pub proxy_listener: bool,
+    /// Listeners the holder opens for the gateways (`[gateway.<name>]`),
+    /// one each, after the proxy's.
+    pub gateway_listeners: usize,
 }
 
 /// A device as the machine has it.
@@ -272,6 +275,7 @@ pub(super) struct Plan {
     pub loopback: bool,
     pub fork_ahead: bool,
     pub proxy_listener: bool,
+    pub gateway_listeners: usize,
     /// The socket families of the sandbox's seccomp filter.
     pub sockets: Sockets,
     pub processes: ProcessBound,
@@ -500,6 +504,10 @@ pub(super) fn plan(inputs: &Inputs<'_>, facts: &Facts) -> Result<Plan> {
         }
     }
     let sockets = match options.network {
+        // A gateway listens on the namespace's loopback, which is all the
+        // namespace has: commands may open inet sockets to reach it, and
+        // there is nowhere else they lead (SECURITY.md, "Gateway").
+        NetworkMode::Off if inputs.gateway_listeners > 0 => Sockets::Inet,
         NetworkMode::Off => Sockets::UnixOnly,
         NetworkMode::Allow => Sockets::Inet,
         NetworkMode::On => Sockets::Any,
@@ -581,6 +589,7 @@ pub(super) fn plan(inputs: &Inputs<'_>, facts: &Facts) -> Result<Plan> {
         loopback: own_network,
         fork_ahead: inputs.fork_ahead,
         proxy_listener: inputs.proxy_listener,
+        gateway_listeners: inputs.gateway_listeners,
         sockets,
         processes,
         root: cstring(root)?,
@@ -690,6 +699,9 @@ impl fmt::Display for Plan {
         }
         writeln!(f, "loopback: {}", self.loopback)?;
         writeln!(f, "proxy listener: {}", self.proxy_listener)?;
+        if self.gateway_listeners > 0 {
+            writeln!(f, "gateway listeners: {}", self.gateway_listeners)?;
+        }
         writeln!(f, "seccomp sockets: {:?}", self.sockets)?;
         for rule in &self.read_rules {
             writeln!(f, "read rule {}", show(rule))?;
@@ -808,6 +820,7 @@ mod tests {
             options,
             fork_ahead: true,
             proxy_listener: options.network == NetworkMode::Allow,
+            gateway_listeners: 0,
         };
         plan(&inputs, facts).expect("a plan").to_string()
     }
@@ -886,6 +899,7 @@ mod tests {
             options: &options,
             fork_ahead: true,
             proxy_listener: false,
+            gateway_listeners: 0,
         };
         let err = plan(&inputs, &facts()).unwrap_err();
         assert!(err.to_string().contains("beneath /dev"), "{err}");

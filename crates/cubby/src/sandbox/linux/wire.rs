@@ -218,16 +218,15 @@ pub(super) fn recv(sock: &OwnedFd) -> Option<(Option<Msg>, Vec<OwnedFd>)> {
     }
 }
 
-/// The egress proxy's listener, which a holder asked for it sends first.
+/// A listener the holder opened (the egress proxy's first, then the
+/// gateways'), in the order it sends them.
 pub(super) fn recv_listener(sock: &OwnedFd) -> Result<OwnedFd> {
     match recv(sock) {
         Some((Some(msg), fds)) if msg.kind == MSG_LISTENER => fds
             .into_iter()
             .next()
-            .ok_or_else(|| start_error("the holder sent no egress proxy socket")),
-        _ => Err(start_error(
-            "the holder did not send the egress proxy socket",
-        )),
+            .ok_or_else(|| start_error("the holder sent no listening socket")),
+        _ => Err(start_error("the holder did not send a listening socket")),
     }
 }
 
