@@ -43,10 +43,12 @@ pub struct Workspace {
     provider: ProviderKind,
     policy: Policy,
     host: HostEnv,
-    /// The state directory (`state_dir`, or the default).
-    state_dir: PathBuf,
+    /// The state directory (`state_dir`), when one is configured.
+    state_dir: Option<PathBuf>,
     /// The artifact store every run of the workspace shares (made at the
-    /// first publication).
+    /// first publication): in `<state_dir>/artifacts`, or without a
+    /// `state_dir` one of the workspace's own in the temporary directory,
+    /// removed when the workspace and its runs are gone.
     store: Arc<Store>,
 }
 
@@ -75,7 +77,7 @@ impl Workspace {
         host: &HostEnv,
     ) -> Result<Workspace> {
         let state_dir = match config.state_dir.as_deref() {
-            Some(dir) => match dir.strip_prefix("~/") {
+            Some(dir) => Some(match dir.strip_prefix("~/") {
                 Some(rest) => host
                     .var_os("HOME")
                     .map(|home| PathBuf::from(home).join(rest))
@@ -85,22 +87,33 @@ impl Workspace {
                         ))
                     })?,
                 None => PathBuf::from(dir),
-            },
-            None => crate::artifact::default_state_dir(host),
+            }),
+            None => None,
         };
-        if state_dir.starts_with(root) {
+        let store = match &state_dir {
+            Some(dir) => Store::lazy(&dir.join(ARTIFACTS_DIR)),
+            None => Store::private(&crate::artifact::temp_dir(host)),
+        };
+        let store_dir = store.dir().to_path_buf();
+        if store_dir.starts_with(root) {
+            let what = if state_dir.is_some() {
+                "state_dir"
+            } else {
+                "the temporary directory (TMPDIR)"
+            };
             return Err(Error::invalid_input(format!(
-                "state_dir {} is inside the workspace, where commands could rewrite the \
+                "{what} {} is inside the workspace, where commands could rewrite the \
                  artifact store; choose a directory outside {}",
-                state_dir.display(),
+                state_dir.as_deref().unwrap_or(&store_dir).display(),
                 root.display()
             )));
         }
         let mut policy = Policy::builder();
         // Commands never read the store (other runs' artifacts): under
         // `/tmp` the `linux` provider's private `/tmp` hides it already.
-        if !state_dir.starts_with("/tmp") {
-            policy.host_deny_read([state_dir.clone()]);
+        let hidden = state_dir.clone().unwrap_or(store_dir);
+        if !hidden.starts_with("/tmp") {
+            policy.host_deny_read([hidden]);
         }
         policy
             .mode(config.mode.unwrap_or_default())
@@ -127,7 +140,7 @@ impl Workspace {
             provider: config.provider.unwrap_or(ProviderKind::Linux),
             policy: policy.build()?,
             host: host.clone(),
-            store: Arc::new(Store::lazy(&state_dir.join(ARTIFACTS_DIR))),
+            store: Arc::new(store),
             state_dir,
         })
     }
@@ -158,10 +171,16 @@ impl Workspace {
         &self.policy
     }
 
-    /// The state directory: `state_dir`, or
-    /// [`default_state_dir`](crate::artifact::default_state_dir).
-    pub fn state_dir(&self) -> &Path {
-        &self.state_dir
+    /// The state directory (`state_dir`), when one is configured; without
+    /// one, the runs share a store of the workspace's own in the temporary
+    /// directory, removed when the workspace and its runs are dropped.
+    pub fn state_dir(&self) -> Option<&Path> {
+        self.state_dir.as_deref()
+    }
+
+    /// The artifact store every run of the workspace shares.
+    pub fn artifact_store(&self) -> &Arc<Store> {
+        &self.store
     }
 
     /// The environment snapshot.

@@ -24,7 +24,7 @@ fn runs_publish_into_the_state_dir_and_see_only_their_own_artifacts() {
     let state = tempfile::tempdir().unwrap();
     let state_dir = state.path().join("state");
     let (_dir, ws) = workspace(Some(state_dir.to_str().unwrap().to_string()));
-    assert_eq!(ws.state_dir(), state_dir);
+    assert_eq!(ws.state_dir(), Some(state_dir.as_path()));
     let factory = ws.factory(false).unwrap();
     let first = factory().unwrap();
     let second = factory().unwrap();
@@ -78,19 +78,47 @@ fn a_state_dir_inside_the_workspace_or_relative_is_refused() {
     assert!(e.message().contains("state_dir"), "{e}");
 }
 
+/// Without a `state_dir`, the runs of a workspace share a store of the
+/// workspace's own in the temporary directory (`$TMPDIR`), made at the
+/// first publication and removed when the workspace and its runs are
+/// dropped: nothing is left behind in the temporary directory.
 #[test]
-fn the_default_state_dir_is_the_users_in_the_temp_dir() {
-    let host = HostEnv::default().with("TMPDIR", "/var/tmp/x");
-    let uid = rustix::process::getuid().as_raw();
+fn without_a_state_dir_the_store_is_the_workspaces_own_and_goes_with_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let host = HostEnv::capture().with("TMPDIR", tmp.path());
+    assert_eq!(cubby::artifact::temp_dir(&host), tmp.path());
     assert_eq!(
-        cubby::artifact::default_state_dir(&host),
-        std::path::PathBuf::from(format!("/var/tmp/x/cubby-state-{uid}"))
+        cubby::artifact::temp_dir(&HostEnv::default()),
+        std::path::PathBuf::from("/tmp")
     );
-    let (_dir, ws) = workspace(None);
-    assert_eq!(
-        ws.state_dir(),
-        std::path::PathBuf::from(format!("/tmp/cubby-state-{uid}"))
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    let config = Config {
+        provider: Some(ProviderKind::Local),
+        ..Config::default()
+    };
+    let ws = Workspace::from_config(&root, &config, None, &host).unwrap();
+    assert_eq!(ws.state_dir(), None);
+    let factory = ws.factory(false).unwrap();
+    let first = factory().unwrap();
+    let out = first.call(
+        "run",
+        json!({"command": "echo hi > \"$CUBBY_OUTPUT_DIR/hi.txt\""}),
     );
+    assert!(!out.is_error, "{}", out.text);
+    let file = out.artifacts()[0].clone();
+    let made: Vec<_> = std::fs::read_dir(tmp.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    assert_eq!(made.len(), 1, "{made:?}");
+    assert!(made[0].starts_with("cubby-run-"), "{made:?}");
+    // The run is gone; a later run of the workspace still finds the bytes.
+    drop(first);
+    let second = factory().unwrap();
+    assert_eq!(second.seed(&[file]).unwrap().len(), 1);
+    drop((second, factory, ws));
+    assert_eq!(std::fs::read_dir(tmp.path()).unwrap().count(), 0);
 }
 
 /// On `linux` commands write `$CUBBY_OUTPUT_DIR` (in the workspace) and
