@@ -13,7 +13,8 @@
 //! [`RETAINED_LOG_TOTAL_BYTES`]): a process that would take the sum past it
 //! gets a smaller window, and the largest windows shrink to make room (their
 //! oldest bytes go, as `dropped` bytes in `process_logs`), never below
-//! [`MIN_RETAINED_LOG_BYTES`]. Subscribers receive each
+//! [`MIN_RETAINED_LOG_BYTES`]; a process refused there is refused before
+//! it is spawned ([`ProcessTable::reserve`]). Subscribers receive each
 //! shaped chunk as it arrives. At the end of the stream the reader waits for
 //! the command's [`ExitStatus`] and records it as a [`Status`].
 //!
