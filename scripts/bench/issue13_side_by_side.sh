@@ -14,7 +14,8 @@
 #   3. `bench_sandbox ITERATIONS IDLE` (default 300 200): a command through
 #      a live sandbox against a bare spawn, the ready time (open + start),
 #      the memory of an idle sandbox.
-# Then, once per build, the syscalls of the `cubby` process (`strace -c`)
+# Then, once per build, the syscalls of the whole tree (`strace -f -c`: the
+# server's threads, the holder, the command)
 # and how many of them are `landlock_add_rule`, when `strace` is there.
 # Prints, per figure and build, the median over the rounds with the range
 # (min-max), and the ratio to the first build; the load average at the
@@ -73,7 +74,7 @@ PY
 done
 if command -v strace >/dev/null; then
   for i in "${!dirs[@]}"; do
-    (cd "$work/repo" && strace -c -o "$work/strace.$i" "${dirs[$i]}/cubby" exec -- /bin/true)
+    (cd "$work/repo" && strace -f -c -o "$work/strace.$i" "${dirs[$i]}/cubby" exec -- /bin/true)
   done
 fi
 echo "end $(date -u +%H:%M:%S) load $(cut -d' ' -f1-3 /proc/loadavg)"
@@ -118,10 +119,11 @@ if os.path.exists(f"{work}/strace.0"):
     tot, ll = [], []
     for i in range(n):
         text = open(f"{work}/strace.{i}").read()
-        tot.append(re.search(r"\s(\d+)\s+(?:\d+\s+)?total", text).group(1))
-        m = re.search(r"\s(\d+)\s+(?:\d+\s+)?landlock_add_rule", text)
-        ll.append(m.group(1) if m else "0")
-    print("| syscalls of the cubby process (strace -c) | " + " | ".join(tot) + " |" + " |" * (n - 1))
+        calls = {l.split()[-1]: l.split()[3] for l in text.splitlines()
+                 if len(l.split()) >= 5 and l.split()[0][0].isdigit()}
+        tot.append(calls.get("total", "?"))
+        ll.append(calls.get("landlock_add_rule", "0"))
+    print("| syscalls of the whole tree (strace -f -c) | " + " | ".join(tot) + " |" + " |" * (n - 1))
     print("|   of which landlock_add_rule | " + " | ".join(ll) + " |" + " |" * (n - 1))
 for i, d in enumerate(dirs):
     print(f"  {names[i]} = {d}")

@@ -680,16 +680,17 @@ impl LinuxSandbox {
                 })
                 .flatten();
             let started = self.live_with(|_| self.protect_plan());
-            let draft = match early {
-                Some(thread) => Some(thread.join().unwrap_or_else(|_| {
-                    Err(Error::internal("the store layer's thread panicked"))
-                })),
-                // No thread to be had: listed here, as the holder is new.
-                None => started
-                    .as_ref()
-                    .is_ok_and(|(_, _, fresh)| *fresh && starting)
-                    .then(|| self.stores.draft_layer(&self.layer_roots)),
-            };
+            let draft =
+                match early {
+                    Some(thread) => Some(thread.join().unwrap_or_else(|_| {
+                        Err(Error::internal("the store layer's thread panicked"))
+                    })),
+                    // No thread to be had: listed here, as the holder is new.
+                    None => started
+                        .as_ref()
+                        .is_ok_and(|(_, _, fresh)| *fresh && starting)
+                        .then(|| self.stores.draft_layer(&self.layer_roots)),
+                };
             started.map(|(live, plan, fresh)| (live, plan, fresh, draft))
         })?;
         let (protect, lease) = plan?;

@@ -733,10 +733,7 @@ impl HostStores {
                 continue;
             };
             // Where the name is (its directory resolved)…
-            let dir = resolved
-                .get(parent)
-                .cloned()
-                .or_else(|| resolve(parent));
+            let dir = resolved.get(parent).cloned().or_else(|| resolve(parent));
             match &dir {
                 Some(dir) => {
                     plan.excluded.insert(dir.join(name));
