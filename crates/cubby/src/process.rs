@@ -13,7 +13,8 @@
 //! [`RETAINED_LOG_TOTAL_BYTES`]): a process that would take the sum past it
 //! gets a smaller window, and the largest windows shrink to make room (their
 //! oldest bytes go, as `dropped` bytes in `process_logs`), never below
-//! [`MIN_RETAINED_LOG_BYTES`]. Subscribers receive each
+//! [`MIN_RETAINED_LOG_BYTES`]; a process refused there is refused before
+//! it is spawned ([`ProcessTable::reserve`]). Subscribers receive each
 //! shaped chunk as it arrives. At the end of the stream the reader waits for
 //! the command's [`ExitStatus`] and records it as a [`Status`].
 //!
@@ -395,14 +396,31 @@ pub(crate) struct Track {
     pub name: String,
     pub command: String,
     pub capture_bytes: Option<usize>,
-    pub retained_bytes: usize,
     /// The subscriber of the call that started it.
     pub call_subscriber: Option<Subscriber>,
+}
+
+/// A process's place in a [`ProcessTable`], taken before it is spawned
+/// ([`ProcessTable::reserve`]); given back when dropped untracked.
+pub(crate) struct Reserved<'a> {
+    table: &'a ProcessTable,
+    name: String,
+    /// The window it was given.
+    cap: usize,
+}
+
+impl Drop for Reserved<'_> {
+    fn drop(&mut self) {
+        lock(&self.table.pending).retain(|(n, _)| *n != self.name);
+    }
 }
 
 /// The processes of one run.
 pub struct ProcessTable {
     procs: Mutex<BTreeMap<String, Arc<Proc>>>,
+    /// The names and windows of processes given room but not yet spawned
+    /// ([`ProcessTable::reserve`]); locked after `procs` only.
+    pending: Mutex<Vec<(String, usize)>>,
     finished_order: Mutex<VecDeque<String>>,
     next_run: AtomicU64,
     redactor: Redactor,
@@ -425,6 +443,7 @@ impl ProcessTable {
     ) -> ProcessTable {
         ProcessTable {
             procs: Mutex::new(BTreeMap::new()),
+            pending: Mutex::new(Vec::new()),
             finished_order: Mutex::new(VecDeque::new()),
             next_run: AtomicU64::new(1),
             redactor,
@@ -453,14 +472,17 @@ impl ProcessTable {
     }
 
     /// The window for a new process that asks for `wanted` bytes, with
-    /// `procs` (less `replaced`, which the new one takes the place of)
-    /// keeping theirs: `wanted` when the budget has room; else the share of
-    /// each window with the new one counted, the larger windows shrunk to
-    /// it, largest first, until the sum fits.
+    /// `procs` (less `replaced`, which the new one takes the place of) and
+    /// the `pending` ones (given room, not yet spawned) keeping theirs:
+    /// `wanted` when the budget has room; else the share of each window
+    /// with the new one counted, the larger windows of `procs` shrunk to
+    /// it, largest first, until the sum fits (the new one's smaller still
+    /// if pending windows above the share leave less).
     fn make_room(
         &self,
         procs: &BTreeMap<String, Arc<Proc>>,
         replaced: Option<&Arc<Proc>>,
+        pending: &[(String, usize)],
         wanted: usize,
     ) -> Result<usize> {
         let others: Vec<&Arc<Proc>> = procs
@@ -471,14 +493,19 @@ impl ProcessTable {
             .iter()
             .map(|p| (lock(&p.state).log.cap, *p))
             .collect();
-        let held: usize = caps.iter().map(|(c, _)| c).sum();
+        let held: usize = caps
+            .iter()
+            .map(|(c, _)| c)
+            .chain(pending.iter().map(|(_, c)| c))
+            .sum();
         if held.saturating_add(wanted) <= self.log_budget {
             return Ok(wanted);
         }
-        let count = caps.len() + 1;
+        let count = caps.len() + pending.len() + 1;
         let share = self.log_budget / count;
-        if share < MIN_RETAINED_LOG_BYTES.min(self.log_budget) {
-            return Err(Error::new(
+        let floor = MIN_RETAINED_LOG_BYTES.min(self.log_budget);
+        let refused = || {
+            Error::new(
                 ErrorKind::Limit,
                 format!(
                     "{count} processes would share the {} bytes kept of their output, less \
@@ -487,18 +514,31 @@ impl ProcessTable {
                     crate::output::thousands(self.log_budget as u64),
                     crate::output::thousands(MIN_RETAINED_LOG_BYTES as u64),
                 ),
-            ));
+            )
+        };
+        if share < floor {
+            return Err(refused());
         }
-        let cap = wanted.min(share);
+        let mut cap = wanted.min(share);
         let mut over = (held + cap).saturating_sub(self.log_budget);
         caps.sort_by_key(|c| std::cmp::Reverse(c.0));
+        let mut cuts = Vec::new();
         for (have, proc) in caps {
             if over == 0 || have <= share {
                 break;
             }
             let cut = (have - share).min(over);
-            lock(&proc.state).log.shrink_to(have - cut);
+            cuts.push((proc, have - cut));
             over -= cut;
+        }
+        // Pending windows above the share cannot shrink: the new one
+        // takes what is left, or is refused (and nothing was cut).
+        cap -= over.min(cap);
+        if cap < floor {
+            return Err(refused());
+        }
+        for (proc, to) in cuts {
+            lock(&proc.state).log.shrink_to(to);
         }
         Ok(cap)
     }
@@ -525,30 +565,55 @@ impl ProcessTable {
             .is_some_and(|p| p.status() == Status::Running)
     }
 
-    /// Registers a spawned process and starts its reader.
+    /// Takes a place for a process named `name` whose window asks for
+    /// `wanted` bytes, before it is spawned (so that a start refused here
+    /// never runs): the window it gets ([`ProcessTable::make_room`]) is
+    /// counted against the run's log budget until the [`Reserved`] is
+    /// tracked or dropped.
     ///
     /// # Errors
     ///
-    /// `invalid_input` when a live process has the name; `limit` when the
-    /// run's log budget has no window of [`MIN_RETAINED_LOG_BYTES`] left.
-    pub(crate) fn track(&self, spawned: Spawned, track: Track) -> Result<Arc<Proc>> {
+    /// `invalid_input` when a live or reserved process has the name;
+    /// `limit` when the run's log budget has no window of
+    /// [`MIN_RETAINED_LOG_BYTES`] left.
+    pub(crate) fn reserve(&self, name: &str, wanted: usize) -> Result<Reserved<'_>> {
+        let procs = lock(&self.procs);
+        let mut pending = lock(&self.pending);
+        let replaced = procs.get(name);
+        if replaced.is_some_and(|p| p.status() == Status::Running)
+            || pending.iter().any(|(n, _)| n == name)
+        {
+            return Err(Error::invalid_input(format!(
+                "a process named `{name}` is already running; stop it or pick another name"
+            )));
+        }
+        let cap = self.make_room(&procs, replaced, &pending, wanted.max(1))?;
+        pending.push((name.to_string(), cap));
+        Ok(Reserved {
+            table: self,
+            name: name.to_string(),
+            cap,
+        })
+    }
+
+    /// Registers a spawned process in the place `reserved` took for it and
+    /// starts its reader (`track.name` is the reserved name).
+    ///
+    /// # Errors
+    ///
+    /// `internal` when the reader cannot be started.
+    pub(crate) fn track(
+        &self,
+        reserved: Reserved<'_>,
+        spawned: Spawned,
+        track: Track,
+    ) -> Result<Arc<Proc>> {
         let mut procs = lock(&self.procs);
-        let replaced = procs.get(&track.name);
-        let room = match replaced {
-            Some(old) if old.status() == Status::Running => Err(Error::invalid_input(format!(
-                "a process named `{}` is already running; stop it or pick another name",
-                track.name
-            ))),
-            _ => self.make_room(&procs, replaced, track.retained_bytes.max(1)),
-        };
-        let cap = match room {
-            Ok(cap) => cap,
-            Err(e) => {
-                drop(procs);
-                abandon(spawned);
-                return Err(e);
-            }
-        };
+        // Its place is taken now: nothing left to give back (the drop
+        // below finds nothing pending).
+        let cap = reserved.cap;
+        lock(&self.pending).retain(|(n, _)| *n != reserved.name);
+        drop(reserved);
         let proc = Arc::new(Proc {
             name: track.name.clone(),
             command: track.command,
@@ -625,46 +690,6 @@ impl ProcessTable {
 impl Drop for ProcessTable {
     fn drop(&mut self) {
         self.stop_all();
-    }
-}
-
-/// Ends a command that was started but is not tracked: its tree killed,
-/// waited for, and what its provider holds released.
-fn abandon(spawned: Spawned) {
-    let Spawned {
-        handle,
-        output,
-        stdin,
-        on_exit,
-    } = spawned;
-    drop((output, stdin));
-    let handle: Arc<dyn ProcessHandle> = Arc::from(handle);
-    let (done, waited) = std::sync::mpsc::channel();
-    let waiter = handle.clone();
-    let started = std::thread::Builder::new()
-        .name("cubby-abandon".into())
-        .spawn(move || {
-            let _ = waiter.wait();
-            let _ = done.send(());
-        });
-    if started.is_err() {
-        handle.kill_tree();
-        return;
-    }
-    // As `Proc::kill_tree`: the kill is repeated until the tree is reaped.
-    let deadline = Instant::now() + KILL_WAIT;
-    loop {
-        handle.kill_tree();
-        if waited.recv_timeout(KILL_RESEND).is_ok() {
-            if let Some(release) = on_exit {
-                release();
-            }
-            return;
-        }
-        if Instant::now() >= deadline {
-            tracing::error!(pid = handle.id(), "an untracked process tree did not die");
-            return;
-        }
     }
 }
 
@@ -1000,12 +1025,11 @@ mod contract_tests {
         )
     }
 
-    fn track(retained: usize) -> Track {
+    fn track() -> Track {
         Track {
             name: "p".into(),
             command: "p".into(),
             capture_bytes: Some(256),
-            retained_bytes: retained,
             call_subscriber: None,
         }
     }
@@ -1089,7 +1113,8 @@ mod contract_tests {
         let mut spawned = sandbox.exec(&spec(false)).unwrap();
         let flag = released.clone();
         spawned.on_exit = Some(Box::new(move || flag.store(true, Ordering::SeqCst)));
-        let proc = procs.track(spawned, track(1024)).unwrap();
+        let reserved = procs.reserve("p", 1024).unwrap();
+        let proc = procs.track(reserved, spawned, track()).unwrap();
         assert!(proc.wait_until(None, None));
         assert_eq!(proc.status(), Status::Exited(-1));
         assert!(released.load(Ordering::SeqCst));
@@ -1115,8 +1140,9 @@ mod contract_tests {
             ExitStatus::Signaled(libc::SIGTERM)
         });
         let procs = table();
+        let reserved = procs.reserve("p", 1024).unwrap();
         let proc = procs
-            .track(sandbox.exec(&spec(true)).unwrap(), track(1024))
+            .track(reserved, sandbox.exec(&spec(true)).unwrap(), track())
             .unwrap();
         assert_eq!(proc.write_stdin(b"ping\n").unwrap(), 5);
         while proc.output_end() < 5 {

@@ -1092,8 +1092,11 @@ mod tests {
                         .to_string(),
                     _ => "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n".to_string(),
                 };
+                // Recorded before it is written: the proxy relays an
+                // answer of known length as soon as it has read it, and the
+                // test reads the record as soon as the relayed answer ends.
+                log.lock().unwrap().push((head, answer.clone()));
                 let _ = conn.write_all(answer.as_bytes());
-                log.lock().unwrap().push((head, answer));
             }
         });
         Upstream { port, seen }

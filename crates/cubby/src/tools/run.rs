@@ -130,6 +130,9 @@ pub(crate) fn start(
     capture: Option<usize>,
     call_subscriber: Option<crate::process::Subscriber>,
 ) -> Result<std::sync::Arc<Proc>> {
+    // Its place and its window in the run's log budget first: a start
+    // refused there never runs.
+    let reserved = ctx.procs.reserve(&name, ctx.exec.retained_log_bytes)?;
     ctx.run.before_mutation();
     let mut argv = ctx.exec.shell.clone();
     argv.push(command.to_string());
@@ -151,12 +154,12 @@ pub(crate) fn start(
     })?;
     // Tracked (listed as running) before the lock is let go.
     ctx.procs.track(
+        reserved,
         spawned,
         Track {
             name,
             command: command.to_string(),
             capture_bytes: capture,
-            retained_bytes: ctx.exec.retained_log_bytes,
             call_subscriber,
         },
     )

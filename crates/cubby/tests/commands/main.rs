@@ -256,6 +256,7 @@ providers!(
         walking_the_workspace_finds_nothing_unreadable,
         the_hosts_api_keys_never_reach_commands,
         retained_logs_of_many_processes_stay_within_the_budget,
+        a_start_refused_by_the_log_budget_never_runs,
     ];
     local: crate::Local => [],
     linux: crate::Linux => [

@@ -789,3 +789,63 @@ pub fn retained_logs_of_many_processes_stay_within_the_budget(p: &dyn Fixture) {
     drop(t);
     assert_eq!(processes_with(&marker), Vec::<String>::new());
 }
+
+/// A start the run's log budget refuses never runs: its window is taken
+/// before the spawn (the command was spawned, then killed). The witness is
+/// the shell's access time, which `execve` moves (the kernel reads the
+/// script's first bytes) before a start returns; the control is the start
+/// before it, which the budget has room for.
+pub fn a_start_refused_by_the_log_budget_never_runs(p: &dyn Fixture) {
+    use cubby::process::MIN_RETAINED_LOG_BYTES;
+    use std::time::SystemTime;
+    let dir = workspace();
+    let shell = dir.path().join("witness-sh");
+    std::fs::write(&shell, "#!/bin/sh\nexec /bin/sh \"$@\"\n").unwrap();
+    std::fs::set_permissions(&shell, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    // Long ago (2000-01-01): a read moves it, whatever `relatime` says.
+    let long_ago = SystemTime::UNIX_EPOCH + Duration::from_secs(946_684_800);
+    let age = || {
+        let times = std::fs::FileTimes::new()
+            .set_accessed(long_ago)
+            .set_modified(long_ago);
+        std::fs::File::options()
+            .write(true)
+            .open(&shell)
+            .unwrap()
+            .set_times(times)
+            .unwrap();
+    };
+    let accessed = || std::fs::metadata(&shell).unwrap().accessed().unwrap();
+    let t = Toolset::builder(p.sandbox(dir.path()))
+        .host_env(cubby::HostEnv::capture())
+        .track_changes(false)
+        .shell(vec![shell.to_str().unwrap().into(), "-c".into()])
+        .retained_log_bytes(MIN_RETAINED_LOG_BYTES)
+        .retained_log_total_bytes(MIN_RETAINED_LOG_BYTES)
+        .build()
+        .unwrap();
+    // The control: room for one window; its shell runs.
+    age();
+    let first = t.call(
+        "start_process",
+        json!({"name": "first", "command": "exit 0"}),
+    );
+    assert!(!first.is_error, "{}", first.text);
+    let proc = t.processes().get("first").unwrap();
+    assert!(proc.wait_until(Some(Instant::now() + Duration::from_secs(60)), None));
+    assert!(accessed() > long_ago, "the control's shell did not run");
+    // No room for a second (the first's window is kept for paging).
+    age();
+    let second = t.call(
+        "start_process",
+        json!({"name": "second", "command": "exit 0"}),
+    );
+    assert!(second.text.starts_with("ERROR limit: "), "{}", second.text);
+    assert!(t.processes().get("second").is_none());
+    assert_eq!(accessed(), long_ago, "the refused start ran its shell");
+    // Nor does a `run`, and the refusals left the budget as it was.
+    let run = t.call("run", json!({"command": "exit 0"}));
+    assert!(run.text.starts_with("ERROR limit: "), "{}", run.text);
+    assert_eq!(accessed(), long_ago, "the refused run ran its shell");
+    assert!(t.processes().retained_log_bytes().0 <= MIN_RETAINED_LOG_BYTES);
+}

@@ -687,11 +687,34 @@ impl LinuxSandbox {
         };
         // Confined check of the working directory, for a clear error.
         drop(self.fs.open_dir(&spec.cwd)?);
-        // A new holder sets up while the protected paths are planned and
-        // the store layer is listed.
-        let (live, (plan, draft), fresh_holder) = self.live_with(|starting| {
-            let draft = starting.then(|| self.stores.draft_layer(&self.layer_roots));
-            (self.protect_plan(), draft)
+        // A new holder sets up while the protected paths are planned; the
+        // store layer is listed meanwhile on a thread of its own, from
+        // before the holder's facts are read (`cubby exec` and a
+        // sandbox's first command: its longest step after the
+        // placeholders, which it overlaps on a second core).
+        let starting = lock(&self.live).is_none();
+        let (live, plan, fresh_holder, draft) = std::thread::scope(|scope| {
+            let early = starting
+                .then(|| {
+                    std::thread::Builder::new()
+                        .name("cubby-store-layer".into())
+                        .spawn_scoped(scope, || self.stores.draft_layer(&self.layer_roots))
+                        .ok()
+                })
+                .flatten();
+            let started = self.live_with(|_| self.protect_plan());
+            let draft =
+                match early {
+                    Some(thread) => Some(thread.join().unwrap_or_else(|_| {
+                        Err(Error::internal("the store layer's thread panicked"))
+                    })),
+                    // No thread to be had: listed here, as the holder is new.
+                    None => started
+                        .as_ref()
+                        .is_ok_and(|(_, _, fresh)| *fresh && starting)
+                        .then(|| self.stores.draft_layer(&self.layer_roots)),
+                };
+            started.map(|(live, plan, fresh)| (live, plan, fresh, draft))
         })?;
         let (protect, lease) = plan?;
         let draft = draft.transpose()?;

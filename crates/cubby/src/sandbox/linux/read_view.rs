@@ -360,8 +360,8 @@ struct BuiltLayer {
 #[derive(Debug, Default)]
 pub(crate) struct Looked(Vec<Option<Option<DirKey>>>);
 
-/// A store layer listed and granted but not finished: made while a new
-/// holder sets up (see [`HostStores::draft_layer`]).
+/// A store layer listed and granted but not finished: made on a thread of
+/// its own while a new holder starts (see [`HostStores::draft_layer`]).
 pub(crate) struct LayerDraft {
     builder: StoreLayerBuilder,
     listed: Vec<(PathBuf, Option<DirKey>)>,
@@ -690,11 +690,22 @@ impl HostStores {
         let stores = self.look(&mut state, Some(&mut looked));
         plan.looked = Some(looked);
         let state = &*state;
+        // Each directory resolved once: the missing watched directories
+        // and the stores lead to the same few (`/etc`, each home).
+        let mut memo: Vec<(PathBuf, Option<PathBuf>)> = Vec::new();
+        let mut resolve = |dir: &Path| -> Option<PathBuf> {
+            if let Some((_, done)) = memo.iter().find(|(d, _)| d == dir) {
+                return done.clone();
+            }
+            let done = resolved_dir(dir);
+            memo.push((dir.to_path_buf(), done.clone()));
+            done
+        };
         // Each existing watched directory, resolved.
         let mut resolved: HashMap<&Path, PathBuf> = HashMap::new();
         for (i, w) in self.watch.watched.iter().enumerate() {
             if state[i].key.is_some() {
-                if let Some(dir) = resolved_dir(&w.dir) {
+                if let Some(dir) = resolve(&w.dir) {
                     with_ancestors(&mut plan.ancestors, &dir);
                     plan.names.entry(dir.clone()).or_default().extend(w.names);
                     resolved.insert(&w.dir, dir);
@@ -713,7 +724,7 @@ impl HostStores {
             if lacked || parent_missing {
                 continue;
             }
-            if let Some(dir) = w.dir.ancestors().skip(1).find_map(resolved_dir) {
+            if let Some(dir) = w.dir.ancestors().skip(1).find_map(&mut resolve) {
                 with_ancestors(&mut plan.ancestors, &dir);
             }
         }
@@ -722,10 +733,7 @@ impl HostStores {
                 continue;
             };
             // Where the name is (its directory resolved)…
-            let dir = resolved
-                .get(parent)
-                .cloned()
-                .or_else(|| resolved_dir(parent));
+            let dir = resolved.get(parent).cloned().or_else(|| resolve(parent));
             match &dir {
                 Some(dir) => {
                     plan.excluded.insert(dir.join(name));
@@ -734,7 +742,7 @@ impl HostStores {
                 None => {
                     // Its directory is missing: it would be a new entry of
                     // the nearest one that exists, which has no rule then.
-                    if let Some(dir) = parent.ancestors().skip(1).find_map(resolved_dir) {
+                    if let Some(dir) = parent.ancestors().skip(1).find_map(&mut resolve) {
                         with_ancestors(&mut plan.ancestors, &dir);
                     }
                 }
