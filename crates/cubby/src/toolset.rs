@@ -186,17 +186,29 @@ impl Toolset {
     ///
     /// `invalid_input` for a malformed URI; `not_found` for an artifact of
     /// another run or an unknown digest; `too_large` naming the size and
-    /// the limit; `denied` when the bytes hold a registered secret (an
+    /// the limit; `denied` when the bytes hold a registered secret, also
+    /// inside a compressed stream, or hold streams too large to check (an
     /// artifact leaves unredacted, so it does not leave at all).
     pub fn read_artifact(&self, uri: &str, max: u64) -> Result<(FileRef, Vec<u8>)> {
         let artifacts = self.artifacts();
         let file = artifacts.resolve(uri)?;
         let bytes = artifacts.read(&file, max)?;
-        if self.inner.redactor.finds(&bytes) {
-            return Err(Error::denied(format!(
-                "artifact {} holds a secret's value; artifacts are not redacted, so it is not served",
-                crate::path::escape_name(file.name.as_bytes())
-            )));
+        match crate::artifact::inflate::find_secret(&self.inner.redactor, &bytes) {
+            Ok(None) => {}
+            Ok(Some(_)) => {
+                return Err(Error::denied(format!(
+                    "artifact {} holds a secret's value (in its bytes or in compressed data); \
+                     artifacts are not redacted, so it is not served",
+                    crate::path::escape_name(file.name.as_bytes())
+                )));
+            }
+            Err(e) => {
+                return Err(Error::denied(format!(
+                    "artifact {} is not served: {}, so it cannot be checked for secrets",
+                    crate::path::escape_name(file.name.as_bytes()),
+                    e.message()
+                )));
+            }
         }
         Ok((file, bytes))
     }

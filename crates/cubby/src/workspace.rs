@@ -88,6 +88,9 @@ impl Workspace {
             },
             None => crate::artifact::default_state_dir(host),
         };
+        // Checked as the kernel will resolve it (R4-8: `/tmp/../x` passed
+        // the `/tmp` check lexically, and a link in the way moved it).
+        let state_dir = resolve_state_dir(&state_dir)?;
         if state_dir.starts_with(root) {
             return Err(Error::invalid_input(format!(
                 "state_dir {} is inside the workspace, where commands could rewrite the \
@@ -126,7 +129,11 @@ impl Workspace {
             provider: config.provider.unwrap_or(ProviderKind::Linux),
             policy: policy.build()?,
             host: host.clone(),
-            store: Arc::new(Store::lazy(&state_dir.join(ARTIFACTS_DIR))),
+            store: Arc::new(if config.state_dir.is_some() {
+                Store::lazy(&state_dir.join(ARTIFACTS_DIR))
+            } else {
+                Store::lazy_default(&state_dir.join(ARTIFACTS_DIR))
+            }),
             state_dir,
         })
     }
@@ -288,4 +295,43 @@ fn relative_to(path: &Path, root: &Path) -> Option<String> {
     let rel = path.strip_prefix(root).ok()?;
     let rel = rel.to_str()?;
     (!rel.is_empty()).then(|| rel.to_string())
+}
+
+/// `dir` as the kernel resolves it: refused when it holds `..`; its
+/// deepest existing ancestor canonicalized (links resolved), the rest
+/// appended (made later, by the store, without following links).
+///
+/// # Errors
+///
+/// `invalid_input` for a `..` or a relative path; `invalid_input` naming
+/// the path when an existing ancestor cannot be resolved.
+fn resolve_state_dir(dir: &Path) -> Result<PathBuf> {
+    if !dir.is_absolute()
+        || dir
+            .components()
+            .any(|c| matches!(c, std::path::Component::ParentDir))
+    {
+        return Err(Error::invalid_input(format!(
+            "state_dir {} must be an absolute path without `..`; give the directory itself",
+            dir.display()
+        )));
+    }
+    let mut existing = dir.to_path_buf();
+    let mut rest = Vec::new();
+    while std::fs::symlink_metadata(&existing).is_err() {
+        let Some(name) = existing.file_name().map(std::ffi::OsStr::to_os_string) else {
+            break;
+        };
+        rest.push(name);
+        existing.pop();
+    }
+    let mut resolved = existing.canonicalize().map_err(|e| {
+        Error::invalid_input(format!(
+            "state_dir {}: cannot resolve {}: {e}; give a directory that can be reached",
+            dir.display(),
+            existing.display()
+        ))
+    })?;
+    resolved.extend(rest.iter().rev());
+    Ok(resolved)
 }

@@ -40,21 +40,55 @@ pub struct Stored {
     pub tail: Vec<u8>,
 }
 
+/// Random bytes in the name of a private store's directory.
+const PRIVATE_RANDOM_BYTES: usize = 8;
+
+/// Attempts at a private directory whose name is free.
+const PRIVATE_TRIES: usize = 8;
+
+/// Where a private store (one run's) is made in the temporary directory:
+/// `cubby-run-<pid>-<random>`.
+const PRIVATE_PREFIX: &str = "cubby-run-";
+
+/// How a store's directory is had.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    /// A directory the user chose (`state_dir`): refused when another
+    /// user's, with an error that says what to do.
+    Chosen,
+    /// The default state directory in a shared temporary directory: when
+    /// another user holds it (squatted), a private one instead.
+    Default,
+    /// One run's, made fresh and removed when dropped.
+    Private,
+}
+
 /// A content-addressed store in a directory of the host.
 #[derive(Debug)]
 pub struct Store {
+    /// The directory asked for (for a private store: the temporary
+    /// directory it is made in).
     dir: PathBuf,
     /// Made once, at the first write (or at [`Store::open`]): the
-    /// directories exist, are the user's and not links; `Err` holds why not.
-    ready: OnceLock<std::result::Result<(), String>>,
-    /// A store of one run ([`Store::private`]): removed when dropped.
+    /// directory the store is in — its directories exist, are the user's,
+    /// not links and not writable by others; `Err` holds why not.
+    ready: OnceLock<std::result::Result<Made, String>>,
+    kind: Kind,
+}
+
+#[derive(Clone, Debug)]
+struct Made {
+    dir: PathBuf,
+    /// Removed with everything in it when the store is dropped.
     private: bool,
 }
 
 impl Drop for Store {
     fn drop(&mut self) {
-        if self.private && self.ready.get().is_some() {
-            let _ = fs::remove_dir_all(&self.dir);
+        if let Some(Ok(made)) = self.ready.get()
+            && made.private
+        {
+            let _ = fs::remove_dir_all(&made.dir);
         }
     }
 }
@@ -71,13 +105,116 @@ pub fn is_digest(s: &str) -> bool {
     s.len() == 64 && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
 }
 
+/// `n` random bytes from `/dev/urandom`, in hex.
+pub(crate) fn random_hex(n: usize) -> std::io::Result<String> {
+    let mut random = vec![0u8; n];
+    File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut random))?;
+    Ok(random.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// Why `path` is not a directory this user may keep a store in: not a
+/// directory (a link included), another user's, or writable by others.
+fn not_owned(path: &Path, meta: &fs::Metadata) -> Option<String> {
+    use std::os::unix::fs::MetadataExt as _;
+    let uid = rustix::process::getuid().as_raw();
+    if !meta.file_type().is_dir() {
+        return Some(format!(
+            "{} is not a directory (a link or a file)",
+            path.display()
+        ));
+    }
+    if meta.uid() != uid {
+        return Some(format!(
+            "{} belongs to uid {}, not to this user (uid {uid})",
+            path.display(),
+            meta.uid()
+        ));
+    }
+    if meta.mode() & 0o022 != 0 {
+        return Some(format!(
+            "{} is writable by other users (mode {:o})",
+            path.display(),
+            meta.mode() & 0o7777
+        ));
+    }
+    None
+}
+
+/// Makes `path` (mode 0700, only it: its parent must exist) or takes the
+/// one there when it is this user's own: `Ok(None)`; `Ok(Some(why))` when
+/// it exists and is not (nothing is made in it).
+fn own_dir(path: &Path) -> std::result::Result<Option<String>, String> {
+    match fs::DirBuilder::new().mode(0o700).create(path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(internal("create", path, &e).message().to_string()),
+    }
+    let meta = fs::symlink_metadata(path)
+        .map_err(|e| internal("inspect", path, &e).message().to_string())?;
+    Ok(not_owned(path, &meta))
+}
+
+/// Makes a new directory `<prefix><pid>-<random>` in `tmp`, mode 0700,
+/// that no one had before (a name taken is passed over), after removing
+/// the ones of this user whose process is gone (a process that exited
+/// without dropping its store left them).
+fn fresh_dir(tmp: &Path, prefix: &str) -> std::result::Result<PathBuf, String> {
+    sweep_dead(tmp, prefix);
+    for _ in 0..PRIVATE_TRIES {
+        let random = random_hex(PRIVATE_RANDOM_BYTES)
+            .map_err(|e| format!("artifact store: no random bytes: {e}"))?;
+        let dir = tmp.join(format!("{prefix}{}-{random}", std::process::id()));
+        match fs::DirBuilder::new().mode(0o700).create(&dir) {
+            Ok(()) => return Ok(dir),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(internal("create", &dir, &e).message().to_string()),
+        }
+    }
+    Err(format!(
+        "artifact store: no free name for a private store in {} after {PRIVATE_TRIES} tries",
+        tmp.display()
+    ))
+}
+
+/// Removes the directories `<prefix><pid>-…` in `tmp` that are this user's
+/// and whose process is gone.
+fn sweep_dead(tmp: &Path, prefix: &str) {
+    let Ok(entries) = fs::read_dir(tmp) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let pid = name
+            .to_str()
+            .and_then(|n| n.strip_prefix(prefix))
+            .and_then(|rest| rest.split('-').next())
+            .and_then(|p| p.parse::<i32>().ok());
+        let Some(pid) = pid else {
+            continue;
+        };
+        if pid_alive(pid) {
+            continue;
+        }
+        let path = entry.path();
+        if fs::symlink_metadata(&path).is_ok_and(|m| not_owned(&path, &m).is_none()) {
+            let _ = fs::remove_dir_all(&path);
+        }
+    }
+}
+
+fn pid_alive(pid: i32) -> bool {
+    rustix::process::Pid::from_raw(pid)
+        .is_some_and(|p| rustix::process::test_kill_process(p).is_ok())
+}
+
 impl Store {
     /// Opens (creating it, mode 0700) the store in `dir`, and removes the
     /// temporary files that processes no longer running left there.
     ///
     /// # Errors
     ///
-    /// `internal` when the directories cannot be made.
+    /// `internal` when the directories cannot be made, or are another
+    /// user's or writable by others.
     pub fn open(dir: &Path) -> Result<Store> {
         let store = Store::lazy(dir);
         store.ready()?;
@@ -91,67 +228,126 @@ impl Store {
         Store {
             dir: dir.to_path_buf(),
             ready: OnceLock::new(),
-            private: false,
+            kind: Kind::Chosen,
         }
     }
 
-    /// A store of its own for one run, in `tmp` (`cubby-run-<pid>-<n>`):
-    /// made at the first write, removed with everything in it when the
-    /// store is dropped (the run ends).
-    pub fn private(tmp: &Path) -> Store {
-        let n = NEXT_TEMP.fetch_add(1, Ordering::Relaxed);
+    /// [`Store::lazy`] for the default state directory's store
+    /// (`<tmp>/cubby-state-<uid>/artifacts`): when another user holds that
+    /// directory (it is theirs, or writable by others — squatted in a
+    /// shared `/tmp`), the store is a private one instead
+    /// (`<tmp>/cubby-state-<uid>-<pid>-<random>`, removed when dropped), and
+    /// a warning names the directory to remove. Nothing is made inside a
+    /// directory that is not the user's.
+    pub fn lazy_default(dir: &Path) -> Store {
         Store {
-            dir: tmp.join(format!("cubby-run-{}-{n}", std::process::id())),
+            dir: dir.to_path_buf(),
             ready: OnceLock::new(),
-            private: true,
+            kind: Kind::Default,
         }
     }
 
-    /// The directory the store is in.
+    /// A store of its own for one run, in `tmp`
+    /// (`cubby-run-<pid>-<random>`, a name no one had): made at the first
+    /// write, removed with everything in it when the store is dropped (the
+    /// run ends). Only the store's directory must be the user's (`tmp` is
+    /// shared); those of this user's processes that are gone are removed
+    /// when another is made.
+    pub fn private(tmp: &Path) -> Store {
+        Store {
+            dir: tmp.to_path_buf(),
+            ready: OnceLock::new(),
+            kind: Kind::Private,
+        }
+    }
+
+    /// The directory the store is in (for a private store not yet made:
+    /// the directory it will be made in).
     pub fn dir(&self) -> &Path {
-        &self.dir
+        match self.ready.get() {
+            Some(Ok(made)) => &made.dir,
+            _ => &self.dir,
+        }
     }
 
     /// Makes the directories once (mode 0700), refusing a store directory
-    /// or a parent of it that is a link or another user's, and sweeps.
-    fn ready(&self) -> Result<()> {
+    /// or a parent of it that is a link, another user's or writable by
+    /// others — before anything is made inside it — and sweeps.
+    fn ready(&self) -> Result<&Path> {
         let made = self.ready.get_or_init(|| {
-            let dir = &self.dir;
-            let make = |path: &Path| {
-                fs::DirBuilder::new()
-                    .recursive(true)
-                    .mode(0o700)
-                    .create(path)
-                    .map_err(|e| internal("create", path, &e).message().to_string())
-            };
-            make(dir)?;
-            let uid = rustix::process::getuid().as_raw();
-            for path in std::iter::once(dir.as_path()).chain(dir.parent()) {
-                let meta = fs::symlink_metadata(path)
-                    .map_err(|e| internal("inspect", path, &e).message().to_string())?;
-                if !meta.is_dir() || std::os::unix::fs::MetadataExt::uid(&meta) != uid {
-                    return Err(format!(
-                        "artifact store: {} is not a directory of this user (uid {uid}); \
-                         remove it or choose another `state_dir`",
-                        path.display()
-                    ));
-                }
-            }
+            let made = self.make()?;
+            let dir = &made.dir;
             fs::set_permissions(dir, fs::Permissions::from_mode(0o700))
                 .map_err(|e| internal("set the mode of", dir, &e).message().to_string())?;
             for sub in ["sha256", "tmp"] {
-                make(&dir.join(sub))?;
+                let path = dir.join(sub);
+                match own_dir(&path)? {
+                    None => {}
+                    Some(why) => return Err(format!("artifact store: {why}")),
+                }
             }
-            self.sweep();
-            Ok(())
+            Self::sweep(&made.dir);
+            Ok(made)
         });
-        made.clone()
-            .map_err(|why| Error::new(ErrorKind::Internal, why))
+        match made {
+            Ok(made) => Ok(&made.dir),
+            Err(why) => Err(Error::new(ErrorKind::Internal, why.clone())),
+        }
+    }
+
+    /// The store's directory, made or checked as its kind says.
+    fn make(&self) -> std::result::Result<Made, String> {
+        let dir = &self.dir;
+        if self.kind == Kind::Private {
+            return fresh_dir(dir, PRIVATE_PREFIX).map(|dir| Made { dir, private: true });
+        }
+        // `<state>/artifacts`: the state directory's own parents are the
+        // user's to make (`~/.local/state`); the state directory and the
+        // store are checked before anything is made in them.
+        let state = dir.parent().unwrap_or(dir);
+        if let Some(above) = state.parent() {
+            fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(above)
+                .map_err(|e| internal("create", above, &e).message().to_string())?;
+        }
+        let squatted = match own_dir(state)? {
+            None => own_dir(dir)?,
+            Some(why) => Some(why),
+        };
+        let Some(why) = squatted else {
+            return Ok(Made {
+                dir: dir.clone(),
+                private: false,
+            });
+        };
+        if self.kind == Kind::Default
+            && let (Some(tmp), Some(name)) = (state.parent(), state.file_name())
+        {
+            let prefix = format!("{}-", name.to_string_lossy());
+            let private = fresh_dir(tmp, &prefix)?;
+            tracing::warn!(
+                "artifact store: {why}; this process keeps its artifacts in {} (removed when it \
+                 ends) instead. Remove {} (as its owner) or set `state_dir` to share artifacts \
+                 between processes",
+                private.display(),
+                state.display()
+            );
+            return Ok(Made {
+                dir: private,
+                private: true,
+            });
+        }
+        Err(format!(
+            "artifact store: {why}; another user may have made it. Remove it (as its owner, or \
+             root) or choose another `state_dir`"
+        ))
     }
 
     /// Removes temporary files whose process is gone.
-    fn sweep(&self) {
-        let Ok(entries) = fs::read_dir(self.dir.join("tmp")) else {
+    fn sweep(dir: &Path) {
+        let Ok(entries) = fs::read_dir(dir.join("tmp")) else {
             return;
         };
         for entry in entries.flatten() {
@@ -160,10 +356,7 @@ impl Store {
                 .to_str()
                 .and_then(|n| n.split('.').next())
                 .and_then(|p| p.parse::<i32>().ok());
-            let alive = pid.is_some_and(|pid| {
-                rustix::process::Pid::from_raw(pid)
-                    .is_some_and(|p| rustix::process::test_kill_process(p).is_ok())
-            });
+            let alive = pid.is_some_and(pid_alive);
             if !alive {
                 let _ = fs::remove_file(entry.path());
             }
@@ -182,7 +375,7 @@ impl Store {
                 "an artifact digest is 64 lower-case hex digits",
             ));
         }
-        Ok(self.dir.join("sha256").join(&sha256[..2]).join(sha256))
+        Ok(self.dir().join("sha256").join(&sha256[..2]).join(sha256))
     }
 
     /// Opens the blob of `sha256` for reading.
@@ -209,12 +402,9 @@ impl Store {
     /// `internal` on an I/O failure of the store; the reader's own error as
     /// `internal` too.
     pub fn put(&self, reader: &mut dyn Read, max: u64) -> Result<Stored> {
-        self.ready()?;
+        let dir = self.ready()?;
         let n = NEXT_TEMP.fetch_add(1, Ordering::Relaxed);
-        let temp = self
-            .dir
-            .join("tmp")
-            .join(format!("{}.{n}", std::process::id()));
+        let temp = dir.join("tmp").join(format!("{}.{n}", std::process::id()));
         let mut file = OpenOptions::new()
             .write(true)
             .create_new(true)
@@ -299,7 +489,7 @@ impl Store {
     /// store holds those bytes already) and makes the name durable.
     fn settle(&self, temp: &Path, stored: Stored) -> Result<Stored> {
         let target = self.path_of(&stored.sha256)?;
-        let parent = target.parent().unwrap_or(&self.dir).to_path_buf();
+        let parent = target.parent().unwrap_or(self.dir()).to_path_buf();
         fs::create_dir_all(&parent).map_err(|e| internal("create", &parent, &e))?;
         if target.exists() {
             let _ = fs::remove_file(temp);
@@ -396,9 +586,10 @@ mod tests {
     fn a_private_store_is_gone_when_dropped() {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::private(dir.path());
-        let made = store.dir().to_path_buf();
-        assert!(!made.exists());
+        assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 0);
         store.put(&mut &b"x"[..], 1).unwrap();
+        let made = store.dir().to_path_buf();
+        assert!(made.starts_with(dir.path()) && made != dir.path());
         assert!(made.join("sha256").exists());
         drop(store);
         assert!(!made.exists());

@@ -5,7 +5,8 @@
 //!
 //! ```text
 //! publish_file(path)      metadata → size ≤ 25 MB → read (bounded) →
-//!                         no secret in name or bytes → Artifacts::publish
+//!                         no secret in name, bytes or the compressed streams
+//!                         they hold (artifact::inflate) → Artifacts::publish
 //! collect(dir)            walk ≤ depth 4, regular files only (links, FIFOs,
 //!                         devices listed as skipped) → publish_file each
 //! attachments(published)  Artifact(FileRef) [+ Image, re-encoded as view_file does]
@@ -34,6 +35,24 @@ pub const MAX_OUTPUT_ENTRIES: usize = 20_000;
 
 /// Most skipped files a result names one by one (the rest are counted).
 pub const MAX_SKIPPED_NAMED: usize = 20;
+
+/// Refuses a file tool's write beneath [`OUTPUT_ROOT`]: what is there is
+/// published as the artifacts of the run whose directory it is, so only
+/// that run's commands write there (R4-7: another session's `write_file`
+/// planted a file in it).
+///
+/// # Errors
+///
+/// `denied` for a path beneath `.cubby/output`.
+pub(crate) fn refuse_output_write(path: &WorkspacePath) -> Result<()> {
+    match WorkspacePath::parse(OUTPUT_ROOT) {
+        Ok(root) if path.starts_with(&root) => Err(Error::denied(format!(
+            "`{path}` is in the runs' output directories, which only commands write (a command \
+             leaves a file in $CUBBY_OUTPUT_DIR to publish it); write elsewhere"
+        ))),
+        _ => Ok(()),
+    }
+}
 
 /// The line the model reads for an artifact: `artifact report.pdf —
 /// application/pdf, 1.2 MB, sha256:ab12cd34…, cubby://artifacts/…, in the
@@ -98,8 +117,9 @@ fn image_of(artifacts: &Artifacts, file: &FileRef) -> Option<crate::output::Imag
 ///
 /// `limit` before reading when it is over the artifact limit; what the
 /// file system says of a link, a special file or a directory;
-/// `denied` when its name or bytes hold a registered secret (an artifact
-/// leaves unredacted: nothing secret is handed out); as
+/// `denied` when its name or bytes hold a registered secret, also inside
+/// a compressed stream (an artifact leaves unredacted: nothing secret is
+/// handed out), `limit` when those streams cannot be checked; as
 /// [`Artifacts::publish`].
 pub(crate) fn publish_file(
     fs: &dyn FileSystem,
@@ -140,11 +160,8 @@ pub(crate) fn publish_file(
     // Read once, bounded: the bytes checked are the bytes stored and hashed
     // (a file rewritten meanwhile is stored as read, or refused when it grew).
     let bytes = fs.read_to_vec(path, crate::artifact::MAX_ARTIFACT_BYTES)?;
-    if redactor.finds(&bytes) {
-        return Err(Error::denied(format!(
-            "`{path}` holds a secret's value; artifacts leave unredacted, so it is not published (write a copy without it)"
-        )));
-    }
+    // In its bytes, or inside a compressed stream of them (R4-1).
+    crate::artifact::inflate::refuse_secret(redactor, &format!("`{path}`"), &bytes)?;
     artifacts.publish_bytes(
         &Publish {
             name,
@@ -254,12 +271,16 @@ pub(crate) fn collect(
 /// Removes the output directory `dir` and the empty directories above it
 /// up to the root when nothing is in them (no trace in a workspace whose
 /// commands wrote nothing there); a process still writing there keeps it.
-pub(crate) fn tidy(fs: &dyn FileSystem, dir: &WorkspacePath) {
+/// True when `dir` itself was removed.
+pub(crate) fn tidy(fs: &dyn FileSystem, dir: &WorkspacePath) -> bool {
     let mut at = dir.clone();
+    let mut removed = false;
     while !at.is_root() {
         if !matches!(fs.remove_empty_dir(&at), Ok(true)) {
             break;
         }
+        removed = true;
         at = at.parent();
     }
+    removed
 }

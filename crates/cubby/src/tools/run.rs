@@ -135,10 +135,10 @@ pub(crate) fn start(
     argv.push(command.to_string());
     let mut env = ctx.exec.env.build(ctx.exec.host.vars(), true);
     let _output = crate::sync::lock(&ctx.run.output_lock);
-    if let Some(dir) = ctx
-        .run
-        .output_dir(ctx.fs, ctx.policy)
-        .and_then(|d| ctx.sandbox.command_path(&d))
+    let output_dir = ctx.run.output_dir(ctx.fs, ctx.policy);
+    if let Some(dir) = output_dir
+        .as_ref()
+        .and_then(|d| ctx.sandbox.command_path(d))
     {
         env.retain(|(name, _)| name != super::publish::OUTPUT_DIR_ENV);
         env.push((super::publish::OUTPUT_DIR_ENV.into(), dir.into_os_string()));
@@ -148,6 +148,7 @@ pub(crate) fn start(
         cwd: cwd.clone(),
         env,
         stdin,
+        output_dir,
     })?;
     // Tracked (listed as running) before the lock is let go.
     ctx.procs.track(
@@ -261,7 +262,7 @@ impl Tool for Run {
         if !text.ends_with('\n') {
             text.push('\n');
         }
-        let collected = ctx.run.made_output_dir().map(|dir| {
+        let collected = ctx.run.made_output_dir(ctx.fs).map(|dir| {
             let found = super::publish::collect(ctx.fs, ctx.redactor, ctx.run.artifacts(), &dir);
             // A background process may still write there.
             let _output = crate::sync::lock(&ctx.run.output_lock);
@@ -271,7 +272,7 @@ impl Tool for Run {
                 .iter()
                 .any(|p| p.status() == Status::Running);
             if !live {
-                super::publish::tidy(ctx.fs, &dir);
+                ctx.run.tidy_output_dir(ctx.fs, &dir);
             }
             found
         });

@@ -160,7 +160,8 @@ fn view_file_publishes_what_no_tool_published_once() {
     let f = files[0].clone();
     assert_eq!(f.name, "a.png");
     assert_eq!(f.media_type, "image/png");
-    assert_eq!(f.path.as_deref(), Some("shots/a.png"));
+    // The image shown, re-encoded: not the file's bytes, so no sandbox path.
+    assert_eq!(f.path, None);
     assert_eq!(out.structured["artifact"]["uri"], f.uri);
     assert!(
         out.text.contains("artifact a.png — image/png, "),

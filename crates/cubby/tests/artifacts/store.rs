@@ -132,3 +132,61 @@ fn on_linux_commands_write_the_output_dir_and_never_read_the_store() {
         t.stop_processes();
     }
 }
+
+/// Red-team 4, R4-8: `state_dir` is checked as the kernel resolves it. A
+/// `..` is refused (`/tmp/../<root>/.st` passed the inside-the-workspace
+/// check, `/tmp/../elsewhere` the `/tmp` one, so commands read the store),
+/// and a link on the way is resolved before the checks.
+#[test]
+fn a_state_dir_is_checked_as_it_resolves_not_as_it_is_written() {
+    let dir = tempfile::tempdir_in("/tmp").unwrap();
+    let base = dir.path().canonicalize().unwrap();
+    let root = base.join("root");
+    std::fs::create_dir(&root).unwrap();
+    let outside = base.join("outside");
+    std::fs::create_dir(&outside).unwrap();
+    let open = |state_dir: String| {
+        let config = Config {
+            provider: Some(ProviderKind::Virtual),
+            state_dir: Some(state_dir),
+            ..Config::default()
+        };
+        Workspace::from_config(&root, &config, None, &HostEnv::default())
+    };
+    let up = |p: &std::path::Path| format!("/tmp/..{}", p.display());
+    // The oracle: the same directories written plainly are told apart.
+    let e = open(root.join(".st").display().to_string()).unwrap_err();
+    assert!(e.message().contains("inside the workspace"), "{e}");
+    let ws = open(outside.join("state").display().to_string()).unwrap();
+    assert!(
+        ws.policy()
+            .host_deny_read()
+            .contains(&outside.join("state")),
+        "a store outside /tmp is hidden from commands"
+    );
+    // With `..`: refused, whichever check it would pass lexically.
+    for sneaky in [up(&root.join(".st")), up(&outside.join("state"))] {
+        let e = open(sneaky.clone()).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidInput, "{sneaky}");
+        assert!(e.message().contains("without `..`"), "{sneaky}: {e}");
+    }
+    // A link under /tmp to the workspace, or to a directory outside /tmp.
+    let into_root = base.join("to-root");
+    std::os::unix::fs::symlink(&root, &into_root).unwrap();
+    let e = open(into_root.join("st").display().to_string()).unwrap_err();
+    assert!(e.message().contains("inside the workspace"), "{e}");
+    let home = std::path::PathBuf::from(std::env::var_os("HOME").unwrap());
+    let away = tempfile::tempdir_in(&home).unwrap();
+    let away_path = away.path().canonicalize().unwrap();
+    let linked = base.join("to-home");
+    std::os::unix::fs::symlink(&away_path, &linked).unwrap();
+    let ws = open(linked.join("state").display().to_string()).unwrap();
+    assert_eq!(ws.state_dir(), away_path.join("state"));
+    assert!(
+        ws.policy()
+            .host_deny_read()
+            .contains(&away_path.join("state")),
+        "{:?}",
+        ws.policy().host_deny_read()
+    );
+}
