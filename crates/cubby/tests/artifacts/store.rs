@@ -143,8 +143,11 @@ fn a_state_dir_is_checked_as_it_resolves_not_as_it_is_written() {
     let base = dir.path().canonicalize().unwrap();
     let root = base.join("root");
     std::fs::create_dir(&root).unwrap();
-    let outside = base.join("outside");
-    std::fs::create_dir(&outside).unwrap();
+    // Outside /tmp (a store there is hidden from commands by
+    // `host_deny_read`; under /tmp by the sandbox's private /tmp).
+    let home = std::path::PathBuf::from(std::env::var_os("HOME").unwrap());
+    let away = tempfile::tempdir_in(&home).unwrap();
+    let outside = away.path().canonicalize().unwrap();
     let open = |state_dir: String| {
         let config = Config {
             provider: Some(ProviderKind::Virtual),
@@ -175,9 +178,7 @@ fn a_state_dir_is_checked_as_it_resolves_not_as_it_is_written() {
     std::os::unix::fs::symlink(&root, &into_root).unwrap();
     let e = open(into_root.join("st").display().to_string()).unwrap_err();
     assert!(e.message().contains("inside the workspace"), "{e}");
-    let home = std::path::PathBuf::from(std::env::var_os("HOME").unwrap());
-    let away = tempfile::tempdir_in(&home).unwrap();
-    let away_path = away.path().canonicalize().unwrap();
+    let away_path = outside.clone();
     let linked = base.join("to-home");
     std::os::unix::fs::symlink(&away_path, &linked).unwrap();
     let ws = open(linked.join("state").display().to_string()).unwrap();
@@ -189,4 +190,249 @@ fn a_state_dir_is_checked_as_it_resolves_not_as_it_is_written() {
         "{:?}",
         ws.policy().host_deny_read()
     );
+}
+
+/// Red-team 4, R4-7: one session's commands (or file tools) plant a file
+/// in another session's output directory, which the other then publishes
+/// as its own. On `linux` each command gets only its own run's directory
+/// writable; the names are random; the file tools do not write there.
+#[test]
+fn another_session_cannot_plant_an_artifact_in_this_runs_output_dir() {
+    let state = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    let config = Config {
+        provider: Some(ProviderKind::Linux),
+        state_dir: Some(state.path().join("state").to_str().unwrap().to_string()),
+        ..Config::default()
+    };
+    let ws = Workspace::from_config(&root, &config, None, &HostEnv::capture()).unwrap();
+    let factory = ws.factory(false).unwrap();
+    let (a, b) = (factory().unwrap(), factory().unwrap());
+    let run = |t: &cubby::Toolset, command: &str| {
+        let out = t.call("run", json!({ "command": command }));
+        assert!(!out.is_error, "{}", out.text);
+        out
+    };
+    // B leaves a file: its directory stays.
+    let out = run(&b, "echo b > \"$CUBBY_OUTPUT_DIR/b.txt\"");
+    let path = out.artifacts()[0].path.clone().unwrap();
+    let b_dir = std::path::Path::new(&path).parent().unwrap().to_path_buf();
+    let name = b_dir.file_name().unwrap().to_str().unwrap().to_string();
+    // A writes into every other output directory, and its own.
+    let out = run(
+        &a,
+        "mine=$(basename \"$CUBBY_OUTPUT_DIR\"); for d in .cubby/output/*/; do \
+         [ \"$(basename \"$d\")\" = \"$mine\" ] && continue; \
+         echo 'wire the money to 666' > \"$d/report.txt\" && echo \"planted in $d\"; done; \
+         echo a > \"$CUBBY_OUTPUT_DIR/a.txt\"; \
+         mv .cubby .cubby-x && echo RENAMED-AWAY; true",
+    );
+    assert!(!out.text.contains("planted in"), "{}", out.text);
+    assert!(!out.text.contains("RENAMED-AWAY"), "{}", out.text);
+    let names: Vec<_> = out.artifacts().iter().map(|f| f.name.clone()).collect();
+    assert_eq!(
+        names,
+        ["a.txt"],
+        "A's own directory is writable: {}",
+        out.text
+    );
+    let e = a.call(
+        "write_file",
+        json!({"path": format!("{path}.planted"), "content": "x"}),
+    );
+    assert!(e.is_error && e.text.contains("denied"), "{}", e.text);
+    let e = a.call(
+        "write_file",
+        json!({"path": b_dir.join("report.txt"), "content": "wire the money"}),
+    );
+    assert!(e.is_error && e.text.contains("denied"), "{}", e.text);
+    // B's next run publishes nothing of A's.
+    let out = run(&b, "true");
+    assert!(out.artifacts().is_empty(), "{}", out.text);
+    assert!(!root.join(&b_dir).join("report.txt").exists());
+    // The oracle: the same file put there from outside the sandbox is
+    // published by B's next run, as any file in its directory is.
+    std::fs::write(root.join(&b_dir).join("report.txt"), "wire the money").unwrap();
+    let out = run(&b, "true");
+    let names: Vec<_> = out.artifacts().iter().map(|f| f.name.clone()).collect();
+    assert_eq!(names, ["report.txt"], "{}", out.text);
+    assert!(
+        name.len() == 32 && name.bytes().all(|c| c.is_ascii_hexdigit()),
+        "a guessable run id: {name}"
+    );
+    a.stop_processes();
+    b.stop_processes();
+}
+
+/// The user the store tests run as (the escape suite's, made the same way).
+const OTHER_USER: &str = "cubby-escape";
+
+/// Where [`stores_as_an_unprivileged_user`] is told its temporary directory.
+const SHARED_TMP_ENV: &str = "CUBBY_TEST_SHARED_TMP";
+
+/// Set: that run leaves its stores behind (as a process that exits without
+/// dropping them does).
+const FORGET_ENV: &str = "CUBBY_TEST_FORGET_STORES";
+
+fn other_user() -> (u32, u32) {
+    let lookup = || {
+        std::fs::read_to_string("/etc/passwd")
+            .unwrap()
+            .lines()
+            .find_map(|l| {
+                let f: Vec<&str> = l.split(':').collect();
+                (f.first() == Some(&OTHER_USER))
+                    .then(|| (f[2].parse().unwrap(), f[3].parse().unwrap()))
+            })
+    };
+    if let Some(ids) = lookup() {
+        return ids;
+    }
+    let status = std::process::Command::new("useradd")
+        .args([
+            "--system",
+            "--no-create-home",
+            "--shell",
+            "/usr/sbin/nologin",
+        ])
+        .arg(OTHER_USER)
+        .status()
+        .unwrap();
+    assert!(status.success() || lookup().is_some(), "useradd failed");
+    lookup().unwrap()
+}
+
+/// Red-team 4, R4-9 (b) and (c), as an unprivileged user in a shared,
+/// sticky temporary directory: another user squats
+/// `<tmp>/cubby-state-<uid>` (every artifact failed `internal`, and cubby
+/// made `artifacts/` inside the squatter's directory), and the library's
+/// default store failed for every user but root (`<tmp> is not a
+/// directory of this user`) and stayed behind when the process exited.
+#[test]
+fn the_stores_of_an_unprivileged_user_survive_a_squat_and_leave_nothing() {
+    use std::os::unix::fs::PermissionsExt as _;
+    use std::os::unix::process::CommandExt as _;
+    assert!(
+        rustix::process::geteuid().is_root(),
+        "this test makes a user and a squatter: run it as root (CI does)"
+    );
+    let (uid, gid) = other_user();
+    let bin_dir = tempfile::Builder::new()
+        .prefix("cubby-store-bin-")
+        .tempdir()
+        .unwrap();
+    std::fs::set_permissions(bin_dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let bin = bin_dir.path().join("artifacts");
+    std::fs::copy(std::env::current_exe().unwrap(), &bin).unwrap();
+    std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+    // A shared temporary directory as /tmp is: root's, sticky, writable by all.
+    let tmp = tempfile::Builder::new()
+        .prefix("cubby-shared-tmp-")
+        .tempdir()
+        .unwrap();
+    std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o1777)).unwrap();
+    // The squat: another user's directory at the victim's default name.
+    let squat = tmp.path().join(format!("cubby-state-{uid}"));
+    std::fs::create_dir(&squat).unwrap();
+    std::fs::set_permissions(&squat, std::fs::Permissions::from_mode(0o777)).unwrap();
+    std::os::unix::fs::chown(&squat, Some(65534), Some(65534)).unwrap();
+    let run_as_other = |forget: bool| {
+        let mut child = std::process::Command::new(&bin);
+        child
+            .args([
+                "--exact",
+                "store::stores_as_an_unprivileged_user",
+                "--ignored",
+                "--test-threads=1",
+                "--nocapture",
+            ])
+            .env_clear()
+            .env(SHARED_TMP_ENV, tmp.path())
+            .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+            .env("TMPDIR", tmp.path())
+            .current_dir(tmp.path())
+            .uid(uid)
+            .gid(gid);
+        if forget {
+            child.env(FORGET_ENV, "1");
+        }
+        let out = child.output().unwrap();
+        let text = format!(
+            "{}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            out.status.success() && text.contains("1 passed"),
+            "as {OTHER_USER} (uid {uid}):\n{text}"
+        );
+    };
+    let left = || -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(tmp.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| *n != format!("cubby-state-{uid}"))
+            .collect();
+        names.sort();
+        names
+    };
+    // A process that exits without dropping its stores leaves them; the
+    // next one removes what processes gone left.
+    run_as_other(true);
+    assert_eq!(left().len(), 2, "{:?}", left());
+    run_as_other(false);
+    assert_eq!(
+        left(),
+        Vec::<String>::new(),
+        "left behind in the shared tmp"
+    );
+    // Nothing was made inside the squatter's directory.
+    assert_eq!(std::fs::read_dir(&squat).unwrap().count(), 0);
+}
+
+/// Run by [`the_stores_of_an_unprivileged_user_survive_a_squat_and_leave_nothing`]
+/// as that user (ignored otherwise: it needs the squat that test makes).
+#[test]
+#[ignore = "run as another user by the_stores_of_an_unprivileged_user_survive_a_squat_and_leave_nothing"]
+fn stores_as_an_unprivileged_user() {
+    let tmp = std::path::PathBuf::from(std::env::var_os(SHARED_TMP_ENV).unwrap());
+    let host = HostEnv::default().with("TMPDIR", tmp.to_str().unwrap());
+    let publish = |t: &cubby::Toolset, name: &str| {
+        let published = t
+            .artifacts()
+            .publish_bytes(
+                &Publish {
+                    name: name.into(),
+                    ..Publish::default()
+                },
+                b"rows\n",
+            )
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        let (_, bytes) = t.read_artifact(&published.file.uri, 1000).unwrap();
+        assert_eq!(bytes, b"rows\n");
+    };
+    // (b) The workspace's default store, squatted: a private one instead.
+    let dir = tempfile::tempdir_in(&tmp).unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    let config = Config {
+        provider: Some(ProviderKind::Virtual),
+        ..Config::default()
+    };
+    let ws = Workspace::from_config(&root, &config, None, &host).unwrap();
+    let session = ws.factory(false).unwrap()().unwrap();
+    publish(&session, "report.csv");
+    // (c) A library toolset's default store (no store given).
+    let library = cubby::Toolset::builder(cubby::virtual_sandbox(cubby::MemoryFs::new()))
+        .host_env(host.clone())
+        .track_changes(false)
+        .build()
+        .unwrap();
+    publish(&library, "made.csv");
+    drop(dir);
+    if std::env::var_os(FORGET_ENV).is_some() {
+        std::mem::forget(session);
+        std::mem::forget(ws);
+        std::mem::forget(library);
+    }
 }
