@@ -211,12 +211,18 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let served = rt.block_on(async move {
                 let (input, output) = stdio_streams();
                 // SIGTERM (how Codex CLI ends its MCP servers) and SIGINT end
-                // the session as stdin EOF does: the serving future and with
-                // it the sandbox are dropped (its placeholder stash emptied).
-                tokio::select! {
-                    served = cubby_mcp::serve_stdio(factory, mcp, input, output) => served,
-                    () = termination() => Ok(()),
-                }
+                // the session as stdin EOF does: the run is ended (its
+                // processes stopped, its output directory collected), then
+                // the serving future returns and with it the workspace, its
+                // sandbox (its placeholder stash emptied) and its store are
+                // dropped.
+                let shutdown = tokio_util::sync::CancellationToken::new();
+                let stop = shutdown.clone();
+                tokio::spawn(async move {
+                    termination().await;
+                    stop.cancel();
+                });
+                cubby_mcp::serve_stdio_until(factory, mcp, input, output, shutdown).await
             });
             // A tool call still running on the blocking pool holds the
             // sandbox: it gets a moment to end (its command is killed with

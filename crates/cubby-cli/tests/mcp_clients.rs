@@ -13,7 +13,9 @@
 //! workspace and in `HOME`). Claude Code also views two PNGs: a small one
 //! reaches the model as an image block as it is, one of 18 MB (within
 //! the pixel bound, over the bytes bound) as an image block re-encoded within
-//! 3.75 MB.
+//! 3.75 MB; and runs a command that leaves a PNG and a PDF in
+//! `$CUBBY_OUTPUT_DIR`: the PNG reaches the model as an image block, the
+//! PDF as its artifact line and link, never as an image.
 //!
 //! The clients are pinned npm packages (their native binaries come with
 //! them), installed the first time into `target/mcp-clients` (a lock file
@@ -82,6 +84,14 @@ const BIG_PICTURE: (u32, u32) = (1500, 1500);
 const MAX_IMAGE_BYTES: usize = 3_750_000;
 /// The longest edge of an image that reaches the model (SPEC §3).
 const MAX_IMAGE_EDGE_PX: u32 = 1568;
+/// The command Claude Code runs that publishes: it copies a PNG and a PDF
+/// of the workspace into `$CUBBY_OUTPUT_DIR`.
+const PUBLISH_COMMAND: &str =
+    "cp assets/chart.png assets/report.pdf \"$CUBBY_OUTPUT_DIR/\" && echo published";
+/// The PDF it publishes (a signature, one empty page).
+const REPORT_PDF: &[u8] = b"%PDF-1.4\n1 0 obj<</Type/Catalog/Pages 2 0 R>>endobj\n\
+    2 0 obj<</Type/Pages/Kids[3 0 R]/Count 1>>endobj\n\
+    3 0 obj<</Type/Page/Parent 2 0 R/MediaBox[0 0 72 72]>>endobj\ntrailer<</Root 1 0 R>>\n%%EOF\n";
 /// The model's final answer.
 const ANSWER: &str = "The scripted session is over.";
 
@@ -358,6 +368,7 @@ fn session_script(view_picture: bool) -> Script {
     if view_picture {
         calls.push(call("view_file", json!({"path": "picture.png"})));
         calls.push(call("view_file", json!({"path": "big.png"})));
+        calls.push(call("run", json!({"command": PUBLISH_COMMAND})));
     }
     Script {
         server: SERVER.into(),
@@ -458,6 +469,9 @@ fn scripted_session(client: Client) {
         assert!(big_png.len() > MAX_IMAGE_BYTES, "{}", big_png.len());
         std::fs::write(lab.ws().join("picture.png"), &small_png).unwrap();
         std::fs::write(lab.ws().join("big.png"), &big_png).unwrap();
+        std::fs::create_dir(lab.ws().join("assets")).unwrap();
+        std::fs::write(lab.ws().join("assets/chart.png"), &small_png).unwrap();
+        std::fs::write(lab.ws().join("assets/report.pdf"), REPORT_PDF).unwrap();
     }
     let model = FakeModel::start(session_script(view_picture));
     let run = run_client(client, &clients, &lab, &cubby(&lab.ws(), None), &model);
@@ -545,6 +559,37 @@ fn scripted_session(client: Client) {
             shown.width(),
             shown.height()
         );
+        // A command's PNG and PDF in $CUBBY_OUTPUT_DIR: the PNG reaches
+        // the model as an image block, the PDF as its line (with its
+        // cubby:// link), never as an image.
+        let step = "the run that leaves a PNG and a PDF";
+        let published = text_of(
+            8,
+            step,
+            &[
+                "OK exit=0 ",
+                "published",
+                "artifact chart.png — image/png, ",
+                "artifact report.pdf — application/pdf, ",
+                "cubby://artifacts/",
+            ],
+        );
+        let (media_type, bytes) = image_of(what, step, &published);
+        assert_eq!(media_type, "image/png", "{what}: {step}");
+        assert_eq!(
+            image::load_from_memory(&bytes).unwrap().to_rgb8(),
+            picture(),
+            "{what}: {step}: the image the model got is not the chart"
+        );
+        let body = published.body();
+        let pdf_line = body
+            .lines()
+            .find(|l| l.starts_with("artifact report.pdf"))
+            .unwrap();
+        assert!(
+            pdf_line.contains("/report.pdf") && pdf_line.contains("cubby://artifacts/"),
+            "{what}: {step}: {pdf_line}"
+        );
     }
 
     // The workspace changed as scripted; nothing beside it did.
@@ -553,8 +598,32 @@ fn scripted_session(client: Client) {
         ("ran.txt".to_string(), Some(b"ran\n".to_vec())),
     ];
     if view_picture {
-        want.push(("picture.png".to_string(), Some(small_png)));
+        want.push(("picture.png".to_string(), Some(small_png.clone())));
         want.push(("big.png".to_string(), Some(big_png)));
+        want.push(("assets".to_string(), None));
+        want.push(("assets/chart.png".to_string(), Some(small_png.clone())));
+        want.push(("assets/report.pdf".to_string(), Some(REPORT_PDF.to_vec())));
+        // The run's output directory keeps what the command left there.
+        let outputs: Vec<PathBuf> = std::fs::read_dir(lab.ws().join(".cubby/output"))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        let [output] = outputs.as_slice() else {
+            panic!("{what}: output directories {outputs:?}");
+        };
+        let run = output.file_name().unwrap().to_str().unwrap();
+        for dir in [
+            ".cubby".to_string(),
+            ".cubby/output".into(),
+            format!(".cubby/output/{run}"),
+        ] {
+            want.push((dir, None));
+        }
+        want.push((format!(".cubby/output/{run}/chart.png"), Some(small_png)));
+        want.push((
+            format!(".cubby/output/{run}/report.pdf"),
+            Some(REPORT_PDF.to_vec()),
+        ));
     }
     want.sort();
     let got = tree(&lab.ws());

@@ -219,7 +219,8 @@ fn factory(args: &Args) -> cubby::Result<ToolsetFactory> {
     }))
 }
 
-fn main() -> ExitCode {
+/// Serves the custom tool and the built-in tools over stdio until EOF.
+pub fn main() -> ExitCode {
     let served = args().and_then(|args| {
         let factory = factory(&args).map_err(|e| e.to_string())?;
         let rt = tokio::runtime::Builder::new_current_thread()

@@ -9,11 +9,13 @@ use std::sync::{Arc, Mutex, OnceLock};
 use cubby::process::{CancelToken, OutputEvent, Subscriber};
 use cubby::{Attachment, CallOptions, Cost, ToolCatalog, ToolOutput, Toolset};
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Cursor, Implementation,
-    JsonObject, JsonRpcMessage, ListResourceTemplatesResult, ListResourcesResult, ListToolsResult,
-    PaginatedRequestParams, ProgressNotificationParam, ReadResourceRequestParams,
-    ReadResourceResponse, ReadResourceResult, RequestId, Resource, ResourceContents,
-    ResourceTemplate, ServerCapabilities, ServerConfig, ServerResult, Tool, ToolAnnotations,
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Cursor,
+    GetSkillRequestParams, GetSkillResult, Implementation, InitializeRequestParams,
+    InitializeResult, JsonObject, JsonRpcMessage, ListResourceTemplatesResult, ListResourcesResult,
+    ListSkillsResult, ListToolsResult, PaginatedRequestParams, ProgressNotificationParam,
+    ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult, RequestId, Resource,
+    ResourceContents, ResourceTemplate, ServerCapabilities, ServerConfig, ServerResult, Skill,
+    SkillFrontmatter, SkillResource, SkillResources, Tool, ToolAnnotations,
 };
 // Logging is deprecated by SEP-2577 (2026-07-28) but part of 2025-11-25.
 #[allow(deprecated)]
@@ -29,13 +31,16 @@ use crate::{McpOptions, SERVER_NAME, SERVER_VERSION, ToolsetFactory};
 pub(crate) struct Shared {
     factory: ToolsetFactory,
     options: McpOptions,
-    tools: Vec<Tool>,
-    instructions: String,
+    /// What the first toolset showed: its tools, instructions and skills
+    /// (a session whose skills are the same shares it).
+    view: Arc<View>,
     /// Every tool the toolsets have, offered or not, with its facts (what
     /// the scheduling reads).
     catalog: ToolCatalog,
     /// The run of requests that belong to no session.
     stateless: Mutex<Option<Toolset>>,
+    /// The sessions' runs, so that the server ends each before it returns.
+    runs: Arc<Runs>,
     /// Runs the file-tool calls, server-wide, on a fixed set of threads.
     /// On the blocking pool a client that pipelines requests gets a thread
     /// per request in flight (tens to hundreds), which costs memory and
@@ -46,6 +51,32 @@ pub(crate) struct Shared {
     /// whose call has not finished. A cheap file-tool call that is alone
     /// runs inline (see [`runs_inline`]).
     calls_in_flight: OnceLock<Arc<AtomicUsize>>,
+}
+
+/// What a session shows of its run: the tools (the `skill` tool's `name`
+/// is an enum of the skills), the `instructions` (with the catalog of
+/// skills) and whether the skills extension (SEP-2640) is declared — as the
+/// session's own toolset found the skills when it started, so that a
+/// changed skill directory is seen by the next session.
+pub(crate) struct View {
+    tools: Vec<Tool>,
+    instructions: String,
+    /// The skills the toolset found (compared with a new session's).
+    skills: cubby::skills::Skills,
+}
+
+impl View {
+    fn of(toolset: &Toolset, options: McpOptions) -> View {
+        View {
+            tools: toolset
+                .tools()
+                .iter()
+                .map(|spec| mcp_tool(spec, options))
+                .collect(),
+            instructions: instructions(toolset),
+            skills: toolset.skills().clone(),
+        }
+    }
 }
 
 /// Whether a call runs on the event loop's thread instead of the pool:
@@ -111,19 +142,76 @@ impl Shared {
     pub(crate) fn take_stateless(&self) -> Option<Toolset> {
         self.stateless.lock().map(|mut s| s.take()).unwrap_or(None)
     }
+
+    /// Ends every run of the server (blocking: call it off the event loop)
+    /// — the sessions' still open, the server-wide one — and waits for the
+    /// ends of sessions closed earlier: when it returns, every run's
+    /// processes are stopped and its output directory collected
+    /// ([`Toolset::end`]).
+    pub(crate) fn end_runs(&self) {
+        let live: Vec<Arc<SessionRun>> = lock(&self.runs.live)
+            .drain(..)
+            .filter_map(|run| run.upgrade())
+            .collect();
+        let mut toolsets: Vec<Toolset> = live.iter().filter_map(|run| run.take()).collect();
+        toolsets.extend(self.take_stateless());
+        std::thread::scope(|s| {
+            for toolset in &toolsets {
+                s.spawn(|| toolset.end());
+            }
+        });
+        drop(toolsets);
+        let ending: Vec<_> = lock(&self.runs.ending).drain(..).collect();
+        for end in ending {
+            let _ = end.join();
+        }
+    }
 }
 
-/// A run that ends when its session does: dropping it kills the run's
-/// processes, on a plain thread so that no async worker blocks.
-struct SessionRun(Mutex<Option<Toolset>>);
+/// A lock whose data a panicking holder left as it was.
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// The sessions' runs of one server: those open, and the ends under way.
+#[derive(Default)]
+pub(crate) struct Runs {
+    /// Every session's run (dead entries pruned as sessions come).
+    live: Mutex<Vec<std::sync::Weak<SessionRun>>>,
+    /// The threads ending the runs of sessions that closed.
+    ending: Mutex<Vec<std::thread::JoinHandle<()>>>,
+}
+
+/// A run that ends when its session does ([`Toolset::end`]: its processes
+/// stopped, its output directory collected), on a plain thread so that no
+/// async worker blocks; the server waits for that thread before it
+/// returns ([`Shared::end_runs`]).
+struct SessionRun {
+    toolset: Mutex<Option<Toolset>>,
+    /// What the session shows, set with its toolset.
+    view: Mutex<Option<Arc<View>>>,
+    runs: Arc<Runs>,
+}
+
+impl SessionRun {
+    fn take(&self) -> Option<Toolset> {
+        self.toolset.lock().map(|mut t| t.take()).unwrap_or(None)
+    }
+}
 
 impl Drop for SessionRun {
     fn drop(&mut self) {
-        let taken = self.0.lock().map(|mut t| t.take()).unwrap_or(None);
-        if let Some(toolset) = taken {
-            let _ = std::thread::Builder::new()
+        if let Some(toolset) = self.take() {
+            let started = std::thread::Builder::new()
                 .name("cubby-session-end".into())
-                .spawn(move || drop(toolset));
+                .spawn(move || {
+                    toolset.end();
+                });
+            if let Ok(end) = started {
+                let mut ending = lock(&self.runs.ending);
+                ending.retain(|e| !e.is_finished());
+                ending.push(end);
+            }
         }
     }
 }
@@ -193,20 +281,15 @@ impl CubbyHandler {
         options: McpOptions,
     ) -> cubby::Result<Arc<Shared>> {
         let template = factory()?;
-        let tools = template
-            .tools()
-            .iter()
-            .map(|spec| mcp_tool(spec, options))
-            .collect();
-        let instructions = instructions(&template);
+        let view = Arc::new(View::of(&template, options));
         let catalog = template.catalog().clone();
         Ok(Arc::new(Shared {
             factory,
             options,
-            tools,
-            instructions,
+            view,
             catalog,
             stateless: Mutex::new(Some(template)),
+            runs: Arc::default(),
             files: FilePool::new(file_call_slots()),
             calls_in_flight: OnceLock::new(),
         }))
@@ -214,9 +297,19 @@ impl CubbyHandler {
 
     /// A handler for a new session.
     pub(crate) fn new(shared: Arc<Shared>, always_session: bool) -> CubbyHandler {
+        let run = Arc::new(SessionRun {
+            toolset: Mutex::new(None),
+            view: Mutex::new(None),
+            runs: Arc::clone(&shared.runs),
+        });
+        {
+            let mut live = lock(&shared.runs.live);
+            live.retain(|r| r.strong_count() > 0);
+            live.push(Arc::downgrade(&run));
+        }
         CubbyHandler {
             shared,
-            run: Arc::new(SessionRun(Mutex::new(None))),
+            run,
             always_session,
         }
     }
@@ -275,7 +368,7 @@ impl CubbyHandler {
     /// The session's run (`in_session`) or the server-wide one.
     fn toolset_of(&self, in_session: bool) -> Result<Toolset, McpError> {
         let slot = if in_session {
-            &self.run.0
+            &self.run.toolset
         } else {
             &self.shared.stateless
         };
@@ -288,8 +381,24 @@ impl CubbyHandler {
         let toolset = (self.shared.factory)().map_err(|e| {
             McpError::internal_error(format!("cannot start the session: {e}"), None)
         })?;
+        if in_session {
+            let view = if toolset.skills() == &self.shared.view.skills {
+                Arc::clone(&self.shared.view)
+            } else {
+                Arc::new(View::of(&toolset, self.shared.options))
+            };
+            *lock(&self.run.view) = Some(view);
+        }
         *guard = Some(toolset.clone());
         Ok(toolset)
+    }
+
+    /// What this session shows: its own run's view once it has one, else
+    /// the server's.
+    fn view(&self) -> Arc<View> {
+        lock(&self.run.view)
+            .clone()
+            .unwrap_or_else(|| Arc::clone(&self.shared.view))
     }
 }
 
@@ -392,6 +501,125 @@ fn resources_page(
     Ok(result)
 }
 
+/// Skills per `skills/list` page (each is read and hashed whole).
+pub const SKILLS_PAGE: usize = 20;
+
+/// The scheme of skill files' URIs (SEP-2640): `skill://<name>/<path>`.
+const SKILL_SCHEME: &str = "skill://";
+
+/// What a skill file's path keeps unencoded in its URI: RFC 3986's
+/// unreserved characters (each segment encoded on its own).
+fn encode_segment(segment: &str) -> String {
+    let mut out = String::with_capacity(segment.len());
+    for b in segment.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// The URI of file `path` (`/`-separated) of skill `name`.
+fn skill_uri(name: &str, path: &str) -> String {
+    let path: Vec<String> = path.split('/').map(encode_segment).collect();
+    format!("{SKILL_SCHEME}{}/{}", encode_segment(name), path.join("/"))
+}
+
+/// The skill name and file path a `skill://` URI names (decoded), when it
+/// is one.
+fn parse_skill_uri(uri: &str) -> Option<(String, String)> {
+    let rest = uri.strip_prefix(SKILL_SCHEME)?;
+    if rest.contains(['?', '#']) {
+        return None;
+    }
+    let (name, path) = rest.split_once('/')?;
+    let decode = |s: &str| -> Option<String> {
+        let mut bytes = Vec::with_capacity(s.len());
+        let mut it = s.bytes();
+        while let Some(b) = it.next() {
+            if b == b'%' {
+                let hex = [it.next()?, it.next()?];
+                bytes.push(u8::from_str_radix(std::str::from_utf8(&hex).ok()?, 16).ok()?);
+            } else {
+                bytes.push(b);
+            }
+        }
+        String::from_utf8(bytes).ok()
+    };
+    let segments: Option<Vec<String>> = path.split('/').map(decode).collect();
+    Some((decode(name)?, segments?.join("/")))
+}
+
+/// A skill as the skills extension lists it: its `SKILL.md` URI, its
+/// frontmatter, and each file it can serve with digest and size (read
+/// through the confined resolver, [`Toolset::read_skill_file`]; a file it
+/// will not serve is left out). `None` when its `SKILL.md` cannot be served.
+fn skill_entry(toolset: &Toolset, skill: &cubby::skills::Skill) -> Option<Skill> {
+    let files: Vec<SkillResource> = skill
+        .files
+        .iter()
+        .filter_map(|f| {
+            let bytes = toolset
+                .read_skill_file(&skill.name, &f.path, cubby::skills::MAX_SKILL_BYTES)
+                .ok()?;
+            Some(SkillResource::from_bytes(
+                skill_uri(&skill.name, &f.path),
+                &bytes,
+            ))
+        })
+        .collect();
+    let entry = skill_uri(&skill.name, cubby::skills::SKILL_FILE);
+    if !files.iter().any(|f| f.uri == entry) {
+        return None;
+    }
+    let mut frontmatter = SkillFrontmatter::new(skill.name.clone(), skill.description.clone());
+    for (key, value) in &skill.fields {
+        frontmatter = frontmatter.with_field(key.clone(), value.clone());
+    }
+    Some(Skill::new(entry, frontmatter, SkillResources::Files(files)))
+}
+
+/// `resources/read` of a skill's file: text (UTF-8) of at most 1 MiB, any
+/// other of at most 8 MiB as a blob, read as [`skill_entry`] reads it.
+async fn read_skill_resource(
+    toolset: Toolset,
+    uri: String,
+) -> Result<ReadResourceResponse, McpError> {
+    let Some((name, file)) = parse_skill_uri(&uri) else {
+        return Err(McpError::invalid_params(
+            format!(
+                "{uri} is not a skill file's URI (skill://<name>/<path>, as skills/list gives them)"
+            ),
+            None,
+        ));
+    };
+    let read = tokio::task::spawn_blocking(move || {
+        toolset.read_skill_file(&name, &file, MAX_RESOURCE_BLOB_BYTES)
+    })
+    .await
+    .map_err(|e| McpError::internal_error(format!("read task failed: {e}"), None))?;
+    let bytes = read.map_err(|e| resource_error(&uri, &e))?;
+    let media_type = if uri.ends_with(".md") {
+        "text/markdown"
+    } else {
+        "text/plain"
+    };
+    let contents = match String::from_utf8(bytes) {
+        Ok(text) if text.len() as u64 <= MAX_RESOURCE_TEXT_BYTES => {
+            ResourceContents::text(text, uri).with_mime_type(media_type)
+        }
+        text => {
+            use base64::Engine as _;
+            let bytes = text.map_or_else(|e| e.into_bytes(), String::into_bytes);
+            let blob = base64::engine::general_purpose::STANDARD.encode(&bytes);
+            ResourceContents::blob(blob, uri).with_mime_type("application/octet-stream")
+        }
+    };
+    Ok(ReadResourceResult::new(vec![contents]).into())
+}
+
 /// The `resources/read` error for a cubby error.
 fn resource_error(uri: &str, e: &cubby::Error) -> McpError {
     match e.kind() {
@@ -406,16 +634,34 @@ impl ServerHandler for CubbyHandler {
     // (SEP-2577), but it is part of the revisions up to 2025-11-25.
     #[allow(deprecated)]
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(
-            ServerCapabilities::builder()
-                .enable_tools()
-                .enable_logging()
-                .enable_resources()
-                .enable_resources_list_changed()
-                .build(),
-        )
-        .with_server_info(Implementation::new(SERVER_NAME, SERVER_VERSION))
-        .with_instructions(self.shared.instructions.clone())
+        let view = self.view();
+        let capabilities = ServerCapabilities::builder()
+            .enable_tools()
+            .enable_logging()
+            .enable_resources()
+            .enable_resources_list_changed();
+        // The skills extension (SEP-2640) when the session has skills.
+        let capabilities = if view.skills.is_empty() {
+            capabilities
+        } else {
+            capabilities.enable_skills()
+        };
+        ServerConfig::new(capabilities.build())
+            .with_server_info(Implementation::new(SERVER_NAME, SERVER_VERSION))
+            .with_instructions(view.instructions.clone())
+    }
+
+    /// `initialize` opens a session: its run starts here, so that the
+    /// answer's `instructions` (the catalog of skills) and capabilities
+    /// are the session's own, from the skill directories as they are now.
+    async fn initialize(
+        &self,
+        request: InitializeRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<InitializeResult, McpError> {
+        self.toolset_of(true)?;
+        ctx.peer.set_peer_info(request.clone());
+        self.negotiate_initialize(&request)
     }
 
     async fn list_tools(
@@ -423,7 +669,75 @@ impl ServerHandler for CubbyHandler {
         _request: Option<PaginatedRequestParams>,
         _ctx: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
-        Ok(ListToolsResult::with_all_items(self.shared.tools.clone()))
+        Ok(ListToolsResult::with_all_items(self.view().tools.clone()))
+    }
+
+    /// `skills/list` (SEP-2640): the session's skills, a page at a time,
+    /// each with its files' digests and sizes.
+    async fn list_skills(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<ListSkillsResult, McpError> {
+        let toolset = self.toolset(&ctx)?;
+        let start = match request.and_then(|r| r.cursor) {
+            None => 0,
+            Some(c) => c
+                .parse::<usize>()
+                .ok()
+                .filter(|&n| n <= toolset.skills().found.len())
+                .ok_or_else(|| {
+                    McpError::invalid_params(
+                        "unknown cursor: pass the nextCursor of the previous skills/list page",
+                        None,
+                    )
+                })?,
+        };
+        // Off the event loop: the files are read and hashed.
+        tokio::task::spawn_blocking(move || {
+            let found = &toolset.skills().found;
+            let end = (start + SKILLS_PAGE).min(found.len());
+            let skills = found[start..end]
+                .iter()
+                .filter_map(|skill| skill_entry(&toolset, skill))
+                .collect();
+            let mut result = ListSkillsResult::with_all_items(skills);
+            result.next_cursor = (end < found.len()).then(|| Cursor::from(end.to_string()));
+            result
+        })
+        .await
+        .map_err(|e| McpError::internal_error(format!("skills/list failed: {e}"), None))
+    }
+
+    /// `skills/get` (SEP-2640): one skill by the URI of its `SKILL.md`.
+    async fn get_skill(
+        &self,
+        request: GetSkillRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<GetSkillResult, McpError> {
+        let toolset = self.toolset(&ctx)?;
+        let uri = request.uri;
+        let not_served = || {
+            McpError::invalid_params(
+                format!(
+                    "{uri} is not the SKILL.md of a skill of this session; skills/list names them"
+                ),
+                None,
+            )
+        };
+        let (name, file) = parse_skill_uri(&uri).ok_or_else(not_served)?;
+        if file != cubby::skills::SKILL_FILE || toolset.skills().get(&name).is_none() {
+            return Err(not_served());
+        }
+        let entry = tokio::task::spawn_blocking(move || {
+            toolset
+                .skills()
+                .get(&name)
+                .and_then(|skill| skill_entry(&toolset, skill))
+        })
+        .await
+        .map_err(|e| McpError::internal_error(format!("skills/get failed: {e}"), None))?;
+        entry.map(GetSkillResult::new).ok_or_else(not_served)
     }
 
     /// `resources/list`: this run's artifacts, newest first, paged.
@@ -458,6 +772,9 @@ impl ServerHandler for CubbyHandler {
     ) -> Result<ReadResourceResponse, McpError> {
         let toolset = self.toolset(&ctx)?;
         let uri = request.uri;
+        if uri.starts_with(SKILL_SCHEME) {
+            return read_skill_resource(toolset, uri).await;
+        }
         let file = toolset
             .artifacts()
             .resolve(&uri)
@@ -505,7 +822,7 @@ impl ServerHandler for CubbyHandler {
     }
 
     fn get_tool(&self, name: &str) -> Option<Tool> {
-        self.shared.tools.iter().find(|t| t.name == name).cloned()
+        self.view().tools.iter().find(|t| t.name == name).cloned()
     }
 
     /// `logging/setLevel`: accepted (the `logging` capability is declared so
@@ -534,8 +851,9 @@ impl ServerHandler for CubbyHandler {
         // result: MCP's tools/call error handling. A cubby tool the policy
         // does not offer is known, and answers `ERROR denied` (SPEC §4).
         let facts = self.shared.catalog.facts(&request.name);
-        if !self.shared.tools.iter().any(|t| t.name == request.name) && facts.is_none() {
-            let names: Vec<&str> = self.shared.tools.iter().map(|t| t.name.as_ref()).collect();
+        let view = self.view();
+        if !view.tools.iter().any(|t| t.name == request.name) && facts.is_none() {
+            let names: Vec<&str> = view.tools.iter().map(|t| t.name.as_ref()).collect();
             return Err(McpError::invalid_params(
                 format!(
                     "Unknown tool: {}; available tools: {}",

@@ -214,8 +214,11 @@ pub async fn serve_http(
             .with_graceful_shutdown(async move { stop.cancelled().await })
             .await
     };
+    // Every run ends before the server returns: the sessions still open,
+    // the server-wide run, and the ends of sessions closed before.
+    let ending = Arc::clone(&shared);
+    let _ = tokio::task::spawn_blocking(move || ending.end_runs()).await;
     served.map_err(|e| ServeError(format!("the HTTP server failed: {e}")))?;
-    drop(shared.take_stateless());
     Ok(())
 }
 

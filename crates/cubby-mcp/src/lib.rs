@@ -34,7 +34,7 @@ mod stdio;
 
 pub use handler::{CubbyHandler, MAX_INSTRUCTIONS_CHARS, tool_definition};
 pub use http::{HttpOptions, serve_http};
-pub use stdio::serve_stdio;
+pub use stdio::{serve_stdio, serve_stdio_until};
 
 /// Builds a fresh toolset: one per run (MCP session); a front gets one from
 /// [`cubby::Workspace::factory`].

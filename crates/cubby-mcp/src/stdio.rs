@@ -26,6 +26,7 @@ use rmcp::service::{RoleServer, RxJsonRpcMessage, TxJsonRpcMessage};
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
 
 use crate::direct::{Route, route};
 use crate::handler::CubbyHandler;
@@ -306,7 +307,8 @@ fn encode(message: &TxJsonRpcMessage<RoleServer>) -> Option<Vec<u8>> {
 }
 
 /// Serves MCP on the given streams until input ends (`stdin`/`stdout` for
-/// `cubby mcp`).
+/// `cubby mcp`); the session's run has ended ([`cubby::Toolset::end`]:
+/// processes stopped, `$CUBBY_OUTPUT_DIR` collected) when it returns.
 ///
 /// # Errors
 ///
@@ -316,6 +318,32 @@ pub async fn serve_stdio<R, W>(
     options: McpOptions,
     input: R,
     output: W,
+) -> Result<(), ServeError>
+where
+    R: AsyncRead + Unpin + Send + 'static,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    serve_stdio_until(factory, options, input, output, CancellationToken::new()).await
+}
+
+/// Longest wait, once `shutdown` fired and the run ended, for the session
+/// to finish its answers.
+const SHUTDOWN_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// [`serve_stdio`], which also ends when `shutdown` is cancelled (a
+/// signal): as at the end of input, the run is ended first (its processes
+/// stopped, so calls in flight return) and the session then closes; when
+/// this returns, the run has ended.
+///
+/// # Errors
+///
+/// As [`serve_stdio`].
+pub async fn serve_stdio_until<R, W>(
+    factory: ToolsetFactory,
+    options: McpOptions,
+    input: R,
+    output: W,
+    shutdown: CancellationToken,
 ) -> Result<(), ServeError>
 where
     R: AsyncRead + Unpin + Send + 'static,
@@ -336,6 +364,7 @@ where
     // The guard: stdin → rmcp, or an answer.
     let answers = lines_tx.clone();
     let seen = Arc::clone(&lifecycle);
+    let stop_reading = shutdown.clone();
     let guard = tokio::spawn(async move {
         let mut input = BufReader::with_capacity(64 * 1024, input);
         let mut buf = Vec::new();
@@ -348,7 +377,11 @@ where
             }
         };
         loop {
-            let open = match read_line(&mut input, MAX_MESSAGE_BYTES, &mut buf).await {
+            let read = tokio::select! {
+                read = read_line(&mut input, MAX_MESSAGE_BYTES, &mut buf) => read,
+                () = stop_reading.cancelled() => break,
+            };
+            let open = match read {
                 Ok(None) | Err(_) => break,
                 Ok(Some(Err(len))) => {
                     answer(error_line(
@@ -465,14 +498,33 @@ where
         Err(rmcp::service::ServerInitializeError::ConnectionClosed(_)) => None,
         Err(e) => return Err(ServeError(format!("MCP session failed to start: {e}"))),
     };
-    if let Some(running) = running {
-        let _ = running.waiting().await;
+    let ending = Arc::clone(&shared);
+    let end_runs = || async move {
+        let _ = tokio::task::spawn_blocking(move || ending.end_runs()).await;
+    };
+    let session = async move {
+        if let Some(running) = running {
+            let _ = running.waiting().await;
+        }
+        let _ = guard.await;
+    };
+    tokio::pin!(session);
+    let signalled = tokio::select! {
+        () = &mut session => false,
+        () = shutdown.cancelled() => true,
+    };
+    // The run ends (at the end of input, or first thing on a signal: its
+    // processes stopped, the calls in flight return and the session can
+    // close).
+    end_runs().await;
+    if signalled {
+        let _ = tokio::time::timeout(SHUTDOWN_WAIT, &mut session).await;
+        // Every line sent is written, or the wait ends (a client that no
+        // longer reads).
+        let _ = tokio::time::timeout(SHUTDOWN_WAIT, writer).await;
+    } else {
+        let _ = writer.await;
     }
-    let _ = guard.await;
-    let _ = writer.await;
-    // The server-wide run ends with the server.
-    let stateless = shared.take_stateless();
-    drop(stateless);
     Ok(())
 }
 

@@ -1,20 +1,30 @@
-//! Custom tools over MCP. The example `examples/custom_tool.rs` is built
-//! (by `cargo build --example`, with the same profile and target directory
-//! as this test: cargo gives integration tests the paths of binaries only,
-//! not of examples), run, and spoken to over its real stdio: `initialize`,
-//! `tools/list` showing the custom tool with its derived schema, a
-//! `tools/call` that publishes an artifact (its link, its bytes through
-//! `resources/read`), bad arguments, a call cancelled
-//! with `notifications/cancelled` (its handler stops: its log line on the
-//! example's stderr says so), the next call answered, the end at EOF. And a
-//! panicking custom tool through the stdio front: `ERROR internal`, and the
-//! server keeps serving.
+//! Custom tools over MCP. The example `examples/custom_tool.rs` is
+//! compiled into this test binary (the same source, `mod example`: cargo
+//! gives integration tests the paths of binaries only, not of examples, and
+//! a nested `cargo build` would compile cubby a second time), which runs
+//! itself as the example (its `main`, selected by [`AS_EXAMPLE`]) and
+//! speaks to it over its real stdio: `initialize`, `tools/list` showing
+//! the custom tool with its derived schema, a `tools/call` that publishes
+//! an artifact (its link, its bytes through `resources/read`), bad
+//! arguments, a call cancelled with `notifications/cancelled` (its handler
+//! stops: its log line on the example's stderr says so), the next call
+//! answered, the end at EOF. And a panicking custom tool through the stdio
+//! front: `ERROR internal`, and the server keeps serving.
+//!
+//! The binary has its own `main` (`harness = false` in Cargo.toml): the
+//! example's stdout must carry nothing but its MCP answers, and libtest
+//! would print there first. It runs the tests in [`TESTS`] one after the
+//! other, takes name filters (`--exact` too) and `--list`, and exits
+//! non-zero when one fails.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[path = "../examples/custom_tool.rs"]
+#[allow(dead_code)]
+mod example;
+
 use std::io::{BufRead, BufReader, Write};
-use std::path::PathBuf;
-use std::process::{Child, ChildStdin, Command, Stdio};
+use std::process::{Child, ChildStdin, Command, ExitCode, Stdio};
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
@@ -28,50 +38,104 @@ const REVISION: &str = "2025-11-25";
 /// Longest wait for one answer or one line (a busy machine).
 const WAIT: Duration = Duration::from_secs(60);
 
-/// Builds the example and returns the path of its executable.
-fn example_binary() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    // <target>/<profile dir>/deps/<this test>
-    let profile_dir = exe.parent().unwrap().parent().unwrap();
-    let target_dir = profile_dir.parent().unwrap();
-    let profile = if profile_dir.file_name().is_some_and(|n| n == "release") {
-        "release"
-    } else {
-        "test"
-    };
-    let out = Command::new(env!("CARGO"))
-        .args([
-            "build",
-            "--offline",
-            "-p",
-            "cubby-mcp",
-            "--example",
-            "custom_tool",
-            "--message-format=json-render-diagnostics",
-            "--profile",
-            profile,
-            "--target-dir",
-        ])
-        .arg(target_dir)
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .stderr(Stdio::inherit())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "cargo build --example custom_tool failed"
-    );
-    String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .find(|m| {
-            m["reason"] == "compiler-artifact"
-                && m["target"]["name"] == "custom_tool"
-                && m["executable"].is_string()
+/// Set in the environment of the child this binary starts: it then runs
+/// as the example, with the arguments it was given.
+const AS_EXAMPLE: &str = "CUBBY_TEST_AS_EXAMPLE";
+
+/// The tests, by name.
+const TESTS: [(&str, fn()); 2] = [
+    (
+        "the_example_serves_its_custom_tool_over_stdio",
+        the_example_serves_its_custom_tool_over_stdio,
+    ),
+    (
+        "a_panicking_custom_tool_is_internal_and_the_stdio_server_keeps_serving",
+        a_panicking_custom_tool_is_internal_and_the_stdio_server_keeps_serving,
+    ),
+];
+
+/// libtest's options that take a value (skipped, not taken as filters).
+const VALUE_OPTIONS: [&str; 6] = [
+    "--test-threads",
+    "--skip",
+    "--color",
+    "--format",
+    "--logfile",
+    "-Z",
+];
+
+fn main() -> ExitCode {
+    if std::env::var_os(AS_EXAMPLE).is_some() {
+        return example::main();
+    }
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let mut filters = Vec::new();
+    let mut skips = Vec::new();
+    let mut it = args.iter();
+    while let Some(arg) = it.next() {
+        if arg == "--skip" {
+            skips.extend(it.next().cloned());
+        } else if VALUE_OPTIONS.contains(&arg.as_str()) {
+            it.next();
+        } else if !arg.starts_with('-') {
+            filters.push(arg.clone());
+        }
+    }
+    let exact = args.iter().any(|a| a == "--exact");
+    let chosen: Vec<(&str, fn())> = TESTS
+        .into_iter()
+        .filter(|(name, _)| {
+            let hit = |f: &String| {
+                if exact {
+                    name == f
+                } else {
+                    name.contains(f.as_str())
+                }
+            };
+            (filters.is_empty() || filters.iter().any(hit)) && !skips.iter().any(hit)
         })
-        .map(|m| PathBuf::from(m["executable"].as_str().unwrap()))
-        .expect("cargo named the example's executable")
+        .collect();
+    if args.iter().any(|a| a == "--list") {
+        for (name, _) in &chosen {
+            println!("{name}: test");
+        }
+        return ExitCode::SUCCESS;
+    }
+    // No test of this binary is ignored.
+    if args.iter().any(|a| a == "--ignored") {
+        println!("\nrunning 0 tests\n\ntest result: ok. 0 passed; 0 failed\n");
+        return ExitCode::SUCCESS;
+    }
+    println!("\nrunning {} tests", chosen.len());
+    let mut failed = Vec::new();
+    for (name, test) in &chosen {
+        let ok = std::panic::catch_unwind(test).is_ok();
+        println!("test {name} ... {}", if ok { "ok" } else { "FAILED" });
+        if !ok {
+            failed.push(*name);
+        }
+    }
+    println!(
+        "\ntest result: {}. {} passed; {} failed\n",
+        if failed.is_empty() { "ok" } else { "FAILED" },
+        chosen.len() - failed.len(),
+        failed.len()
+    );
+    if failed.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        for name in failed {
+            println!("failed: {name}");
+        }
+        ExitCode::FAILURE
+    }
+}
+
+/// This binary, started as the example with `args`.
+fn example(args: &[&std::ffi::OsStr]) -> Command {
+    let mut command = Command::new(std::env::current_exe().unwrap());
+    command.env(AS_EXAMPLE, "1").args(args);
+    command
 }
 
 /// Lines a child writes on one stream, read on a thread of their own.
@@ -174,13 +238,9 @@ fn text_of(answer: &Value) -> (String, bool) {
     )
 }
 
-#[test]
 fn the_example_serves_its_custom_tool_over_stdio() {
-    let binary = example_binary();
     let store = tempfile::tempdir().unwrap();
-    let mut child = Command::new(&binary)
-        .arg("--store")
-        .arg(store.path())
+    let mut child = example(&["--store".as_ref(), store.path().as_os_str()])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -354,8 +414,15 @@ impl CustomTool for Says {
     }
 }
 
-#[tokio::test]
-async fn a_panicking_custom_tool_is_internal_and_the_stdio_server_keeps_serving() {
+fn a_panicking_custom_tool_is_internal_and_the_stdio_server_keeps_serving() {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(a_panicking_custom_tool_over_stdio());
+}
+
+async fn a_panicking_custom_tool_over_stdio() {
     let factory: ToolsetFactory = std::sync::Arc::new(|| {
         Toolset::builder(cubby::virtual_sandbox(cubby::MemoryFs::new()))
             .tool(Panics)

@@ -87,6 +87,6 @@ pub use tools::{
 };
 pub use toolset::{
     CallOptions, MAX_ARGUMENT_BYTES, MAX_SOURCE_ATTACHMENT_BYTES, MAX_SOURCE_STRUCTURED_BYTES,
-    MAX_SOURCE_TEXT_BYTES, MAX_TOOL_NAME_CHARS, ToolCatalog, Toolset, ToolsetBuilder,
+    MAX_SOURCE_TEXT_BYTES, MAX_TOOL_NAME_CHARS, RunEnd, ToolCatalog, Toolset, ToolsetBuilder,
 };
 pub use workspace::{ToolsetFactory, Workspace};

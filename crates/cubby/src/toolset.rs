@@ -135,9 +135,64 @@ struct Inner {
     subscribers: Arc<Mutex<Vec<Subscriber>>>,
     /// The number of the next call made without an id (`call-<n>`).
     next_call: AtomicU64,
+    /// True once the run has ended ([`Toolset::end`], or the last clone
+    /// dropped).
+    ended: std::sync::atomic::AtomicBool,
     // Declared last: dropped after everything else, and its Drop kills
     // every process still running when the run ends.
     procs: ProcessTable,
+}
+
+/// What the end of a run collected (see [`Toolset::end`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RunEnd {
+    /// The artifacts the last collection of `$CUBBY_OUTPUT_DIR` published:
+    /// what the run's commands (a background process of `start_process`,
+    /// say) left there after its last `run`.
+    pub published: Vec<FileRef>,
+    /// What that collection skipped, each as `path: why`.
+    pub skipped: Vec<String>,
+}
+
+impl Inner {
+    /// Ends the run once: its processes stopped (their trees killed and
+    /// reaped, so nothing writes any more), `$CUBBY_OUTPUT_DIR` collected
+    /// a last time, the directory removed when nothing is left in it.
+    fn end(&self) -> RunEnd {
+        if self.ended.swap(true, Ordering::AcqRel) {
+            return RunEnd::default();
+        }
+        self.procs.stop_all();
+        let fs = self.sandbox.fs();
+        let Some(dir) = self.run.made_output_dir(fs) else {
+            return RunEnd::default();
+        };
+        let found = crate::tools::publish::collect(fs, &self.redactor, &self.run, &dir);
+        self.run.tidy_output_dir(fs, &dir);
+        if !found.published.is_empty() || !found.skipped.is_empty() {
+            tracing::debug!(
+                "the run's end collected {} artifact(s) from its output directory, skipped {}",
+                found.published.len(),
+                found.skipped.len()
+            );
+        }
+        RunEnd {
+            published: found.published.iter().map(|p| p.file.clone()).collect(),
+            skipped: found
+                .skipped
+                .iter()
+                .map(|(path, why)| format!("{path}: {why}"))
+                .collect(),
+        }
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        // A run dropped without `end` ends here; a panic of the collection
+        // must not become an abort.
+        let _ = catch_unwind(AssertUnwindSafe(|| self.end()));
+    }
 }
 
 impl std::fmt::Debug for Toolset {
@@ -282,6 +337,64 @@ impl Toolset {
     /// the toolset is dropped).
     pub fn stop_processes(&self) {
         self.inner.procs.stop_all();
+    }
+
+    /// Ends the run (SPEC §5.1, "when the run ends"): its processes are
+    /// stopped, then `$CUBBY_OUTPUT_DIR` is collected a last time — what
+    /// background processes left there since the last `run` becomes
+    /// artifacts of the run, in [`Toolset::artifacts`] and in the store
+    /// (their FileRefs can [seed](Toolset::seed) a later run of the
+    /// workspace) — and the directory is removed when nothing is left in
+    /// it. Done once: a second call, and the drop of the last clone
+    /// (which ends a run not ended yet), find nothing more. The MCP fronts
+    /// call it when a session ends.
+    pub fn end(&self) -> RunEnd {
+        self.inner.end()
+    }
+
+    /// The bytes of file `file` (a path in the skill's directory, from its
+    /// file list; `SKILL.md` among them) of skill `name`, as the toolset
+    /// found it: read through the confined file system and `deny_read`,
+    /// as the `skill` tool reads one (no link, no second hard link), at
+    /// most `max` bytes. What the MCP skills extension (SEP-2640) serves.
+    ///
+    /// # Errors
+    ///
+    /// `not_found` for a skill or file the catalog does not have;
+    /// `path_escape` for a path out of the skill; `too_large` naming the
+    /// size and `max`; `denied` for a `deny_read` path, a hard link, or
+    /// bytes that hold a registered secret (they are served unredacted, so
+    /// they are not served).
+    pub fn read_skill_file(&self, name: &str, file: &str, max: u64) -> Result<Vec<u8>> {
+        let skill = self.inner.skills.get(name).ok_or_else(|| {
+            Error::new(
+                ErrorKind::NotFound,
+                format!(
+                    "no skill `{}` in this session; skills/list names the skills",
+                    crate::output::truncate_for_message(name)
+                ),
+            )
+        })?;
+        let bytes = crate::tools::skill::read_skill_bytes(
+            self.inner.sandbox.fs(),
+            &self.inner.policy,
+            skill,
+            file,
+            max,
+        )?;
+        if self.inner.redactor.finds(&bytes) {
+            return Err(Error::denied(format!(
+                "file `{}` of skill `{name}` holds a secret's value; it is served unredacted, \
+                 so it is not served (the `skill` tool shows it redacted)",
+                crate::output::truncate_for_message(file)
+            )));
+        }
+        Ok(bytes)
+    }
+
+    /// True once the run has ended ([`Toolset::end`]).
+    pub fn has_ended(&self) -> bool {
+        self.inner.ended.load(Ordering::Acquire)
     }
 
     /// Names of the offered tools, in order.
@@ -921,10 +1034,9 @@ impl ToolsetBuilder {
             env.cubby_var(SKILLS_DIR_ENV, dir.into_os_string());
         }
         let exec_rules = policy.exec_rules().to_vec();
-        let artifact_store = self.artifact_store.unwrap_or_else(|| {
-            let tmp = crate::artifact::default_state_dir(&host);
-            Arc::new(Store::private(tmp.parent().unwrap_or(&tmp)))
-        });
+        let artifact_store = self
+            .artifact_store
+            .unwrap_or_else(|| Arc::new(Store::private(&crate::artifact::temp_dir(&host))));
         Ok(Toolset {
             inner: Arc::new(Inner {
                 sandbox: self.sandbox,
@@ -951,6 +1063,7 @@ impl ToolsetBuilder {
                 skills: Arc::new(skills),
                 subscribers,
                 next_call: AtomicU64::new(1),
+                ended: std::sync::atomic::AtomicBool::new(false),
                 procs,
             }),
         })

@@ -43,10 +43,12 @@ pub struct Workspace {
     provider: ProviderKind,
     policy: Policy,
     host: HostEnv,
-    /// The state directory (`state_dir`, or the default).
-    state_dir: PathBuf,
+    /// The state directory (`state_dir`), when one is configured.
+    state_dir: Option<PathBuf>,
     /// The artifact store every run of the workspace shares (made at the
-    /// first publication).
+    /// first publication): in `<state_dir>/artifacts`, or without a
+    /// `state_dir` one of the workspace's own in the temporary directory,
+    /// removed when the workspace and its runs are gone.
     store: Arc<Store>,
 }
 
@@ -75,7 +77,7 @@ impl Workspace {
         host: &HostEnv,
     ) -> Result<Workspace> {
         let state_dir = match config.state_dir.as_deref() {
-            Some(dir) => match dir.strip_prefix("~/") {
+            Some(dir) => Some(match dir.strip_prefix("~/") {
                 Some(rest) => host
                     .var_os("HOME")
                     .map(|home| PathBuf::from(home).join(rest))
@@ -85,25 +87,41 @@ impl Workspace {
                         ))
                     })?,
                 None => PathBuf::from(dir),
-            },
-            None => crate::artifact::default_state_dir(host),
+            }),
+            None => None,
         };
-        // Checked as the kernel will resolve it (R4-8: `/tmp/../x` passed
+        // Checked as the kernel will resolve them (R4-8: `/tmp/../x` passed
         // the `/tmp` check lexically, and a link in the way moved it).
-        let state_dir = resolve_state_dir(&state_dir)?;
-        if state_dir.starts_with(root) {
+        let state_dir = state_dir
+            .map(|dir| resolve_dir(&dir, "state_dir"))
+            .transpose()?;
+        let store = match &state_dir {
+            Some(dir) => Store::lazy(&dir.join(ARTIFACTS_DIR)),
+            None => Store::private(&resolve_dir(
+                &crate::artifact::temp_dir(host),
+                "the temporary directory (TMPDIR)",
+            )?),
+        };
+        let store_dir = store.dir().to_path_buf();
+        if store_dir.starts_with(root) {
+            let what = if state_dir.is_some() {
+                "state_dir"
+            } else {
+                "the temporary directory (TMPDIR)"
+            };
             return Err(Error::invalid_input(format!(
-                "state_dir {} is inside the workspace, where commands could rewrite the \
+                "{what} {} is inside the workspace, where commands could rewrite the \
                  artifact store; choose a directory outside {}",
-                state_dir.display(),
+                state_dir.as_deref().unwrap_or(&store_dir).display(),
                 root.display()
             )));
         }
         let mut policy = Policy::builder();
         // Commands never read the store (other runs' artifacts): under
         // `/tmp` the `linux` provider's private `/tmp` hides it already.
-        if !state_dir.starts_with("/tmp") {
-            policy.host_deny_read([state_dir.clone()]);
+        let hidden = state_dir.clone().unwrap_or(store_dir);
+        if !hidden.starts_with("/tmp") {
+            policy.host_deny_read([hidden]);
         }
         policy
             .mode(config.mode.unwrap_or_default())
@@ -129,11 +147,7 @@ impl Workspace {
             provider: config.provider.unwrap_or(ProviderKind::Linux),
             policy: policy.build()?,
             host: host.clone(),
-            store: Arc::new(if config.state_dir.is_some() {
-                Store::lazy(&state_dir.join(ARTIFACTS_DIR))
-            } else {
-                Store::lazy_default(&state_dir.join(ARTIFACTS_DIR))
-            }),
+            store: Arc::new(store),
             state_dir,
         })
     }
@@ -164,10 +178,16 @@ impl Workspace {
         &self.policy
     }
 
-    /// The state directory: `state_dir`, or
-    /// [`default_state_dir`](crate::artifact::default_state_dir).
-    pub fn state_dir(&self) -> &Path {
-        &self.state_dir
+    /// The state directory (`state_dir`), when one is configured; without
+    /// one, the runs share a store of the workspace's own in the temporary
+    /// directory, removed when the workspace and its runs are dropped.
+    pub fn state_dir(&self) -> Option<&Path> {
+        self.state_dir.as_deref()
+    }
+
+    /// The artifact store every run of the workspace shares.
+    pub fn artifact_store(&self) -> &Arc<Store> {
+        &self.store
     }
 
     /// The environment snapshot.
@@ -297,22 +317,23 @@ fn relative_to(path: &Path, root: &Path) -> Option<String> {
     (!rel.is_empty()).then(|| rel.to_string())
 }
 
-/// `dir` as the kernel resolves it: refused when it holds `..`; its
-/// deepest existing ancestor canonicalized (links resolved), the rest
-/// appended (made later, by the store, without following links).
+/// `dir` (`what`: `state_dir`, or the temporary directory) as the kernel
+/// resolves it: refused when it holds `..`; its deepest existing ancestor
+/// canonicalized (links resolved), the rest appended (made later, by the
+/// store, without following links).
 ///
 /// # Errors
 ///
 /// `invalid_input` for a `..` or a relative path; `invalid_input` naming
 /// the path when an existing ancestor cannot be resolved.
-fn resolve_state_dir(dir: &Path) -> Result<PathBuf> {
+fn resolve_dir(dir: &Path, what: &str) -> Result<PathBuf> {
     if !dir.is_absolute()
         || dir
             .components()
             .any(|c| matches!(c, std::path::Component::ParentDir))
     {
         return Err(Error::invalid_input(format!(
-            "state_dir {} must be an absolute path without `..`; give the directory itself",
+            "{what} {} must be an absolute path without `..`; give the directory itself",
             dir.display()
         )));
     }
@@ -327,7 +348,7 @@ fn resolve_state_dir(dir: &Path) -> Result<PathBuf> {
     }
     let mut resolved = existing.canonicalize().map_err(|e| {
         Error::invalid_input(format!(
-            "state_dir {}: cannot resolve {}: {e}; give a directory that can be reached",
+            "{what} {}: cannot resolve {}: {e}; give a directory that can be reached",
             dir.display(),
             existing.display()
         ))

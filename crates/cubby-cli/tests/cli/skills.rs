@@ -122,3 +122,88 @@ fn doctor_lists_the_skills_found_and_skipped_with_reasons() {
         "{text}"
     );
 }
+
+/// The MCP skills extension (SEP-2640) over stdio, served from cubby's own
+/// catalog: declared in the capabilities; `skills/list` gives the valid
+/// skill (not the one that breaks a rule) with its frontmatter and the
+/// digest and size of each file; `skills/get` by its `SKILL.md` URI;
+/// `resources/read` of a `skill://` URI gives a file's bytes through the
+/// confined reader; a URI out of the skill, or of a skill not served, is
+/// an error that gives nothing away.
+#[test]
+fn the_skills_extension_serves_the_catalog_through_the_confined_reader() {
+    use sha2::Digest as _;
+    let dir = workspace();
+    let forms = "Form fields.\n";
+    std::fs::create_dir_all(dir.path().join("skills/pdf/reference")).unwrap();
+    std::fs::write(dir.path().join("skills/pdf/reference/forms.md"), forms).unwrap();
+    std::fs::write(dir.path().join("outside.txt"), "kept out\n").unwrap();
+    let answers = mcp(
+        dir.path(),
+        &[
+            json!({"method": "skills/list", "params": {}}),
+            json!({"method": "skills/get", "params": {"uri": "skill://pdf/SKILL.md"}}),
+            json!({"method": "resources/read", "params": {"uri": "skill://pdf/reference/forms.md"}}),
+            json!({"method": "resources/read", "params": {"uri": "skill://pdf/../../outside.txt"}}),
+            json!({"method": "resources/read", "params": {"uri": "skill://pdf/..%2F..%2Foutside.txt"}}),
+            json!({"method": "skills/get", "params": {"uri": "skill://Bad/SKILL.md"}}),
+        ],
+    );
+    let init = &answers[0];
+    assert!(
+        init["result"]["capabilities"]["extensions"]["io.modelcontextprotocol/skills"].is_object(),
+        "{init}"
+    );
+    let skills = answers[1]["result"]["skills"].as_array().unwrap();
+    assert_eq!(skills.len(), 1, "{}", answers[1]);
+    let pdf = &skills[0];
+    assert_eq!(pdf["uri"], "skill://pdf/SKILL.md");
+    assert_eq!(pdf["frontmatter"]["name"], "pdf");
+    assert_eq!(pdf["frontmatter"]["description"], "Fill PDF forms.");
+    assert_eq!(pdf["frontmatter"]["allowed-tools"], "Bash");
+    let skill_md = std::fs::read(dir.path().join("skills/pdf/SKILL.md")).unwrap();
+    let digest = |bytes: &[u8]| {
+        let hex: String = sha2::Sha256::digest(bytes)
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        format!("sha256:{hex}")
+    };
+    let files: Vec<(String, String, u64)> = pdf["resources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| {
+            (
+                f["uri"].as_str().unwrap().to_string(),
+                f["digest"].as_str().unwrap().to_string(),
+                f["size"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        files,
+        [
+            (
+                "skill://pdf/SKILL.md".to_string(),
+                digest(&skill_md),
+                skill_md.len() as u64
+            ),
+            (
+                "skill://pdf/reference/forms.md".to_string(),
+                digest(forms.as_bytes()),
+                forms.len() as u64
+            ),
+        ]
+    );
+    assert_eq!(answers[2]["result"]["skill"], *pdf, "{}", answers[2]);
+    assert_eq!(
+        answers[3]["result"]["contents"][0]["text"], forms,
+        "{}",
+        answers[3]
+    );
+    for refused in &answers[4..] {
+        assert!(refused.get("error").is_some(), "{refused}");
+        assert!(!refused.to_string().contains("kept out"), "{refused}");
+    }
+}

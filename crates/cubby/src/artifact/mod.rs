@@ -45,21 +45,16 @@ pub const MAX_RUN_BYTES: u64 = 100_000_000;
 /// The most artifacts a run holds.
 pub const MAX_RUN_ARTIFACTS: usize = 1_000;
 
-/// The state directory when none is configured: `cubby-state-<uid>` in
-/// the temporary directory (`$TMPDIR` of `host`, else `/tmp`). Its store
-/// is made mode 0700 and refused when it is a link or another user's.
-pub fn default_state_dir(host: &crate::host_env::HostEnv) -> std::path::PathBuf {
-    let tmp = host
-        .var_os("TMPDIR")
+/// The temporary directory of `host` (`$TMPDIR` when absolute, else
+/// `/tmp`): where a store of its own ([`Store::private`]) is made when no
+/// `state_dir` is configured.
+pub fn temp_dir(host: &crate::host_env::HostEnv) -> std::path::PathBuf {
+    host.var_os("TMPDIR")
         .filter(|t| std::path::Path::new(t).is_absolute())
         .map_or_else(
             || std::path::PathBuf::from("/tmp"),
             std::path::PathBuf::from,
-        );
-    tmp.join(format!(
-        "cubby-state-{}",
-        rustix::process::getuid().as_raw()
-    ))
+        )
 }
 
 /// The scheme and authority of artifact URIs.
@@ -311,11 +306,10 @@ impl Artifacts {
         let mut ledger = self.ledger();
         ledger.pending -= 1;
         let known = ledger.digests.contains(&stored.sha256);
-        ledger.reserved -= if known {
-            reserved
-        } else {
-            reserved - stored.size
-        };
+        // The reservation becomes the bytes' share: none when the run holds
+        // them already.
+        ledger.reserved =
+            ledger.reserved.saturating_sub(reserved) + if known { 0 } else { stored.size };
         if let Some((file, image)) = ledger
             .files
             .iter()
@@ -359,6 +353,20 @@ impl Artifacts {
             .rev()
             .map(|(f, _)| f.clone())
             .collect()
+    }
+
+    /// Artifacts of the run and publications in flight: the slots taken.
+    pub fn slots_taken(&self) -> usize {
+        let ledger = self.ledger();
+        ledger.files.len() + ledger.pending
+    }
+
+    /// Publications made together, made durable at once (see [`Batch`]).
+    pub fn batch(&self) -> Batch<'_> {
+        Batch {
+            artifacts: self,
+            items: Vec::new(),
+        }
     }
 
     /// Bytes the run's artifacts hold (unique bytes once) and how many.
@@ -422,6 +430,128 @@ impl Artifacts {
                 )
             })?;
         Ok(bytes)
+    }
+}
+
+/// One publication of a [`Batch`], stored but not yet durable.
+struct Queued {
+    name: String,
+    /// What it holds of the run's budget.
+    reserved: u64,
+    staged: store::Staged,
+    decided: media::Decided,
+    path: Option<String>,
+}
+
+/// Publications made together (the collection of an output directory):
+/// each is checked, reserved and copied into a temporary file of the store
+/// as it comes ([`Batch::publish_bytes`]); [`Batch::finish`] makes them all
+/// durable at once ([`Store::settle_all`]: one flush of the file system for
+/// the bytes, one for the names, instead of two `fsync`s a file) and only
+/// then records them in the run, in order. Dropped unfinished, it gives
+/// back what it reserved and keeps nothing.
+pub struct Batch<'a> {
+    artifacts: &'a Artifacts,
+    items: Vec<Queued>,
+}
+
+impl Batch<'_> {
+    /// Queues `bytes` under `request`.
+    ///
+    /// # Errors
+    ///
+    /// As [`Artifacts::publish`]; nothing is queued on error.
+    pub fn publish_bytes(&mut self, request: &Publish, bytes: &[u8]) -> Result<()> {
+        let artifacts = self.artifacts;
+        let name = name::check_name(&request.name)?;
+        if let Some(t) = &request.media_type {
+            media::normalize(t)?;
+        }
+        let size = bytes.len() as u64;
+        artifacts.reserve(&name, size)?;
+        let staged = match artifacts.store.stage(&mut &bytes[..], size) {
+            Ok(s) => s,
+            Err(e) => {
+                artifacts.release(size);
+                return Err(e);
+            }
+        };
+        let stored = staged.stored();
+        let decided = match media::decide(
+            request.media_type.as_deref(),
+            &name,
+            &stored.head,
+            &stored.tail,
+            stored.size,
+        ) {
+            Ok(d) => d,
+            Err(e) => {
+                artifacts.release(size);
+                return Err(e);
+            }
+        };
+        // Bytes the run or the batch holds already count once: their
+        // reservation goes back now, not at the end.
+        let mut reserved = size;
+        let sha = &stored.sha256;
+        if self.items.iter().any(|q| &q.staged.stored().sha256 == sha)
+            || artifacts.ledger().digests.contains(sha)
+        {
+            artifacts.ledger().reserved -= size;
+            reserved = 0;
+        }
+        self.items.push(Queued {
+            name,
+            reserved,
+            staged,
+            decided,
+            path: request.path.clone(),
+        });
+        Ok(())
+    }
+
+    /// How many publications are queued.
+    pub fn len(&self) -> usize {
+        self.items.len()
+    }
+
+    /// True when none is queued.
+    pub fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+
+    /// Makes the queued publications durable and records them in the run,
+    /// in the order they were queued; one result each (`internal` when the
+    /// store could not make it durable: then it is not recorded).
+    pub fn finish(mut self) -> Vec<Result<Published>> {
+        let items = std::mem::take(&mut self.items);
+        let mut meta = Vec::with_capacity(items.len());
+        let mut staged = Vec::with_capacity(items.len());
+        for q in items {
+            meta.push((q.name, q.reserved, q.decided, q.path));
+            staged.push(q.staged);
+        }
+        let settled = self.artifacts.store.settle_all(staged);
+        meta.into_iter()
+            .zip(settled)
+            .map(|((name, reserved, decided, path), stored)| match stored {
+                Ok(stored) => Ok(self
+                    .artifacts
+                    .commit(name, reserved, &stored, decided, path)),
+                Err(e) => {
+                    self.artifacts.release(reserved);
+                    Err(e)
+                }
+            })
+            .collect()
+    }
+}
+
+impl Drop for Batch<'_> {
+    fn drop(&mut self) {
+        for q in self.items.drain(..) {
+            self.artifacts.release(q.reserved);
+        }
     }
 }
 

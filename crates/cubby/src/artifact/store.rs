@@ -15,6 +15,7 @@ use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, SystemTime};
 
 use sha2::{Digest, Sha256};
 
@@ -26,6 +27,28 @@ const CHUNK_BYTES: usize = 64 * 1024;
 
 /// Temporary files of this process: `<pid>.<n>`.
 static NEXT_TEMP: AtomicU64 = AtomicU64::new(0);
+
+/// The name of a private store's directory: `cubby-run-<pid>-<random>`.
+const PRIVATE_PREFIX: &str = "cubby-run-";
+
+/// A blob not stored, published again or read for this long is removed
+/// when a process next opens the store (7 days).
+pub const STORE_MAX_AGE: Duration = Duration::from_secs(7 * 24 * 3600);
+
+/// Past this many bytes of blobs, the least recently used are removed
+/// first (2 GB), down to the cap.
+pub const STORE_MAX_BYTES: u64 = 2_000_000_000;
+
+/// A blob used this recently is never removed, whatever the cap says: it
+/// may belong to a run still open in another process (1 hour).
+pub const STORE_GRACE: Duration = Duration::from_secs(3600);
+
+/// The store is collected at most once in this long, across processes
+/// (the mtime of [`GC_STAMP`]).
+pub const GC_INTERVAL: Duration = Duration::from_secs(3600);
+
+/// The file whose mtime says when the store was last collected.
+const GC_STAMP: &str = "gc-stamp";
 
 /// What [`Store::put`] stored.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -46,19 +69,12 @@ const PRIVATE_RANDOM_BYTES: usize = 8;
 /// Attempts at a private directory whose name is free.
 const PRIVATE_TRIES: usize = 8;
 
-/// Where a private store (one run's) is made in the temporary directory:
-/// `cubby-run-<pid>-<random>`.
-const PRIVATE_PREFIX: &str = "cubby-run-";
-
 /// How a store's directory is had.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Kind {
     /// A directory the user chose (`state_dir`): refused when another
     /// user's, with an error that says what to do.
     Chosen,
-    /// The default state directory in a shared temporary directory: when
-    /// another user holds it (squatted), a private one instead.
-    Default,
     /// One run's, made fresh and removed when dropped.
     Private,
 }
@@ -98,6 +114,16 @@ fn internal(what: &str, path: &Path, e: &std::io::Error) -> Error {
         ErrorKind::Internal,
         format!("artifact store: cannot {what} {}: {e}", path.display()),
     )
+}
+
+/// True while process `pid` exists (a process of another user included).
+fn pid_alive(pid: i32) -> bool {
+    rustix::process::Pid::from_raw(pid).is_some_and(|p| {
+        !matches!(
+            rustix::process::test_kill_process(p),
+            Err(rustix::io::Errno::SRCH)
+        )
+    })
 }
 
 /// True when `s` is 64 lower-case hex digits.
@@ -187,8 +213,9 @@ fn sweep_dead(tmp: &Path, prefix: &str) {
         let pid = name
             .to_str()
             .and_then(|n| n.strip_prefix(prefix))
-            .and_then(|rest| rest.split('-').next())
-            .and_then(|p| p.parse::<i32>().ok());
+            .and_then(|rest| rest.split_once('-'))
+            .filter(|(_, tail)| !tail.is_empty())
+            .and_then(|(p, _)| p.parse::<i32>().ok());
         let Some(pid) = pid else {
             continue;
         };
@@ -200,11 +227,6 @@ fn sweep_dead(tmp: &Path, prefix: &str) {
             let _ = fs::remove_dir_all(&path);
         }
     }
-}
-
-fn pid_alive(pid: i32) -> bool {
-    rustix::process::Pid::from_raw(pid)
-        .is_some_and(|p| rustix::process::test_kill_process(p).is_ok())
 }
 
 impl Store {
@@ -232,21 +254,6 @@ impl Store {
         }
     }
 
-    /// [`Store::lazy`] for the default state directory's store
-    /// (`<tmp>/cubby-state-<uid>/artifacts`): when another user holds that
-    /// directory (it is theirs, or writable by others — squatted in a
-    /// shared `/tmp`), the store is a private one instead
-    /// (`<tmp>/cubby-state-<uid>-<pid>-<random>`, removed when dropped), and
-    /// a warning names the directory to remove. Nothing is made inside a
-    /// directory that is not the user's.
-    pub fn lazy_default(dir: &Path) -> Store {
-        Store {
-            dir: dir.to_path_buf(),
-            ready: OnceLock::new(),
-            kind: Kind::Default,
-        }
-    }
-
     /// A store of its own for one run, in `tmp`
     /// (`cubby-run-<pid>-<random>`, a name no one had): made at the first
     /// write, removed with everything in it when the store is dropped (the
@@ -270,6 +277,11 @@ impl Store {
         }
     }
 
+    /// True for a store of its own ([`Store::private`]), removed when dropped.
+    pub fn is_private(&self) -> bool {
+        self.kind == Kind::Private
+    }
+
     /// Makes the directories once (mode 0700), refusing a store directory
     /// or a parent of it that is a link, another user's or writable by
     /// others — before anything is made inside it — and sweeps.
@@ -287,6 +299,11 @@ impl Store {
                 }
             }
             Self::sweep(&made.dir);
+            if made.private {
+                sweep_dead(dir.parent().unwrap_or(dir), PRIVATE_PREFIX);
+            } else {
+                self.collect_if_due(SystemTime::now());
+            }
             Ok(made)
         });
         match made {
@@ -322,23 +339,6 @@ impl Store {
                 private: false,
             });
         };
-        if self.kind == Kind::Default
-            && let (Some(tmp), Some(name)) = (state.parent(), state.file_name())
-        {
-            let prefix = format!("{}-", name.to_string_lossy());
-            let private = fresh_dir(tmp, &prefix)?;
-            tracing::warn!(
-                "artifact store: {why}; this process keeps its artifacts in {} (removed when it \
-                 ends) instead. Remove {} (as its owner) or set `state_dir` to share artifacts \
-                 between processes",
-                private.display(),
-                state.display()
-            );
-            return Ok(Made {
-                dir: private,
-                private: true,
-            });
-        }
         Err(format!(
             "artifact store: {why}; another user may have made it. Remove it (as its owner, or \
              root) or choose another `state_dir`"
@@ -356,11 +356,101 @@ impl Store {
                 .to_str()
                 .and_then(|n| n.split('.').next())
                 .and_then(|p| p.parse::<i32>().ok());
-            let alive = pid.is_some_and(pid_alive);
-            if !alive {
+            if !pid.is_some_and(pid_alive) {
                 let _ = fs::remove_file(entry.path());
             }
         }
+    }
+
+    /// Collects the store ([`Store::collect_garbage`]) when it was not
+    /// collected in the last [`GC_INTERVAL`] (by any process).
+    fn collect_if_due(&self, now: SystemTime) {
+        let stamp = self.dir.join(GC_STAMP);
+        let recent = fs::metadata(&stamp)
+            .and_then(|m| m.modified())
+            .is_ok_and(|at| now.duration_since(at).unwrap_or_default() < GC_INTERVAL);
+        if recent {
+            return;
+        }
+        // The stamp first: a second process opening the store meanwhile
+        // does not collect it too.
+        let stamped = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&stamp)
+            .and_then(|f| f.set_modified(now));
+        if stamped.is_ok() {
+            let gc = self.collect_garbage(now);
+            if gc.removed > 0 {
+                tracing::debug!(
+                    "artifact store {}: removed {} blob(s), {} bytes; {} blob(s), {} bytes kept",
+                    self.dir.display(),
+                    gc.removed,
+                    gc.freed,
+                    gc.kept,
+                    gc.kept_bytes
+                );
+            }
+        }
+    }
+
+    /// Removes the blobs that are no longer used (SPEC §5.1 is silent;
+    /// CONFIG.md, *Artifacts*): every blob last stored, published again or
+    /// read more than [`STORE_MAX_AGE`] before `now`; then, while the blobs
+    /// hold more than [`STORE_MAX_BYTES`], the least recently used — never
+    /// one used in the last [`STORE_GRACE`] (a run still open elsewhere
+    /// may hold it). A blob's mtime is its last use: storing equal bytes
+    /// again and reading it set it.
+    pub fn collect_garbage(&self, now: SystemTime) -> Collection {
+        self.collect_with(now, STORE_MAX_AGE, STORE_MAX_BYTES, STORE_GRACE)
+    }
+
+    /// [`Store::collect_garbage`] with its limits given.
+    fn collect_with(
+        &self,
+        now: SystemTime,
+        max_age: Duration,
+        max_bytes: u64,
+        grace: Duration,
+    ) -> Collection {
+        let mut blobs: Vec<(SystemTime, u64, PathBuf)> = Vec::new();
+        let Ok(prefixes) = fs::read_dir(self.dir().join("sha256")) else {
+            return Collection::default();
+        };
+        for prefix in prefixes.flatten() {
+            let Ok(entries) = fs::read_dir(prefix.path()) else {
+                continue;
+            };
+            for entry in entries.flatten() {
+                let Ok(meta) = entry.metadata() else { continue };
+                let named = entry.file_name().to_str().is_some_and(is_digest);
+                if !meta.is_file() || !named {
+                    continue;
+                }
+                let used = meta.modified().unwrap_or(now);
+                blobs.push((used, meta.len(), entry.path()));
+            }
+        }
+        // The least recently used first.
+        blobs.sort();
+        let age = |used: SystemTime| now.duration_since(used).unwrap_or_default();
+        let mut total: u64 = blobs.iter().map(|b| b.1).sum();
+        let mut gc = Collection::default();
+        for (used, size, path) in blobs {
+            let old = age(used) > max_age;
+            let over = total > max_bytes && age(used) > grace;
+            if (old || over) && fs::remove_file(&path).is_ok() {
+                total -= size;
+                gc.removed += 1;
+                gc.freed += size;
+            } else {
+                gc.kept += 1;
+                gc.kept_bytes += size;
+            }
+        }
+        gc
     }
 
     /// Where the blob of `sha256` is.
@@ -385,7 +475,12 @@ impl Store {
     /// `not_found` when the store holds no such blob.
     pub fn open_blob(&self, sha256: &str) -> Result<File> {
         let path = self.path_of(sha256)?;
-        File::open(&path).map_err(|e| match e.kind() {
+        let opened = File::open(&path);
+        if let Ok(file) = &opened {
+            // A read is a use: the blob stays while it is read.
+            let _ = file.set_modified(SystemTime::now());
+        }
+        opened.map_err(|e| match e.kind() {
             std::io::ErrorKind::NotFound => Error::new(
                 ErrorKind::NotFound,
                 format!("no artifact has the digest {sha256}"),
@@ -394,7 +489,8 @@ impl Store {
         })
     }
 
-    /// Stores what `reader` gives, at most `max` bytes.
+    /// Stores what `reader` gives, at most `max` bytes: staged ([`Store::stage`]),
+    /// the temporary file `fsync`ed, renamed, the directory `fsync`ed.
     ///
     /// # Errors
     ///
@@ -402,6 +498,24 @@ impl Store {
     /// `internal` on an I/O failure of the store; the reader's own error as
     /// `internal` too.
     pub fn put(&self, reader: &mut dyn Read, max: u64) -> Result<Stored> {
+        let mut staged = self.stage(reader, max)?;
+        File::open(&staged.temp)
+            .and_then(|f| f.sync_all())
+            .map_err(|e| internal("sync", &staged.temp, &e))?;
+        let stored = self.settle(&staged.temp, staged.stored.clone(), true)?;
+        staged.settled = true;
+        Ok(stored)
+    }
+
+    /// Copies what `reader` gives (at most `max` bytes) into a temporary
+    /// file of the store while hashing it; nothing is durable or under its
+    /// digest's name yet: [`Store::settle_all`] does that for many at once
+    /// (dropped unsettled, the temporary file is removed).
+    ///
+    /// # Errors
+    ///
+    /// As [`Store::put`].
+    pub fn stage(&self, reader: &mut dyn Read, max: u64) -> Result<Staged> {
         let dir = self.ready()?;
         let n = NEXT_TEMP.fetch_add(1, Ordering::Relaxed);
         let temp = dir.join("tmp").join(format!("{}.{n}", std::process::id()));
@@ -414,7 +528,11 @@ impl Store {
         let result = self.fill(&mut file, &temp, reader, max);
         drop(file);
         match result {
-            Ok(stored) => self.settle(&temp, stored),
+            Ok(stored) => Ok(Staged {
+                temp,
+                stored,
+                settled: false,
+            }),
             Err(e) => {
                 let _ = fs::remove_file(&temp);
                 Err(e)
@@ -422,7 +540,43 @@ impl Store {
         }
     }
 
-    /// Copies and hashes into the temporary file, then `fsync`s it.
+    /// Makes staged bytes durable under their digests' names, all at once:
+    /// one flush of the store's file system for the bytes (`syncfs`), the
+    /// renames, one flush for the names — instead of two `fsync`s a blob.
+    /// A crash leaves each blob whole under its name or absent (its bytes
+    /// were on disk before any name pointed at them), and its temporary
+    /// file swept at the next start. One result per staged blob, in order.
+    pub fn settle_all(&self, staged: Vec<Staged>) -> Vec<Result<Stored>> {
+        if staged.is_empty() {
+            return Vec::new();
+        }
+        let flush = || {
+            File::open(self.dir())
+                .and_then(|d| rustix::fs::syncfs(&d).map_err(std::io::Error::from))
+                .map_err(|e| internal("flush the file system of", self.dir(), &e))
+        };
+        if let Err(e) = flush() {
+            return staged.iter().map(|_| Err(e.clone())).collect();
+        }
+        let mut results: Vec<Result<Stored>> = staged
+            .into_iter()
+            .map(|mut s| {
+                let settled = self.settle(&s.temp, s.stored.clone(), false);
+                s.settled = settled.is_ok();
+                settled
+            })
+            .collect();
+        if let Err(e) = flush() {
+            for r in &mut results {
+                if r.is_ok() {
+                    *r = Err(e.clone());
+                }
+            }
+        }
+        results
+    }
+
+    /// Copies and hashes into the temporary file.
     fn fill(
         &self,
         file: &mut File,
@@ -471,7 +625,6 @@ impl Store {
                 tail.drain(..tail.len() - TAIL_BYTES);
             }
         }
-        file.sync_all().map_err(|e| internal("sync", temp, &e))?;
         let digest: [u8; 32] = hasher.finalize().into();
         let mut sha256 = String::with_capacity(64);
         for b in digest {
@@ -486,22 +639,67 @@ impl Store {
     }
 
     /// Gives the temporary file its digest's name (or drops it when the
-    /// store holds those bytes already) and makes the name durable.
-    fn settle(&self, temp: &Path, stored: Stored) -> Result<Stored> {
+    /// store holds those bytes already); `durable`: and `fsync`s the
+    /// directory (else the caller flushes).
+    fn settle(&self, temp: &Path, stored: Stored, durable: bool) -> Result<Stored> {
         let target = self.path_of(&stored.sha256)?;
         let parent = target.parent().unwrap_or(self.dir()).to_path_buf();
         fs::create_dir_all(&parent).map_err(|e| internal("create", &parent, &e))?;
-        if target.exists() {
+        // Held already: marked used now (a collection by another process
+        // keeps it), and the copy dropped; gone meanwhile: this copy takes
+        // its place.
+        let held = File::open(&target).and_then(|f| f.set_modified(SystemTime::now()));
+        if held.is_ok() {
             let _ = fs::remove_file(temp);
             return Ok(stored);
         }
         fs::set_permissions(temp, fs::Permissions::from_mode(0o400))
             .map_err(|e| internal("set the mode of", temp, &e))?;
         fs::rename(temp, &target).map_err(|e| internal("rename into", &target, &e))?;
-        File::open(&parent)
-            .and_then(|d| d.sync_all())
-            .map_err(|e| internal("sync", &parent, &e))?;
+        if durable {
+            File::open(&parent)
+                .and_then(|d| d.sync_all())
+                .map_err(|e| internal("sync", &parent, &e))?;
+        }
         Ok(stored)
+    }
+}
+
+/// What [`Store::collect_garbage`] did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Collection {
+    /// Blobs removed.
+    pub removed: usize,
+    /// Their bytes.
+    pub freed: u64,
+    /// Blobs kept.
+    pub kept: usize,
+    /// Their bytes.
+    pub kept_bytes: u64,
+}
+
+/// Bytes in a temporary file of the store, hashed ([`Store::stage`]); the
+/// file is removed when this is dropped before [`Store::settle_all`] gave
+/// it its name.
+#[derive(Debug)]
+pub struct Staged {
+    temp: PathBuf,
+    stored: Stored,
+    settled: bool,
+}
+
+impl Staged {
+    /// What the bytes are: digest, size, head and tail.
+    pub fn stored(&self) -> &Stored {
+        &self.stored
+    }
+}
+
+impl Drop for Staged {
+    fn drop(&mut self) {
+        if !self.settled {
+            let _ = fs::remove_file(&self.temp);
+        }
     }
 }
 
@@ -616,6 +814,137 @@ mod tests {
         let e = linked.put(&mut &b"x"[..], 1).unwrap_err();
         assert!(e.message().contains("not a directory of this user"), "{e}");
         assert!(walk(&dir.path().join("elsewhere")).is_empty());
+    }
+
+    #[test]
+    fn a_private_store_removes_those_of_processes_that_are_gone() {
+        let dir = tempfile::tempdir().unwrap();
+        // A pid that cannot exist (above the kernel's pid_max limit).
+        let dead = dir.path().join("cubby-run-2147483647-0");
+        fs::create_dir_all(dead.join("sha256/ab")).unwrap();
+        fs::write(dead.join("sha256/ab/blob"), b"left by a killed server").unwrap();
+        let live = dir
+            .path()
+            .join(format!("cubby-run-{}-999999", std::process::id()));
+        fs::create_dir(&live).unwrap();
+        let elsewhere = tempfile::tempdir().unwrap();
+        let link = dir.path().join("cubby-run-2147483647-1");
+        std::os::unix::fs::symlink(elsewhere.path(), &link).unwrap();
+        let other = dir.path().join("cubby-run-2147483647");
+        fs::create_dir(&other).unwrap();
+        let store = Store::private(dir.path());
+        assert!(dead.exists(), "nothing is swept before the store is made");
+        store.put(&mut &b"x"[..], 1).unwrap();
+        assert!(!dead.exists());
+        assert!(live.exists(), "a live process keeps its store");
+        assert!(
+            fs::symlink_metadata(&link).is_ok(),
+            "a link is not followed"
+        );
+        assert!(elsewhere.path().exists());
+        assert!(
+            other.exists(),
+            "only `cubby-run-<pid>-<n>` is a store's name"
+        );
+        drop(store);
+        fs::remove_dir(&live).unwrap();
+    }
+
+    #[test]
+    fn staged_bytes_settle_together_and_unsettled_ones_leave_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let a = store.stage(&mut &b"one"[..], 10).unwrap();
+        let b = store.stage(&mut &b"two"[..], 10).unwrap();
+        let again = store.stage(&mut &b"one"[..], 10).unwrap();
+        let dropped = store.stage(&mut &b"three"[..], 10).unwrap();
+        assert!(
+            walk(&dir.path().join("sha256")).is_empty(),
+            "nothing named yet"
+        );
+        assert_eq!(fs::read_dir(dir.path().join("tmp")).unwrap().count(), 4);
+        drop(dropped);
+        let shas: Vec<String> = store
+            .settle_all(vec![a, b, again])
+            .into_iter()
+            .map(|r| r.unwrap().sha256)
+            .collect();
+        assert_eq!(shas[0], shas[2]);
+        for (sha, bytes) in [(&shas[0], &b"one"[..]), (&shas[1], &b"two"[..])] {
+            assert_eq!(fs::read(store.path_of(sha).unwrap()).unwrap(), bytes);
+        }
+        assert_eq!(walk(&dir.path().join("sha256")).len(), 2);
+        assert_eq!(fs::read_dir(dir.path().join("tmp")).unwrap().count(), 0);
+    }
+
+    #[test]
+    fn blobs_unused_for_a_week_or_past_the_cap_are_collected() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let now = SystemTime::now();
+        let day = Duration::from_secs(24 * 3600);
+        let put = |bytes: &[u8], used: SystemTime| {
+            let s = store.put(&mut &bytes[..], 1 << 20).unwrap();
+            let path = store.path_of(&s.sha256).unwrap();
+            File::open(&path).unwrap().set_modified(used).unwrap();
+            path
+        };
+        let stale = put(b"unused for eight days", now - 8 * day);
+        let recent = put(b"used yesterday", now - day);
+        // Storing equal bytes again, and reading, are uses.
+        let again = put(b"stored again", now - 8 * day);
+        store.put(&mut &b"stored again"[..], 100).unwrap();
+        let read = put(b"read again", now - 8 * day);
+        let sha = store.put(&mut &b"read again"[..], 100).unwrap().sha256;
+        File::open(&read)
+            .unwrap()
+            .set_modified(now - 8 * day)
+            .unwrap();
+        drop(store.open_blob(&sha).unwrap());
+        let gc = store.collect_garbage(now);
+        assert_eq!((gc.removed, gc.kept), (1, 3), "{gc:?}");
+        assert!(!stale.exists());
+        assert!(recent.exists() && again.exists() && read.exists());
+        // Over a cap: the least recently used beyond the grace go first,
+        // down to the cap, never one used within the grace.
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let hour = Duration::from_secs(3600);
+        let put = |byte: u8, used: SystemTime| {
+            let s = store.put(&mut &[byte; 100][..], 100).unwrap();
+            let path = store.path_of(&s.sha256).unwrap();
+            File::open(&path).unwrap().set_modified(used).unwrap();
+            path
+        };
+        let oldest = put(1, now - 3 * hour);
+        let older = put(2, now - 2 * hour);
+        let fresh = put(3, now - hour / 6);
+        let gc = store.collect_with(now, STORE_MAX_AGE, 150, hour);
+        assert_eq!((gc.removed, gc.freed), (2, 200), "{gc:?}");
+        assert!(!oldest.exists() && !older.exists() && fresh.exists());
+        let gc = store.collect_with(now, STORE_MAX_AGE, 50, hour);
+        assert_eq!(gc.removed, 0, "within the grace: {gc:?}");
+        assert!(fresh.exists());
+    }
+
+    #[test]
+    fn a_store_is_collected_when_opened_at_most_once_an_interval() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let s = store.put(&mut &b"old"[..], 10).unwrap();
+        let path = store.path_of(&s.sha256).unwrap();
+        let long_ago = SystemTime::now() - 2 * STORE_MAX_AGE;
+        File::open(&path).unwrap().set_modified(long_ago).unwrap();
+        // Collected at the first open already (the stamp is recent).
+        drop(Store::open(dir.path()).unwrap());
+        assert!(path.exists(), "collected again within the interval");
+        let stamp = dir.path().join(GC_STAMP);
+        File::open(&stamp)
+            .unwrap()
+            .set_modified(SystemTime::now() - 2 * GC_INTERVAL)
+            .unwrap();
+        drop(Store::open(dir.path()).unwrap());
+        assert!(!path.exists(), "not collected once the interval passed");
     }
 
     fn walk(dir: &Path) -> Vec<PathBuf> {

@@ -19,7 +19,7 @@ pub(crate) mod publish;
 mod read;
 pub(crate) mod run;
 mod search;
-mod skill;
+pub(crate) mod skill;
 mod source;
 mod view;
 mod walk;
@@ -142,6 +142,11 @@ pub(crate) struct RunState {
     /// while a `run` decides to remove it: a command never starts with a
     /// directory being removed.
     pub(crate) output_lock: Mutex<()>,
+    /// The files of the output directory collected so far, with the stamp
+    /// (inode, size, mtime, ctime) they had when read: a later collection
+    /// skips a file whose stamp is the same (unchanged: any write moves its
+    /// ctime), and reads again one that changed.
+    pub(crate) collected: Mutex<HashMap<WorkspacePath, publish::Stamp>>,
 }
 
 /// Random bytes in the name of a run's output directory.
@@ -171,6 +176,7 @@ impl RunState {
             artifacts: crate::artifact::Artifacts::new(store, crate::artifact::Budget::default()),
             output: Mutex::new(None),
             output_lock: Mutex::new(()),
+            collected: Mutex::default(),
         }
     }
 

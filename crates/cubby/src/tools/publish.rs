@@ -4,11 +4,13 @@
 //! `$CUBBY_OUTPUT_DIR`.
 //!
 //! ```text
-//! publish_file(path)      metadata → size ≤ 25 MB → read (bounded) →
+//! read_for_publishing     metadata → size ≤ 25 MB → read (bounded) →
 //!                         no secret in name, bytes or the compressed streams
-//!                         they hold (artifact::inflate) → Artifacts::publish
+//!                         they hold (artifact::inflate)
 //! collect(dir)            walk ≤ depth 4, regular files only (links, FIFOs,
-//!                         devices listed as skipped) → publish_file each
+//!                         devices listed as skipped) → each read so,
+//!                         queued in one Batch → finish
+//!                         (one flush for all bytes, one for all names)
 //! attachments(published)  Artifact(FileRef) [+ Image, re-encoded as view_file does]
 //! ```
 
@@ -16,6 +18,7 @@ use crate::artifact::{Artifacts, FileRef, Publish, Published};
 use crate::error::{Error, ErrorKind, Result};
 use crate::output::{Attachment, Redactor};
 use crate::path::WorkspacePath;
+use crate::sandbox::Metadata;
 use crate::sandbox::{EntryKind, FileSystem};
 
 /// The variable naming the run's output directory in every command.
@@ -110,8 +113,8 @@ fn image_of(artifacts: &Artifacts, file: &FileRef) -> Option<crate::output::Imag
         .map(|shown| shown.data)
 }
 
-/// Publishes the file at `path` of the sandbox under its own name (or
-/// `name`), its `path` in the FileRef.
+/// The publication of the file at `path` of the sandbox under its own name
+/// (or `name`), its `path` in the FileRef, and its bytes, read once.
 ///
 /// # Errors
 ///
@@ -119,15 +122,13 @@ fn image_of(artifacts: &Artifacts, file: &FileRef) -> Option<crate::output::Imag
 /// file system says of a link, a special file or a directory;
 /// `denied` when its name or bytes hold a registered secret, also inside
 /// a compressed stream (an artifact leaves unredacted: nothing secret is
-/// handed out), `limit` when those streams cannot be checked; as
-/// [`Artifacts::publish`].
-pub(crate) fn publish_file(
+/// handed out), `limit` when those streams cannot be checked.
+fn read_for_publishing(
     fs: &dyn FileSystem,
     redactor: &Redactor,
-    artifacts: &Artifacts,
     path: &WorkspacePath,
     name: Option<&str>,
-) -> Result<Published> {
+) -> Result<(Publish, Vec<u8>)> {
     let meta = fs.metadata(path)?;
     if meta.kind != EntryKind::File {
         return Err(Error::invalid_input(format!(
@@ -162,14 +163,14 @@ pub(crate) fn publish_file(
     let bytes = fs.read_to_vec(path, crate::artifact::MAX_ARTIFACT_BYTES)?;
     // In its bytes, or inside a compressed stream of them (R4-1).
     crate::artifact::inflate::refuse_secret(redactor, &format!("`{path}`"), &bytes)?;
-    artifacts.publish_bytes(
-        &Publish {
+    Ok((
+        Publish {
             name,
             media_type: None,
             path: Some(path.display()),
         },
-        &bytes,
-    )
+        bytes,
+    ))
 }
 
 /// What one collection of an output directory found.
@@ -207,16 +208,33 @@ impl Collected {
     }
 }
 
+/// What says a file did not change: inode, size, mtime and ctime (which
+/// every write moves, and no one can set).
+pub(crate) type Stamp = (u64, u64, i128, i128);
+
+fn stamp(m: &Metadata) -> Stamp {
+    (m.ino, m.size, m.mtime_ns, m.ctime_ns)
+}
+
 /// Collects the output directory `dir`: every regular file at most
 /// [`MAX_OUTPUT_DEPTH`] deep is published (once per name and bytes);
-/// links, FIFOs, sockets and devices are skipped unopened and listed.
+/// links, FIFOs, sockets and devices are skipped unopened and listed. The
+/// files are published as one [`crate::artifact::Batch`]: made durable
+/// together at the end, not with two `fsync`s each. A file an earlier
+/// collection of the run read, unchanged since (its [`Stamp`]), is not
+/// read again: it counts as known.
 pub(crate) fn collect(
     fs: &dyn FileSystem,
     redactor: &Redactor,
-    artifacts: &Artifacts,
+    run: &super::RunState,
     dir: &WorkspacePath,
 ) -> Collected {
+    let artifacts = run.artifacts();
+    let mut seen_before = crate::sync::lock(&run.collected);
     let mut found = Collected::default();
+    let mut batch = artifacts.batch();
+    // The path and stamp of each queued publication, in order.
+    let mut queued: Vec<(WorkspacePath, Option<Stamp>)> = Vec::new();
     let mut seen = 0usize;
     let mut stack = vec![(dir.clone(), 1usize)];
     while let Some((at, depth)) = stack.pop() {
@@ -246,7 +264,9 @@ pub(crate) fn collect(
                 EntryKind::Special => found
                     .skipped
                     .push((shown, "a FIFO, socket or device (never opened)".into())),
-                EntryKind::File if artifacts.usage().1 >= crate::artifact::MAX_RUN_ARTIFACTS => {
+                EntryKind::File
+                    if artifacts.slots_taken() >= crate::artifact::MAX_RUN_ARTIFACTS =>
+                {
                     found.skipped.push((
                         shown,
                         format!(
@@ -255,14 +275,41 @@ pub(crate) fn collect(
                         ),
                     ));
                 }
-                EntryKind::File => match publish_file(fs, redactor, artifacts, &path, None) {
-                    Ok(p) if p.new => found.published.push(p),
-                    Ok(_) => found.known += 1,
-                    Err(e) => found
-                        .skipped
-                        .push((shown, format!("{}: {}", e.kind().as_str(), e.message()))),
-                },
+                EntryKind::File => {
+                    // Taken before the read: a change during it shows next time.
+                    let before = fs.metadata(&path).ok().map(|m| stamp(&m));
+                    if before.is_some() && seen_before.get(&path) == before.as_ref() {
+                        found.known += 1;
+                        continue;
+                    }
+                    let queue = read_for_publishing(fs, redactor, &path, None)
+                        .and_then(|(request, bytes)| batch.publish_bytes(&request, &bytes));
+                    match queue {
+                        Ok(()) => queued.push((path, before)),
+                        Err(e) => found
+                            .skipped
+                            .push((shown, format!("{}: {}", e.kind().as_str(), e.message()))),
+                    }
+                }
             }
+        }
+    }
+    for ((path, before), published) in queued.into_iter().zip(batch.finish()) {
+        match published {
+            Ok(p) => {
+                if let Some(before) = before {
+                    seen_before.insert(path, before);
+                }
+                if p.new {
+                    found.published.push(p);
+                } else {
+                    found.known += 1;
+                }
+            }
+            Err(e) => found.skipped.push((
+                path.display(),
+                format!("{}: {}", e.kind().as_str(), e.message()),
+            )),
         }
     }
     found

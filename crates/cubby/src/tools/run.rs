@@ -263,7 +263,7 @@ impl Tool for Run {
             text.push('\n');
         }
         let collected = ctx.run.made_output_dir(ctx.fs).map(|dir| {
-            let found = super::publish::collect(ctx.fs, ctx.redactor, ctx.run.artifacts(), &dir);
+            let found = super::publish::collect(ctx.fs, ctx.redactor, ctx.run, &dir);
             // A background process may still write there.
             let _output = crate::sync::lock(&ctx.run.output_lock);
             let live = ctx

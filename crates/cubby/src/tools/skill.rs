@@ -343,14 +343,15 @@ fn one_skill(ctx: &Ctx<'_>, skill: &skills::Skill) -> ToolOutput<Output> {
     ToolOutput::ok(text.trim_end().to_string(), out)
 }
 
-/// One file of `skill`, read as `read_file` reads it.
-fn read_one_file(
-    ctx: &Ctx<'_>,
+/// The workspace path of file `file` of `skill`: a path inside the skill's
+/// directory (no absolute path, no `..` out of it) that its file list
+/// names, and a plain file now (no second hard link, which may lie outside
+/// the workspace).
+fn listed_path(
+    fs: &dyn crate::sandbox::FileSystem,
     skill: &skills::Skill,
     file: &str,
-    offset: Option<u64>,
-    limit: Option<u64>,
-) -> Result<ToolOutput<Output>> {
+) -> Result<WorkspacePath> {
     let shown = || crate::output::truncate_for_message(file);
     // `file` is a path of its own, rooted at the skill's directory: no
     // absolute path, no `..` out of it.
@@ -391,7 +392,7 @@ fn read_one_file(
     };
     let path = WorkspacePath::parse(&format!("{}/{}", skill.dir.display(), listed.path))?;
     // Checked again now: the file may have been replaced since discovery.
-    let m = ctx.fs.metadata(&path)?;
+    let m = fs.metadata(&path)?;
     if m.nlink > 1 {
         return Err(Error::new(
             ErrorKind::Denied,
@@ -403,6 +404,34 @@ fn read_one_file(
             ),
         ));
     }
+    Ok(path)
+}
+
+/// The bytes of file `file` of `skill` (as [`listed_path`] finds it),
+/// through the confined file system and the policy's read rules, at most
+/// `max` bytes (`too_large` naming both beyond): what the MCP skills
+/// extension serves through `resources/read`.
+pub(crate) fn read_skill_bytes(
+    fs: &dyn crate::sandbox::FileSystem,
+    policy: &crate::policy::Policy,
+    skill: &skills::Skill,
+    file: &str,
+    max: u64,
+) -> Result<Vec<u8>> {
+    let path = listed_path(fs, skill, file)?;
+    policy.check_read(&path)?;
+    fs.read_to_vec(&path, max)
+}
+
+/// One file of `skill`, read as `read_file` reads it.
+fn read_one_file(
+    ctx: &Ctx<'_>,
+    skill: &skills::Skill,
+    file: &str,
+    offset: Option<u64>,
+    limit: Option<u64>,
+) -> Result<ToolOutput<Output>> {
+    let path = listed_path(ctx.fs, skill, file)?;
     let read = ReadFile::call(
         ctx,
         read::Params {

@@ -284,3 +284,75 @@ fn a_run_that_leaves_nothing_there_leaves_no_output_dir() {
     assert!(out.text.contains("there"), "{}", out.text);
     assert!(!r.root.join(".cubby").exists());
 }
+
+/// The command of `start_process` that leaves `late.txt` in the output
+/// directory after the last `run` (written beside it, then renamed in:
+/// whole when it appears), then stays running.
+const LEAVES_LATE: &str = "printf 'late bytes' > \"$CUBBY_OUTPUT_DIR/../late.tmp\" && \
+     mv \"$CUBBY_OUTPUT_DIR/../late.tmp\" \"$CUBBY_OUTPUT_DIR/late.txt\" && exec sleep 600";
+
+/// Waits (a minute at most) until a file named `name` is in an output
+/// directory of the workspace at `root`.
+fn wait_for_output(root: &std::path::Path, name: &str) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let found = std::fs::read_dir(root.join(".cubby/output"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .any(|run| run.path().join(name).is_file());
+        if found {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{name} never appeared in the output directory"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
+/// SPEC §5.1: `$CUBBY_OUTPUT_DIR` is collected after each `run` *and when
+/// the run ends*: what a background process leaves there after the last
+/// `run` becomes an artifact of the run — by `Toolset::end` (its FileRefs
+/// returned, in the run's list, once), and by the drop of the last clone
+/// of a run never ended — its bytes in the store, the process stopped.
+#[test]
+fn what_a_background_process_leaves_is_collected_when_the_run_ends() {
+    let sha = sha256_hex(b"late bytes");
+    for by_drop in [false, true] {
+        let r = Run::new();
+        let t = r.toolset();
+        ok(
+            &t,
+            "start_process",
+            json!({"name": "late", "command": LEAVES_LATE}),
+        );
+        wait_for_output(&r.root, "late.txt");
+        assert!(t.artifacts().list().is_empty());
+        if by_drop {
+            drop(t);
+        } else {
+            let end = t.end();
+            assert!(t.has_ended());
+            assert_eq!(end.published.len(), 1, "{end:?}");
+            let file = &end.published[0];
+            assert_eq!(file.name, "late.txt");
+            assert_eq!(file.sha256, sha);
+            assert_eq!(t.artifacts().list(), end.published);
+            assert!(
+                t.processes()
+                    .list()
+                    .iter()
+                    .all(|p| p.status() != cubby::process::Status::Running),
+                "the run's end stops its processes"
+            );
+            assert_eq!(t.end(), cubby::RunEnd::default(), "a run ends once");
+            // A later run of the workspace is seeded with it.
+            let next = r.toolset();
+            let seeded = next.seed(std::slice::from_ref(file)).unwrap();
+            assert_eq!(seeded[0].sha256, sha);
+        }
+        assert_eq!(r.blob(&sha), b"late bytes");
+    }
+}

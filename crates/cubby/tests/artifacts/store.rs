@@ -24,7 +24,7 @@ fn runs_publish_into_the_state_dir_and_see_only_their_own_artifacts() {
     let state = tempfile::tempdir().unwrap();
     let state_dir = state.path().join("state");
     let (_dir, ws) = workspace(Some(state_dir.to_str().unwrap().to_string()));
-    assert_eq!(ws.state_dir(), state_dir);
+    assert_eq!(ws.state_dir(), Some(state_dir.as_path()));
     let factory = ws.factory(false).unwrap();
     let first = factory().unwrap();
     let second = factory().unwrap();
@@ -78,19 +78,47 @@ fn a_state_dir_inside_the_workspace_or_relative_is_refused() {
     assert!(e.message().contains("state_dir"), "{e}");
 }
 
+/// Without a `state_dir`, the runs of a workspace share a store of the
+/// workspace's own in the temporary directory (`$TMPDIR`), made at the
+/// first publication and removed when the workspace and its runs are
+/// dropped: nothing is left behind in the temporary directory.
 #[test]
-fn the_default_state_dir_is_the_users_in_the_temp_dir() {
-    let host = HostEnv::default().with("TMPDIR", "/var/tmp/x");
-    let uid = rustix::process::getuid().as_raw();
+fn without_a_state_dir_the_store_is_the_workspaces_own_and_goes_with_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let host = HostEnv::capture().with("TMPDIR", tmp.path());
+    assert_eq!(cubby::artifact::temp_dir(&host), tmp.path());
     assert_eq!(
-        cubby::artifact::default_state_dir(&host),
-        std::path::PathBuf::from(format!("/var/tmp/x/cubby-state-{uid}"))
+        cubby::artifact::temp_dir(&HostEnv::default()),
+        std::path::PathBuf::from("/tmp")
     );
-    let (_dir, ws) = workspace(None);
-    assert_eq!(
-        ws.state_dir(),
-        std::path::PathBuf::from(format!("/tmp/cubby-state-{uid}"))
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    let config = Config {
+        provider: Some(ProviderKind::Local),
+        ..Config::default()
+    };
+    let ws = Workspace::from_config(&root, &config, None, &host).unwrap();
+    assert_eq!(ws.state_dir(), None);
+    let factory = ws.factory(false).unwrap();
+    let first = factory().unwrap();
+    let out = first.call(
+        "run",
+        json!({"command": "echo hi > \"$CUBBY_OUTPUT_DIR/hi.txt\""}),
     );
+    assert!(!out.is_error, "{}", out.text);
+    let file = out.artifacts()[0].clone();
+    let made: Vec<_> = std::fs::read_dir(tmp.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    assert_eq!(made.len(), 1, "{made:?}");
+    assert!(made[0].starts_with("cubby-run-"), "{made:?}");
+    // The run is gone; a later run of the workspace still finds the bytes.
+    drop(first);
+    let second = factory().unwrap();
+    assert_eq!(second.seed(&[file]).unwrap().len(), 1);
+    drop((second, factory, ws));
+    assert_eq!(std::fs::read_dir(tmp.path()).unwrap().count(), 0);
 }
 
 /// On `linux` commands write `$CUBBY_OUTPUT_DIR` (in the workspace) and
@@ -182,7 +210,7 @@ fn a_state_dir_is_checked_as_it_resolves_not_as_it_is_written() {
     let linked = base.join("to-home");
     std::os::unix::fs::symlink(&away_path, &linked).unwrap();
     let ws = open(linked.join("state").display().to_string()).unwrap();
-    assert_eq!(ws.state_dir(), away_path.join("state"));
+    assert_eq!(ws.state_dir(), Some(away_path.join("state").as_path()));
     assert!(
         ws.policy()
             .host_deny_read()
@@ -304,11 +332,12 @@ fn other_user() -> (u32, u32) {
 }
 
 /// Red-team 4, R4-9 (b) and (c), as an unprivileged user in a shared,
-/// sticky temporary directory: another user squats
-/// `<tmp>/cubby-state-<uid>` (every artifact failed `internal`, and cubby
-/// made `artifacts/` inside the squatter's directory), and the library's
-/// default store failed for every user but root (`<tmp> is not a
-/// directory of this user`) and stayed behind when the process exited.
+/// sticky temporary directory: another user squats the names of the
+/// user's stores there (the default name then failed every artifact with
+/// `internal`, and cubby made `artifacts/` inside the squatter's
+/// directory); the library's and the workspace's default store (a private
+/// one) failed for every user but root (`<tmp> is not a directory of this
+/// user`) and stayed behind when the process exited without dropping it.
 #[test]
 fn the_stores_of_an_unprivileged_user_survive_a_squat_and_leave_nothing() {
     use std::os::unix::fs::PermissionsExt as _;
@@ -332,11 +361,27 @@ fn the_stores_of_an_unprivileged_user_survive_a_squat_and_leave_nothing() {
         .tempdir()
         .unwrap();
     std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o1777)).unwrap();
-    // The squat: another user's directory at the victim's default name.
-    let squat = tmp.path().join(format!("cubby-state-{uid}"));
-    std::fs::create_dir(&squat).unwrap();
-    std::fs::set_permissions(&squat, std::fs::Permissions::from_mode(0o777)).unwrap();
-    std::os::unix::fs::chown(&squat, Some(65534), Some(65534)).unwrap();
+    // The squats, by another user (nobody), writable by all: a chosen
+    // `state_dir`, and the names the next processes' private stores would
+    // have had were they `cubby-run-<pid>-<n>`.
+    let squat = |name: &str| {
+        let path = tmp.path().join(name);
+        std::fs::create_dir(&path).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o777)).unwrap();
+        std::os::unix::fs::chown(&path, Some(65534), Some(65534)).unwrap();
+        name.to_string()
+    };
+    let mut squats = vec![squat("chosen-state")];
+    let last: u32 = std::fs::read_to_string("/proc/sys/kernel/ns_last_pid")
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    for pid in last + 1..last + 2000 {
+        for n in 0..2 {
+            squats.push(squat(&format!("cubby-run-{pid}-{n}")));
+        }
+    }
     let run_as_other = |forget: bool| {
         let mut child = std::process::Command::new(&bin);
         child
@@ -372,7 +417,7 @@ fn the_stores_of_an_unprivileged_user_survive_a_squat_and_leave_nothing() {
         let mut names: Vec<String> = std::fs::read_dir(tmp.path())
             .unwrap()
             .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-            .filter(|n| *n != format!("cubby-state-{uid}"))
+            .filter(|n| !squats.contains(n))
             .collect();
         names.sort();
         names
@@ -387,48 +432,70 @@ fn the_stores_of_an_unprivileged_user_survive_a_squat_and_leave_nothing() {
         Vec::<String>::new(),
         "left behind in the shared tmp"
     );
-    // Nothing was made inside the squatter's directory.
-    assert_eq!(std::fs::read_dir(&squat).unwrap().count(), 0);
+    // Nothing was made inside a squatter's directory.
+    for name in &squats {
+        assert_eq!(
+            std::fs::read_dir(tmp.path().join(name)).unwrap().count(),
+            0,
+            "{name}"
+        );
+    }
 }
 
 /// Run by [`the_stores_of_an_unprivileged_user_survive_a_squat_and_leave_nothing`]
-/// as that user (ignored otherwise: it needs the squat that test makes).
+/// as that user (ignored otherwise: it needs the squats that test makes).
 #[test]
 #[ignore = "run as another user by the_stores_of_an_unprivileged_user_survive_a_squat_and_leave_nothing"]
 fn stores_as_an_unprivileged_user() {
     let tmp = std::path::PathBuf::from(std::env::var_os(SHARED_TMP_ENV).unwrap());
     let host = HostEnv::default().with("TMPDIR", tmp.to_str().unwrap());
     let publish = |t: &cubby::Toolset, name: &str| {
-        let published = t
-            .artifacts()
-            .publish_bytes(
-                &Publish {
-                    name: name.into(),
-                    ..Publish::default()
-                },
-                b"rows\n",
-            )
-            .unwrap_or_else(|e| panic!("{name}: {e}"));
-        let (_, bytes) = t.read_artifact(&published.file.uri, 1000).unwrap();
-        assert_eq!(bytes, b"rows\n");
+        t.artifacts().publish_bytes(
+            &Publish {
+                name: name.into(),
+                ..Publish::default()
+            },
+            b"rows\n",
+        )
     };
-    // (b) The workspace's default store, squatted: a private one instead.
     let dir = tempfile::tempdir_in(&tmp).unwrap();
     let root = dir.path().canonicalize().unwrap();
+    // A chosen state_dir another user holds: a clear error naming it.
+    let config = Config {
+        provider: Some(ProviderKind::Virtual),
+        state_dir: Some(tmp.join("chosen-state").to_str().unwrap().to_string()),
+        ..Config::default()
+    };
+    let ws = Workspace::from_config(&root, &config, None, &host).unwrap();
+    let session = ws.factory(false).unwrap()().unwrap();
+    let e = publish(&session, "report.csv").unwrap_err();
+    assert!(
+        e.message().contains("chosen-state belongs to uid 65534")
+            && e.message().contains("choose another `state_dir`"),
+        "{e}"
+    );
+    drop(session);
+    drop(ws);
+    // (b) The workspace's default store, a private one (its names are not
+    // the squatted ones).
     let config = Config {
         provider: Some(ProviderKind::Virtual),
         ..Config::default()
     };
     let ws = Workspace::from_config(&root, &config, None, &host).unwrap();
     let session = ws.factory(false).unwrap()().unwrap();
-    publish(&session, "report.csv");
+    let published = publish(&session, "report.csv").unwrap();
+    let (_, bytes) = session.read_artifact(&published.file.uri, 1000).unwrap();
+    assert_eq!(bytes, b"rows\n");
     // (c) A library toolset's default store (no store given).
     let library = cubby::Toolset::builder(cubby::virtual_sandbox(cubby::MemoryFs::new()))
         .host_env(host.clone())
         .track_changes(false)
         .build()
         .unwrap();
-    publish(&library, "made.csv");
+    let published = publish(&library, "made.csv").unwrap();
+    let (_, bytes) = library.read_artifact(&published.file.uri, 1000).unwrap();
+    assert_eq!(bytes, b"rows\n");
     drop(dir);
     if std::env::var_os(FORGET_ENV).is_some() {
         std::mem::forget(session);
