@@ -150,7 +150,8 @@ pub struct RunEnd {
     /// what the run's commands (a background process of `start_process`,
     /// say) left there after its last `run`.
     pub published: Vec<FileRef>,
-    /// What that collection skipped, each as `path: why`.
+    /// What that collection skipped, each as `path: why` (the first 20,
+    /// then a line counting the rest).
     pub skipped: Vec<String>,
 }
 
@@ -169,20 +170,16 @@ impl Inner {
         };
         let found = crate::tools::publish::collect(fs, &self.redactor, &self.run, &dir);
         self.run.tidy_output_dir(fs, &dir);
-        if !found.published.is_empty() || !found.skipped.is_empty() {
+        if !found.is_empty() {
             tracing::debug!(
                 "the run's end collected {} artifact(s) from its output directory, skipped {}",
                 found.published.len(),
-                found.skipped.len()
+                found.skipped.len() + found.skipped_more
             );
         }
         RunEnd {
             published: found.published.iter().map(|p| p.file.clone()).collect(),
-            skipped: found
-                .skipped
-                .iter()
-                .map(|(path, why)| format!("{path}: {why}"))
-                .collect(),
+            skipped: found.skipped_lines(),
         }
     }
 }

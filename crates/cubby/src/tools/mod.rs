@@ -147,6 +147,10 @@ pub(crate) struct RunState {
     /// skips a file whose stamp is the same (unchanged: any write moves its
     /// ctime), and reads again one that changed.
     pub(crate) collected: Mutex<HashMap<WorkspacePath, publish::Stamp>>,
+    /// The files of the output directory refused for what they hold (a
+    /// secret, streams that cannot be checked, too large), with the stamp
+    /// they had and why: not read again while unchanged (R4-5).
+    pub(crate) refused: Mutex<HashMap<WorkspacePath, (publish::Stamp, String)>>,
 }
 
 /// Random bytes in the name of a run's output directory.
@@ -177,6 +181,7 @@ impl RunState {
             output: Mutex::new(None),
             output_lock: Mutex::new(()),
             collected: Mutex::default(),
+            refused: Mutex::default(),
         }
     }
 

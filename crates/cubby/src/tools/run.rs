@@ -68,7 +68,9 @@ pub struct Output {
     /// Artifacts the command left in `$CUBBY_OUTPUT_DIR`, new in this call.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub artifacts: Vec<crate::artifact::FileRef>,
-    /// Files in `$CUBBY_OUTPUT_DIR` that were not published, with why.
+    /// Files in `$CUBBY_OUTPUT_DIR` that were not published, with why: the
+    /// first 20, then a line counting the rest (and one when the walk
+    /// stopped at its bound of entries or time).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub skipped: Vec<String>,
 }
@@ -278,7 +280,7 @@ impl Tool for Run {
         });
         let collected = collected.unwrap_or_default();
         let mut attachments = Vec::new();
-        if !collected.published.is_empty() || !collected.skipped.is_empty() {
+        if !collected.is_empty() {
             text.push_str(&format!("{}:", super::publish::OUTPUT_DIR_ENV));
             text.push_str(&collected.render());
             text.push('\n');
@@ -299,11 +301,7 @@ impl Tool for Run {
                 output_bytes,
                 cut_bytes,
                 artifacts: collected.published.iter().map(|p| p.file.clone()).collect(),
-                skipped: collected
-                    .skipped
-                    .iter()
-                    .map(|(path, why)| format!("{path}: {why}"))
-                    .collect(),
+                skipped: collected.skipped_lines(),
             },
         );
         out.attachments = attachments;
