@@ -370,6 +370,7 @@ fn files_past_the_budget_are_refused_unread_and_the_walk_stops_at_its_cap() {
     let r = Run::new();
     let t = r.toolset();
     // The oracle: within the budget, a sparse file is read and published.
+    let started = std::time::Instant::now();
     let out = ok(
         &t,
         "run",
@@ -377,6 +378,11 @@ fn files_past_the_budget_are_refused_unread_and_the_walk_stops_at_its_cap() {
             head -c 24000000 /dev/urandom > r$i; done && truncate -s 24000000 sparse0"}),
     );
     assert_eq!(artifacts_of(&out).len(), 4, "{}", out.text);
+    eprintln!(
+        "R4-5: 3 × 24 MB random + one 24 MB sparse file written and collected (each scanned \
+         for compressed secrets): {:?}",
+        started.elapsed()
+    );
     // 200 sparse files of 24.9 MB: 5 GB to read the old way, each time.
     let started = std::time::Instant::now();
     let out = ok(
@@ -403,6 +409,7 @@ fn files_past_the_budget_are_refused_unread_and_the_walk_stops_at_its_cap() {
     let again = ok(&t, "run", json!({"command": "true"}));
     let second = started.elapsed();
     assert!(artifacts_of(&again).is_empty());
+    eprintln!("R4-5: 200 sparse files past the budget: the run {first:?}, the next run {second:?}");
     // Reading 5 GB of zeros takes seconds; looking at 200 sizes does not.
     assert!(
         first < std::time::Duration::from_secs(8) && second < std::time::Duration::from_secs(4),
