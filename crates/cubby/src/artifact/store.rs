@@ -329,9 +329,22 @@ impl Store {
                 .create(above)
                 .map_err(|e| internal("create", above, &e).message().to_string())?;
         }
-        let squatted = match own_dir(state)? {
-            None => own_dir(dir)?,
-            Some(why) => Some(why),
+        // A shared temporary directory (sticky, root's or the user's, as
+        // `/tmp` is) holding the store directly: only the store's own
+        // directory must be the user's.
+        let shared_tmp = fs::symlink_metadata(state).is_ok_and(|m| {
+            use std::os::unix::fs::MetadataExt as _;
+            m.file_type().is_dir()
+                && m.mode() & 0o1000 != 0
+                && (m.uid() == 0 || m.uid() == rustix::process::getuid().as_raw())
+        });
+        let squatted = if shared_tmp {
+            own_dir(dir)?
+        } else {
+            match own_dir(state)? {
+                None => own_dir(dir)?,
+                Some(why) => Some(why),
+            }
         };
         let Some(why) = squatted else {
             return Ok(Made {
@@ -812,7 +825,7 @@ mod tests {
         std::os::unix::fs::symlink(dir.path().join("elsewhere"), dir.path().join("link")).unwrap();
         let linked = Store::lazy(&dir.path().join("link"));
         let e = linked.put(&mut &b"x"[..], 1).unwrap_err();
-        assert!(e.message().contains("not a directory of this user"), "{e}");
+        assert!(e.message().contains("link is not a directory"), "{e}");
         assert!(walk(&dir.path().join("elsewhere")).is_empty());
     }
 
