@@ -134,7 +134,17 @@ impl Server {
 }
 
 impl Drop for Server {
+    /// EOF (the session ends, its store is removed), a kill only if the
+    /// server does not exit within 30 s.
     fn drop(&mut self) {
+        drop(self.stdin.take());
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }

@@ -62,7 +62,7 @@ fn malformed(count: usize) -> Vec<Vec<u8>> {
 
 struct StdioServer {
     child: Child,
-    stdin: std::process::ChildStdin,
+    stdin: Option<std::process::ChildStdin>,
     lines: mpsc::Receiver<String>,
 }
 
@@ -99,14 +99,15 @@ impl StdioServer {
         });
         StdioServer {
             child,
-            stdin,
+            stdin: Some(stdin),
             lines: rx,
         }
     }
 
     fn send(&mut self, bytes: &[u8]) {
-        self.stdin.write_all(bytes).unwrap();
-        self.stdin.write_all(b"\n").unwrap();
+        let stdin = self.stdin.as_mut().unwrap();
+        stdin.write_all(bytes).unwrap();
+        stdin.write_all(b"\n").unwrap();
     }
 
     /// Waits for the response with this id, returning it and every other
@@ -129,8 +130,22 @@ impl StdioServer {
     }
 }
 
+/// How long a server may take to end its session after EOF before it is
+/// killed (a killed server leaves its private artifact store behind).
+const EXIT_WAIT: Duration = Duration::from_secs(30);
+
 impl Drop for StdioServer {
+    /// EOF (the session ends, its store is removed), a kill only if the
+    /// server does not exit.
     fn drop(&mut self) {
+        drop(self.stdin.take());
+        let deadline = Instant::now() + EXIT_WAIT;
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }

@@ -271,33 +271,35 @@ fn a_read_over_its_limit_names_the_size_and_the_limit() {
 fn a_batch_records_nothing_before_it_finishes_and_counts_equal_bytes_once() {
     let (dir, artifacts) = run(Budget {
         file_bytes: 100,
-        run_bytes: 150,
+        run_bytes: 250,
         count: 10,
     });
     let mut batch = artifacts.batch();
     batch.publish_bytes(&named("a.bin"), &[1; 100]).unwrap();
-    // The same bytes again: counted once (200 bytes would not fit).
+    // The same bytes again: their reservation goes back once they are
+    // known (counted once), so a third file still fits.
     batch.publish_bytes(&named("b.bin"), &[1; 100]).unwrap();
-    let e = batch.publish_bytes(&named("c.bin"), &[2; 100]).unwrap_err();
+    batch.publish_bytes(&named("c.bin"), &[2; 100]).unwrap();
+    let e = batch.publish_bytes(&named("d.bin"), &[3; 100]).unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Limit, "{e}");
     assert!(artifacts.list().is_empty(), "recorded before it is durable");
     assert_eq!(blobs(dir.path()), 0, "named before it is durable");
-    assert_eq!(artifacts.slots_taken(), 2);
+    assert_eq!(artifacts.slots_taken(), 3);
     let done: Vec<Published> = batch.finish().into_iter().map(|r| r.unwrap()).collect();
-    assert_eq!(done.len(), 2);
+    assert_eq!(done.len(), 3);
     assert!(done.iter().all(|p| p.new));
     assert_eq!(done[0].file.sha256, hex(&[1; 100]));
     assert_eq!(done[1].file.sha256, done[0].file.sha256);
-    assert_eq!(artifacts.usage(), (100, 2));
-    assert_eq!(blobs(dir.path()), 1);
+    assert_eq!(artifacts.usage(), (200, 3));
+    assert_eq!(blobs(dir.path()), 2);
     // Dropped unfinished: the reservation goes back, nothing is kept.
     let mut batch = artifacts.batch();
-    batch.publish_bytes(&named("d.bin"), &[3; 50]).unwrap();
-    assert_eq!(artifacts.slots_taken(), 3);
+    batch.publish_bytes(&named("e.bin"), &[4; 50]).unwrap();
+    assert_eq!(artifacts.slots_taken(), 4);
     drop(batch);
-    assert_eq!(artifacts.usage(), (100, 2));
-    assert_eq!(artifacts.slots_taken(), 2);
-    assert_eq!(blobs(dir.path()), 1);
+    assert_eq!(artifacts.usage(), (200, 3));
+    assert_eq!(artifacts.slots_taken(), 3);
+    assert_eq!(blobs(dir.path()), 2);
     assert_eq!(
         std::fs::read_dir(dir.path().join("tmp")).unwrap().count(),
         0
