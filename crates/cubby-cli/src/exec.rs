@@ -71,6 +71,7 @@ pub fn run(
         cwd,
         env,
         stdin: true,
+        output_dir: None,
     };
     let child = match sandbox.exec_attached(&spec) {
         Ok(child) => child,

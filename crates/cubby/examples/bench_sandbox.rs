@@ -42,6 +42,7 @@ fn exec_wait(sandbox: &dyn Sandbox, argv: &[&str]) {
         cwd: WorkspacePath::root(),
         env: cubby::sandbox::CommandEnv::default().build(std::env::vars_os(), false),
         stdin: false,
+        output_dir: None,
     };
     let spawned = sandbox.exec(&spec).unwrap();
     drop(spawned.output);

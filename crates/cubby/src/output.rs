@@ -261,6 +261,13 @@ impl Redactor {
             .is_some_and(|inner| inner.automaton.is_match(b))
     }
 
+    /// The length of the longest secret value, in bytes (0 when none): a
+    /// window this long less one, kept across chunks, lets a scan of a
+    /// stream find a value cut between two chunks.
+    pub fn longest(&self) -> usize {
+        self.inner.as_ref().map_or(0, |inner| inner.max_len)
+    }
+
     /// Redacts a whole string.
     pub fn redact_str(&self, s: &str) -> String {
         match &self.inner {

@@ -1040,6 +1040,7 @@ mod contract_tests {
             cwd: crate::path::WorkspacePath::root(),
             env: Vec::new(),
             stdin,
+            output_dir: None,
         }
     }
 

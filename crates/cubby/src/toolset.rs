@@ -152,7 +152,8 @@ pub struct RunEnd {
     /// what the run's commands (a background process of `start_process`,
     /// say) left there after its last `run`.
     pub published: Vec<FileRef>,
-    /// What that collection skipped, each as `path: why`.
+    /// What that collection skipped, each as `path: why` (the first 20,
+    /// then a line counting the rest).
     pub skipped: Vec<String>,
 }
 
@@ -165,26 +166,22 @@ impl Inner {
             return RunEnd::default();
         }
         self.procs.stop_all();
-        let Some(dir) = self.run.made_output_dir() else {
+        let fs = self.sandbox.fs();
+        let Some(dir) = self.run.made_output_dir(fs) else {
             return RunEnd::default();
         };
-        let fs = self.sandbox.fs();
         let found = crate::tools::publish::collect(fs, &self.redactor, &self.run, &dir);
-        crate::tools::publish::tidy(fs, &dir);
-        if !found.published.is_empty() || !found.skipped.is_empty() {
+        self.run.tidy_output_dir(fs, &dir);
+        if !found.is_empty() {
             tracing::debug!(
                 "the run's end collected {} artifact(s) from its output directory, skipped {}",
                 found.published.len(),
-                found.skipped.len()
+                found.skipped.len() + found.skipped_more
             );
         }
         RunEnd {
             published: found.published.iter().map(|p| p.file.clone()).collect(),
-            skipped: found
-                .skipped
-                .iter()
-                .map(|(path, why)| format!("{path}: {why}"))
-                .collect(),
+            skipped: found.skipped_lines(),
         }
     }
 }
@@ -243,17 +240,29 @@ impl Toolset {
     ///
     /// `invalid_input` for a malformed URI; `not_found` for an artifact of
     /// another run or an unknown digest; `too_large` naming the size and
-    /// the limit; `denied` when the bytes hold a registered secret (an
+    /// the limit; `denied` when the bytes hold a registered secret, also
+    /// inside a compressed stream, or hold streams too large to check (an
     /// artifact leaves unredacted, so it does not leave at all).
     pub fn read_artifact(&self, uri: &str, max: u64) -> Result<(FileRef, Vec<u8>)> {
         let artifacts = self.artifacts();
         let file = artifacts.resolve(uri)?;
         let bytes = artifacts.read(&file, max)?;
-        if self.inner.redactor.finds(&bytes) {
-            return Err(Error::denied(format!(
-                "artifact {} holds a secret's value; artifacts are not redacted, so it is not served",
-                crate::path::escape_name(file.name.as_bytes())
-            )));
+        match crate::artifact::inflate::find_secret(&self.inner.redactor, &bytes) {
+            Ok(None) => {}
+            Ok(Some(_)) => {
+                return Err(Error::denied(format!(
+                    "artifact {} holds a secret's value (in its bytes or in compressed data); \
+                     artifacts are not redacted, so it is not served",
+                    crate::path::escape_name(file.name.as_bytes())
+                )));
+            }
+            Err(e) => {
+                return Err(Error::denied(format!(
+                    "artifact {} is not served: {}, so it cannot be checked for secrets",
+                    crate::path::escape_name(file.name.as_bytes()),
+                    e.message()
+                )));
+            }
         }
         Ok((file, bytes))
     }

@@ -90,9 +90,17 @@ impl Workspace {
             }),
             None => None,
         };
+        // Checked as the kernel will resolve them (R4-8: `/tmp/../x` passed
+        // the `/tmp` check lexically, and a link in the way moved it).
+        let state_dir = state_dir
+            .map(|dir| resolve_dir(&dir, "state_dir"))
+            .transpose()?;
         let store = match &state_dir {
             Some(dir) => Store::lazy(&dir.join(ARTIFACTS_DIR)),
-            None => Store::private(&crate::artifact::temp_dir(host)),
+            None => Store::private(&resolve_dir(
+                &crate::artifact::temp_dir(host),
+                "the temporary directory (TMPDIR)",
+            )?),
         };
         let store_dir = store.dir().to_path_buf();
         if store_dir.starts_with(root) {
@@ -308,4 +316,44 @@ fn relative_to(path: &Path, root: &Path) -> Option<String> {
     let rel = path.strip_prefix(root).ok()?;
     let rel = rel.to_str()?;
     (!rel.is_empty()).then(|| rel.to_string())
+}
+
+/// `dir` (`what`: `state_dir`, or the temporary directory) as the kernel
+/// resolves it: refused when it holds `..`; its deepest existing ancestor
+/// canonicalized (links resolved), the rest appended (made later, by the
+/// store, without following links).
+///
+/// # Errors
+///
+/// `invalid_input` for a `..` or a relative path; `invalid_input` naming
+/// the path when an existing ancestor cannot be resolved.
+fn resolve_dir(dir: &Path, what: &str) -> Result<PathBuf> {
+    if !dir.is_absolute()
+        || dir
+            .components()
+            .any(|c| matches!(c, std::path::Component::ParentDir))
+    {
+        return Err(Error::invalid_input(format!(
+            "{what} {} must be an absolute path without `..`; give the directory itself",
+            dir.display()
+        )));
+    }
+    let mut existing = dir.to_path_buf();
+    let mut rest = Vec::new();
+    while std::fs::symlink_metadata(&existing).is_err() {
+        let Some(name) = existing.file_name().map(std::ffi::OsStr::to_os_string) else {
+            break;
+        };
+        rest.push(name);
+        existing.pop();
+    }
+    let mut resolved = existing.canonicalize().map_err(|e| {
+        Error::invalid_input(format!(
+            "{what} {}: cannot resolve {}: {e}; give a directory that can be reached",
+            dir.display(),
+            existing.display()
+        ))
+    })?;
+    resolved.extend(rest.iter().rev());
+    Ok(resolved)
 }

@@ -22,6 +22,7 @@
 //!   commit     ─ same name + same bytes: the earlier FileRef; name taken: `name (2).ext`
 //! ```
 
+pub mod inflate;
 pub mod media;
 pub mod name;
 pub mod store;

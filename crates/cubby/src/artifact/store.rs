@@ -28,7 +28,7 @@ const CHUNK_BYTES: usize = 64 * 1024;
 /// Temporary files of this process: `<pid>.<n>`.
 static NEXT_TEMP: AtomicU64 = AtomicU64::new(0);
 
-/// The name of a private store's directory: `cubby-run-<pid>-<n>`.
+/// The name of a private store's directory: `cubby-run-<pid>-<random>`.
 const PRIVATE_PREFIX: &str = "cubby-run-";
 
 /// A blob not stored, published again or read for this long is removed
@@ -63,21 +63,48 @@ pub struct Stored {
     pub tail: Vec<u8>,
 }
 
+/// Random bytes in the name of a private store's directory.
+const PRIVATE_RANDOM_BYTES: usize = 8;
+
+/// Attempts at a private directory whose name is free.
+const PRIVATE_TRIES: usize = 8;
+
+/// How a store's directory is had.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    /// A directory the user chose (`state_dir`): refused when another
+    /// user's, with an error that says what to do.
+    Chosen,
+    /// One run's, made fresh and removed when dropped.
+    Private,
+}
+
 /// A content-addressed store in a directory of the host.
 #[derive(Debug)]
 pub struct Store {
+    /// The directory asked for (for a private store: the temporary
+    /// directory it is made in).
     dir: PathBuf,
     /// Made once, at the first write (or at [`Store::open`]): the
-    /// directories exist, are the user's and not links; `Err` holds why not.
-    ready: OnceLock<std::result::Result<(), String>>,
-    /// A store of one run ([`Store::private`]): removed when dropped.
+    /// directory the store is in — its directories exist, are the user's,
+    /// not links and not writable by others; `Err` holds why not.
+    ready: OnceLock<std::result::Result<Made, String>>,
+    kind: Kind,
+}
+
+#[derive(Clone, Debug)]
+struct Made {
+    dir: PathBuf,
+    /// Removed with everything in it when the store is dropped.
     private: bool,
 }
 
 impl Drop for Store {
     fn drop(&mut self) {
-        if self.private && self.ready.get().is_some() {
-            let _ = fs::remove_dir_all(&self.dir);
+        if let Some(Ok(made)) = self.ready.get()
+            && made.private
+        {
+            let _ = fs::remove_dir_all(&made.dir);
         }
     }
 }
@@ -104,13 +131,112 @@ pub fn is_digest(s: &str) -> bool {
     s.len() == 64 && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
 }
 
+/// `n` random bytes from `/dev/urandom`, in hex.
+pub(crate) fn random_hex(n: usize) -> std::io::Result<String> {
+    let mut random = vec![0u8; n];
+    File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut random))?;
+    Ok(random.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// Why `path` is not a directory this user may keep a store in: not a
+/// directory (a link included), another user's, or writable by others.
+fn not_owned(path: &Path, meta: &fs::Metadata) -> Option<String> {
+    use std::os::unix::fs::MetadataExt as _;
+    let uid = rustix::process::getuid().as_raw();
+    if !meta.file_type().is_dir() {
+        return Some(format!(
+            "{} is not a directory (a link or a file)",
+            path.display()
+        ));
+    }
+    if meta.uid() != uid {
+        return Some(format!(
+            "{} belongs to uid {}, not to this user (uid {uid})",
+            path.display(),
+            meta.uid()
+        ));
+    }
+    if meta.mode() & 0o022 != 0 {
+        return Some(format!(
+            "{} is writable by other users (mode {:o})",
+            path.display(),
+            meta.mode() & 0o7777
+        ));
+    }
+    None
+}
+
+/// Makes `path` (mode 0700, only it: its parent must exist) or takes the
+/// one there when it is this user's own: `Ok(None)`; `Ok(Some(why))` when
+/// it exists and is not (nothing is made in it).
+fn own_dir(path: &Path) -> std::result::Result<Option<String>, String> {
+    match fs::DirBuilder::new().mode(0o700).create(path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(internal("create", path, &e).message().to_string()),
+    }
+    let meta = fs::symlink_metadata(path)
+        .map_err(|e| internal("inspect", path, &e).message().to_string())?;
+    Ok(not_owned(path, &meta))
+}
+
+/// Makes a new directory `<prefix><pid>-<random>` in `tmp`, mode 0700,
+/// that no one had before (a name taken is passed over), after removing
+/// the ones of this user whose process is gone (a process that exited
+/// without dropping its store left them).
+fn fresh_dir(tmp: &Path, prefix: &str) -> std::result::Result<PathBuf, String> {
+    sweep_dead(tmp, prefix);
+    for _ in 0..PRIVATE_TRIES {
+        let random = random_hex(PRIVATE_RANDOM_BYTES)
+            .map_err(|e| format!("artifact store: no random bytes: {e}"))?;
+        let dir = tmp.join(format!("{prefix}{}-{random}", std::process::id()));
+        match fs::DirBuilder::new().mode(0o700).create(&dir) {
+            Ok(()) => return Ok(dir),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(internal("create", &dir, &e).message().to_string()),
+        }
+    }
+    Err(format!(
+        "artifact store: no free name for a private store in {} after {PRIVATE_TRIES} tries",
+        tmp.display()
+    ))
+}
+
+/// Removes the directories `<prefix><pid>-…` in `tmp` that are this user's
+/// and whose process is gone.
+fn sweep_dead(tmp: &Path, prefix: &str) {
+    let Ok(entries) = fs::read_dir(tmp) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let pid = name
+            .to_str()
+            .and_then(|n| n.strip_prefix(prefix))
+            .and_then(|rest| rest.split_once('-'))
+            .filter(|(_, tail)| !tail.is_empty())
+            .and_then(|(p, _)| p.parse::<i32>().ok());
+        let Some(pid) = pid else {
+            continue;
+        };
+        if pid_alive(pid) {
+            continue;
+        }
+        let path = entry.path();
+        if fs::symlink_metadata(&path).is_ok_and(|m| not_owned(&path, &m).is_none()) {
+            let _ = fs::remove_dir_all(&path);
+        }
+    }
+}
+
 impl Store {
     /// Opens (creating it, mode 0700) the store in `dir`, and removes the
     /// temporary files that processes no longer running left there.
     ///
     /// # Errors
     ///
-    /// `internal` when the directories cannot be made.
+    /// `internal` when the directories cannot be made, or are another
+    /// user's or writable by others.
     pub fn open(dir: &Path) -> Result<Store> {
         let store = Store::lazy(dir);
         store.ready()?;
@@ -124,79 +250,117 @@ impl Store {
         Store {
             dir: dir.to_path_buf(),
             ready: OnceLock::new(),
-            private: false,
+            kind: Kind::Chosen,
         }
     }
 
-    /// A store of its own, in `tmp` (`cubby-run-<pid>-<n>`): made at the
-    /// first write, removed with everything in it when the store is dropped
-    /// (the run, or the workspace, ends). When it is made, the private
-    /// stores in `tmp` of this user's processes that are gone (killed
-    /// before they could remove theirs) are removed.
+    /// A store of its own for one run, in `tmp`
+    /// (`cubby-run-<pid>-<random>`, a name no one had): made at the first
+    /// write, removed with everything in it when the store is dropped (the
+    /// run ends). Only the store's directory must be the user's (`tmp` is
+    /// shared); those of this user's processes that are gone are removed
+    /// when another is made.
     pub fn private(tmp: &Path) -> Store {
-        let n = NEXT_TEMP.fetch_add(1, Ordering::Relaxed);
         Store {
-            dir: tmp.join(format!("{PRIVATE_PREFIX}{}-{n}", std::process::id())),
+            dir: tmp.to_path_buf(),
             ready: OnceLock::new(),
-            private: true,
+            kind: Kind::Private,
         }
     }
 
-    /// The directory the store is in.
+    /// The directory the store is in (for a private store not yet made:
+    /// the directory it will be made in).
     pub fn dir(&self) -> &Path {
-        &self.dir
+        match self.ready.get() {
+            Some(Ok(made)) => &made.dir,
+            _ => &self.dir,
+        }
     }
 
     /// True for a store of its own ([`Store::private`]), removed when dropped.
     pub fn is_private(&self) -> bool {
-        self.private
+        self.kind == Kind::Private
     }
 
     /// Makes the directories once (mode 0700), refusing a store directory
-    /// or a parent of it that is a link or another user's, and sweeps.
-    fn ready(&self) -> Result<()> {
+    /// or a parent of it that is a link, another user's or writable by
+    /// others — before anything is made inside it — and sweeps.
+    fn ready(&self) -> Result<&Path> {
         let made = self.ready.get_or_init(|| {
-            let dir = &self.dir;
-            let make = |path: &Path| {
-                fs::DirBuilder::new()
-                    .recursive(true)
-                    .mode(0o700)
-                    .create(path)
-                    .map_err(|e| internal("create", path, &e).message().to_string())
-            };
-            make(dir)?;
-            let uid = rustix::process::getuid().as_raw();
-            for path in std::iter::once(dir.as_path()).chain(dir.parent()) {
-                let meta = fs::symlink_metadata(path)
-                    .map_err(|e| internal("inspect", path, &e).message().to_string())?;
-                if !meta.is_dir() || std::os::unix::fs::MetadataExt::uid(&meta) != uid {
-                    return Err(format!(
-                        "artifact store: {} is not a directory of this user (uid {uid}); \
-                         remove it or choose another `state_dir`",
-                        path.display()
-                    ));
-                }
-            }
+            let made = self.make()?;
+            let dir = &made.dir;
             fs::set_permissions(dir, fs::Permissions::from_mode(0o700))
                 .map_err(|e| internal("set the mode of", dir, &e).message().to_string())?;
             for sub in ["sha256", "tmp"] {
-                make(&dir.join(sub))?;
+                let path = dir.join(sub);
+                match own_dir(&path)? {
+                    None => {}
+                    Some(why) => return Err(format!("artifact store: {why}")),
+                }
             }
-            self.sweep();
-            if self.private {
-                self.sweep_private();
+            Self::sweep(&made.dir);
+            if made.private {
+                sweep_dead(dir.parent().unwrap_or(dir), PRIVATE_PREFIX);
             } else {
                 self.collect_if_due(SystemTime::now());
             }
-            Ok(())
+            Ok(made)
         });
-        made.clone()
-            .map_err(|why| Error::new(ErrorKind::Internal, why))
+        match made {
+            Ok(made) => Ok(&made.dir),
+            Err(why) => Err(Error::new(ErrorKind::Internal, why.clone())),
+        }
+    }
+
+    /// The store's directory, made or checked as its kind says.
+    fn make(&self) -> std::result::Result<Made, String> {
+        let dir = &self.dir;
+        if self.kind == Kind::Private {
+            return fresh_dir(dir, PRIVATE_PREFIX).map(|dir| Made { dir, private: true });
+        }
+        // `<state>/artifacts`: the state directory's own parents are the
+        // user's to make (`~/.local/state`); the state directory and the
+        // store are checked before anything is made in them.
+        let state = dir.parent().unwrap_or(dir);
+        if let Some(above) = state.parent() {
+            fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(above)
+                .map_err(|e| internal("create", above, &e).message().to_string())?;
+        }
+        // A shared temporary directory (sticky, root's or the user's, as
+        // `/tmp` is) holding the store directly: only the store's own
+        // directory must be the user's.
+        let shared_tmp = fs::symlink_metadata(state).is_ok_and(|m| {
+            use std::os::unix::fs::MetadataExt as _;
+            m.file_type().is_dir()
+                && m.mode() & 0o1000 != 0
+                && (m.uid() == 0 || m.uid() == rustix::process::getuid().as_raw())
+        });
+        let squatted = if shared_tmp {
+            own_dir(dir)?
+        } else {
+            match own_dir(state)? {
+                None => own_dir(dir)?,
+                Some(why) => Some(why),
+            }
+        };
+        let Some(why) = squatted else {
+            return Ok(Made {
+                dir: dir.clone(),
+                private: false,
+            });
+        };
+        Err(format!(
+            "artifact store: {why}; another user may have made it. Remove it (as its owner, or \
+             root) or choose another `state_dir`"
+        ))
     }
 
     /// Removes temporary files whose process is gone.
-    fn sweep(&self) {
-        let Ok(entries) = fs::read_dir(self.dir.join("tmp")) else {
+    fn sweep(dir: &Path) {
+        let Ok(entries) = fs::read_dir(dir.join("tmp")) else {
             return;
         };
         for entry in entries.flatten() {
@@ -207,38 +371,6 @@ impl Store {
                 .and_then(|p| p.parse::<i32>().ok());
             if !pid.is_some_and(pid_alive) {
                 let _ = fs::remove_file(entry.path());
-            }
-        }
-    }
-
-    /// Removes the private stores beside this one whose process is gone:
-    /// directories of this user named `cubby-run-<pid>-<n>` (never a link,
-    /// never another user's).
-    fn sweep_private(&self) {
-        let Some(tmp) = self.dir.parent() else {
-            return;
-        };
-        let Ok(entries) = fs::read_dir(tmp) else {
-            return;
-        };
-        let uid = rustix::process::getuid().as_raw();
-        for entry in entries.flatten() {
-            let name = entry.file_name();
-            let pid = name
-                .to_str()
-                .and_then(|n| n.strip_prefix(PRIVATE_PREFIX))
-                .and_then(|rest| rest.split_once('-'))
-                .filter(|(_, n)| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
-                .and_then(|(pid, _)| pid.parse::<i32>().ok());
-            let Some(pid) = pid else { continue };
-            if pid_alive(pid) {
-                continue;
-            }
-            let path = entry.path();
-            let mine = fs::symlink_metadata(&path)
-                .is_ok_and(|m| m.is_dir() && std::os::unix::fs::MetadataExt::uid(&m) == uid);
-            if mine {
-                let _ = fs::remove_dir_all(&path);
             }
         }
     }
@@ -297,7 +429,7 @@ impl Store {
         grace: Duration,
     ) -> Collection {
         let mut blobs: Vec<(SystemTime, u64, PathBuf)> = Vec::new();
-        let Ok(prefixes) = fs::read_dir(self.dir.join("sha256")) else {
+        let Ok(prefixes) = fs::read_dir(self.dir().join("sha256")) else {
             return Collection::default();
         };
         for prefix in prefixes.flatten() {
@@ -346,7 +478,7 @@ impl Store {
                 "an artifact digest is 64 lower-case hex digits",
             ));
         }
-        Ok(self.dir.join("sha256").join(&sha256[..2]).join(sha256))
+        Ok(self.dir().join("sha256").join(&sha256[..2]).join(sha256))
     }
 
     /// Opens the blob of `sha256` for reading.
@@ -397,12 +529,9 @@ impl Store {
     ///
     /// As [`Store::put`].
     pub fn stage(&self, reader: &mut dyn Read, max: u64) -> Result<Staged> {
-        self.ready()?;
+        let dir = self.ready()?;
         let n = NEXT_TEMP.fetch_add(1, Ordering::Relaxed);
-        let temp = self
-            .dir
-            .join("tmp")
-            .join(format!("{}.{n}", std::process::id()));
+        let temp = dir.join("tmp").join(format!("{}.{n}", std::process::id()));
         let mut file = OpenOptions::new()
             .write(true)
             .create_new(true)
@@ -435,9 +564,9 @@ impl Store {
             return Vec::new();
         }
         let flush = || {
-            File::open(&self.dir)
+            File::open(self.dir())
                 .and_then(|d| rustix::fs::syncfs(&d).map_err(std::io::Error::from))
-                .map_err(|e| internal("flush the file system of", &self.dir, &e))
+                .map_err(|e| internal("flush the file system of", self.dir(), &e))
         };
         if let Err(e) = flush() {
             return staged.iter().map(|_| Err(e.clone())).collect();
@@ -527,7 +656,7 @@ impl Store {
     /// directory (else the caller flushes).
     fn settle(&self, temp: &Path, stored: Stored, durable: bool) -> Result<Stored> {
         let target = self.path_of(&stored.sha256)?;
-        let parent = target.parent().unwrap_or(&self.dir).to_path_buf();
+        let parent = target.parent().unwrap_or(self.dir()).to_path_buf();
         fs::create_dir_all(&parent).map_err(|e| internal("create", &parent, &e))?;
         // Held already: marked used now (a collection by another process
         // keeps it), and the copy dropped; gone meanwhile: this copy takes
@@ -668,9 +797,10 @@ mod tests {
     fn a_private_store_is_gone_when_dropped() {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::private(dir.path());
-        let made = store.dir().to_path_buf();
-        assert!(!made.exists());
+        assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 0);
         store.put(&mut &b"x"[..], 1).unwrap();
+        let made = store.dir().to_path_buf();
+        assert!(made.starts_with(dir.path()) && made != dir.path());
         assert!(made.join("sha256").exists());
         drop(store);
         assert!(!made.exists());
@@ -695,7 +825,7 @@ mod tests {
         std::os::unix::fs::symlink(dir.path().join("elsewhere"), dir.path().join("link")).unwrap();
         let linked = Store::lazy(&dir.path().join("link"));
         let e = linked.put(&mut &b"x"[..], 1).unwrap_err();
-        assert!(e.message().contains("not a directory of this user"), "{e}");
+        assert!(e.message().contains("link is not a directory"), "{e}");
         assert!(walk(&dir.path().join("elsewhere")).is_empty());
     }
 

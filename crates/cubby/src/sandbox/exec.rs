@@ -59,6 +59,11 @@ pub struct ExecSpec {
     /// [`exec_attached`](super::Sandbox::exec_attached), whose command reads
     /// this process's stdin.
     pub stdin: bool,
+    /// The run's own output directory (`$CUBBY_OUTPUT_DIR`), when it has
+    /// one: the `linux` provider binds it writable and the rest of
+    /// `.cubby/output` read-only, so that no other session's command
+    /// writes there (red-team 4, R4-7).
+    pub output_dir: Option<WorkspacePath>,
 }
 
 /// How a command ended, as cubby reports it.

@@ -111,6 +111,16 @@ pub trait FileSystem: Send + Sync {
     /// The entries of a directory, sorted by name, without `.` and `..`.
     fn read_dir(&self, path: &WorkspacePath) -> Result<Vec<DirEntry>>;
 
+    /// At most `max` entries of the directory at `path` (in no set order
+    /// when there are more), and whether there are more: a listing that
+    /// stops at its bound instead of holding every entry first.
+    fn read_dir_bounded(&self, path: &WorkspacePath, max: usize) -> Result<(Vec<DirEntry>, bool)> {
+        let mut entries = self.read_dir(path)?;
+        let more = entries.len() > max;
+        entries.truncate(max);
+        Ok((entries, more))
+    }
+
     /// Replaces (or creates) `path` with `content` atomically, creating
     /// missing parent directories. An existing file keeps its mode bits.
     fn write_atomic(&self, path: &WorkspacePath, content: &[u8]) -> Result<()>;
@@ -167,6 +177,9 @@ impl<T: FileSystem + ?Sized> FileSystem for Arc<T> {
     }
     fn read_dir(&self, path: &WorkspacePath) -> Result<Vec<DirEntry>> {
         (**self).read_dir(path)
+    }
+    fn read_dir_bounded(&self, path: &WorkspacePath, max: usize) -> Result<(Vec<DirEntry>, bool)> {
+        (**self).read_dir_bounded(path, max)
     }
     fn write_atomic(&self, path: &WorkspacePath, content: &[u8]) -> Result<()> {
         (**self).write_atomic(path, content)

@@ -337,18 +337,28 @@ impl ToolContext<'_> {
     /// # Errors
     ///
     /// `invalid_input` for a bad name or a declared type the bytes do not
-    /// have; `denied` when the name or the bytes hold a registered secret
-    /// (an artifact leaves unredacted, so nothing secret is published);
-    /// `limit` over the budget; `internal` when the store fails.
+    /// have; `denied` when the name or the bytes hold a registered secret,
+    /// also inside a compressed stream (an artifact leaves unredacted, so
+    /// nothing secret is published); `limit` over the budget or when those
+    /// streams cannot be checked; `internal` when the store fails.
     pub fn publish(&self, name: &str, media_type: Option<&str>, bytes: &[u8]) -> Result<FileRef> {
         let redactor = self.ctx.redactor;
-        if redactor.finds(name.as_bytes()) || redactor.finds(bytes) {
+        if redactor.finds(name.as_bytes()) {
             return Err(Error::denied(format!(
-                "{} would publish a secret's value (in the name or the bytes of an artifact); \
+                "{} would publish a secret's value (in the name of an artifact); \
                  artifacts leave unredacted, so it is not published",
                 self.tool
             )));
         }
+        crate::artifact::inflate::refuse_secret(
+            redactor,
+            &format!(
+                "the artifact {} of {}",
+                crate::path::escape_name(name.as_bytes()),
+                self.tool
+            ),
+            bytes,
+        )?;
         let request = Publish {
             name: name.to_string(),
             media_type: media_type.map(str::to_string),

@@ -100,6 +100,7 @@ impl Tool for EditFile {
             )));
         }
         ctx.policy.check_write(&path)?;
+        super::publish::refuse_output_write(&path)?;
         let Some(_meta) = guard_overwrite(ctx, &path)? else {
             return Err(Error::new(
                 ErrorKind::NotFound,

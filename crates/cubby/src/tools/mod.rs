@@ -133,10 +133,11 @@ pub(crate) struct RunState {
     pub(crate) baseline: Option<Arc<Baseline>>,
     /// The run's artifacts (SPEC §5.1), over the workspace's store.
     artifacts: crate::artifact::Artifacts,
-    /// The run's id (its output directory's name).
-    id: String,
-    /// True once a command was given `$CUBBY_OUTPUT_DIR`.
-    output_used: std::sync::atomic::AtomicBool,
+    /// The run's output directory while it exists: its name (128 random
+    /// bits, hex) and the inode this run made it with. A name is used for
+    /// one directory only: once tidied away, the next command gets a new
+    /// one (R4-7: a name another session saw cannot be made again for it).
+    output: Mutex<Option<(String, u64)>>,
     /// Held while a command is given the output directory and started, and
     /// while a `run` decides to remove it: a command never starts with a
     /// directory being removed.
@@ -146,10 +147,25 @@ pub(crate) struct RunState {
     /// skips a file whose stamp is the same (unchanged: any write moves its
     /// ctime), and reads again one that changed.
     pub(crate) collected: Mutex<HashMap<WorkspacePath, publish::Stamp>>,
+    /// The files of the output directory refused for what they hold (a
+    /// secret, streams that cannot be checked, too large), with the stamp
+    /// they had and why: not read again while unchanged (R4-5).
+    pub(crate) refused: Mutex<HashMap<WorkspacePath, (publish::Stamp, String)>>,
 }
 
-/// Runs of this process so far (part of each run's id).
-static RUNS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+/// Random bytes in the name of a run's output directory.
+const OUTPUT_NAME_RANDOM_BYTES: usize = 16;
+
+/// Attempts at a fresh output directory before a run goes without one.
+const OUTPUT_NAME_TRIES: usize = 4;
+
+/// A new output directory name: [`OUTPUT_NAME_RANDOM_BYTES`] from
+/// `/dev/urandom`, in hex (unguessable by another session).
+fn random_output_name() -> Option<String> {
+    crate::artifact::store::random_hex(OUTPUT_NAME_RANDOM_BYTES)
+        .map_err(|e| tracing::warn!("no random bytes for an output directory: {e}"))
+        .ok()
+}
 
 impl RunState {
     /// A fresh run, with an optional `changes` baseline, publishing into
@@ -162,45 +178,78 @@ impl RunState {
             reads: Mutex::default(),
             baseline,
             artifacts: crate::artifact::Artifacts::new(store, crate::artifact::Budget::default()),
-            id: format!(
-                "{}-{}",
-                std::process::id(),
-                RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-            ),
-            output_used: std::sync::atomic::AtomicBool::new(false),
+            output: Mutex::new(None),
             output_lock: Mutex::new(()),
             collected: Mutex::default(),
+            refused: Mutex::default(),
         }
     }
 
-    /// The run's output directory (`.cubby/output/<run id>`), made (again)
-    /// before each command where the policy lets the tools write it;
-    /// `None` where it cannot be.
+    /// The run's output directory (`.cubby/output/<name>`), where the
+    /// policy lets the tools write it; `None` where it cannot be. The one
+    /// this run made when it is still there (the same inode), else a new
+    /// one: a fresh random name, made by this run and empty — a directory
+    /// that exists already under a new name was planted, and another name
+    /// is drawn.
     pub(crate) fn output_dir(&self, fs: &dyn FileSystem, policy: &Policy) -> Option<WorkspacePath> {
         if policy.mode() == crate::config::Mode::ReadOnly {
             return None;
         }
-        let dir = WorkspacePath::parse(&format!("{}/{}", publish::OUTPUT_ROOT, self.id)).ok()?;
-        policy.check_write(&dir).ok()?;
-        match fs.create_dir_all(&dir) {
-            Ok(()) => {
-                self.output_used
-                    .store(true, std::sync::atomic::Ordering::Relaxed);
-                Some(dir)
-            }
-            Err(e) => {
-                tracing::debug!("no output directory for this run: {e}");
-                None
-            }
+        let at =
+            |name: &str| WorkspacePath::parse(&format!("{}/{name}", publish::OUTPUT_ROOT)).ok();
+        let mut output = crate::sync::lock(&self.output);
+        if let Some((name, ino)) = output.as_ref()
+            && let Some(dir) = at(name)
+            && fs
+                .metadata(&dir)
+                .is_ok_and(|m| m.kind == crate::sandbox::EntryKind::Dir && m.ino == *ino)
+        {
+            return Some(dir);
         }
+        *output = None;
+        for _ in 0..OUTPUT_NAME_TRIES {
+            let name = random_output_name()?;
+            let dir = at(&name)?;
+            policy.check_write(&dir).ok()?;
+            if fs.metadata(&dir).is_ok() {
+                tracing::warn!(
+                    "output directory {dir} exists before this run made it; drawing another"
+                );
+                continue;
+            }
+            if let Err(e) = fs.create_dir_all(&dir) {
+                tracing::debug!("no output directory for this run: {e}");
+                return None;
+            }
+            let made = fs.metadata(&dir).ok()?;
+            if made.kind != crate::sandbox::EntryKind::Dir
+                || !fs.read_dir(&dir).is_ok_and(|e| e.is_empty())
+            {
+                continue;
+            }
+            *output = Some((name, made.ino));
+            return Some(dir);
+        }
+        None
     }
 
-    /// The output directory when a command of the run was given it.
-    pub(crate) fn made_output_dir(&self) -> Option<WorkspacePath> {
-        if !self.output_used.load(std::sync::atomic::Ordering::Relaxed) {
-            return None;
+    /// The output directory when a command of the run was given it (and
+    /// it is still the one the run made).
+    pub(crate) fn made_output_dir(&self, fs: &dyn FileSystem) -> Option<WorkspacePath> {
+        let output = crate::sync::lock(&self.output);
+        let (name, ino) = output.as_ref()?;
+        let dir = WorkspacePath::parse(&format!("{}/{name}", publish::OUTPUT_ROOT)).ok()?;
+        fs.metadata(&dir)
+            .is_ok_and(|m| m.kind == crate::sandbox::EntryKind::Dir && m.ino == *ino)
+            .then_some(dir)
+    }
+
+    /// Removes the output directory `dir` when it is empty (and the empty
+    /// directories above it); once removed, its name is not used again.
+    pub(crate) fn tidy_output_dir(&self, fs: &dyn FileSystem, dir: &WorkspacePath) {
+        if publish::tidy(fs, dir) {
+            *crate::sync::lock(&self.output) = None;
         }
-        WorkspacePath::parse(&format!("{}/{}", publish::OUTPUT_ROOT, self.id)).ok()
     }
 
     /// The run's artifacts: publish with [`crate::artifact::Artifacts::publish`]

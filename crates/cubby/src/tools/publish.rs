@@ -5,7 +5,8 @@
 //!
 //! ```text
 //! read_for_publishing     metadata → size ≤ 25 MB → read (bounded) →
-//!                         no secret in name or bytes
+//!                         no secret in name, bytes or the compressed streams
+//!                         they hold (artifact::inflate)
 //! collect(dir)            walk ≤ depth 4, regular files only (links, FIFOs,
 //!                         devices listed as skipped) → each read so,
 //!                         queued in one Batch → finish
@@ -32,11 +33,34 @@ pub const OUTPUT_ROOT: &str = ".cubby/output";
 pub const MAX_OUTPUT_DEPTH: usize = 4;
 
 /// Most directory entries one collection looks at (past it, the rest are
-/// skipped with `limit`).
+/// not read: one line says so).
 pub const MAX_OUTPUT_ENTRIES: usize = 20_000;
 
-/// Most skipped files a result names one by one (the rest are counted).
+/// Most skipped files a result names one by one, in its text and its
+/// structured output (the rest are counted).
 pub const MAX_SKIPPED_NAMED: usize = 20;
+
+/// The longest one collection walks and reads; what it did not reach is
+/// collected by the next (R4-5: 400 sparse files cost 21–26 s a run).
+pub const MAX_COLLECT_TIME: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Refuses a file tool's write beneath [`OUTPUT_ROOT`]: what is there is
+/// published as the artifacts of the run whose directory it is, so only
+/// that run's commands write there (R4-7: another session's `write_file`
+/// planted a file in it).
+///
+/// # Errors
+///
+/// `denied` for a path beneath `.cubby/output`.
+pub(crate) fn refuse_output_write(path: &WorkspacePath) -> Result<()> {
+    match WorkspacePath::parse(OUTPUT_ROOT) {
+        Ok(root) if path.starts_with(&root) => Err(Error::denied(format!(
+            "`{path}` is in the runs' output directories, which only commands write (a command \
+             leaves a file in $CUBBY_OUTPUT_DIR to publish it); write elsewhere"
+        ))),
+        _ => Ok(()),
+    }
+}
 
 /// The line the model reads for an artifact: `artifact report.pdf —
 /// application/pdf, 1.2 MB, sha256:ab12cd34…, cubby://artifacts/…, in the
@@ -101,8 +125,9 @@ fn image_of(artifacts: &Artifacts, file: &FileRef) -> Option<crate::output::Imag
 ///
 /// `limit` before reading when it is over the artifact limit; what the
 /// file system says of a link, a special file or a directory;
-/// `denied` when its name or bytes hold a registered secret (an artifact
-/// leaves unredacted: nothing secret is handed out).
+/// `denied` when its name or bytes hold a registered secret, also inside
+/// a compressed stream (an artifact leaves unredacted: nothing secret is
+/// handed out), `limit` when those streams cannot be checked.
 fn read_for_publishing(
     fs: &dyn FileSystem,
     redactor: &Redactor,
@@ -141,11 +166,8 @@ fn read_for_publishing(
     // Read once, bounded: the bytes checked are the bytes stored and hashed
     // (a file rewritten meanwhile is stored as read, or refused when it grew).
     let bytes = fs.read_to_vec(path, crate::artifact::MAX_ARTIFACT_BYTES)?;
-    if redactor.finds(&bytes) {
-        return Err(Error::denied(format!(
-            "`{path}` holds a secret's value; artifacts leave unredacted, so it is not published (write a copy without it)"
-        )));
-    }
+    // In its bytes, or inside a compressed stream of them (R4-1).
+    crate::artifact::inflate::refuse_secret(redactor, &format!("`{path}`"), &bytes)?;
     Ok((
         Publish {
             name,
@@ -163,11 +185,55 @@ pub(crate) struct Collected {
     pub published: Vec<Published>,
     /// Files already published with these bytes under this name.
     pub known: usize,
-    /// What was not published: the path and why.
+    /// What was not published: the path and why, the first
+    /// [`MAX_SKIPPED_NAMED`] only (R4-5: 200,000 entries made a 58 MB
+    /// result).
     pub skipped: Vec<(String, String)>,
+    /// How many more were not published, and how many of them for `limit`.
+    pub skipped_more: usize,
+    skipped_more_limits: usize,
+    /// The walk stopped early: at [`MAX_OUTPUT_ENTRIES`] or after
+    /// [`MAX_COLLECT_TIME`] (what it did not look at is not counted).
+    pub stopped: Option<String>,
 }
 
 impl Collected {
+    /// Records that `path` was not published, and why.
+    fn skip(&mut self, path: String, why: String) {
+        if self.skipped.len() < MAX_SKIPPED_NAMED {
+            self.skipped.push((path, why));
+        } else {
+            self.skipped_more += 1;
+            if why.starts_with("limit") {
+                self.skipped_more_limits += 1;
+            }
+        }
+    }
+
+    /// True when nothing was published nor skipped.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.published.is_empty() && self.skipped.is_empty() && self.stopped.is_none()
+    }
+
+    /// What was skipped, each as `path: why`, then one line for the rest.
+    pub(crate) fn skipped_lines(&self) -> Vec<String> {
+        let mut lines: Vec<String> = self
+            .skipped
+            .iter()
+            .map(|(path, why)| format!("{path}: {why}"))
+            .collect();
+        if self.skipped_more > 0 {
+            lines.push(format!(
+                "{} more file(s) ({} of them for `limit`)",
+                self.skipped_more, self.skipped_more_limits
+            ));
+        }
+        if let Some(why) = &self.stopped {
+            lines.push(why.clone());
+        }
+        lines
+    }
+
     /// The lines of the result: one per new artifact, then what was skipped
     /// (the first [`MAX_SKIPPED_NAMED`] named, the rest counted).
     pub(crate) fn render(&self) -> String {
@@ -176,16 +242,8 @@ impl Collected {
             text.push('\n');
             text.push_str(&line(&p.file));
         }
-        for (path, why) in self.skipped.iter().take(MAX_SKIPPED_NAMED) {
-            text.push_str(&format!("\nskipped {path}: {why}"));
-        }
-        if self.skipped.len() > MAX_SKIPPED_NAMED {
-            let rest = &self.skipped[MAX_SKIPPED_NAMED..];
-            let limits = rest.iter().filter(|(_, w)| w.starts_with("limit")).count();
-            text.push_str(&format!(
-                "\nskipped {} more file(s) ({limits} of them for `limit`)",
-                rest.len()
-            ));
+        for line in self.skipped_lines() {
+            text.push_str(&format!("\nskipped {line}"));
         }
         text
     }
@@ -212,66 +270,107 @@ pub(crate) fn collect(
     run: &super::RunState,
     dir: &WorkspacePath,
 ) -> Collected {
+    let started = std::time::Instant::now();
     let artifacts = run.artifacts();
     let mut seen_before = crate::sync::lock(&run.collected);
+    let mut refused = crate::sync::lock(&run.refused);
     let mut found = Collected::default();
     let mut batch = artifacts.batch();
     // The path and stamp of each queued publication, in order.
     let mut queued: Vec<(WorkspacePath, Option<Stamp>)> = Vec::new();
     let mut seen = 0usize;
     let mut stack = vec![(dir.clone(), 1usize)];
-    while let Some((at, depth)) = stack.pop() {
-        let Ok(entries) = fs.read_dir(&at) else {
+    'walk: while let Some((at, depth)) = stack.pop() {
+        // No more entries are read than the walk may still look at.
+        let Ok((entries, more)) = fs.read_dir_bounded(&at, MAX_OUTPUT_ENTRIES - seen) else {
             continue;
         };
+        seen += entries.len();
+        if more {
+            found.stopped = Some(format!(
+                "the rest: limit: one collection looks at {MAX_OUTPUT_ENTRIES} entries (move \
+                 files out of $CUBBY_OUTPUT_DIR, or archive them as one)"
+            ));
+        }
         for entry in entries {
+            if started.elapsed() > MAX_COLLECT_TIME {
+                found.stopped = Some(format!(
+                    "the rest: limit: one collection takes at most {} s; what is left is \
+                     collected by the next run",
+                    MAX_COLLECT_TIME.as_secs()
+                ));
+                break 'walk;
+            }
             let path = at.join_name(&entry.name);
             let shown = path.display();
-            seen += 1;
-            if seen > MAX_OUTPUT_ENTRIES {
-                found.skipped.push((
-                    shown,
-                    format!("limit: one collection looks at {MAX_OUTPUT_ENTRIES} entries"),
-                ));
-                continue;
-            }
             match entry.kind {
                 EntryKind::Dir if depth < MAX_OUTPUT_DEPTH => stack.push((path, depth + 1)),
-                EntryKind::Dir => found.skipped.push((
+                EntryKind::Dir => found.skip(
                     shown,
                     format!("a directory deeper than {MAX_OUTPUT_DEPTH} levels"),
-                )),
-                EntryKind::Symlink => found
-                    .skipped
-                    .push((shown, "a symbolic link (never followed)".into())),
-                EntryKind::Special => found
-                    .skipped
-                    .push((shown, "a FIFO, socket or device (never opened)".into())),
+                ),
+                EntryKind::Symlink => found.skip(shown, "a symbolic link (never followed)".into()),
+                EntryKind::Special => {
+                    found.skip(shown, "a FIFO, socket or device (never opened)".into());
+                }
                 EntryKind::File
                     if artifacts.slots_taken() >= crate::artifact::MAX_RUN_ARTIFACTS =>
                 {
-                    found.skipped.push((
+                    found.skip(
                         shown,
                         format!(
                             "limit: this run holds {} artifacts, the most it may",
                             crate::artifact::MAX_RUN_ARTIFACTS
                         ),
-                    ));
+                    );
                 }
                 EntryKind::File => {
                     // Taken before the read: a change during it shows next time.
-                    let before = fs.metadata(&path).ok().map(|m| stamp(&m));
-                    if before.is_some() && seen_before.get(&path) == before.as_ref() {
+                    let Ok(meta) = fs.metadata(&path) else {
+                        continue;
+                    };
+                    let before = stamp(&meta);
+                    if seen_before.get(&path) == Some(&before) {
                         found.known += 1;
                         continue;
                     }
-                    let queue = read_for_publishing(fs, redactor, &path, None)
-                        .and_then(|(request, bytes)| batch.publish_bytes(&request, &bytes));
+                    // Refused before for what its bytes hold, unchanged since.
+                    if let Some((at_stamp, why)) = refused.get(&path)
+                        && *at_stamp == before
+                    {
+                        found.skip(shown, why.clone());
+                        continue;
+                    }
+                    // Over what the run can still take: refused unread (R4-5:
+                    // each file was read whole before the budget refused it).
+                    let (taken, _) = artifacts.usage();
+                    if meta.size <= crate::artifact::MAX_ARTIFACT_BYTES
+                        && taken + meta.size > crate::artifact::MAX_RUN_BYTES
+                    {
+                        found.skip(
+                            shown,
+                            format!(
+                                "limit: {} bytes do not fit in this run's artifact budget: {taken} of {} bytes are taken; publish less",
+                                meta.size,
+                                crate::artifact::MAX_RUN_BYTES
+                            ),
+                        );
+                        continue;
+                    }
+                    let read = read_for_publishing(fs, redactor, &path, None);
+                    let queue = match read {
+                        Ok((request, bytes)) => batch.publish_bytes(&request, &bytes),
+                        Err(e) => {
+                            let why = format!("{}: {}", e.kind().as_str(), e.message());
+                            refused.insert(path.clone(), (before, why));
+                            Err(e)
+                        }
+                    };
                     match queue {
-                        Ok(()) => queued.push((path, before)),
-                        Err(e) => found
-                            .skipped
-                            .push((shown, format!("{}: {}", e.kind().as_str(), e.message()))),
+                        Ok(()) => queued.push((path, Some(before))),
+                        Err(e) => {
+                            found.skip(shown, format!("{}: {}", e.kind().as_str(), e.message()));
+                        }
                     }
                 }
             }
@@ -289,10 +388,10 @@ pub(crate) fn collect(
                     found.known += 1;
                 }
             }
-            Err(e) => found.skipped.push((
+            Err(e) => found.skip(
                 path.display(),
                 format!("{}: {}", e.kind().as_str(), e.message()),
-            )),
+            ),
         }
     }
     found
@@ -301,12 +400,16 @@ pub(crate) fn collect(
 /// Removes the output directory `dir` and the empty directories above it
 /// up to the root when nothing is in them (no trace in a workspace whose
 /// commands wrote nothing there); a process still writing there keeps it.
-pub(crate) fn tidy(fs: &dyn FileSystem, dir: &WorkspacePath) {
+/// True when `dir` itself was removed.
+pub(crate) fn tidy(fs: &dyn FileSystem, dir: &WorkspacePath) -> bool {
     let mut at = dir.clone();
+    let mut removed = false;
     while !at.is_root() {
         if !matches!(fs.remove_empty_dir(&at), Ok(true)) {
             break;
         }
+        removed = true;
         at = at.parent();
     }
+    removed
 }

@@ -68,7 +68,9 @@ pub struct Output {
     /// Artifacts the command left in `$CUBBY_OUTPUT_DIR`, new in this call.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub artifacts: Vec<crate::artifact::FileRef>,
-    /// Files in `$CUBBY_OUTPUT_DIR` that were not published, with why.
+    /// Files in `$CUBBY_OUTPUT_DIR` that were not published, with why: the
+    /// first 20, then a line counting the rest (and one when the walk
+    /// stopped at its bound of entries or time).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub skipped: Vec<String>,
 }
@@ -138,10 +140,10 @@ pub(crate) fn start(
     argv.push(command.to_string());
     let mut env = ctx.exec.env.build(ctx.exec.host.vars(), true);
     let _output = crate::sync::lock(&ctx.run.output_lock);
-    if let Some(dir) = ctx
-        .run
-        .output_dir(ctx.fs, ctx.policy)
-        .and_then(|d| ctx.sandbox.command_path(&d))
+    let output_dir = ctx.run.output_dir(ctx.fs, ctx.policy);
+    if let Some(dir) = output_dir
+        .as_ref()
+        .and_then(|d| ctx.sandbox.command_path(d))
     {
         env.retain(|(name, _)| name != super::publish::OUTPUT_DIR_ENV);
         env.push((super::publish::OUTPUT_DIR_ENV.into(), dir.into_os_string()));
@@ -151,6 +153,7 @@ pub(crate) fn start(
         cwd: cwd.clone(),
         env,
         stdin,
+        output_dir,
     })?;
     // Tracked (listed as running) before the lock is let go.
     ctx.procs.track(
@@ -264,7 +267,7 @@ impl Tool for Run {
         if !text.ends_with('\n') {
             text.push('\n');
         }
-        let collected = ctx.run.made_output_dir().map(|dir| {
+        let collected = ctx.run.made_output_dir(ctx.fs).map(|dir| {
             let found = super::publish::collect(ctx.fs, ctx.redactor, ctx.run, &dir);
             // A background process may still write there.
             let _output = crate::sync::lock(&ctx.run.output_lock);
@@ -274,13 +277,13 @@ impl Tool for Run {
                 .iter()
                 .any(|p| p.status() == Status::Running);
             if !live {
-                super::publish::tidy(ctx.fs, &dir);
+                ctx.run.tidy_output_dir(ctx.fs, &dir);
             }
             found
         });
         let collected = collected.unwrap_or_default();
         let mut attachments = Vec::new();
-        if !collected.published.is_empty() || !collected.skipped.is_empty() {
+        if !collected.is_empty() {
             text.push_str(&format!("{}:", super::publish::OUTPUT_DIR_ENV));
             text.push_str(&collected.render());
             text.push('\n');
@@ -301,11 +304,7 @@ impl Tool for Run {
                 output_bytes,
                 cut_bytes,
                 artifacts: collected.published.iter().map(|p| p.file.clone()).collect(),
-                skipped: collected
-                    .skipped
-                    .iter()
-                    .map(|(path, why)| format!("{path}: {why}"))
-                    .collect(),
+                skipped: collected.skipped_lines(),
             },
         );
         out.attachments = attachments;

@@ -549,23 +549,82 @@ pub(super) fn shown_image(
     })
 }
 
-/// The viewed file as an artifact of the run: the FileRef a tool gave it
-/// already (same path and bytes), else a new publication of `bytes`.
+/// The name of a viewed file (its last component).
+fn file_name(path: &WorkspacePath) -> String {
+    path.as_path()
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
+/// The image view_file showed as an artifact of the run: the re-encoded
+/// pixels the model saw (no metadata chunk, no bytes after the image), never
+/// the file's own bytes (red-team 4, R4-1: a PNG `zTXt` holding a secret
+/// left through `resources/read`). Named as the file, with the extension of
+/// what was shown when the format changed (`a.gif` shown as PNG is
+/// `a.png`); no sandbox path, since those bytes are not there.
+fn publish_shown(
+    ctx: &Ctx<'_>,
+    path: &WorkspacePath,
+    shown: &ImageData,
+) -> Result<crate::artifact::FileRef> {
+    let name = file_name(path);
+    if ctx.redactor.finds(name.as_bytes()) {
+        return Err(Error::denied(
+            "the file's name holds a secret's value, and artifacts leave unredacted",
+        ));
+    }
+    let ext = if shown.media_type == "image/jpeg" {
+        ["jpg", "jpeg"].as_slice()
+    } else {
+        ["png"].as_slice()
+    };
+    let name = match name.rsplit_once('.') {
+        Some((_, e)) if ext.iter().any(|x| e.eq_ignore_ascii_case(x)) => name,
+        Some((stem, _)) if !stem.is_empty() => format!("{stem}.{}", ext[0]),
+        _ => format!("{name}.{}", ext[0]),
+    };
+    crate::artifact::inflate::refuse_secret(ctx.redactor, "the image shown", &shown.bytes)?;
+    ctx.run
+        .artifacts()
+        .publish_bytes(
+            &crate::artifact::Publish {
+                name,
+                media_type: Some(shown.media_type.clone()),
+                path: None,
+            },
+            &shown.bytes,
+        )
+        .map(|p| p.file)
+}
+
+/// A viewed binary (not an image) as an artifact of the run, when nothing
+/// secret can be seen in it: not in its name or bytes, nor in a compressed
+/// stream it holds (`artifact::inflate`); and never a file of a git
+/// directory, whose objects hold every committed file — a `deny_read` one
+/// too (R4-1).
 fn publish_viewed(
     ctx: &Ctx<'_>,
     path: &WorkspacePath,
     bytes: &[u8],
 ) -> Result<crate::artifact::FileRef> {
-    let name = path
+    if path
         .as_path()
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    if ctx.redactor.finds(name.as_bytes()) || ctx.redactor.finds(bytes) {
+        .components()
+        .any(|c| c.as_os_str() == std::ffi::OsStr::new(".git"))
+    {
+        return Err(Error::denied(format!(
+            "`{path}` is inside a git directory, whose files are not published (its objects \
+             hold every committed file, deny_read ones too); publish a file of the workspace"
+        )));
+    }
+    let name = file_name(path);
+    if ctx.redactor.finds(name.as_bytes()) {
         return Err(Error::denied(
-            "the file holds a secret's value, and artifacts leave unredacted",
+            "the file's name holds a secret's value, and artifacts leave unredacted",
         ));
     }
+    crate::artifact::inflate::refuse_secret(ctx.redactor, &format!("`{path}`"), bytes)?;
     ctx.run
         .artifacts()
         .publish_bytes(
@@ -641,18 +700,17 @@ impl Tool for ViewFile {
             text: None,
             artifact: None,
         };
-        // Images and binaries become artifacts (a text file's text is the
-        // result itself, as read_file gives it).
-        let publish = format_of(&sniffed).is_some() || looks_binary(head);
-        let (artifact_line, artifact) = match publish.then(|| publish_viewed(ctx, &path, &bytes)) {
-            None => (String::new(), None),
-            Some(Ok(file)) => (format!("\n{}", super::publish::line(&file)), Some(file)),
-            Some(Err(e)) => (format!("\nnot published as an artifact: {e}"), None),
+        // Images (as shown) and binaries become artifacts (a text file's
+        // text is the result itself, as read_file gives it).
+        let published = |file: Result<crate::artifact::FileRef>| match file {
+            Ok(file) => (format!("\n{}", super::publish::line(&file)), Some(file)),
+            Err(e) => (format!("\nnot published as an artifact: {e}"), None),
         };
-        out.artifact.clone_from(&artifact);
-        let link = artifact.map(Attachment::Artifact);
         if let Some(format) = format_of(&sniffed) {
             let shown = shown_image(&path, &bytes, format, &sniffed)?;
+            let (artifact_line, artifact) = published(publish_shown(ctx, &path, &shown.data));
+            out.artifact.clone_from(&artifact);
+            let link = artifact.map(Attachment::Artifact);
             let (w, h) = shown.original;
             let (sw, sh) = shown.shown;
             let mut text = format!(
@@ -682,6 +740,7 @@ impl Tool for ViewFile {
             return Ok(result);
         }
         if !looks_binary(head) {
+            // Text: its text is the result (read_file's, redacted).
             let ToolOutput {
                 text,
                 structured: read,
@@ -697,10 +756,11 @@ impl Tool for ViewFile {
             out.kind = "text".into();
             out.media_type = "text/plain".into();
             out.text = Some(read);
-            let mut result = ToolOutput::ok(text, out);
-            result.attachments.extend(link);
-            return Ok(result);
+            return Ok(ToolOutput::ok(text, out));
         }
+        let (artifact_line, artifact) = published(publish_viewed(ctx, &path, &bytes));
+        out.artifact.clone_from(&artifact);
+        let link = artifact.map(Attachment::Artifact);
         let mut text = format!(
             "`{path}` is a binary file ({sniffed}, {} bytes, sha256 {}); it cannot be shown.",
             thousands(out.size),

@@ -188,6 +188,7 @@ impl Tool for WriteFile {
             ));
         }
         ctx.policy.check_write(&path)?;
+        super::publish::refuse_output_write(&path)?;
         guard_git_dir(ctx, &path)?;
         let existing = guard_overwrite(ctx, &path)?;
         let digest = commit(ctx, &path, params.content.as_bytes())?;

@@ -187,6 +187,38 @@ fn cstring(path: &Path) -> Result<CString> {
 }
 
 /// An error of the sandbox's start.
+/// The binds that make the run's output directory `dir` its command's own
+/// (R4-7): `.cubby` pinned (it cannot be renamed away and made again),
+/// `dir` bound writable, then `.cubby/output` read-only — bound after, with
+/// `MS_REC`, so that it carries `dir`'s writable bind within it and every
+/// other run's directory stays read-only to this command. Nothing is added
+/// where a protected path already covers that tree.
+fn output_binds(protect: &mut Vec<(String, bool)>, dir: &WorkspacePath) {
+    let Some(first) = dir
+        .components()
+        .next()
+        .map(|c| c.to_string_lossy().into_owned())
+    else {
+        return;
+    };
+    if protect
+        .iter()
+        .any(|(p, _)| p == &first || p.starts_with(&format!("{first}/")))
+    {
+        return;
+    }
+    let parent = dir.parent();
+    if parent.is_root() {
+        return;
+    }
+    let shown = |p: &WorkspacePath| p.as_path().to_string_lossy().into_owned();
+    if parent.parent() != WorkspacePath::root() {
+        protect.push((first, true));
+    }
+    protect.push((shown(dir), true));
+    protect.push((shown(&parent), false));
+}
+
 fn start_error(what: impl std::fmt::Display) -> Error {
     Error::new(
         ErrorKind::Unsupported,
@@ -716,7 +748,10 @@ impl LinuxSandbox {
                 };
             started.map(|(live, plan, fresh)| (live, plan, fresh, draft))
         })?;
-        let (protect, lease) = plan?;
+        let (mut protect, lease) = plan?;
+        if let Some(dir) = &spec.output_dir {
+            output_binds(&mut protect, dir);
+        }
         let draft = draft.transpose()?;
         let (masks, looked) = self.mask_plan(fresh_holder)?;
         let store_layer =

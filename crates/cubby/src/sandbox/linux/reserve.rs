@@ -416,6 +416,13 @@ impl FileSystem for WithoutReservations {
         Ok(entries)
     }
 
+    fn read_dir_bounded(&self, path: &WorkspacePath, max: usize) -> Result<(Vec<DirEntry>, bool)> {
+        self.refuse_reserved(path)?;
+        let (mut entries, more) = self.0.fs.read_dir_bounded(path, max)?;
+        self.0.hide_in(path, &mut entries);
+        Ok((entries, more))
+    }
+
     fn write_atomic(&self, path: &WorkspacePath, content: &[u8]) -> Result<()> {
         // Protected paths are refused before a write reaches a provider; a
         // write that still met a placeholder fails on the directory.

@@ -349,6 +349,12 @@ impl FileSystem for LocalFs {
     }
 
     fn read_dir(&self, path: &WorkspacePath) -> Result<Vec<DirEntry>> {
+        let (mut entries, _) = self.read_dir_bounded(path, usize::MAX)?;
+        entries.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(entries)
+    }
+
+    fn read_dir_bounded(&self, path: &WorkspacePath, max: usize) -> Result<(Vec<DirEntry>, bool)> {
         let fd = self.resolve(path, OFlags::RDONLY | OFlags::DIRECTORY)?;
         let mut dir = Dir::new(fd).map_err(|e| io_err(e, path))?;
         let mut entries = Vec::new();
@@ -357,6 +363,9 @@ impl FileSystem for LocalFs {
             let name = entry.file_name().to_bytes();
             if name == b"." || name == b".." {
                 continue;
+            }
+            if entries.len() == max {
+                return Ok((entries, true));
             }
             let name = OsStr::from_bytes(name).to_os_string();
             let kind = match entry.file_type() {
@@ -375,8 +384,7 @@ impl FileSystem for LocalFs {
             };
             entries.push(DirEntry { name, kind });
         }
-        entries.sort_by(|a, b| a.name.cmp(&b.name));
-        Ok(entries)
+        Ok((entries, false))
     }
 
     fn write_atomic(&self, path: &WorkspacePath, content: &[u8]) -> Result<()> {
