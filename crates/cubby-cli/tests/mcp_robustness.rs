@@ -262,20 +262,27 @@ fn stdio_image_blocks_stay_within_the_clients_limits() {
     );
     assert_eq!(content[0]["type"], "text");
     let text = content[0]["text"].as_str().unwrap();
-    let link = content
-        .iter()
-        .find(|b| b["type"] == "resource_link")
-        .expect("a resource link");
-    assert!(
-        link["uri"]
-            .as_str()
-            .is_some_and(|u| u.starts_with("cubby://artifacts/") && u.ends_with("/noise.png")),
-        "{link}"
-    );
     let block = content
         .iter()
         .find(|b| b["type"] == "image")
         .expect("an image block");
+    // The artifact is the image shown (red-team pass 4, R4-1), named for
+    // the format it was sent in.
+    let link = content
+        .iter()
+        .find(|b| b["type"] == "resource_link")
+        .expect("a resource link");
+    let shown_name = match block["mimeType"].as_str() {
+        Some("image/jpeg") => "/noise.jpg",
+        _ => "/noise.png",
+    };
+    assert!(
+        link["uri"]
+            .as_str()
+            .is_some_and(|u| u.starts_with("cubby://artifacts/") && u.ends_with(shown_name)),
+        "{link}"
+    );
+    assert_eq!(link["mimeType"], block["mimeType"], "{link}");
     let data = block["data"].as_str().unwrap();
     assert!(
         data.len() <= MAX_IMAGE_BASE64_CHARS,

@@ -568,8 +568,8 @@ fn a_custom_tool_publishes_artifacts_into_the_run() {
     let out = t.call("csv", json!({"name": format!("{SECRET}.csv")}));
     assert_eq!(
         out.text,
-        "ERROR denied: csv would publish a secret's value (in the name or the bytes of an \
-         artifact); artifacts leave unredacted, so it is not published"
+        "ERROR denied: csv would publish a secret's value (in the name of an artifact); \
+         artifacts leave unredacted, so it is not published"
     );
     assert_eq!(t.artifacts().list().len(), 1);
 }

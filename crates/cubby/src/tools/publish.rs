@@ -282,9 +282,13 @@ pub(crate) fn collect(
     let mut stack = vec![(dir.clone(), 1usize)];
     'walk: while let Some((at, depth)) = stack.pop() {
         // No more entries are read than the walk may still look at.
-        let Ok((entries, more)) = fs.read_dir_bounded(&at, MAX_OUTPUT_ENTRIES - seen) else {
+        let Ok((mut entries, more)) = fs.read_dir_bounded(&at, MAX_OUTPUT_ENTRIES - seen) else {
             continue;
         };
+        // In name order, whatever order the file system lists them in: a
+        // collection's artifacts are numbered, listed and skipped the same
+        // way each time.
+        entries.sort_by(|a, b| a.name.cmp(&b.name));
         seen += entries.len();
         if more {
             found.stopped = Some(format!(
