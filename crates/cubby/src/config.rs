@@ -783,8 +783,8 @@ pub struct Config {
     /// Where the skills are.
     pub skills: SkillsConfig,
     /// Where cubby keeps what outlives a call (the artifact store,
-    /// `<state_dir>/artifacts`): absolute or `~/`; default
-    /// `$TMPDIR/cubby-state-<uid>`.
+    /// `<state_dir>/artifacts`): absolute or `~/`; default: none — each
+    /// workspace keeps a private store in `$TMPDIR`, removed with it.
     pub state_dir: Option<String>,
     /// Scoped HTTP APIs for commands, by name (`[gateway.<name>]`).
     pub gateway: std::collections::BTreeMap<String, GatewayConfig>,

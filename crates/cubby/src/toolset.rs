@@ -165,6 +165,9 @@ impl Inner {
         if self.ended.swap(true, Ordering::AcqRel) {
             return RunEnd::default();
         }
+        if let Some(gateway) = &self.gateway {
+            gateway.revoke();
+        }
         self.procs.stop_all();
         let fs = self.sandbox.fs();
         let Some(dir) = self.run.made_output_dir(fs) else {
@@ -398,6 +401,15 @@ impl Toolset {
                 crate::output::truncate_for_message(file)
             )));
         }
+        // Compressed too (R4-1's rule for what leaves unredacted).
+        crate::artifact::inflate::refuse_secret(
+            &self.inner.redactor,
+            &format!(
+                "file `{}` of skill `{name}`",
+                crate::output::truncate_for_message(file)
+            ),
+            &bytes,
+        )?;
         Ok(bytes)
     }
 

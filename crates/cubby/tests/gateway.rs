@@ -389,6 +389,20 @@ fn a_token_dies_with_its_run_and_works_only_at_its_own_sandbox() {
         )
     };
     assert!(call(&first, &old).contains("200"));
+    // The run ends while a clone of its toolset is still held (a call in
+    // flight, a library user): the token is dead from then on (found in
+    // review: it lived until the last clone dropped).
+    let held = first.clone();
+    first.end();
+    let ended_run_checker = toolset(&sb, &up);
+    let before = up.count();
+    assert!(
+        call(&ended_run_checker, &old).contains("401"),
+        "after end()"
+    );
+    assert_eq!(up.count(), before);
+    drop(ended_run_checker);
+    drop(held);
     drop(first);
     // A new run over the same sandbox: the old run's token is dead.
     let second = toolset(&sb, &up);

@@ -226,14 +226,29 @@ fn a_state_dir_is_checked_as_it_resolves_not_as_it_is_written() {
 /// writable; the names are random; the file tools do not write there.
 #[test]
 fn another_session_cannot_plant_an_artifact_in_this_runs_output_dir() {
+    plant_in_another_runs_output_dir(None);
+}
+
+/// The same with a protected path beneath `.cubby` (a skills directory
+/// there): the output directories' binds were left out whenever any
+/// protected path shared `.cubby` (found in review), and A planted.
+#[test]
+fn a_protected_path_beside_the_output_dirs_keeps_them_apart() {
+    plant_in_another_runs_output_dir(Some(vec![".cubby/skills".into()]));
+}
+
+fn plant_in_another_runs_output_dir(skills_dirs: Option<Vec<String>>) {
     let state = tempfile::tempdir().unwrap();
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().canonicalize().unwrap();
-    let config = Config {
+    let mut config = Config {
         provider: Some(ProviderKind::Linux),
         state_dir: Some(state.path().join("state").to_str().unwrap().to_string()),
         ..Config::default()
     };
+    if let Some(dirs) = skills_dirs {
+        config.skills.dirs = dirs;
+    }
     let ws = Workspace::from_config(&root, &config, None, &HostEnv::capture()).unwrap();
     let factory = ws.factory(false).unwrap();
     let (a, b) = (factory().unwrap(), factory().unwrap());

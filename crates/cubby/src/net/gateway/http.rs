@@ -935,7 +935,7 @@ async fn read_chunked(
                 }
             }
         }
-        if body.len() as u64 + size > max {
+        if size > max.saturating_sub(body.len() as u64) {
             return Err(ChunkError::TooLarge);
         }
         let size = size as usize;

@@ -557,9 +557,18 @@ impl GatewayRun {
     }
 }
 
+impl GatewayRun {
+    /// Refuses the run's token from now on (401), as when it is dropped:
+    /// the run has ended (SPEC §5.5), whoever still holds a clone of its
+    /// toolset. Calling it again does nothing.
+    pub(crate) fn revoke(&self) {
+        lock(&self.shared.live).remove(&self.token);
+    }
+}
+
 impl Drop for GatewayRun {
     fn drop(&mut self) {
-        lock(&self.shared.live).remove(&self.token);
+        self.revoke();
     }
 }
 

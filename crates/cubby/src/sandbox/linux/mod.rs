@@ -192,7 +192,9 @@ fn cstring(path: &Path) -> Result<CString> {
 /// `dir` bound writable, then `.cubby/output` read-only — bound after, with
 /// `MS_REC`, so that it carries `dir`'s writable bind within it and every
 /// other run's directory stays read-only to this command. Nothing is added
-/// where a protected path already covers that tree.
+/// where a read-only protected path already covers `dir` (its whole tree
+/// is read-only then); a protected path beside it (a skills directory in
+/// `.cubby`) keeps its own bind, which these recursive binds carry along.
 fn output_binds(protect: &mut Vec<(String, bool)>, dir: &WorkspacePath) {
     let Some(first) = dir
         .components()
@@ -201,9 +203,11 @@ fn output_binds(protect: &mut Vec<(String, bool)>, dir: &WorkspacePath) {
     else {
         return;
     };
+    let shown = |p: &WorkspacePath| p.as_path().to_string_lossy().into_owned();
+    let at = shown(dir);
     if protect
         .iter()
-        .any(|(p, _)| p == &first || p.starts_with(&format!("{first}/")))
+        .any(|(p, writable)| !writable && (*p == at || at.starts_with(&format!("{p}/"))))
     {
         return;
     }
@@ -211,8 +215,7 @@ fn output_binds(protect: &mut Vec<(String, bool)>, dir: &WorkspacePath) {
     if parent.is_root() {
         return;
     }
-    let shown = |p: &WorkspacePath| p.as_path().to_string_lossy().into_owned();
-    if parent.parent() != WorkspacePath::root() {
+    if parent.parent() != WorkspacePath::root() && !protect.iter().any(|(p, _)| *p == first) {
         protect.push((first, true));
     }
     protect.push((shown(dir), true));
