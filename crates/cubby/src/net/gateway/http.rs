@@ -107,6 +107,9 @@ pub(super) struct Listener {
     alive: watch::Receiver<()>,
     connections: Arc<Semaphore>,
     in_flight: Arc<Semaphore>,
+    /// Refusals past the connection cap being written: each holds its
+    /// socket for a while, so they are bounded too.
+    refusals: Arc<Semaphore>,
 }
 
 impl Listener {
@@ -121,9 +124,13 @@ impl Listener {
             alive,
             connections: Arc::new(Semaphore::new(MAX_GATEWAY_CONNECTIONS)),
             in_flight: Arc::new(Semaphore::new(MAX_GATEWAY_IN_FLIGHT)),
+            refusals: Arc::new(Semaphore::new(MAX_GATEWAY_REFUSALS)),
         }
     }
 }
+
+/// Most refusals past [`MAX_GATEWAY_CONNECTIONS`] written at once.
+const MAX_GATEWAY_REFUSALS: usize = 64;
 
 /// Accepts until the listener fails for good or the servers drop.
 pub(super) async fn accept(listener: tokio::net::TcpListener, ctx: Arc<Listener>) {
@@ -138,9 +145,16 @@ pub(super) async fn accept(listener: tokio::net::TcpListener, ctx: Arc<Listener>
         };
         let _ = stream.set_nodelay(true);
         let Ok(permit) = ctx.connections.clone().try_acquire_owned() else {
-            // Over the cap: a short answer, and the socket closed.
+            // Over the cap: a short answer, and the socket closed; past
+            // the refusals' own cap, closed at once (a flood of connects
+            // must not hold the server's descriptors).
+            let Ok(refusing) = ctx.refusals.clone().try_acquire_owned() else {
+                drop(stream);
+                continue;
+            };
             let ctx = ctx.clone();
             tokio::spawn(async move {
+                let _refusing = refusing;
                 let refusal = Refusal::new(
                     503,
                     format!(
