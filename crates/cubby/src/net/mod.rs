@@ -33,6 +33,47 @@ pub(crate) use proxy::{Egress, EgressProxy, check_injection};
 pub use proxy::{EgressOptions, Injection, MAX_EGRESS_CONNECTIONS};
 pub(crate) use rules::NetRules;
 
+/// The slot of a service's runtime: made at its first use, kept by the
+/// process (or why it could not start).
+pub(crate) type RuntimeSlot =
+    std::sync::OnceLock<std::result::Result<tokio::runtime::Runtime, String>>;
+
+/// The runtime of a host-side service (the egress proxy, the gateway):
+/// `threads` workers named `name`, made once in `slot`.
+///
+/// # Errors
+///
+/// `internal` naming `what` when the runtime cannot start.
+pub(crate) fn service_runtime(
+    slot: &'static RuntimeSlot,
+    threads: usize,
+    name: &str,
+    what: &str,
+) -> Result<&'static tokio::runtime::Runtime> {
+    slot.get_or_init(|| {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(threads)
+            .thread_name(name)
+            .enable_all()
+            .build()
+            .map_err(|e| e.to_string())
+    })
+    .as_ref()
+    .map_err(|e| Error::internal(format!("{what}'s runtime cannot start: {e}")))
+}
+
+/// Runs `work` until it ends or the sender of `alive` (the service's
+/// handle) is dropped.
+pub(crate) async fn until_closed(
+    mut alive: tokio::sync::watch::Receiver<()>,
+    work: impl std::future::Future<Output = ()>,
+) {
+    tokio::select! {
+        () = work => {}
+        () = async { while alive.changed().await.is_ok() {} } => {}
+    }
+}
+
 /// Turns a host name into addresses for `web_fetch`.
 ///
 /// Every address a resolver returns is checked against the refused ranges

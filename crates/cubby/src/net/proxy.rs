@@ -50,7 +50,7 @@ use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::os::fd::OwnedFd;
 use std::pin::Pin;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -65,7 +65,7 @@ use tokio::sync::{Semaphore, watch};
 
 use super::address::{Host, WebUrl, parse_domain};
 use super::rules::{NetRules, covers};
-use super::{Resolver, SystemResolver, address_refusal, resolve};
+use super::{Resolver, SystemResolver, address_refusal, resolve, until_closed};
 use crate::config::NetworkConfig;
 use crate::error::{Error, ErrorKind, Result};
 use crate::output::{Redactor, StreamRedactor, truncate_for_message};
@@ -506,27 +506,8 @@ impl EgressProxy {
 
 /// The runtime every sandbox's proxy runs on: one worker thread.
 fn runtime() -> Result<&'static tokio::runtime::Runtime> {
-    static RUNTIME: OnceLock<std::result::Result<tokio::runtime::Runtime, String>> =
-        OnceLock::new();
-    RUNTIME
-        .get_or_init(|| {
-            tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(1)
-                .thread_name("cubby-egress")
-                .enable_all()
-                .build()
-                .map_err(|e| e.to_string())
-        })
-        .as_ref()
-        .map_err(|e| Error::internal(format!("the egress proxy's runtime cannot start: {e}")))
-}
-
-/// Runs `work` until it ends or the proxy is dropped.
-async fn until_closed(mut alive: watch::Receiver<()>, work: impl Future<Output = ()>) {
-    tokio::select! {
-        () = work => {}
-        () = async { while alive.changed().await.is_ok() {} } => {}
-    }
+    static RUNTIME: super::RuntimeSlot = std::sync::OnceLock::new();
+    super::service_runtime(&RUNTIME, 1, "cubby-egress", "the egress proxy")
 }
 
 async fn accept(

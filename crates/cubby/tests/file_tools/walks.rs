@@ -511,6 +511,27 @@ fn baseline_then(f: &dyn Fixture, before: &GitFiles, after: &GitFiles) -> Toolse
     t
 }
 
+/// `changes` (`out`) names `name` of `.git` as added, of `kind`, by its
+/// digest, in its structured notes and its text.
+fn assert_digest_added(out: &cubby::ToolOutput, kind: &str, name: &str) {
+    let git = out.structured["git"].as_array().unwrap();
+    assert!(
+        git.iter().any(|g| g["kind"] == kind
+            && g["name"] == name
+            && g["before"].is_null()
+            && g["after"]
+                .as_str()
+                .is_some_and(|a| a.starts_with("sha256 "))),
+        "{name}: {}",
+        out.structured
+    );
+    assert!(
+        out.text.contains(&format!("git .git: {name} added (")),
+        "{}",
+        out.text
+    );
+}
+
 /// R4-6: what the host's next `git commit` takes — a planted
 /// `CHERRY_PICK_HEAD` gives it another author, a `MERGE_HEAD` makes it a
 /// merge pulling in a hidden commit, a `MERGE_MSG` its message — and a
@@ -554,28 +575,13 @@ pub fn changes_says_when_what_the_next_commit_takes_changes(f: &dyn Fixture) {
     let t = baseline_then(f, &before, &after);
     let out = ok(&t, "changes", json!({}));
     assert!(!out.text.contains("No changes"), "{}", out.text);
-    let git = out.structured["git"].as_array().unwrap();
     for (kind, name) in [
         ("pending", "CHERRY_PICK_HEAD"),
         ("pending", "MERGE_HEAD"),
         ("pending", "MERGE_MSG"),
         ("history", "objects/info/commit-graphs/"),
     ] {
-        assert!(
-            git.iter().any(|g| g["kind"] == kind
-                && g["name"] == name
-                && g["before"].is_null()
-                && g["after"]
-                    .as_str()
-                    .is_some_and(|a| a.starts_with("sha256 "))),
-            "{name}: {}",
-            out.structured
-        );
-        assert!(
-            out.text.contains(&format!("git .git: {name} added (")),
-            "{}",
-            out.text
-        );
+        assert_digest_added(&out, kind, name);
     }
     // A layer rewritten in place under its own name is a change too.
     let graphs = |o: &serde_json::Value| {
@@ -616,21 +622,7 @@ pub fn changes_says_when_grafts_shallow_or_alternates_change(f: &dyn Fixture) {
     assert!(!out.text.contains("No changes"), "{}", out.text);
     let git = out.structured["git"].as_array().unwrap();
     for name in ["info/grafts", "shallow", "objects/info/alternates"] {
-        assert!(
-            git.iter().any(|g| g["kind"] == "history"
-                && g["name"] == name
-                && g["before"].is_null()
-                && g["after"]
-                    .as_str()
-                    .is_some_and(|a| a.starts_with("sha256 "))),
-            "{name}: {}",
-            out.structured
-        );
-        assert!(
-            out.text.contains(&format!("git .git: {name} added (")),
-            "{}",
-            out.text
-        );
+        assert_digest_added(&out, "history", name);
     }
     assert!(
         !git.iter().any(|g| g["kind"] == "ref"),

@@ -45,6 +45,7 @@ use std::time::Duration;
 use hyper::header::{HeaderName, HeaderValue};
 use tokio::sync::watch;
 
+use super::until_closed;
 use crate::config::{
     GATEWAY_MAX_BODY_BYTES, GATEWAY_MAX_RESPONSE_BYTES, GatewayConfig, GatewayRoute,
 };
@@ -588,25 +589,6 @@ fn random_token() -> Result<String> {
 
 /// The runtime every sandbox's gateways run on.
 fn runtime() -> Result<&'static tokio::runtime::Runtime> {
-    static RUNTIME: OnceLock<std::result::Result<tokio::runtime::Runtime, String>> =
-        OnceLock::new();
-    RUNTIME
-        .get_or_init(|| {
-            tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(WORKER_THREADS)
-                .thread_name("cubby-gateway")
-                .enable_all()
-                .build()
-                .map_err(|e| e.to_string())
-        })
-        .as_ref()
-        .map_err(|e| Error::internal(format!("the gateway's runtime cannot start: {e}")))
-}
-
-/// Runs `work` until it ends or the servers' handle drops.
-async fn until_closed(mut alive: watch::Receiver<()>, work: impl Future<Output = ()>) {
-    tokio::select! {
-        () = work => {}
-        () = async { while alive.changed().await.is_ok() {} } => {}
-    }
+    static RUNTIME: super::RuntimeSlot = std::sync::OnceLock::new();
+    super::service_runtime(&RUNTIME, WORKER_THREADS, "cubby-gateway", "the gateway")
 }
