@@ -65,6 +65,18 @@ pub fn run(
     if let Some(dir) = skills.dirs.first().and_then(|d| sandbox.command_path(d)) {
         env.cubby_var(cubby::skills::SKILLS_DIR_ENV, dir.into_os_string());
     }
+    // The sandbox's gateways take this command's token, as they take a
+    // `run`'s: held until the command ends, dead after.
+    let gateway_run = match sandbox.gateway_run() {
+        Ok(run) => run,
+        Err(e) => {
+            eprintln!("cubby: {}", e.message());
+            return Ok(ExitCode::from(EXIT_NOT_STARTED));
+        }
+    };
+    if let Some(run) = &gateway_run {
+        env.cubby_var(cubby::GATEWAY_TOKEN_ENV, run.token().into());
+    }
     let env = env.build(setup.host_env().vars(), false);
     let spec = ExecSpec {
         argv: command,
@@ -92,6 +104,7 @@ pub fn run(
     // (the `linux` provider's holder) would only delay our own exit, and it
     // ends by itself when this process exits.
     drop(child);
+    drop(gateway_run);
     std::mem::forget(sandbox);
     let code = match status {
         ExitStatus::Exited(c) => c,
@@ -136,6 +149,9 @@ pub fn doctor(common: &Common) -> anyhow::Result<ExitCode> {
         Ok(s) => print_skills(s),
         Err(_) => true,
     };
+    if let Ok(s) = &setup {
+        print_gateways(s.policy(), s.host_env());
+    }
     let kind = probe.kind.as_str();
     if !probe.ready() {
         println!(
@@ -165,6 +181,38 @@ pub fn doctor(common: &Common) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::from(1)
     })
+}
+
+/// Prints the sandbox's gateways: where each forwards, its routes, and
+/// its credential's variable by name (set or not; never its value).
+fn print_gateways(policy: &cubby::Policy, host: &HostEnv) {
+    let gateways = policy.gateways();
+    if gateways.is_empty() {
+        println!("gateways:         none (`[gateway.<name>]` in the config adds one)");
+        return;
+    }
+    println!(
+        "gateways:         commands call $CUBBY_GATEWAY_<NAME>_URL with $CUBBY_GATEWAY_TOKEN \
+         (run, start_process, cubby exec; provider linux, not in full-access)"
+    );
+    for (name, gateway) in gateways {
+        let credential = match &gateway.credential {
+            None => "no credential".to_string(),
+            Some(c) if host.non_empty(&c.secret).is_some() => {
+                format!("credential ${} as `{}`", c.secret, c.header)
+            }
+            Some(c) => format!(
+                "credential ${} as `{}` NOT SET: requests go without it",
+                c.secret, c.header
+            ),
+        };
+        let routes: Vec<&str> = gateway.routes.iter().map(|r| r.text()).collect();
+        println!(
+            "  {name}: {} ({credential}); routes: {}",
+            gateway.base_url,
+            routes.join(", ")
+        );
+    }
 }
 
 /// Prints the skills a session of this workspace finds, and the ones it

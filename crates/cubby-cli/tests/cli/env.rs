@@ -310,3 +310,60 @@ fn doctor_lists_the_environment_of_commands_by_name() {
     }
     assert!(!text.contains("set-value"), "{text}");
 }
+
+/// A sandbox with a gateway: `cubby exec`'s command gets a live token as
+/// `run`'s does (the gateway checks the token before the route, so a call
+/// to an unlisted path with it is `403`, without it `401`: the upstream
+/// is never reached), and `cubby doctor` lists the gateway, its routes
+/// and its credential's variable by name, never its value.
+#[test]
+fn exec_gets_a_gateway_token_and_doctor_lists_the_gateways() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("cubby.toml"),
+        "[gateway.tracker]\n\
+         base_url = \"https://tracker.invalid\"\n\
+         credential = { secret = \"CUBBY_TEST_GW_CRED\", header = \"Authorization\", format = \"Bearer {}\" }\n\
+         routes = [\"GET /items/:id\"]\n",
+    )
+    .unwrap();
+    let call = |header: &str| {
+        let script = format!(
+            "curl -s -o /dev/null -w '%{{http_code}}' {header} \"$CUBBY_GATEWAY_TRACKER_URL/other\""
+        );
+        let out = Command::new(env!("CARGO_BIN_EXE_cubby"))
+            .args(["exec", "--root"])
+            .arg(dir.path())
+            .args(["--", "sh", "-c", &script])
+            .env_remove("RUST_LOG")
+            .env("CUBBY_TEST_GW_CRED", "gw-credential-4711")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        stdout(&out)
+    };
+    // Control: no token, refused before the route is looked at.
+    assert_eq!(call(""), "401");
+    assert_eq!(
+        call("-H \"Authorization: Bearer $CUBBY_GATEWAY_TOKEN\""),
+        "403"
+    );
+
+    let out = Command::new(env!("CARGO_BIN_EXE_cubby"))
+        .args(["doctor", "--root"])
+        .arg(dir.path())
+        .env_remove("RUST_LOG")
+        .env("CUBBY_TEST_GW_CRED", "gw-credential-4711")
+        .output()
+        .unwrap();
+    let text = stdout(&out);
+    let line = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("tracker:"))
+        .unwrap_or_else(|| panic!("no gateway line:\n{text}"));
+    assert!(line.contains("https://tracker.invalid"), "{text}");
+    assert!(line.contains("GET /items/:id"), "{text}");
+    assert!(line.contains("$CUBBY_TEST_GW_CRED"), "{text}");
+    assert!(!line.contains("NOT SET"), "{text}");
+    assert!(!text.contains("gw-credential-4711"), "{text}");
+}
