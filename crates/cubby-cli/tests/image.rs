@@ -3,7 +3,8 @@
 //! root file system made from Debian's packages by mmdebstrap (cached under
 //! `target/image-cache`), written as an OCI layout by umoci, pulled into a
 //! podman store of the test's own (removed at the end), and started with
-//! runc as uid 65532 with a read-only root file system, `/tmp` a tmpfs, all
+//! runc as uid 65532 in a user namespace of its own (the pod's `hostUsers:
+//! false`) with a read-only root file system, `/tmp` a tmpfs, all
 //! capabilities dropped, no new privileges, `/proc` unmasked (the pod's
 //! `procMount: Unmasked`), the pool key mounted and the deployment's
 //! `cubby.toml` (the `linux` provider). The test talks MCP to it over the
@@ -24,6 +25,12 @@ use serde_json::{Value, json};
 
 /// The uid and gid the image runs as (deploy/image/build.sh).
 const IMAGE_UID: u32 = 65532;
+/// Where the container's user namespace starts among the host's ids (the
+/// pod's `hostUsers: false`): the image's uid 65532 is this plus 65532 on
+/// the host.
+const HOST_ID_BASE: u32 = 200_000;
+/// How many ids the container's user namespace maps.
+const MAPPED_IDS: u32 = 65_536;
 /// The port cubby listens on in the container.
 const CONTAINER_PORT: u16 = 8765;
 /// Longest wait for the container's cubby to say it listens.
@@ -239,13 +246,14 @@ fn the_image_serves_mcp_as_non_root_with_the_linux_sandbox() {
     // What the pod mounts: the workspace, the pool key, the config.
     let workspace = work.path().join("workspace");
     std::fs::create_dir(&workspace).unwrap();
-    chown(&workspace, IMAGE_UID);
+    let host_uid = HOST_ID_BASE + IMAGE_UID;
+    chown(&workspace, host_uid);
     let token = random_token();
     let key_dir = work.path().join("pool-key");
     std::fs::create_dir(&key_dir).unwrap();
     let key = key_dir.join("key");
     std::fs::write(&key, &token).unwrap();
-    chown(&key, IMAGE_UID);
+    chown(&key, host_uid);
     std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o400)).unwrap();
     let config_file = repo.join("deploy/kubernetes/base/cubby.toml");
 
@@ -254,6 +262,8 @@ fn the_image_serves_mcp_as_non_root_with_the_linux_sandbox() {
         .cmd()
         .args(["run", "--rm", "--name", &name])
         .args(["--user", &format!("{IMAGE_UID}:{IMAGE_UID}")])
+        .args(["--uidmap", &format!("0:{HOST_ID_BASE}:{MAPPED_IDS}")])
+        .args(["--gidmap", &format!("0:{HOST_ID_BASE}:{MAPPED_IDS}")])
         .args(["--read-only", "--read-only-tmpfs=false"])
         .args(["--tmpfs", "/tmp:rw,mode=1777,size=256m"])
         .args(["--cap-drop", "ALL", "--security-opt", "no-new-privileges"])
@@ -388,7 +398,8 @@ fn the_image_serves_mcp_as_non_root_with_the_linux_sandbox() {
     );
     assert_eq!(
         std::os::unix::fs::MetadataExt::uid(&std::fs::metadata(&written).unwrap()),
-        IMAGE_UID
+        host_uid,
+        "written as the image's user, mapped"
     );
 
     // A command in cubby's `linux` sandbox inside the container: it runs
