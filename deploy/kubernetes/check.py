@@ -158,6 +158,8 @@ def check_cubby_pod(label, pod, problems):
             problems.append(f"{cname}: allowPrivilegeEscalation must be false")
         if security.get("readOnlyRootFilesystem") is not True:
             problems.append(f"{cname}: readOnlyRootFilesystem must be true")
+        if security.get("runAsNonRoot") is False or security.get("runAsUser") == 0:
+            problems.append(f"{cname}: runAsNonRoot must be true (or unset, as the pod's)")
         if security.get("privileged"):
             problems.append(f"{cname}: must not be privileged")
         if "ALL" not in ((security.get("capabilities") or {}).get("drop") or []):

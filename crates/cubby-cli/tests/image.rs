@@ -149,8 +149,11 @@ fn message(head: &str, body: &str) -> Value {
     let body = dechunk(head, body);
     let json = body
         .lines()
-        .find_map(|l| l.strip_prefix("data:").map(str::trim))
-        .filter(|d| d.starts_with('{'))
+        .find_map(|l| {
+            l.strip_prefix("data:")
+                .map(str::trim)
+                .filter(|d| d.starts_with('{'))
+        })
         .unwrap_or(body.trim());
     serde_json::from_str(json).unwrap_or_else(|e| panic!("not JSON ({e}): {body}"))
 }

@@ -127,13 +127,17 @@ fn the_manifests_validate_against_the_agent_sandbox_crds() {
 #[test]
 fn the_image_and_config_names_reach_the_template() {
     let repo = common::repo_root();
-    let dir = tempfile::tempdir().unwrap();
+    // kustomize takes a base by a relative path only: a user's overlay
+    // beside the repository's, two levels down.
+    let target = repo.join("target");
+    std::fs::create_dir_all(&target).unwrap();
+    let dir = tempfile::Builder::new()
+        .prefix("k8s-overlay.")
+        .tempdir_in(&target)
+        .unwrap();
     std::fs::write(
         dir.path().join("kustomization.yaml"),
-        format!(
-            "resources:\n- {}\nimages:\n- name: cubby\n  newName: registry.example/team/cubby\n  newTag: v9\n",
-            repo.join("deploy/kubernetes/base").display()
-        ),
+        "resources:\n- ../../deploy/kubernetes/base\nimages:\n- name: cubby\n  newName: registry.example/team/cubby\n  newTag: v9\n",
     )
     .unwrap();
     let rendered = kustomize(dir.path());
