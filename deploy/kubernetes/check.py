@@ -31,6 +31,9 @@ import sys
 import jsonschema
 import yaml
 
+# libyaml's parser when PyYAML has it: the CRDs are 800 KB of YAML.
+LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
 # Built-in kinds the manifests may use, and the fields each may carry at the
 # top level (a typo there would be dropped by a lenient apply).
 BUILTIN = {
@@ -93,7 +96,7 @@ def load_crds(directory):
     if not files:
         raise SystemExit(f"no CRD files in {directory}")
     for path in files:
-        for doc in yaml.safe_load_all(path.read_text()):
+        for doc in yaml.load_all(path.read_text(), Loader=LOADER):
             if not doc or doc.get("kind") != "CustomResourceDefinition":
                 continue
             group = doc["spec"]["group"]
@@ -191,7 +194,7 @@ def main():
     if len(sys.argv) != 3:
         raise SystemExit(__doc__)
     crds = load_crds(sys.argv[1])
-    docs = [d for d in yaml.safe_load_all(pathlib.Path(sys.argv[2]).read_text()) if d]
+    docs = [d for d in yaml.load_all(pathlib.Path(sys.argv[2]).read_text(), Loader=LOADER) if d]
     problems = []
     names = set()
     for doc in docs:

@@ -102,6 +102,29 @@ impl Drop for Container<'_> {
     }
 }
 
+/// The test's directory under `target/`, removed when dropped. Its name is
+/// lower case: podman names an image pulled from an OCI layout after the
+/// layout's path, and refuses upper case (a tempfile suffix has some).
+struct WorkDir(PathBuf);
+
+impl WorkDir {
+    fn new(path: PathBuf) -> WorkDir {
+        let _ = std::fs::remove_dir_all(&path);
+        std::fs::create_dir(&path).unwrap();
+        WorkDir(path)
+    }
+
+    fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for WorkDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
 /// The hard limit of `resource` for this process, at most `cap`.
 fn hard_limit(resource: rustix::process::Resource, cap: u64) -> u64 {
     rustix::process::getrlimit(resource)
@@ -184,10 +207,7 @@ fn the_image_serves_mcp_as_non_root_with_the_linux_sandbox() {
     let repo = common::repo_root();
     let target = repo.join("target");
     std::fs::create_dir_all(&target).unwrap();
-    let work = tempfile::Builder::new()
-        .prefix("image-test.")
-        .tempdir_in(&target)
-        .unwrap();
+    let work = WorkDir::new(target.join(format!("image-test-{}", std::process::id())));
 
     // Build the image from this test's binary.
     let layout = work.path().join("oci");
