@@ -482,3 +482,40 @@ fn loopback_serve_without_a_token_answers_only_its_own_user() {
     // And it keeps serving its own user.
     assert_eq!(initialize_as(server.port, None), "HTTP/1.1 200");
 }
+
+/// The bearer token of [`health_check_needs_no_token_and_opens_nothing_else`].
+const HEALTH_TEST_TOKEN: &str = "health-test-token-4711";
+
+/// A kubelet's probe carries no token: `GET /healthz` answers `200 ok`
+/// without one (deploy/kubernetes probes it). Nothing else is let in
+/// through it: `/mcp` still answers 401 without the token or with a wrong
+/// one, also by paths that name the health check, and the health answer
+/// says nothing but `ok`.
+#[test]
+fn health_check_needs_no_token_and_opens_nothing_else() {
+    let dir = tempfile::tempdir().unwrap();
+    let server =
+        common::Serve::start_with_env(dir.path(), &[], &[("CUBBY_TOKEN", HEALTH_TEST_TOKEN)]);
+    let (status, head, body) = common::request_to(server.port, "GET", "/healthz", b"", &[]);
+    assert_eq!(status, 200, "{head}");
+    assert_eq!(body, "ok\n");
+    let bearer = format!("Bearer {HEALTH_TEST_TOKEN}");
+    let wrong = format!("Bearer {HEALTH_TEST_TOKEN}x");
+    for path in ["/mcp", "/healthz/../mcp", "/mcp/../healthz", "/mcp?healthz"] {
+        for auth in [None, Some(wrong.as_str())] {
+            let headers: Vec<(&str, &str)> = auth.iter().map(|a| ("Authorization", *a)).collect();
+            let (status, head, body) =
+                common::request_to(server.port, "POST", path, INIT.as_bytes(), &headers);
+            assert_eq!(status, 401, "{path} with {auth:?}: {head}\n{body}");
+        }
+    }
+    let (status, head, body) = common::request_to(
+        server.port,
+        "POST",
+        "/mcp",
+        INIT.as_bytes(),
+        &[("Authorization", bearer.as_str())],
+    );
+    assert_eq!(status, 200, "{head}\n{body}");
+    assert!(body.contains("serverInfo"), "{body}");
+}

@@ -12,6 +12,10 @@
 //!    present, a loopback or served origin (DNS-rebinding protection; 403).
 //! 3. Bodies over [`MAX_BODY_BYTES`] are refused (413).
 //!
+//! One route needs none of this: `GET` [`HEALTH_PATH`] answers `200 ok`
+//! to anyone who reaches the socket (a kubelet's probe carries no token),
+//! and says nothing else.
+//!
 //! Each MCP session is its own run; sessions idle for
 //! [`SESSION_IDLE`] are closed, which stops their processes. A `DELETE`
 //! that ends a session answers 204 (see [`session_end_is_no_content`]).
@@ -36,6 +40,8 @@ use crate::{McpOptions, ServeError, ToolsetFactory};
 pub const MAX_BODY_BYTES: usize = 64 * 1024 * 1024;
 /// A session with no message for this long is closed.
 pub const SESSION_IDLE: Duration = Duration::from_secs(3600);
+/// The health check: `200 ok` without a token while the server serves.
+pub const HEALTH_PATH: &str = "/healthz";
 
 /// How to serve HTTP.
 #[derive(Clone, Debug)]
@@ -195,6 +201,8 @@ pub async fn serve_http(
             require_bearer(Arc::clone(&token), req, next)
         }));
     }
+    // Added after the token's layer, which therefore does not cover it.
+    app = app.route(HEALTH_PATH, axum::routing::get(|| async { "ok\n" }));
     tracing::info!("listening on http://{local}/mcp");
     if let Some(ready) = ready {
         let _ = ready.send(local);

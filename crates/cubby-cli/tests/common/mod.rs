@@ -45,12 +45,19 @@ impl Serve {
 
     /// [`Serve::start`] with more arguments (`--config FILE`, …).
     pub fn start_with(root: &Path, args: &[&std::ffi::OsStr]) -> Serve {
+        Serve::start_with_env(root, args, &[])
+    }
+
+    /// [`Serve::start_with`] with environment variables set (`CUBBY_TOKEN`).
+    pub fn start_with_env(root: &Path, args: &[&std::ffi::OsStr], env: &[(&str, &str)]) -> Serve {
         let mut child = Command::new(env!("CARGO_BIN_EXE_cubby"))
             .args(["serve", "--listen", "127.0.0.1:0"])
             .args(["--provider", "local", "--root"])
             .arg(root)
             .args(args)
             .env_remove("RUST_LOG")
+            .env_remove("CUBBY_TOKEN")
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -128,10 +135,21 @@ pub fn request(
     body: &[u8],
     headers: &[(&str, &str)],
 ) -> (u16, String, String) {
+    request_to(port, method, "/mcp", body, headers)
+}
+
+/// [`request`] to another path of the server.
+pub fn request_to(
+    port: u16,
+    method: &str,
+    path: &str,
+    body: &[u8],
+    headers: &[(&str, &str)],
+) -> (u16, String, String) {
     let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
     let mut req = format!(
-        "{method} /mcp HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: {}\r\nConnection: close\r\n",
+        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: {}\r\nConnection: close\r\n",
         body.len()
     );
     for (k, v) in headers {
