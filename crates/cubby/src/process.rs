@@ -79,7 +79,7 @@ pub fn raise_open_files_limit() -> std::io::Result<u64> {
     let mut limit = getrlimit(Resource::Nofile);
     if limit.current != limit.maximum {
         limit.current = limit.maximum;
-        setrlimit(Resource::Nofile, limit.clone())?;
+        setrlimit(Resource::Nofile, limit)?;
     }
     Ok(limit.current.unwrap_or(u64::MAX))
 }
