@@ -110,6 +110,12 @@ fn main() -> ExitCode {
     let args = rename_json_flag(std::env::args_os().collect());
     let cli = Cli::parse_from(args);
     setup::init_tracing();
+    // Every session's commands and file opens share the server's
+    // descriptors: the soft limit a login session gives (1,024) is raised
+    // to the hard one (SECURITY.md, "Resources").
+    if let Err(e) = cubby::process::raise_open_files_limit() {
+        tracing::warn!("cannot raise the open-files limit: {e}");
+    }
     match run(cli) {
         Ok(code) => code,
         Err(e) => {

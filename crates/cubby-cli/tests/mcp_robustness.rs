@@ -77,6 +77,27 @@ impl StdioServer {
         command
             .args(["mcp", "--provider", "local", "--root"])
             .arg(root);
+        StdioServer::spawn(command, config)
+    }
+
+    /// `cubby mcp` with `provider`, started by util-linux's `prlimit` with
+    /// the open-files limits `soft:hard` (it execs cubby: the same pid).
+    fn start_with_nofile(
+        root: &std::path::Path,
+        provider: &str,
+        soft: u64,
+        hard: u64,
+    ) -> StdioServer {
+        let mut command = Command::new("prlimit");
+        command
+            .arg(format!("--nofile={soft}:{hard}"))
+            .arg(env!("CARGO_BIN_EXE_cubby"))
+            .args(["mcp", "--provider", provider, "--root"])
+            .arg(root);
+        StdioServer::spawn(command, None)
+    }
+
+    fn spawn(mut command: Command, config: Option<&std::path::Path>) -> StdioServer {
         if let Some(config) = config {
             command.arg("--config").arg(config);
         }
@@ -211,6 +232,107 @@ fn stdio_survives_a_flood_of_bad_messages_with(config: Option<&std::path::Path>)
     assert!(
         server.child.try_wait().unwrap().is_none(),
         "cubby mcp exited"
+    );
+}
+
+/// The soft and hard open-files limits of process `pid`.
+fn nofile_limits(pid: u32) -> (String, String) {
+    let limits = std::fs::read_to_string(format!("/proc/{pid}/limits")).unwrap();
+    let line = limits
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .unwrap()
+        .to_string();
+    let mut fields = line["Max open files".len()..].split_whitespace();
+    (
+        fields.next().unwrap().to_string(),
+        fields.next().unwrap().to_string(),
+    )
+}
+
+/// A tools/call request.
+fn tool_call(id: &str, tool: &str, args: Value) -> Vec<u8> {
+    serde_json::to_vec(&json!({
+        "jsonrpc": "2.0", "id": id, "method": "tools/call",
+        "params": {"name": tool, "arguments": args}
+    }))
+    .unwrap()
+}
+
+/// Red-team pass 5, F10: background processes hold the server's
+/// descriptors. At start cubby raises its soft limit to the hard one; with
+/// both low, a start past the budget is refused with `ERROR limit` (never
+/// `EMFILE` in the middle of a spawn) and the server keeps serving.
+#[test]
+fn background_processes_do_not_exhaust_the_servers_descriptors() {
+    const SOFT: u64 = 256;
+    const MOST_STARTS: usize = 200;
+    const STOPPED: usize = 8;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("a.txt"), "alive\n").unwrap();
+    // The soft limit raised to the hard one.
+    let mut raised = StdioServer::start_with_nofile(dir.path(), "local", SOFT, 4 * SOFT);
+    raised.send(INIT.as_bytes());
+    raised.wait_for(&json!("init"));
+    let limits = nofile_limits(raised.child.id());
+    assert_eq!(limits, ((4 * SOFT).to_string(), (4 * SOFT).to_string()));
+    drop(raised);
+    // Both low: starts are refused before the descriptors run out.
+    let mut server = StdioServer::start_with_nofile(dir.path(), "linux", SOFT, SOFT);
+    server.send(INIT.as_bytes());
+    server.wait_for(&json!("init"));
+    server.send(INITIALIZED.as_bytes());
+    let mut refused = None;
+    for i in 0..MOST_STARTS {
+        let id = format!("p{i}");
+        server.send(&tool_call(
+            &id,
+            "start_process",
+            json!({"name": id, "command": "sleep 600"}),
+        ));
+        let (answer, _) = server.wait_for(&json!(id));
+        if answer["result"]["isError"] == true {
+            refused = Some((i, answer["result"]["content"][0]["text"].clone()));
+            break;
+        }
+    }
+    let (started, text) = refused.expect("every start succeeded: nothing bounded them");
+    let text = text.as_str().unwrap_or_default().to_string();
+    assert!(started > 0, "no process started: {text}");
+    assert!(
+        text.starts_with("ERROR limit:") && text.contains("open files"),
+        "start #{started} failed otherwise: {text}"
+    );
+    // Still serving: the file tools, and a command once a process stops.
+    server.send(&tool_call("read", "read_file", json!({"path": "a.txt"})));
+    let (read, _) = server.wait_for(&json!("read"));
+    assert_eq!(
+        read["result"]["content"][0]["text"], "     1\talive\n",
+        "{read}"
+    );
+    // Stopping a few frees what a command needs (each holds about three).
+    for i in 0..STOPPED.min(started) {
+        let id = format!("stop{i}");
+        server.send(&tool_call(
+            &id,
+            "stop_process",
+            json!({"name": format!("p{i}")}),
+        ));
+        let (stop, _) = server.wait_for(&json!(id));
+        assert_ne!(stop["result"]["isError"], true, "{stop}");
+    }
+    server.send(&tool_call(
+        "run",
+        "run",
+        json!({"command": "echo still-serving"}),
+    ));
+    let (run, _) = server.wait_for(&json!("run"));
+    assert!(
+        run["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("still-serving"),
+        "{run}"
     );
 }
 

@@ -167,25 +167,7 @@ impl SurfaceRead {
 /// `GIT_CONFIG_GLOBAL`, `GIT_CONFIG_NOSYSTEM` locate its config files).
 pub fn surface(root: &Path, host: &HostEnv) -> Surface {
     let mut s = Surface::default();
-    let dot_git = root.join(GIT_DIR_NAME);
-    // The git directory of the worktree the root is in, and that worktree's top.
-    let (git_dir, top) = match std::fs::symlink_metadata(&dot_git) {
-        Ok(m) if m.is_dir() => (Some(dot_git), root.to_path_buf()),
-        Ok(m) if m.is_file() => (read_gitfile(&dot_git, root), root.to_path_buf()),
-        Ok(_) => (None, root.to_path_buf()),
-        // No `.git` here: the root may lie inside a repository above it.
-        Err(_) => match root.ancestors().skip(1).find_map(|dir| {
-            let candidate = dir.join(GIT_DIR_NAME);
-            match std::fs::symlink_metadata(&candidate) {
-                Ok(m) if m.is_dir() => Some((Some(candidate), dir.to_path_buf())),
-                Ok(m) if m.is_file() => Some((read_gitfile(&candidate, dir), dir.to_path_buf())),
-                _ => None,
-            }
-        }) {
-            Some(found) => found,
-            None => (None, root.to_path_buf()),
-        },
-    };
+    let (git_dir, top) = locate(root);
     let common = git_dir
         .as_deref()
         .map(|g| common_dir(g).unwrap_or_else(|| g.to_path_buf()));
@@ -223,36 +205,7 @@ pub fn surface(root: &Path, host: &HostEnv) -> Surface {
         }
     }
     // Every config file git reads, and what they include.
-    let mut configs: Vec<PathBuf> = Vec::new();
-    if !env_true(host, "GIT_CONFIG_NOSYSTEM") {
-        configs.push(
-            host.var_os("GIT_CONFIG_SYSTEM")
-                .map(PathBuf::from)
-                .unwrap_or_else(|| PathBuf::from("/etc/gitconfig")),
-        );
-    }
-    match host.var_os("GIT_CONFIG_GLOBAL") {
-        Some(g) => configs.push(PathBuf::from(g)),
-        None => {
-            let xdg = host
-                .var_os("XDG_CONFIG_HOME")
-                .filter(|x| !x.is_empty())
-                .map(PathBuf::from)
-                .or_else(|| home(host).map(|h| h.join(".config")));
-            if let Some(x) = xdg {
-                configs.push(x.join("git/config"));
-            }
-            if let Some(h) = home(host) {
-                configs.push(h.join(".gitconfig"));
-            }
-        }
-    }
-    if let Some(c) = &common {
-        configs.push(c.join("config"));
-    }
-    if let Some(g) = &git_dir {
-        configs.push(g.join("config.worktree"));
-    }
+    let configs = config_list(host, git_dir.as_deref(), common.as_deref());
     let mut found = Found::default();
     for file in &configs {
         read_config(file, 0, host, &mut found);
@@ -288,6 +241,167 @@ pub fn surface(root: &Path, host: &HostEnv) -> Surface {
     s
 }
 
+/// The git directory of the worktree `root` is in (the root's own `.git`,
+/// or one above it), and that worktree's top.
+fn locate(root: &Path) -> (Option<PathBuf>, PathBuf) {
+    let dot_git = root.join(GIT_DIR_NAME);
+    match std::fs::symlink_metadata(&dot_git) {
+        Ok(m) if m.is_dir() => (Some(dot_git), root.to_path_buf()),
+        Ok(m) if m.is_file() => (read_gitfile(&dot_git, root), root.to_path_buf()),
+        Ok(_) => (None, root.to_path_buf()),
+        // No `.git` here: the root may lie inside a repository above it.
+        Err(_) => match root.ancestors().skip(1).find_map(|dir| {
+            let candidate = dir.join(GIT_DIR_NAME);
+            match std::fs::symlink_metadata(&candidate) {
+                Ok(m) if m.is_dir() => Some((Some(candidate), dir.to_path_buf())),
+                Ok(m) if m.is_file() => Some((read_gitfile(&candidate, dir), dir.to_path_buf())),
+                _ => None,
+            }
+        }) {
+            Some(found) => found,
+            None => (None, root.to_path_buf()),
+        },
+    }
+}
+
+/// The config files git reads first (the system's, the user's, the
+/// repository's and the worktree's), before what they include.
+fn config_list(host: &HostEnv, git_dir: Option<&Path>, common: Option<&Path>) -> Vec<PathBuf> {
+    let mut configs: Vec<PathBuf> = Vec::new();
+    if !env_true(host, "GIT_CONFIG_NOSYSTEM") {
+        configs.push(
+            host.var_os("GIT_CONFIG_SYSTEM")
+                .map(PathBuf::from)
+                .unwrap_or_else(|| PathBuf::from("/etc/gitconfig")),
+        );
+    }
+    match host.var_os("GIT_CONFIG_GLOBAL") {
+        Some(g) => configs.push(PathBuf::from(g)),
+        None => {
+            let xdg = host
+                .var_os("XDG_CONFIG_HOME")
+                .filter(|x| !x.is_empty())
+                .map(PathBuf::from)
+                .or_else(|| home(host).map(|h| h.join(".config")));
+            if let Some(x) = xdg {
+                configs.push(x.join("git/config"));
+            }
+            if let Some(h) = home(host) {
+                configs.push(h.join(".gitconfig"));
+            }
+        }
+    }
+    if let Some(c) = common {
+        configs.push(c.join("config"));
+    }
+    if let Some(g) = git_dir {
+        configs.push(g.join("config.worktree"));
+    }
+    configs
+}
+
+/// Credentials the git configs of the workspace at `root` (a canonical
+/// path) hold, as git would read them now (the files of [`surface`], with
+/// what they include): the values of `http.<url>.extraheader` (the token
+/// of an `Authorization` header, and its password once decoded when it is
+/// `basic`), and the passwords in URLs (`https://user:token@host/`, in
+/// remotes, submodules and `url.<base>.insteadOf` sections alike). Each as
+/// (name for the redaction marker, value): cubby registers them as
+/// secrets, so that no output shows them (`actions/checkout` leaves the
+/// job's token in `.git/config`).
+pub fn config_credentials(root: &Path, host: &HostEnv) -> Vec<(&'static str, String)> {
+    let (git_dir, _) = locate(root);
+    let common = git_dir
+        .as_deref()
+        .map(|g| common_dir(g).unwrap_or_else(|| g.to_path_buf()));
+    let mut found = Found::default();
+    for file in config_list(host, git_dir.as_deref(), common.as_deref()) {
+        read_config(&file, 0, host, &mut found);
+    }
+    found.credentials
+}
+
+/// The shortest user name of a URL that is taken for a token when it has
+/// no password (`https://ghp_…@github.com/`): shorter ones are plain names
+/// (`git@`, `alice@`).
+const MIN_TOKEN_USER: usize = 20;
+/// The shortest value registered as a credential (shorter ones would hide
+/// ordinary text, and guard nothing).
+const MIN_CREDENTIAL: usize = 6;
+
+/// The credentials in one config file's text (see [`config_credentials`]).
+fn text_credentials(text: &str, out: &mut Vec<(&'static str, String)>) {
+    let mut push = |name: &'static str, value: &str| {
+        let value = value.trim();
+        if value.len() >= MIN_CREDENTIAL && !out.iter().any(|(_, v)| v == value) {
+            out.push((name, value.to_string()));
+        }
+    };
+    // URL userinfo anywhere: values and subsections.
+    let mut rest = text;
+    while let Some(at) = rest.find("://") {
+        let after = &rest[at + 3..];
+        let end = after
+            .find(|c: char| c.is_whitespace() || matches!(c, '/' | '"' | '\'' | '#' | ';' | ']'))
+            .unwrap_or(after.len());
+        if let Some(userinfo) = after[..end].rsplit_once('@').map(|(u, _)| u) {
+            match userinfo.split_once(':') {
+                Some((_, password)) => push("GIT_URL_PASSWORD", password),
+                None if userinfo.len() >= MIN_TOKEN_USER => push("GIT_URL_TOKEN", userinfo),
+                None => {}
+            }
+        }
+        rest = &after[end.min(after.len())..];
+    }
+    for (section, key, value) in parse_config(text) {
+        if section != "http" || key != "extraheader" {
+            continue;
+        }
+        let Some((header, field)) = value.split_once(':') else {
+            push("GIT_EXTRAHEADER", &value);
+            continue;
+        };
+        let field = field.trim();
+        if !header.trim().eq_ignore_ascii_case("authorization") {
+            // Another header (`PRIVATE-TOKEN: …`): its whole value.
+            push("GIT_EXTRAHEADER", field);
+            continue;
+        }
+        let (scheme, token) = field.split_once(' ').unwrap_or(("", field));
+        push("GIT_EXTRAHEADER", token);
+        if scheme.eq_ignore_ascii_case("basic")
+            && let Some(plain) = base64_decode(token.trim())
+            && let Some((_, password)) = plain.split_once(':')
+        {
+            push("GIT_EXTRAHEADER", password);
+        }
+    }
+}
+
+/// Standard base64 (padding optional) as UTF-8 text, if it is that.
+fn base64_decode(text: &str) -> Option<String> {
+    let mut bytes = Vec::with_capacity(text.len() * 3 / 4);
+    let (mut acc, mut bits) = (0u32, 0u32);
+    for c in text.trim_end_matches('=').bytes() {
+        let v = match c {
+            b'A'..=b'Z' => c - b'A',
+            b'a'..=b'z' => c - b'a' + 26,
+            b'0'..=b'9' => c - b'0' + 52,
+            b'+' | b'-' => 62,
+            b'/' | b'_' => 63,
+            _ => return None,
+        };
+        acc = (acc << 6) | u32::from(v);
+        bits += 6;
+        if bits >= 8 {
+            bits -= 8;
+            bytes.push((acc >> bits) as u8);
+            acc &= (1 << bits) - 1;
+        }
+    }
+    String::from_utf8(bytes).ok()
+}
+
 /// What the config files said.
 #[derive(Default)]
 struct Found {
@@ -295,6 +409,8 @@ struct Found {
     files: Vec<PathBuf>,
     /// Every `core.hooksPath` value.
     hooks_paths: Vec<String>,
+    /// The credentials they hold ([`config_credentials`]).
+    credentials: Vec<(&'static str, String)>,
 }
 
 /// Reads one config file (and what it includes) into `found`.
@@ -307,6 +423,7 @@ fn read_config(file: &Path, depth: usize, host: &HostEnv, found: &mut Found) {
     let Some(text) = read_small(&file) else {
         return;
     };
+    text_credentials(&text, &mut found.credentials);
     for (section, key, value) in parse_config(&text) {
         match (section.as_str(), key.as_str()) {
             ("core", "hookspath") => found.hooks_paths.push(value),
@@ -563,6 +680,30 @@ fn env_true(host: &HostEnv, name: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn config_credentials_are_found_in_headers_and_urls() {
+        // `x-access-token:ghs_HEADERTOKEN` in base64.
+        let text = "[http \"https://github.com/\"]\n\textraheader = AUTHORIZATION: basic \
+                    eC1hY2Nlc3MtdG9rZW46Z2hzX0hFQURFUlRPS0VO\n\
+                    [remote \"origin\"]\n\turl = https://x-access-token:ghs_URLTOKEN@github.com/o/r.git\n\
+                    [url \"https://ghp_aaaaaaaaaaaaaaaaaaaaaaaa@example.com/\"]\n\tinsteadOf = https://example.com/\n\
+                    [remote \"plain\"]\n\turl = ssh://git@github.com/o/r.git\n\
+                    [http]\n\textraHeader = PRIVATE-TOKEN: glpat-PRIVATE\n";
+        let mut found = Vec::new();
+        text_credentials(text, &mut found);
+        let values: Vec<&str> = found.iter().map(|(_, v)| v.as_str()).collect();
+        assert_eq!(
+            values,
+            [
+                "ghs_URLTOKEN",
+                "ghp_aaaaaaaaaaaaaaaaaaaaaaaa",
+                "eC1hY2Nlc3MtdG9rZW46Z2hzX0hFQURFUlRPS0VO",
+                "ghs_HEADERTOKEN",
+                "glpat-PRIVATE",
+            ]
+        );
+    }
 
     fn p(s: &str) -> WorkspacePath {
         WorkspacePath::parse(s).unwrap()

@@ -57,6 +57,58 @@ pub const STOP_GRACE: Duration = Duration::from_secs(2);
 const KILL_RESEND: Duration = Duration::from_millis(100);
 /// Longest wait for a killed tree to be reaped.
 const KILL_WAIT: Duration = Duration::from_secs(10);
+/// Descriptors the server may hold for one running command (its output
+/// pipe, stdin, the sandbox's channel, the reaper's; about three are seen):
+/// what a start must find free beyond [`FD_RESERVE`].
+pub const FDS_PER_PROCESS: u64 = 8;
+/// Descriptors a start leaves free for everything else the server opens:
+/// the file tools' opens, other sessions, the listener's `accept`.
+pub const FD_RESERVE: u64 = 64;
+/// Where the process's open descriptors are listed.
+const PROC_SELF_FD: &str = "/proc/self/fd";
+
+/// Raises this process's soft limit of open files (`RLIMIT_NOFILE`) to its
+/// hard limit, as servers do at start (agent clients start cubby with the
+/// login session's 1,024); the new soft limit.
+///
+/// # Errors
+///
+/// The kernel's, when the limit cannot be read or set.
+pub fn raise_open_files_limit() -> std::io::Result<u64> {
+    use rustix::process::{Resource, getrlimit, setrlimit};
+    let mut limit = getrlimit(Resource::Nofile);
+    if limit.current != limit.maximum {
+        limit.current = limit.maximum;
+        setrlimit(Resource::Nofile, limit)?;
+    }
+    Ok(limit.current.unwrap_or(u64::MAX))
+}
+
+/// Refuses a start that would leave the server fewer than [`FD_RESERVE`]
+/// free descriptors (its soft `RLIMIT_NOFILE` is shared by every session's
+/// commands and file opens): `limit`, telling the model to stop some
+/// background processes.
+pub(crate) fn check_fd_budget() -> Result<()> {
+    let Some(soft) = rustix::process::getrlimit(rustix::process::Resource::Nofile).current else {
+        return Ok(());
+    };
+    // The listing's own descriptor is counted; it is closed at once.
+    let open = std::fs::read_dir(PROC_SELF_FD)
+        .map(|entries| entries.count() as u64)
+        .map_err(|e| Error::internal(format!("cannot count the server's open files: {e}")))?;
+    if open.saturating_add(FDS_PER_PROCESS + FD_RESERVE) > soft {
+        return Err(Error::new(
+            ErrorKind::Limit,
+            format!(
+                "cubby's open files would run out ({open} open of its limit of {soft}, \
+                 {FD_RESERVE} kept free): stop background processes you no longer need \
+                 (`list_processes`, `stop_process`), then try again"
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// Size of one read from a command's output stream.
 const READ_CHUNK_BYTES: usize = 256 * 1024;
 

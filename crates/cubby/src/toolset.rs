@@ -1005,6 +1005,16 @@ impl ToolsetBuilder {
                 });
             }
         }
+        // Credentials git's configs hold (a CI checkout's token in
+        // `.git/config`): redacted like the others, never given.
+        if let Some(read) = policy.git_surface() {
+            for (name, value) in crate::git::config_credentials(read.root(), &host) {
+                secrets.push(Secret {
+                    name: name.to_string(),
+                    value,
+                });
+            }
+        }
         let redactor = Redactor::new(&secrets)?;
         let commands = self.sandbox.supports_commands();
         // Read anew for every toolset: a session sees the skills as they are

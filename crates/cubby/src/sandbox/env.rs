@@ -83,11 +83,13 @@ pub const NON_INTERACTIVE_ENV: [(&str, &str); 7] = [
 pub const HOST_ONLY_ENV: [&str; 2] = ["CUBBY_TOKEN", crate::config::BRAVE_API_KEY_ENV];
 
 /// True when commands get `name` from cubby's environment without being
-/// told: one of [`INHERITED`], a locale `LC_*` or a `*_CA_BUNDLE`.
+/// told: one of [`INHERITED`], a locale `LC_*` or a `*_CA_BUNDLE`. A name
+/// the wildcards match that looks like a credential ([`credential_word`]:
+/// `LC_GITHUB_TOKEN`, carried by SSH's `SendEnv LC_*`) is not inherited.
 pub fn inherited(name: &str) -> bool {
-    INHERITED.contains(&name)
-        || (name.len() > LOCALE_PREFIX.len() && name.starts_with(LOCALE_PREFIX))
-        || (name.len() > CA_BUNDLE_SUFFIX.len() && name.ends_with(CA_BUNDLE_SUFFIX))
+    let wildcard = (name.len() > LOCALE_PREFIX.len() && name.starts_with(LOCALE_PREFIX))
+        || (name.len() > CA_BUNDLE_SUFFIX.len() && name.ends_with(CA_BUNDLE_SUFFIX));
+    INHERITED.contains(&name) || (wildcard && credential_word(name).is_none())
 }
 
 /// The word of [`CREDENTIAL_WORDS`] that `name` contains (in any case), if
@@ -410,6 +412,23 @@ mod tests {
             ["PATH", "HOME", "LC_ALL", "REQUESTS_CA_BUNDLE", "TERM"]
         );
         assert_eq!(get(&env, "TERM"), Some("xterm"));
+    }
+
+    #[test]
+    fn wildcards_do_not_pass_credential_names() {
+        let host = host(&[
+            ("LC_GITHUB_TOKEN", "ghp-lc"),
+            ("LC_SECRET", "s-lc"),
+            ("X_AUTH_CA_BUNDLE", "a-ca"),
+            ("LC_CTYPE", "C.UTF-8"),
+            ("CURL_CA_BUNDLE", "/etc/ca.pem"),
+        ]);
+        let env = CommandEnv::default().build(host, false);
+        let names: Vec<&str> = env.iter().filter_map(|(k, _)| k.to_str()).collect();
+        assert_eq!(names, ["LC_CTYPE", "CURL_CA_BUNDLE"]);
+        let policy = CommandEnv::default();
+        assert_eq!(policy.source("LC_GITHUB_TOKEN", false), Source::NotPassed);
+        assert_eq!(policy.source("LC_CTYPE", false), Source::Inherited);
     }
 
     #[test]

@@ -132,8 +132,9 @@ pub(crate) fn start(
     capture: Option<usize>,
     call_subscriber: Option<crate::process::Subscriber>,
 ) -> Result<std::sync::Arc<Proc>> {
-    // Its place and its window in the run's log budget first: a start
-    // refused there never runs.
+    // Its place and its window in the run's log budget first, and the
+    // server's descriptors: a start refused there never runs.
+    crate::process::check_fd_budget()?;
     let reserved = ctx.procs.reserve(&name, ctx.exec.retained_log_bytes)?;
     ctx.run.before_mutation();
     let mut argv = ctx.exec.shell.clone();

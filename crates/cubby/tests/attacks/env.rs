@@ -56,6 +56,18 @@ pub const ATTACKS: &[Attack] = &[
         run: system_stores,
     },
     Attack {
+        name: "pass a credential through the LC_* and *_CA_BUNDLE wildcards of the environment",
+        expect: "LC_GITHUB_TOKEN and X_AUTH_CA_BUNDLE absent from the command's environment",
+        control: Some("LC_CTYPE and CURL_CA_BUNDLE of the same environment reach the command"),
+        run: credential_through_env_wildcards,
+    },
+    Attack {
+        name: "connect to a host daemon's socket under /run and to git's credential cache",
+        expect: "no connection accepted, no answer read",
+        control: Some("the same client on the host connects to both and reads the answer"),
+        run: host_unix_sockets,
+    },
+    Attack {
         name: "read cubby's command line at /proc/1/cmdline",
         expect: "the init shows a neutral name, none of the server's arguments",
         control: Some("the server's own /proc/self/cmdline holds them"),
@@ -141,6 +153,19 @@ const SYSTEM_STORE_FILES: &[&str] = &[
     "/var/lib/tailscale/tailscaled.state",
     "/etc/mysql/debian.cnf",
     "/etc/pki/tls/private/server.key",
+    // Red-team pass 5, F1: VPN, Wi-Fi, PPP, SSSD and relay credentials,
+    // cloud-init's user data, the kubelet's keys, a pod's service-account
+    // token and podman's primary login file (the last two under /run).
+    "/etc/openvpn/client/work.key",
+    "/etc/wpa_supplicant/wpa_supplicant.conf",
+    "/etc/netplan/60-wifi.yaml",
+    "/etc/ppp/chap-secrets",
+    "/etc/sssd/sssd.conf",
+    "/etc/postfix/sasl_passwd",
+    "/var/lib/cloud/instance/user-data.txt",
+    "/var/lib/kubelet/pki/kubelet.key",
+    "/var/run/secrets/kubernetes.io/serviceaccount/token",
+    "/run/containers/0/auth.json",
 ];
 
 /// A home directory for the read attacks: a fresh one beneath `/home` as
@@ -385,6 +410,12 @@ fn system_stores(l: &Lab) -> Verdict {
     }
     read_planted(&lab, &early)?;
     read_planted(&lab, &late)?;
+    // The same with `read_scope = "system"`, where /etc is granted whole.
+    let sys = lab_with(|p, _, _| {
+        p.read_scope(cubby::ReadScope::System);
+    });
+    read_planted(&sys, &early)?;
+    read_planted(&sys, &late)?;
     // What the host held already: compared by digest, as above.
     let mut script = String::new();
     for (path, _) in &existing {
@@ -397,6 +428,148 @@ fn system_stores(l: &Lab) -> Verdict {
         not_in(&out, &digest).map_err(|_| format!("{} was read", path.display()))?;
     }
     Ok(())
+}
+
+fn credential_through_env_wildcards(l: &Lab) -> Verdict {
+    let _ = l;
+    let (token, ca_token) = (marker("lctoken"), marker("catoken"));
+    let (locale, bundle) = (marker("lcctype"), marker("cabundle"));
+    let host = cubby::HostEnv::capture()
+        .with("LC_GITHUB_TOKEN", &token)
+        .with("X_AUTH_CA_BUNDLE", &ca_token)
+        .with("LC_CTYPE", &locale)
+        .with("CURL_CA_BUNDLE", &bundle);
+    let lab = lab_in(host, |_, _, _| {});
+    let out = lab.sh("env");
+    // Control: the wildcards carry the plain names of the same environment.
+    for m in [&locale, &bundle] {
+        if !out.text.contains(m.as_str()) {
+            return Err(format!("control: {m} not passed: {}", out.text));
+        }
+    }
+    not_in(&out, &token)?;
+    not_in(&out, &ca_token)
+}
+
+/// A unix socket server the test runs on the host at `path` (mode 0600):
+/// each connection is answered with `answer` and counted.
+struct SocketServer {
+    path: PathBuf,
+    accepted: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl SocketServer {
+    fn start(path: &Path, answer: &str) -> SocketServer {
+        use std::io::Write;
+        use std::sync::atomic::Ordering::SeqCst;
+        let listener = std::os::unix::net::UnixListener::bind(path).unwrap();
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let accepted = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (count, done, answer) = (accepted.clone(), stop.clone(), answer.to_string());
+        let thread = std::thread::spawn(move || {
+            while !done.load(SeqCst) {
+                match listener.accept() {
+                    Ok((mut conn, _)) => {
+                        count.fetch_add(1, SeqCst);
+                        let _ = conn.set_nonblocking(false);
+                        let _ = conn.write_all(answer.as_bytes());
+                    }
+                    Err(_) => std::thread::sleep(std::time::Duration::from_millis(10)),
+                }
+            }
+        });
+        SocketServer {
+            path: path.to_path_buf(),
+            accepted,
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    fn accepted(&self) -> usize {
+        self.accepted.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+impl Drop for SocketServer {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// A python client that connects to `path` and prints what it reads.
+fn socket_client(path: &Path) -> String {
+    format!(
+        "import socket\ns = socket.socket(socket.AF_UNIX)\ns.connect(\"{}\")\nprint(s.recv(200).decode())",
+        path.display()
+    )
+}
+
+fn host_unix_sockets(l: &Lab) -> Verdict {
+    let _ = l;
+    // git's credential cache, in a home: `~/.cache/git/credential/socket`.
+    let mut home = Home::new("sockets");
+    home.plant(".cache/git/credential/keep", "")
+        .ok_or("control: could not make the cache directory")?;
+    let cache_dir = home.path.join(".cache/git/credential");
+    std::fs::set_permissions(&cache_dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let cache_answer = marker("gitcache");
+    let cache = SocketServer::start(&cache_dir.join("socket"), &cache_answer);
+    let mut servers = vec![(cache, cache_answer)];
+    // As root: a root-only daemon socket under /run (podman's, docker's,
+    // systemd's private bus are mode 0600 there too).
+    let run_dir = PathBuf::from(format!("/run/cubby-escape-{}", std::process::id()));
+    let _run_dir = if is_root() {
+        std::fs::create_dir(&run_dir).unwrap();
+        let answer = marker("rundaemon");
+        servers.push((
+            SocketServer::start(&run_dir.join("api.sock"), &answer),
+            answer,
+        ));
+        Some(RemoveDir(run_dir.clone()))
+    } else {
+        None
+    };
+    // Control: the same client, on the host, connects and reads each.
+    for (server, answer) in &servers {
+        let got = host_py(&socket_client(&server.path));
+        if !got.contains(answer.as_str()) || server.accepted() != 1 {
+            return Err(format!(
+                "control: the host could not use {}: {got:?}",
+                server.path.display()
+            ));
+        }
+    }
+    let host = cubby::HostEnv::capture().with("HOME", &home.path);
+    let lab = lab_in(host, |_, _, _| {});
+    for (server, answer) in &servers {
+        let out = lab.sh(&py(&socket_client(&server.path).replace('\'', "")));
+        not_in(&out, answer).map_err(|e| format!("{}: {e}", server.path.display()))?;
+        if server.accepted() != 1 {
+            return Err(format!(
+                "{} accepted a command's connection",
+                server.path.display()
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A directory removed (with what is left in it) when dropped.
+struct RemoveDir(PathBuf);
+
+impl Drop for RemoveDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
 
 /// The hex SHA-256 of `bytes`, by the host's `sha256sum`.

@@ -95,6 +95,12 @@ pub const ATTACKS: &[Attack] = &[
         control: None,
         run: git_still_works_inside,
     },
+    Attack {
+        name: "read a CI token that git's config holds (extraheader, a remote's URL)",
+        expect: "neither token, nor the header's encoded value, in read_file or a command's output",
+        control: Some("the host's git config shows both; the command reads the file"),
+        run: config_credentials_shown,
+    },
 ];
 
 /// A lab whose workspace `prepare` sets up on the host first (a repository,
@@ -131,6 +137,57 @@ fn next_session(l: &Lab) -> cubby::Toolset {
         .track_changes(false)
         .build()
         .unwrap()
+}
+
+fn config_credentials_shown(l: &Lab) -> Verdict {
+    let _ = l;
+    let (header_token, url_token) = (marker("ghsheader"), marker("ghsurl"));
+    let encoded = host_py(&format!(
+        "import base64; print(base64.b64encode(b\"x-access-token:ghs_{header_token}\").decode())"
+    ))
+    .trim()
+    .to_string();
+    let l = git_lab(&[], |ws| {
+        assert!(host_git(ws, &["init", "-q"]).status.success());
+        let header = format!("AUTHORIZATION: basic {encoded}");
+        let url = format!("https://x-access-token:ghs_{url_token}@github.com/o/r.git");
+        assert!(
+            host_git(
+                ws,
+                &["config", "http.https://github.com/.extraheader", &header]
+            )
+            .status
+            .success()
+        );
+        assert!(
+            host_git(ws, &["remote", "add", "origin", &url])
+                .status
+                .success()
+        );
+    });
+    // Control: the host's git shows both.
+    let shown =
+        String::from_utf8_lossy(&host_git(&l.ws, &["config", "--list"]).stdout).into_owned();
+    if !shown.contains(&encoded) || !shown.contains(&url_token) {
+        return Err(format!(
+            "control: the host's config lacks the tokens: {shown}"
+        ));
+    }
+    let read = l.tools.call("read_file", json!({"path": ".git/config"}));
+    let cmd = l.sh("cat .git/config; git config --get remote.origin.url; \
+         git config --get http.https://github.com/.extraheader | cut -d' ' -f3 | base64 -d");
+    if !cmd.text.contains("extraheader") {
+        return Err(format!(
+            "control: the command did not read .git/config: {}",
+            cmd.text
+        ));
+    }
+    for out in [&read, &cmd] {
+        for secret in [&encoded, &header_token, &url_token] {
+            not_in(out, secret)?;
+        }
+    }
+    Ok(())
 }
 
 /// The host's git in `dir` (an identity given, so that `commit` runs).

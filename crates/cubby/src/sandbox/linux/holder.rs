@@ -58,7 +58,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::landlock::READ_RULES;
-use super::plan::{Mask, Plan, Rebind};
+use super::plan::{Mask, Plan, Rebind, RunKeep};
 use super::syscalls::{self, errno, read_bytes, write_file};
 use super::wire::{self, HolderStep, MSG_FORK_FAILED, MSG_LANDLOCK, MSG_MAX_FDS, MSG_RUN, Msg};
 use super::{init, loopback};
@@ -70,6 +70,12 @@ pub(super) const MAX_HOLDER_MOUNTS: usize = 128;
 /// Directories a command may read with `read_scope = "system"` (their
 /// `O_PATH` fds stay open in the holder).
 pub(super) const MAX_READ_RULES: usize = 64;
+/// Directories the holder can bind back into the sandbox's own run
+/// directories (what commands need there, and roots beneath them).
+pub(super) const MAX_RUN_KEEPS: usize = 16;
+/// The sandbox's run directories: empty, read-only once the kept
+/// directories are bound back (their mount points are all it holds).
+const RUN_OPTIONS: &CStr = c"mode=0755,size=64k,nr_inodes=256";
 /// Host devices the holder can bind into the sandbox's own `/dev`.
 pub(super) const MAX_DEVICES: usize = 8;
 /// The sandbox's `/dev`: a small tmpfs, read-only once made.
@@ -173,6 +179,12 @@ pub(super) struct HolderPlan {
     /// whole sandbox within the user's own limits). Each must succeed.
     pub sysctls: Vec<(CString, CString)>,
     pub rebinds: Vec<Rebind>,
+    /// The host's run directories, each covered by an empty tmpfs
+    /// ([`RUN_OPTIONS`]), read-only once `run_keeps` are bound back.
+    pub run_dirs: Vec<CString>,
+    /// What is bound back into them (at most [`MAX_RUN_KEEPS`]; what is
+    /// missing when the holder opens it is skipped).
+    pub run_keeps: Vec<RunKeep>,
     /// Directories between the root and a `deny_read` path, outermost
     /// first: each is bound onto itself, so that no command can rename
     /// it (a mount point cannot be) and carry the hidden path off to a
@@ -259,6 +271,8 @@ impl HolderPlan {
             pts_options: plan.pts_options,
             sysctls: plan.sysctls,
             rebinds: plan.rebinds,
+            run_dirs: plan.run_dirs,
+            run_keeps: plan.run_keeps,
             pins: plan.pins,
             masks: plan.masks,
             read_rules: plan.read_rules,
@@ -520,6 +534,15 @@ unsafe fn holder_setup(plan: &HolderPlan) -> io::Result<()> {
             return Err(holder_fail(report, HolderStep::Devices));
         }
     }
+    // What is kept of the run directories, opened before they are
+    // covered; a keep that is missing now is skipped.
+    let mut run_fds = [-1 as RawFd; MAX_RUN_KEEPS];
+    for (slot, keep) in run_fds.iter_mut().zip(&plan.run_keeps) {
+        *slot = syscalls::open(
+            &keep.path,
+            libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
+        );
+    }
     if !all_read_only() {
         return Err(holder_fail(report, HolderStep::ReadOnly));
     }
@@ -533,6 +556,11 @@ unsafe fn holder_setup(plan: &HolderPlan) -> io::Result<()> {
         )
     {
         return Err(holder_fail(report, HolderStep::MountTmp));
+    }
+    // SAFETY: `run_fds` were opened above from `plan.run_keeps`, one
+    // each, and are the holder's own.
+    if !unsafe { own_run(&run_fds, plan) } {
+        return Err(holder_fail(report, HolderStep::Run));
     }
     for (&fd, rebind) in fds.iter().zip(&plan.rebinds) {
         // SAFETY: `fd` was opened above for this rebind, and is the
@@ -671,6 +699,67 @@ unsafe fn rebind_writable(fd: RawFd, rebind: &Rebind) -> bool {
         unsafe { libc::close(fd) };
     }
     bound
+}
+
+/// Covers each of the host's run directories (`plan.run_dirs`) with an
+/// empty tmpfs, binds back the directories of `fds` (opened from
+/// `plan.run_keeps`; -1: missing, skipped) at the same paths, read-only as
+/// every mount is by then, and makes the tmpfs read-only. Commands then
+/// cannot reach the sockets the host's daemons listen on there, whatever
+/// their modes. Closes `fds`.
+///
+/// # Safety
+///
+/// The holder only, in its own mount namespace; `fds` are its own and not
+/// used after.
+unsafe fn own_run(fds: &[RawFd], plan: &HolderPlan) -> bool {
+    let flags = libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC;
+    for run in &plan.run_dirs {
+        if !syscalls::mount(
+            Some(c"tmpfs"),
+            run,
+            Some(c"tmpfs"),
+            flags,
+            Some(RUN_OPTIONS),
+        ) {
+            return false;
+        }
+    }
+    for (&fd, keep) in fds.iter().zip(&plan.run_keeps) {
+        if fd < 0 {
+            continue;
+        }
+        for dir in &keep.mkdirs {
+            syscalls::mkdir(dir, 0o755);
+        }
+        let mut source = [0u8; PROC_FD_PATH_BYTES];
+        let source = proc_fd_path(fd, &mut source);
+        let bound = syscalls::mount(
+            Some(source),
+            &keep.path,
+            None,
+            libc::MS_BIND | libc::MS_REC,
+            None,
+        );
+        // SAFETY: the caller's fd, not used after (its promise).
+        unsafe { libc::close(fd) };
+        if !bound {
+            return false;
+        }
+    }
+    for run in &plan.run_dirs {
+        let remounted = syscalls::mount(
+            None,
+            run,
+            None,
+            libc::MS_REMOUNT | libc::MS_BIND | libc::MS_RDONLY | flags,
+            None,
+        );
+        if !remounted {
+            return false;
+        }
+    }
+    true
 }
 
 /// Covers the host's `/dev` with the sandbox's own: a tmpfs holding the

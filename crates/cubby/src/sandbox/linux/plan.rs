@@ -32,7 +32,7 @@ use std::ffi::CString;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-use super::holder::{MAX_DEVICES, MAX_HOLDER_MOUNTS, MAX_READ_RULES};
+use super::holder::{MAX_DEVICES, MAX_HOLDER_MOUNTS, MAX_READ_RULES, MAX_RUN_KEEPS};
 use super::seccomp::Sockets;
 use super::{LinuxOptions, cstring, start_error};
 use crate::config::{NetworkMode, ReadScope, SandboxLimits};
@@ -188,7 +188,29 @@ pub(super) struct Facts {
     pub devices: Vec<Device>,
     /// The hard limit of each of [`RLIMIT_RESOURCES`] for this process.
     pub hard_limits: [libc::rlim_t; RLIMIT_RESOURCES.len()],
+    /// Of [`RUN_DIRS`], those that are directories (not links).
+    pub run_dirs: Vec<PathBuf>,
+    /// What commands need from the run directories and the machine has
+    /// (canonical directories): [`RUN_KEEPS`] and the directory of
+    /// `/etc/resolv.conf`'s target when it lies there.
+    pub run_keeps: Vec<PathBuf>,
 }
+
+/// The host's runtime directories, covered by an empty tmpfs of the
+/// sandbox's own: the daemons' pathname sockets live there (systemd's and
+/// D-Bus's, docker's, containerd's, podman's, libvirt's, the users'
+/// agents under `/run/user`), and with them runtime secrets
+/// (`/run/secrets`, podman's `auth.json`). `/var/run` is covered too when
+/// it is a directory of its own rather than a link to `/run`.
+pub(super) const RUN_DIRS: [&str; 2] = ["/run", "/var/run"];
+/// What commands need from the run directories, bound back read-only when
+/// it exists: the resolver's configuration that `/etc/resolv.conf` leads
+/// to on systemd, resolvconf and NetworkManager hosts.
+pub(super) const RUN_KEEPS: [&str; 3] = [
+    "/run/systemd/resolve",
+    "/run/resolvconf",
+    "/run/NetworkManager",
+];
 
 /// The workspace root or a writable root: bound again, writable (unless
 /// `readonly`), once every mount is read-only; one that lives under `/tmp`
@@ -203,6 +225,17 @@ pub(super) struct Rebind {
     pub mkdirs: Vec<CString>,
     /// Bound read-only (`read-only` mode, or a path on a read-only mount).
     pub readonly: bool,
+}
+
+/// A directory bound back (read-only, or writable by its [`Rebind`]) into
+/// the sandbox's own run directory.
+#[derive(Debug)]
+pub(super) struct RunKeep {
+    /// Its absolute path.
+    pub path: CString,
+    /// Directories to create in the run directory's tmpfs, outermost
+    /// first (the last is `path` itself).
+    pub mkdirs: Vec<CString>,
 }
 
 /// A `deny_read` path or credential store to hide behind an empty,
@@ -265,6 +298,10 @@ pub(super) struct Plan {
     /// The sandbox's process, inotify, fanotify and user-namespace limits.
     pub sysctls: Vec<(CString, CString)>,
     pub rebinds: Vec<Rebind>,
+    /// The run directories covered by an empty tmpfs ([`RUN_DIRS`]).
+    pub run_dirs: Vec<CString>,
+    /// What is bound back into them, outermost first.
+    pub run_keeps: Vec<RunKeep>,
     pub pins: Vec<CString>,
     pub masks: Vec<Mask>,
     /// With `read_scope = "system"`: what commands read.
@@ -455,6 +492,52 @@ pub(super) fn plan(inputs: &Inputs<'_>, facts: &Facts) -> Result<Plan> {
             readonly: options.mode == Mode::ReadOnly || on_readonly_mount,
         });
     }
+    // The host's run directories: covered, with what commands need there
+    // and the sandbox's own roots bound back.
+    let mut keeps: Vec<&Path> = facts.run_keeps.iter().map(PathBuf::as_path).collect();
+    keeps.extend(std::iter::once(root));
+    keeps.extend(inputs.writable_roots.iter().map(PathBuf::as_path));
+    keeps.extend(inputs.read_roots.iter().map(PathBuf::as_path));
+    keeps.sort();
+    keeps.dedup();
+    // Outermost first (a stable sort: by name within a depth).
+    keeps.sort_by_key(|p| p.components().count());
+    let mut run_keeps = Vec::new();
+    for keep in keeps {
+        let Some(run) = facts.run_dirs.iter().find(|run| keep.starts_with(run)) else {
+            continue;
+        };
+        let mut at = run.clone();
+        let mut mkdirs = Vec::new();
+        for part in keep.strip_prefix(run).unwrap_or(Path::new("")).components() {
+            at.push(part);
+            mkdirs.push(cstring(&at)?);
+        }
+        if mkdirs.is_empty() {
+            // A root that is a run directory itself: nothing covers it.
+            continue;
+        }
+        run_keeps.push(RunKeep {
+            path: cstring(keep)?,
+            mkdirs,
+        });
+    }
+    if run_keeps.len() > MAX_RUN_KEEPS {
+        return Err(start_error(format!(
+            "too many roots beneath /run (at most {MAX_RUN_KEEPS} with what commands need there)"
+        )));
+    }
+    let run_dirs = facts
+        .run_dirs
+        .iter()
+        .filter(|run| {
+            std::iter::once(root)
+                .chain(inputs.writable_roots.iter().map(PathBuf::as_path))
+                .chain(inputs.read_roots.iter().map(PathBuf::as_path))
+                .all(|dir| dir != run.as_path())
+        })
+        .map(|run| cstring(run.as_path()))
+        .collect::<Result<Vec<_>>>()?;
     let mut masks = Vec::new();
     let mut pins: Vec<CString> = Vec::new();
     for path in &facts.deny_read_present {
@@ -568,6 +651,11 @@ pub(super) fn plan(inputs: &Inputs<'_>, facts: &Facts) -> Result<Plan> {
     if private_tmp {
         landlock.store_holder_read.push(PathBuf::from("tmp"));
     }
+    for run in &facts.run_dirs {
+        if let Ok(rel) = run.strip_prefix("/") {
+            landlock.store_holder_read.push(rel.to_path_buf());
+        }
+    }
     let (uid, gid) = (facts.uid, facts.gid);
     Ok(Plan {
         unshare_flags,
@@ -582,6 +670,8 @@ pub(super) fn plan(inputs: &Inputs<'_>, facts: &Facts) -> Result<Plan> {
             .map_err(start_error)?,
         sysctls: sandbox_sysctls(&options.limits, facts)?,
         rebinds,
+        run_dirs,
+        run_keeps,
         pins,
         masks,
         read_rules,
@@ -678,6 +768,16 @@ impl fmt::Display for Plan {
             };
             write!(f, "rebind {} {how}", show(&rebind.path))?;
             for dir in &rebind.mkdirs {
+                write!(f, " mkdir {}", show(dir))?;
+            }
+            writeln!(f)?;
+        }
+        for run in &self.run_dirs {
+            writeln!(f, "run dir: own {}", show(run))?;
+        }
+        for keep in &self.run_keeps {
+            write!(f, "run keep {}", show(&keep.path))?;
+            for dir in &keep.mkdirs {
                 write!(f, " mkdir {}", show(dir))?;
             }
             writeln!(f)?;
@@ -797,6 +897,8 @@ mod tests {
                 63_432,
                 819_200,
             ],
+            run_dirs: Vec::new(),
+            run_keeps: Vec::new(),
         }
     }
 
@@ -852,6 +954,22 @@ mod tests {
         });
         let read = ["/usr", "/etc", "/work/ws", "/opt/tools"];
         golden("read_scope_system", &render(&options, &[], &read, &facts()));
+    }
+
+    #[test]
+    fn host_run_dirs_are_covered_with_what_commands_need_bound_back() {
+        let mut facts = facts();
+        facts.run_dirs = vec![PathBuf::from("/run")];
+        facts.run_keeps = ["/run/systemd/resolve", "/run/resolvconf", "/etc/resolv.d"]
+            .into_iter()
+            .map(PathBuf::from)
+            .collect();
+        let options = options(|o| o.read_scope = ReadScope::System);
+        let read = ["/usr", "/run/systemd/resolve"];
+        golden(
+            "run_dirs",
+            &render(&options, &["/run/user/1000/build"], &read, &facts),
+        );
     }
 
     #[test]

@@ -11,7 +11,8 @@ use std::path::{Path, PathBuf};
 
 use super::cgroup::pids_cgroup_parent;
 use super::plan::{
-    Device, Facts, HOST_PID_MAX, RLIMIT_RESOURCES, TERMINAL_DEVICE, USER_LIMITS, WRITABLE_DEVICES,
+    Device, Facts, HOST_PID_MAX, RLIMIT_RESOURCES, RUN_DIRS, RUN_KEEPS, TERMINAL_DEVICE,
+    USER_LIMITS, WRITABLE_DEVICES,
 };
 
 /// The smallest Landlock ABI the provider works with.
@@ -177,7 +178,37 @@ pub(super) fn machine_facts(dirs: &[&Path]) -> Facts {
         stores: Vec::new(),
         devices,
         hard_limits: RLIMIT_RESOURCES.map(hard_limit),
+        run_dirs: run_dirs(),
+        run_keeps: run_keeps(),
     }
+}
+
+/// Of [`RUN_DIRS`], those that are directories of their own (not links).
+fn run_dirs() -> Vec<PathBuf> {
+    RUN_DIRS
+        .iter()
+        .filter(|dir| std::fs::symlink_metadata(dir).is_ok_and(|m| m.is_dir()))
+        .map(PathBuf::from)
+        .collect()
+}
+
+/// [`RUN_KEEPS`] that are directories, canonical, and the directory of
+/// `/etc/resolv.conf`'s target (canonical; the plan keeps those beneath a
+/// run directory).
+fn run_keeps() -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = RUN_KEEPS
+        .iter()
+        .filter_map(|dir| std::fs::canonicalize(dir).ok())
+        .filter(|dir| dir.is_dir())
+        .collect();
+    if let Some(dir) = std::fs::canonicalize("/etc/resolv.conf")
+        .ok()
+        .and_then(|target| target.parent().map(Path::to_path_buf))
+        && !out.contains(&dir)
+    {
+        out.push(dir);
+    }
+    out
 }
 
 /// The kernel's Landlock ABI version, if Landlock is enabled.

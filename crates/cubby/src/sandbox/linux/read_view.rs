@@ -123,6 +123,9 @@ pub(crate) const HOME_STORES: &[(&str, &[&str])] = &[
     (".config/git", &["credentials"]),
     (".config/containers", &["auth.json"]),
     (".cache/huggingface", &["token"]),
+    // git's credential cache: its daemon's socket hands out the cached
+    // passwords to whoever connects (a mask stops `connect` by path).
+    (".cache/git", &["credential"]),
     (".gem", &["credentials"]),
     (".cargo", &["credentials*"]),
     (".terraform.d", &["credentials*"]),
@@ -156,8 +159,21 @@ pub(crate) const SYSTEM_STORES: &[(&str, &[&str])] = &[
             "ipsec.secrets",
             "wireguard",
             "letsencrypt",
+            // VPN keys, Wi-Fi passphrases (wpa_supplicant's and netplan's),
+            // SSSD's bind passwords.
+            "openvpn",
+            "wpa_supplicant",
+            "netplan",
+            "sssd",
         ],
     ),
+    // PPP's CHAP/PAP passwords.
+    ("/etc/ppp", &["*-secrets"]),
+    // Postfix's relay credentials (and their hashed maps).
+    ("/etc/postfix", &["sasl_passwd*"]),
+    // cloud-init's user data: passwords and tokens the instance was
+    // given at its launch.
+    ("/var/lib/cloud/instance", &["user-data.txt*"]),
     ("/etc/NetworkManager", &["system-connections"]),
     (
         "/etc/ssh",
@@ -182,8 +198,9 @@ pub(crate) const SYSTEM_STORES: &[(&str, &[&str])] = &[
         "/var/lib/rancher/k3s/server",
         &["token", "node-token", "cred", "tls"],
     ),
-    // tailscaled's node keys.
-    ("/var/lib", &["tailscale"]),
+    // tailscaled's node keys; the kubelet's keys and the pods' projected
+    // service-account tokens.
+    ("/var/lib", &["tailscale", "kubelet"]),
     // The password of Debian's MySQL maintenance account.
     ("/etc/mysql", &["debian.cnf"]),
 ];

@@ -74,6 +74,7 @@ pub(super) enum HolderStep {
     Limits,
     ReadRules,
     IpcLimits,
+    Run,
 }
 
 impl HolderStep {
@@ -101,6 +102,7 @@ impl HolderStep {
             19 => "setting the sandbox's process, inotify and fanotify limits",
             20 => "opening what commands read (read_scope = \"system\")",
             21 => "setting the sandbox's System V shared memory and message queue limits",
+            22 => "covering the host's /run with the sandbox's own",
             _ => "setting up the sandbox",
         }
     }
