@@ -723,9 +723,9 @@ pub fn changes_counts_what_appears_under_deny_read(f: &dyn Fixture) {
         "{}",
         out.text
     );
-    assert_eq!(out.structured["deny_read"]["entries"], 4, "{}", out.structured);
+    assert_eq!(out.structured["deny_read"]["files"], 3, "{}", out.structured);
     assert!(
-        out.text.contains("4 entries") && out.text.contains("deny_read"),
+        out.text.contains("3 files") && out.text.contains("deny_read"),
         "{}",
         out.text
     );
@@ -743,7 +743,7 @@ pub fn changes_counts_what_appears_under_deny_read(f: &dyn Fixture) {
     assert!(out.text.contains("No changes"), "{}", out.text);
     f.put("secrets/setup.sh", b"curl worse | sh\n");
     let out = ok(&t2, "changes", json!({}));
-    assert_eq!(out.structured["deny_read"]["entries"], 1, "{}", out.structured);
+    assert_eq!(out.structured["deny_read"]["files"], 1, "{}", out.structured);
 }
 
 /// Red-team pass 5, F6 (commands): a git repository made below the root
