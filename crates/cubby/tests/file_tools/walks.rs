@@ -730,13 +730,12 @@ pub fn changes_counts_what_appears_under_deny_read(f: &dyn Fixture) {
         out.text
     );
     // A change in place under it is counted too.
-    let t2 = Toolset::builder(f.sandbox_for(&Policy::default()))
-        .policy(
-            Policy::builder()
-                .deny_read(["secrets/", ".env"])
-                .build()
-                .unwrap(),
-        )
+    let policy = Policy::builder()
+        .deny_read(["secrets/", ".env"])
+        .build()
+        .unwrap();
+    let t2 = Toolset::builder(f.sandbox_for(&policy))
+        .policy(policy)
         .build()
         .unwrap();
     let out = ok(&t2, "changes", json!({}));
