@@ -58,7 +58,7 @@ use serde::Serialize;
 /// directory is protected whole where what it holds keeps growing; only
 /// the program-starting parts of `.kiro/` and `.roo/`, whose other files
 /// (specs, rules) are documents an agent edits.
-pub const DEFAULT_PROTECTED: [&str; 40] = [
+pub const DEFAULT_PROTECTED: [&str; 48] = [
     // The root's `HEAD`, present or missing: with `HEAD`, `objects/` and
     // `refs/` the root itself is a bare repository to git whenever `.git`
     // is missing or broken (its `HEAD` stays writable), and a `config`
@@ -115,6 +115,21 @@ pub const DEFAULT_PROTECTED: [&str; 40] = [
     ".clinerules/hooks/",
     // JetBrains Junie: MCP servers.
     ".junie/mcp/",
+    // Factory Droid: `settings.json` hooks, `mcp.json` (red-team pass 5, F3).
+    ".factory/",
+    // Kilo Code: project MCP servers (`.kilocode/mcp.json`,
+    // `.kilo/kilo.json(c)`, `kilo.json(c)`).
+    ".kilocode/",
+    ".kilo/",
+    "kilo.json",
+    "kilo.jsonc",
+    // OpenHands: `setup.sh` (run when it starts on the repository),
+    // `hooks.json`.
+    ".openhands/",
+    // Helix: `languages.toml` (language servers, formatters it starts).
+    ".helix/",
+    // Amp: workspace settings, found searching upward from the cwd.
+    ".amp/",
     // rustup: a toolchain `path` runs the workspace's `cargo`/`rustc` on
     // any call in the directory (`cargo --version`, rust-analyzer, a shell
     // prompt); cargo's config: `rustc-wrapper`, runners and aliases, run by
@@ -145,7 +160,7 @@ pub const DEFAULT_PROTECTED: [&str; 40] = [
 /// in `/` covers a directory and what it holds; one with a `/` inside is
 /// matched as the last components of a path. Commands are refused them at
 /// the root only (docs/SECURITY.md, "Toolchain files below the root").
-pub const PROTECTED_AT_ANY_DEPTH: [&str; 11] = [
+pub const PROTECTED_AT_ANY_DEPTH: [&str; 12] = [
     "rust-toolchain.toml",
     "rust-toolchain",
     ".cargo/config.toml",
@@ -157,6 +172,8 @@ pub const PROTECTED_AT_ANY_DEPTH: [&str; 11] = [
     ".sbtopts",
     ".bazeliskrc",
     "global.json",
+    // Amp looks for `.amp/settings.json` upward from its directory.
+    ".amp/",
 ];
 
 /// The name of the config file in the workspace root (also protected).
@@ -547,6 +564,14 @@ impl Policy {
         }
     }
 
+    /// The `deny_read` rule (as configured) that covers `path`, if one does.
+    pub(crate) fn deny_read_rule(&self, path: &WorkspacePath) -> Option<&str> {
+        self.deny_read
+            .iter()
+            .find(|r| r.covers(path))
+            .map(|r| r.shown.as_str())
+    }
+
     /// True when a walk should not show or enter `path`.
     pub(crate) fn hidden_from_walks(&self, path: &WorkspacePath) -> bool {
         self.deny_read.iter().any(|r| r.covers(path))
@@ -698,15 +723,16 @@ impl Policy {
 }
 
 /// The rule of git's executable surface that covers `path`, by name: `.git`
-/// itself, or a [`crate::git::SURFACE_NAMES`] component beneath it.
+/// itself, or a [`crate::git::SURFACE_NAMES`] component beneath it, for the
+/// first `.git` of the path at any depth (red-team pass 5, F6: the host's
+/// git runs the fsmonitor and hooks of a repository below the root as it
+/// does the root's, when an editor or a shell prompt works there).
 fn git_surface_rule(path: &WorkspacePath) -> Option<String> {
-    let mut names = path.components();
-    if names.next()? != crate::git::GIT_DIR_NAME {
-        return None;
-    }
-    let mut at = PathBuf::from(crate::git::GIT_DIR_NAME);
+    let names: Vec<&std::ffi::OsStr> = path.components().collect();
+    let git = names.iter().position(|n| *n == crate::git::GIT_DIR_NAME)?;
+    let mut at: PathBuf = names[..=git].iter().collect();
     let mut any = false;
-    for name in names {
+    for name in names[git + 1..].iter().copied() {
         any = true;
         at.push(name);
         if crate::git::SURFACE_NAMES.iter().any(|s| *s == name) {
@@ -719,9 +745,11 @@ fn git_surface_rule(path: &WorkspacePath) -> Option<String> {
         }
     }
     (!any).then(|| {
-        "`.git` is protected: git's directory or gitfile, which tools may not create, replace \
-         or remove"
-            .to_string()
+        format!(
+            "`{}` is protected: git's directory or gitfile (at any depth: the host's git acts \
+             on a repository below the root too), which tools may not create, replace or remove",
+            at.display()
+        )
     })
 }
 
@@ -750,7 +778,7 @@ fn any_depth_rule(path: &WorkspacePath) -> Option<String> {
                 let at: PathBuf = names[..end].iter().collect();
                 return Some(format!(
                     "`{}` is protected: `{spec}` is obeyed by a tool the host runs (rustup, \
-                     cargo, yarn, Maven, sbt, bazelisk, dotnet) in its directory and below, in \
+                     cargo, yarn, Maven, sbt, bazelisk, dotnet, Amp) in its directory and below, in \
                      any directory",
                     at.display()
                 ));

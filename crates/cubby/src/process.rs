@@ -137,7 +137,8 @@ pub struct OutputEvent {
     /// The process name (`run-3`, or the `start_process` name); for a
     /// line a custom tool logged, `tool:<its name>`.
     pub process: String,
-    /// Redacted, ANSI-stripped text.
+    /// Redacted, ANSI-stripped text, its other control characters
+    /// neutralized (`output::neutralize_controls`).
     pub chunk: String,
 }
 
@@ -819,7 +820,10 @@ impl Reader {
         if !subscribers.is_empty() || self.call_subscriber.is_some() {
             let event = OutputEvent {
                 process: self.proc.name.clone(),
-                chunk: String::from_utf8_lossy(shaped).into_owned(),
+                // Neutralized as the final result is (red-team pass 5, F4):
+                // over MCP this chunk is a progress notification's message.
+                chunk: crate::output::neutralize_controls(&String::from_utf8_lossy(shaped))
+                    .into_owned(),
             };
             for s in subscribers.iter().chain(self.call_subscriber.iter()) {
                 s(&event);

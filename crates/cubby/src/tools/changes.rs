@@ -1,7 +1,7 @@
 //! `changes`: the workspace now against its state when the toolset was made.
 //!
 //! The baseline is a snapshot of every file the walk sees (same rules as
-//! `list_files`): size, modification time, inode, and the sha256 of small
+//! `list_files`): size, modification and change times, inode, and the sha256 of small
 //! files; the digest of every ignore file the walk read; and git's own state
 //! (`git_state.rs`: refs, index flags). It is taken on a background thread
 //! when the toolset is built; writes of this run wait for it, so none of
@@ -20,7 +20,15 @@
 //!   with a commit of the same message), a path git's index now marks
 //!   `skip-worktree` or `assume-unchanged` (which hide its changes from the
 //!   host's `git status`). It is read from git's files, not from a git
-//!   process, so nothing a command rewrites decides what is shown.
+//!   process, so nothing a command rewrites decides what is shown;
+//! - what lies under `deny_read` paths (which the walks never enter) is
+//!   snapshotted too, by metadata only: the files there that were added,
+//!   changed or removed are counted, their names and contents withheld, the
+//!   rules named (red-team pass 5, F8);
+//! - a git directory or gitfile below the root (a repository a command
+//!   made, or the surface of one that was there: its config, hooks,
+//!   pointers) that appeared, changed or went is named (red-team pass 5,
+//!   F6): the host's git runs its fsmonitor and hooks there.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -45,11 +53,25 @@ const HASH_BUDGET_BYTES: u64 = 64 * 1024 * 1024;
 const MAX_IGNORED_EXAMPLES: usize = 5;
 /// Ignore files a `newly_ignored` report names.
 const MAX_IGNORE_FILES_NAMED: usize = 20;
+/// Entries under `deny_read` paths one snapshot holds (past it they are
+/// not compared, and `changes` says the count may be short).
+const MAX_DENIED_ENTRIES: usize = 100_000;
+/// Git directories below the root one snapshot fingerprints.
+const MAX_NESTED_GIT_DIRS: usize = 1_000;
+/// Entries of one directory of a nested git directory's surface (`hooks/`)
+/// that its fingerprint reads.
+const MAX_GIT_SURFACE_ENTRIES: usize = 1_000;
+/// Nested git directories a `changes` result names.
+const MAX_GIT_DIRS_NAMED: usize = 20;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct FileState {
     size: u64,
     mtime_ns: i128,
+    /// The change time: no process can set it back (`touch -d` sets only
+    /// the access and modification times), so an edit in place that keeps
+    /// the size and restores the mtime still moves it (red-team pass 5, F7).
+    ctime_ns: i128,
     ino: u64,
     sha: Option<Sha>,
 }
@@ -63,11 +85,133 @@ pub(crate) struct Snapshot {
     ignore_files: BTreeMap<WorkspacePath, Sha>,
     /// Git's refs and index flags.
     git: GitState,
+    /// Every entry under a `deny_read` path (metadata only, no digest), and
+    /// whether there were more than [`MAX_DENIED_ENTRIES`].
+    denied: BTreeMap<WorkspacePath, FileState>,
+    denied_more: bool,
+    /// Each `.git` below the root and the digest of its surface's metadata,
+    /// and whether there were more than [`MAX_NESTED_GIT_DIRS`].
+    git_dirs: BTreeMap<WorkspacePath, Sha>,
+    git_dirs_more: bool,
+}
+
+/// What a walk's `denied` and `git_dir` hooks gathered.
+#[derive(Default)]
+struct Hidden {
+    denied: Vec<(WorkspacePath, EntryKind)>,
+    git_dirs: Vec<WorkspacePath>,
+}
+
+impl Hidden {
+    /// The metadata of every entry under the `deny_read` paths gathered.
+    fn denied_states(&self, fs: &dyn FileSystem) -> (BTreeMap<WorkspacePath, FileState>, bool) {
+        let mut out = BTreeMap::new();
+        let mut more = false;
+        for (path, kind) in &self.denied {
+            more |= !collect_denied(fs, path, *kind, 0, &mut out);
+        }
+        (out, more)
+    }
+
+    /// The digest of each gathered `.git`'s surface.
+    fn git_prints(&self, fs: &dyn FileSystem) -> (BTreeMap<WorkspacePath, Sha>, bool) {
+        let more = self.git_dirs.len() > MAX_NESTED_GIT_DIRS;
+        let prints = self
+            .git_dirs
+            .iter()
+            .take(MAX_NESTED_GIT_DIRS)
+            .map(|p| (p.clone(), git_print(fs, p)))
+            .collect();
+        (prints, more)
+    }
+}
+
+/// Adds `path` (of `kind`) and, for a directory, what it holds to `out`;
+/// false when [`MAX_DENIED_ENTRIES`] was reached first. Directories count
+/// as entries but are not compared (their times move with what they hold).
+fn collect_denied(
+    fs: &dyn FileSystem,
+    path: &WorkspacePath,
+    kind: EntryKind,
+    depth: usize,
+    out: &mut BTreeMap<WorkspacePath, FileState>,
+) -> bool {
+    if out.len() >= MAX_DENIED_ENTRIES {
+        return false;
+    }
+    if kind != EntryKind::Dir {
+        let st = fs
+            .metadata(path)
+            .map_or(UNREADABLE, |meta| state(&meta, None));
+        out.insert(path.clone(), st);
+        return true;
+    }
+    if depth >= super::walk::MAX_WALK_DEPTH {
+        return true;
+    }
+    let Ok((entries, more)) =
+        fs.read_dir_bounded(path, super::walk::MAX_DIR_ENTRIES.min(MAX_DENIED_ENTRIES))
+    else {
+        return true;
+    };
+    for e in entries {
+        if !collect_denied(fs, &path.join_name(&e.name), e.kind, depth + 1, out) {
+            return false;
+        }
+    }
+    !more
+}
+
+/// The state of an entry whose metadata could not be read.
+const UNREADABLE: FileState = FileState {
+    size: 0,
+    mtime_ns: 0,
+    ctime_ns: 0,
+    ino: 0,
+    sha: None,
+};
+
+/// The digest of the metadata of `git` (a `.git` below the root) and of
+/// its surface: what the host's git would run or follow there.
+fn git_print(fs: &dyn FileSystem, git: &WorkspacePath) -> Sha {
+    use sha2::Digest;
+    let mut h = sha2::Sha256::new();
+    let mut add = |p: &WorkspacePath, meta: Option<&Metadata>| {
+        h.update(p.as_path().as_os_str().as_encoded_bytes());
+        match meta {
+            Some(m) => h.update(format!(
+                "\0{:?} {} {} {} {}\n",
+                m.kind, m.size, m.mtime_ns, m.ctime_ns, m.ino
+            )),
+            None => h.update(b"\0-\n"),
+        }
+    };
+    let top = fs.metadata(git).ok();
+    add(git, top.as_ref());
+    if top.is_some_and(|m| m.kind == EntryKind::Dir) {
+        for name in crate::git::SURFACE_NAMES {
+            let p = git.join_name(std::ffi::OsStr::new(name));
+            let meta = fs.metadata(&p).ok();
+            add(&p, meta.as_ref());
+            if meta.is_some_and(|m| m.kind == EntryKind::Dir)
+                && let Ok((mut entries, _)) = fs.read_dir_bounded(&p, MAX_GIT_SURFACE_ENTRIES)
+            {
+                entries.sort_by(|a, b| a.name.cmp(&b.name));
+                for e in entries {
+                    let c = p.join_name(&e.name);
+                    let meta = fs.metadata(&c).ok();
+                    add(&c, meta.as_ref());
+                }
+            }
+        }
+    }
+    h.finalize().into()
 }
 
 fn snapshot(fs: &dyn FileSystem, policy: &Policy) -> Result<Snapshot> {
     let mut paths = Vec::new();
     let mut ignore_files = BTreeMap::new();
+    let mut hidden = Hidden::default();
     Walk::new(fs, policy).run_noting(
         &WorkspacePath::root(),
         &mut |v| {
@@ -81,8 +225,12 @@ fn snapshot(fs: &dyn FileSystem, policy: &Policy) -> Result<Snapshot> {
             ignore_file: &mut |p, bytes| {
                 ignore_files.insert(p.clone(), sha256(bytes));
             },
+            denied: &mut |v| hidden.denied.push((v.path.clone(), v.kind)),
+            git_dir: &mut |p| hidden.git_dirs.push(p.clone()),
         },
     )?;
+    let (denied, denied_more) = hidden.denied_states(fs);
+    let (git_dirs, git_dirs_more) = hidden.git_prints(fs);
     let mut budget = HASH_BUDGET_BYTES;
     let mut files = BTreeMap::new();
     for path in paths {
@@ -101,6 +249,10 @@ fn snapshot(fs: &dyn FileSystem, policy: &Policy) -> Result<Snapshot> {
         files,
         ignore_files,
         git: GitState::read(fs),
+        denied,
+        denied_more,
+        git_dirs,
+        git_dirs_more,
     })
 }
 
@@ -108,6 +260,7 @@ fn state(meta: &Metadata, sha: Option<Sha>) -> FileState {
     FileState {
         size: meta.size,
         mtime_ns: meta.mtime_ns,
+        ctime_ns: meta.ctime_ns,
         ino: meta.ino,
         sha,
     }
@@ -120,7 +273,11 @@ fn compare(
     old: &FileState,
     meta: &Metadata,
 ) -> Option<&'static str> {
-    if old.size == meta.size && old.mtime_ns == meta.mtime_ns && old.ino == meta.ino {
+    if old.size == meta.size
+        && old.mtime_ns == meta.mtime_ns
+        && old.ctime_ns == meta.ctime_ns
+        && old.ino == meta.ino
+    {
         return None;
     }
     match old.sha {
@@ -190,6 +347,29 @@ pub struct NewlyIgnored {
     pub examples: Vec<String>,
 }
 
+/// Files under `deny_read` paths added, changed or removed since the
+/// session started: counted, never named.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct DeniedChanges {
+    /// How many.
+    pub files: u64,
+    /// The `deny_read` rules they fall under.
+    pub rules: Vec<String>,
+    /// True when there were too many entries to hold them all (the count
+    /// may be short).
+    pub partial: bool,
+}
+
+/// A git directory or gitfile below the root that appeared, changed or went.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct GitDirChange {
+    /// `A` appeared, `M` its surface (config, hooks, pointers) changed,
+    /// `D` went.
+    pub status: String,
+    /// Its path, relative to the root.
+    pub path: String,
+}
+
 /// Result of `changes`.
 #[derive(Debug, Serialize, JsonSchema)]
 pub struct Output {
@@ -210,6 +390,12 @@ pub struct Output {
     /// Git notes beyond the first 200, not listed.
     #[serde(skip_serializing_if = "is_zero")]
     pub git_not_listed: u64,
+    /// What changed under `deny_read` paths (absent when nothing).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub deny_read: Option<DeniedChanges>,
+    /// Git directories below the root that appeared, changed or went.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub git_dirs: Vec<GitDirChange>,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -254,6 +440,7 @@ impl Tool for Changes {
         };
         let mut now_paths = Vec::new();
         let mut now_ignore_files = BTreeMap::new();
+        let mut now_hidden = Hidden::default();
         // Per ignore file: the entries its rules left out (files the
         // baseline saw are compared below instead), and the first few.
         let mut hidden: BTreeMap<WorkspacePath, (u64, Vec<String>)> = BTreeMap::new();
@@ -290,8 +477,12 @@ impl Tool for Changes {
                 ignore_file: &mut |p, bytes| {
                     now_ignore_files.insert(p.clone(), sha256(bytes));
                 },
+                denied: &mut |v| now_hidden.denied.push((v.path.clone(), v.kind)),
+                git_dir: &mut |p| now_hidden.git_dirs.push(p.clone()),
             },
         )?;
+        let deny_read = denied_changes(ctx.policy, before, &now_hidden.denied_states(ctx.fs));
+        let git_dirs = git_dir_changes(before, &now_hidden.git_prints(ctx.fs));
         let mut changes = Vec::new();
         let mut seen = std::collections::HashSet::new();
         for path in now_paths {
@@ -353,7 +544,8 @@ impl Tool for Changes {
                 .map(|c| format!("{} {}", c.status, c.path))
                 .collect::<Vec<_>>()
                 .join("\n")
-        } else if git.is_empty() && newly.entries == 0 {
+        } else if git.is_empty() && newly.entries == 0 && deny_read.is_none() && git_dirs.is_empty()
+        {
             "No changes since the session started.".to_string()
         } else {
             "No file changed since the session started.".to_string()
@@ -374,6 +566,35 @@ impl Tool for Changes {
                  `git ls-files -v` shows index flags (S: skip-worktree, lowercase: \
                  assume-unchanged)]",
             );
+        }
+        if !git_dirs.is_empty() {
+            let shown: Vec<String> = git_dirs
+                .iter()
+                .take(MAX_GIT_DIRS_NAMED)
+                .map(|g| format!("{} {}", g.status, g.path))
+                .collect();
+            text.push_str(&format!(
+                "\n[git repositories below the root: {}{} — the host's git runs a repository's \
+                 config (core.fsmonitor) and hooks when anything works in its directory; read \
+                 its config and hooks, or remove it, before the user works there]",
+                shown.join(", "),
+                if git_dirs.len() > MAX_GIT_DIRS_NAMED {
+                    format!(", and {} more", git_dirs.len() - MAX_GIT_DIRS_NAMED)
+                } else {
+                    String::new()
+                },
+            ));
+        }
+        if let Some(d) = &deny_read {
+            text.push_str(&format!(
+                "\n[not listed: {}{} {} under paths listed in deny_read ({}) added, changed or \
+                 removed since the session started; their names and contents are not shown — \
+                 ask the user to review them]",
+                if d.partial { "at least " } else { "" },
+                crate::output::thousands(d.files),
+                if d.files == 1 { "file" } else { "files" },
+                d.rules.join(", "),
+            ));
         }
         if newly.entries > 0 {
             text.push_str(&format!(
@@ -406,7 +627,73 @@ impl Tool for Changes {
                 newly_ignored: (newly.entries > 0).then_some(newly),
                 git,
                 git_not_listed,
+                deny_read,
+                git_dirs,
             },
         ))
     }
+}
+
+/// The files under `deny_read` paths added, changed or removed between the
+/// baseline and `now`, counted by rule.
+fn denied_changes(
+    policy: &Policy,
+    before: &Snapshot,
+    now: &(BTreeMap<WorkspacePath, FileState>, bool),
+) -> Option<DeniedChanges> {
+    let (now, now_more) = now;
+    let mut files = 0u64;
+    let mut rules = std::collections::BTreeSet::new();
+    let mut count = |path: &WorkspacePath| {
+        files += 1;
+        if let Some(rule) = policy.deny_read_rule(path) {
+            rules.insert(format!("`{rule}`"));
+        }
+    };
+    for (path, st) in now {
+        if before.denied.get(path) != Some(st) {
+            count(path);
+        }
+    }
+    for path in before.denied.keys() {
+        if !now.contains_key(path) {
+            count(path);
+        }
+    }
+    (files > 0).then(|| DeniedChanges {
+        files,
+        rules: rules.into_iter().collect(),
+        partial: before.denied_more || *now_more,
+    })
+}
+
+/// The `.git`s below the root that appeared, changed or went.
+fn git_dir_changes(
+    before: &Snapshot,
+    now: &(BTreeMap<WorkspacePath, Sha>, bool),
+) -> Vec<GitDirChange> {
+    let (now, now_more) = now;
+    let mut out = Vec::new();
+    for (path, print) in now {
+        let status = match before.git_dirs.get(path) {
+            None if before.git_dirs_more => continue,
+            None => "A",
+            Some(old) if old != print => "M",
+            Some(_) => continue,
+        };
+        out.push(GitDirChange {
+            status: status.into(),
+            path: path.display(),
+        });
+    }
+    for path in before.git_dirs.keys() {
+        if !now.contains_key(path) && !now_more {
+            out.push(GitDirChange {
+                status: "D".into(),
+                path: path.display(),
+            });
+        }
+    }
+    out.sort_by(|a, b| a.path.cmp(&b.path));
+    out
 }

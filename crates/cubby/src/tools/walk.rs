@@ -17,6 +17,9 @@
 //! Nothing is silently unseen (SPEC §2): a directory the walk does not
 //! enter for a reason of its own — deeper than [`MAX_WALK_DEPTH`], unreadable,
 //! or with an ignore file it will not load — is counted in the [`Unseen`]
+//! (and one of more than [`MAX_DIR_ENTRIES`] entries is listed only to that
+//! bound, red-team pass 5, F5, so a walk's memory does not grow with what a
+//! command made in one directory)
 //! the walk returns, and every tool that walks says so in its result.
 //! (`.git`, `deny_read` paths and ignored paths are left out by rule, a
 //! `depth` the model asked for by request: neither is counted.)
@@ -56,6 +59,11 @@ pub(crate) const MAX_IGNORE_HELD_PATTERNS: usize = 8_000;
 pub(crate) const MAX_IGNORE_WALK_PATTERNS: usize = 100_000;
 /// Deepest directory nesting walked (deeper directories are not entered).
 pub(crate) const MAX_WALK_DEPTH: usize = 512;
+/// Most entries a walk reads from one directory: past it the directory is
+/// listed only in part (which entries is the file system's order) and
+/// counted in [`Unseen::crowded`]. Bounds the memory and time one listing
+/// costs (red-team pass 5, F5: a million entries cost 260–737 MB a call).
+pub(crate) const MAX_DIR_ENTRIES: usize = 50_000;
 /// Directories named in an [`Unseen`] report.
 const MAX_UNSEEN_EXAMPLES: usize = 5;
 
@@ -69,6 +77,9 @@ pub struct Unseen {
     /// Directories not entered because their ignore file could not be
     /// loaded: too large, too many rules, or unreadable.
     pub ignore_not_loaded: u64,
+    /// Directories of more than 50,000 entries, listed only to that many.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub crowded: u64,
     /// The first few of those directories, relative to the root.
     pub examples: Vec<String>,
 }
@@ -76,7 +87,11 @@ pub struct Unseen {
 impl Unseen {
     /// True when the walk saw everything it meant to.
     pub(crate) fn is_empty(&self) -> bool {
-        self.too_deep == 0 && self.unreadable == 0 && self.ignore_not_loaded == 0
+        self.total() == 0
+    }
+
+    fn total(&self) -> u64 {
+        self.too_deep + self.unreadable + self.ignore_not_loaded + self.crowded
     }
 
     fn add_example(&mut self, dir: &WorkspacePath) {
@@ -124,18 +139,29 @@ impl Unseen {
                 thousands(MAX_IGNORE_FILE_PATTERNS as u64)
             ));
         }
+        if self.crowded > 0 {
+            parts.push(format!(
+                "{} of more than {} entries, listed only to that many (pass a narrower \
+                 `path` or pattern, or thin the directory out)",
+                dirs(self.crowded),
+                thousands(MAX_DIR_ENTRIES as u64)
+            ));
+        }
         let mut note = format!("[not seen: {}", parts.join("; "));
         if !self.examples.is_empty() {
             note.push_str("; not entered: ");
             note.push_str(&self.examples.join(", "));
-            if self.too_deep + self.unreadable + self.ignore_not_loaded > self.examples.len() as u64
-            {
+            if self.total() > self.examples.len() as u64 {
                 note.push_str(", …");
             }
         }
         note.push(']');
         Some(note)
     }
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// Why an ignore file was not loaded.
@@ -171,6 +197,22 @@ pub(crate) struct Hooks<'h> {
     /// Each ignore file the walk read, with its bytes (also one that holds
     /// no rule).
     pub ignore_file: &'h mut dyn FnMut(&WorkspacePath, &[u8]),
+    /// Each entry a `deny_read` rule left out (a directory is not entered).
+    pub denied: &'h mut dyn FnMut(&Visit<'_>),
+    /// Each `.git` below the walk's root directory (never entered).
+    pub git_dir: &'h mut dyn FnMut(&WorkspacePath),
+}
+
+impl Hooks<'_> {
+    /// Calls `f` with hooks that note nothing.
+    pub(crate) fn none<T>(f: impl FnOnce(&mut Hooks<'_>) -> T) -> T {
+        f(&mut Hooks {
+            ignored: &mut |_, _| {},
+            ignore_file: &mut |_, _| {},
+            denied: &mut |_| {},
+            git_dir: &mut |_| {},
+        })
+    }
 }
 
 /// What the visitor wants next.
@@ -225,14 +267,7 @@ impl<'a> Walk<'a> {
         start: &WorkspacePath,
         visit: &mut dyn FnMut(&Visit<'_>) -> Flow,
     ) -> Result<Unseen> {
-        self.run_noting(
-            start,
-            visit,
-            &mut Hooks {
-                ignored: &mut |_, _| {},
-                ignore_file: &mut |_, _| {},
-            },
-        )
+        Hooks::none(|hooks| self.run_noting(start, visit, hooks))
     }
 
     /// [`Walk::run`], telling `hooks` what the ignore rules left out and
@@ -247,8 +282,8 @@ impl<'a> Walk<'a> {
         visit: &mut dyn FnMut(&Visit<'_>) -> Flow,
         hooks: &mut Hooks<'_>,
     ) -> Result<Unseen> {
-        let entries = self.fs.read_dir(start)?;
         let mut state = WalkState::default();
+        let entries = self.listing(start, &mut state)?;
         if self.respect_gitignore {
             // Ancestors' rules apply to the start directory's contents; the
             // start's own comes last (deepest), only if its listing has one.
@@ -280,6 +315,22 @@ impl<'a> Walk<'a> {
         }
         self.walk_entries(start, entries, 1, &mut state, visit, hooks);
         Ok(state.unseen)
+    }
+
+    /// The entries of `dir`, sorted, at most [`MAX_DIR_ENTRIES`] of them
+    /// (a directory of more is counted in [`Unseen::crowded`]).
+    fn listing(
+        &self,
+        dir: &WorkspacePath,
+        state: &mut WalkState,
+    ) -> Result<Vec<crate::sandbox::DirEntry>> {
+        let (mut entries, more) = self.fs.read_dir_bounded(dir, MAX_DIR_ENTRIES)?;
+        entries.sort_by(|a, b| a.name.cmp(&b.name));
+        if more {
+            state.unseen.crowded += 1;
+            state.unseen.add_example(dir);
+        }
+        Ok(entries)
     }
 
     /// Loads `dir/.gitignore` within the bounds: `Ok(None)` when there is
@@ -376,10 +427,17 @@ impl<'a> Walk<'a> {
         let check_deny = self.policy.has_deny_read_within(dir);
         for entry in entries {
             if entry.name == ".git" {
+                if !dir.is_root() {
+                    (hooks.git_dir)(&dir.join_name(&entry.name));
+                }
                 continue;
             }
             let path = dir.join_name(&entry.name);
             if check_deny && self.policy.hidden_from_walks(&path) {
+                (hooks.denied)(&Visit {
+                    path: &path,
+                    kind: entry.kind,
+                });
                 continue;
             }
             if self.respect_gitignore
@@ -413,7 +471,7 @@ impl<'a> Walk<'a> {
                 }
                 continue;
             }
-            let children = match self.fs.read_dir(&path) {
+            let children = match self.listing(&path, state) {
                 Ok(c) => c,
                 // Swapped for a link or removed since it was listed: it is
                 // no longer a directory of the tree.

@@ -97,23 +97,30 @@ pub(crate) fn guard_overwrite(ctx: &Ctx<'_>, path: &WorkspacePath) -> Result<Opt
     }))
 }
 
-/// Refuses a write beneath `.git` unless `.git` is a directory already: the
+/// Refuses a write beneath a `.git` (the first of the path, at any depth:
+/// red-team pass 5, F6) unless that `.git` is a directory already: the
 /// write would create git's directory (a repository whose `config` and
 /// `commondir` the tools wrote), or it meets a gitfile. A `.git` reserved
 /// while a command runs is missing to the tools, and refused the same way.
 pub(crate) fn guard_git_dir(ctx: &Ctx<'_>, path: &WorkspacePath) -> Result<()> {
-    let git = WorkspacePath::parse(crate::git::GIT_DIR_NAME)?;
-    if !path.starts_with(&git) || *path == git {
+    let names: Vec<&std::ffi::OsStr> = path.components().collect();
+    let Some(at) = names.iter().position(|n| *n == crate::git::GIT_DIR_NAME) else {
+        return Ok(());
+    };
+    if at + 1 == names.len() {
         return Ok(());
     }
+    let git = names[..=at]
+        .iter()
+        .fold(WorkspacePath::root(), |p, n| p.join_name(n));
     match ctx.fs.metadata(&git) {
         Ok(m) if m.kind == EntryKind::Dir => Ok(()),
         Ok(_) => Err(Error::denied(format!(
-            "writing `{path}` is not allowed: `.git` is a gitfile, not a directory; the tools do \
-             not change where it points"
+            "writing `{path}` is not allowed: `{git}` is a gitfile, not a directory; the tools \
+             do not change where it points"
         ))),
         Err(e) if e.kind() == ErrorKind::NotFound => Err(Error::denied(format!(
-            "writing `{path}` is not allowed: it would create `.git`, git's directory, which \
+            "writing `{path}` is not allowed: it would create `{git}`, git's directory, which \
              the tools do not make; write somewhere else in the workspace (the user runs \
              `git init`)"
         ))),

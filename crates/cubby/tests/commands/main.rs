@@ -252,6 +252,8 @@ providers!(
         runs_are_kept_as_finished_processes,
         exec_rules_and_before_run_decide,
         events_stream_shaped_chunks,
+        events_have_their_control_characters_neutralized,
+        changes_sees_an_in_place_edit_with_the_mtime_put_back,
         a_call_subscriber_gets_only_its_own_output,
         walking_the_workspace_finds_nothing_unreadable,
         the_hosts_api_keys_never_reach_commands,

@@ -525,6 +525,78 @@ pub fn events_stream_shaped_chunks(p: &dyn Fixture) {
     assert_eq!(all, "one\n[REDACTED:TOKEN]\n");
 }
 
+/// Red-team pass 5, F4: what streams to a client as a command runs (over
+/// MCP, progress notifications) has its control characters neutralized as
+/// the final result has: a backspace and a C1 CSI (U+009B, which a terminal
+/// takes as ESC `[`) are shown, not sent.
+pub fn events_have_their_control_characters_neutralized(p: &dyn Fixture) {
+    let dir = workspace();
+    let t = tools(p, dir.path());
+    let got = Arc::new(Mutex::new(String::new()));
+    let got2 = got.clone();
+    let options = cubby::CallOptions {
+        on_output: Some(Arc::new(move |e: &cubby::process::OutputEvent| {
+            got2.lock().unwrap().push_str(&e.chunk);
+        })),
+        ..cubby::CallOptions::default()
+    };
+    let out = t.call_with(
+        "run",
+        json!({"command": "printf 'A\\010B\\302\\23331mC\\007D\\n'"}),
+        &options,
+    );
+    assert!(!out.is_error, "{}", out.text);
+    // The control: the final result shows them as pictures.
+    assert!(
+        out.text.contains("A\u{2408}B\u{fffd}31mC\u{2407}D"),
+        "{}",
+        out.text
+    );
+    let streamed = got.lock().unwrap().clone();
+    assert_eq!(
+        streamed, "A\u{2408}B\u{fffd}31mC\u{2407}D\n",
+        "{streamed:?}"
+    );
+}
+
+/// Red-team pass 5, F7: a command edits a file in place (same inode), keeps
+/// its size and puts its modification time back (`touch -d`, nanoseconds
+/// included); `changes` still says `M`: the change time, which no process
+/// can set, is compared too. The control: size, mtime and inode are indeed
+/// what they were (what the old comparison looked at).
+pub fn changes_sees_an_in_place_edit_with_the_mtime_put_back(p: &dyn Fixture) {
+    use std::os::unix::fs::MetadataExt;
+    let dir = workspace();
+    let file = dir.path().join("main.rs");
+    std::fs::write(&file, "fn main() { println!(\"hello\"); }\n").unwrap();
+    let before = std::fs::metadata(&file).unwrap();
+    let t = Toolset::builder(p.sandbox(dir.path()))
+        .host_env(HostEnv::capture())
+        .build()
+        .unwrap();
+    let out = t.call("changes", json!({}));
+    assert!(out.text.contains("No changes"), "{}", out.text);
+    let out = run(
+        &t,
+        json!({"command": "t=$(stat -c %y main.rs); printf pwned | dd of=main.rs bs=1 seek=22 conv=notrunc 2>/dev/null; touch -d \"$t\" main.rs; cat main.rs"}),
+    );
+    assert!(out.text.contains("pwned\"); }"), "{}", out.text);
+    let after = std::fs::metadata(&file).unwrap();
+    assert_eq!(
+        (
+            before.size(),
+            before.mtime(),
+            before.mtime_nsec(),
+            before.ino()
+        ),
+        (after.size(), after.mtime(), after.mtime_nsec(), after.ino()),
+        "control: the edit kept size, mtime and inode"
+    );
+    let out = t.call("changes", json!({}));
+    assert!(!out.is_error, "{}", out.text);
+    assert_eq!(out.text.lines().next(), Some("M main.rs"), "{}", out.text);
+}
+
 pub fn a_call_subscriber_gets_only_its_own_output(p: &dyn Fixture) {
     let dir = workspace();
     let t = tools(p, dir.path());

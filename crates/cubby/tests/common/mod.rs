@@ -38,6 +38,16 @@ pub const AGENT_CONFIGS: &[&str] = &[
     ".crush.json",
     ".clinerules/hooks/pre.sh",
     ".junie/mcp/mcp.json",
+    // Red-team pass 5, F3: Factory, Kilo, OpenHands, Helix, Amp.
+    ".factory/settings.json",
+    ".factory/mcp.json",
+    ".kilocode/mcp.json",
+    ".kilo/kilo.jsonc",
+    "kilo.json",
+    "kilo.jsonc",
+    ".openhands/setup.sh",
+    ".helix/languages.toml",
+    ".amp/settings.json",
     "rust-toolchain.toml",
     "rust-toolchain",
     ".cargo/config.toml",
@@ -66,6 +76,7 @@ pub const NESTED_TOOL_CONFIGS: &[&str] = &[
     "svc/.sbtopts",
     "a/b/.bazeliskrc",
     "src/App/global.json",
+    "sub/.amp/settings.json",
 ];
 
 /// Processes (`pid: command line`) whose command line contains `marker`.

@@ -208,3 +208,70 @@ pub fn git_sequencer_state_is_read_only_for_the_tools(f: &dyn Fixture) {
         json!({"path": "notes/rebase-merge/git-rebase-todo", "content": "x"}),
     );
 }
+
+/// Red-team pass 5, F6: the tools make no git repository below the root
+/// either: `sub/.git/config` with a `core.fsmonitor` is what the host's git
+/// runs when anything (an editor's git extension, a shell prompt) works in
+/// `sub/`. Neither a git directory nor a gitfile is made at any depth, and
+/// the surface of one that exists there is read-only as the root's is. The
+/// control: the same names under a directory not named `.git` are written.
+pub fn nested_git_dirs_are_not_made_by_the_tools(f: &dyn Fixture) {
+    let t = tools(f);
+    for path in [
+        "sub/.git/config",
+        "sub/.git/HEAD",
+        "sub/.git/objects/info/keep",
+        "sub/.git/hooks/post-checkout",
+        "a/b/.git/config",
+        "sub2/.git",
+    ] {
+        let msg = err(
+            &t,
+            "write_file",
+            json!({"path": path, "content": "[core]\n\tfsmonitor = \"touch /tmp/x\"\n"}),
+            "denied",
+        );
+        assert!(msg.contains(".git"), "{path}: {msg}");
+    }
+    assert!(f.get("sub/.git/config").is_none() && f.get("sub2/.git").is_none());
+    // An existing nested repository: its surface is read-only, the rest of
+    // its `.git` (as the root's) is not.
+    f.put("vendored/.git/config", b"[core]\n");
+    f.put("vendored/.git/HEAD", b"ref: refs/heads/main\n");
+    let t = tools(f);
+    err(
+        &t,
+        "write_file",
+        json!({"path": "vendored/.git/config", "content": "[core]\n\tfsmonitor = x\n"}),
+        "denied",
+    );
+    err(
+        &t,
+        "write_file",
+        json!({"path": "vendored/.git/hooks/pre-commit", "content": "#!/bin/sh\n"}),
+        "denied",
+    );
+    err(
+        &t,
+        "write_file",
+        json!({"path": "vendored/.git", "content": "gitdir: evil\n"}),
+        "denied",
+    );
+    assert_eq!(f.get("vendored/.git/config").unwrap(), b"[core]\n");
+    ok(
+        &t,
+        "write_file",
+        json!({"path": "vendored/.git/info/exclude", "content": "*.tmp\n"}),
+    );
+    // Control: the same names elsewhere are ordinary files.
+    ok(
+        &t,
+        "write_file",
+        json!({"path": "sub/git/config", "content": "x"}),
+    );
+    ok(
+        &t,
+        "write_file",
+        json!({"path": "sub/.gitx/hooks/post-checkout", "content": "x"}),
+    );
+}

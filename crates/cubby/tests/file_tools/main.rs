@@ -287,4 +287,8 @@ both!(
     walks::changes_says_when_grafts_shallow_or_alternates_change,
     walks::changes_says_when_what_the_next_commit_takes_changes,
     walks::changes_skips_packed_refs_lines_that_name_no_ref,
+    git::nested_git_dirs_are_not_made_by_the_tools,
+    walks::changes_counts_what_appears_under_deny_read,
+    walks::changes_says_when_a_repository_appears_below_the_root,
+    walks::walks_bound_the_entries_of_one_directory,
 );

