@@ -1159,6 +1159,8 @@ mod tests {
             ".git/modules/a/b/modules/c/hooks/pre-commit",
             ".git/worktrees/w/commondir",
             ".git/worktrees/w/gitdir",
+            // A nested repository's, too (REDTEAM-5 F6).
+            "a/.git",
         ] {
             let d = policy.write_decision(&p(path));
             assert!(!d.allowed, "{path}");
@@ -1169,7 +1171,6 @@ mod tests {
             ".git/refs/heads/main",
             ".git/info/exclude",
             ".gitignore",
-            "a/.git",
         ] {
             assert!(policy.write_decision(&p(path)).allowed, "{path}");
         }
