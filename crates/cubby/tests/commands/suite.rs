@@ -525,6 +525,19 @@ pub fn events_stream_shaped_chunks(p: &dyn Fixture) {
     assert_eq!(all, "one\n[REDACTED:TOKEN]\n");
 }
 
+/// Call options whose subscriber gathers the call's streamed output.
+fn collect_output() -> (Arc<Mutex<String>>, cubby::CallOptions) {
+    let got = Arc::new(Mutex::new(String::new()));
+    let sink = got.clone();
+    let options = cubby::CallOptions {
+        on_output: Some(Arc::new(move |e: &cubby::process::OutputEvent| {
+            sink.lock().unwrap().push_str(&e.chunk);
+        })),
+        ..cubby::CallOptions::default()
+    };
+    (got, options)
+}
+
 /// Red-team pass 5, F4: what streams to a client as a command runs (over
 /// MCP, progress notifications) has its control characters neutralized as
 /// the final result has: a backspace and a C1 CSI (U+009B, which a terminal
@@ -532,14 +545,7 @@ pub fn events_stream_shaped_chunks(p: &dyn Fixture) {
 pub fn events_have_their_control_characters_neutralized(p: &dyn Fixture) {
     let dir = workspace();
     let t = tools(p, dir.path());
-    let got = Arc::new(Mutex::new(String::new()));
-    let got2 = got.clone();
-    let options = cubby::CallOptions {
-        on_output: Some(Arc::new(move |e: &cubby::process::OutputEvent| {
-            got2.lock().unwrap().push_str(&e.chunk);
-        })),
-        ..cubby::CallOptions::default()
-    };
+    let (got, options) = collect_output();
     let out = t.call_with(
         "run",
         json!({"command": "printf 'A\\010B\\302\\23331mC\\007D\\n'"}),
@@ -600,14 +606,7 @@ pub fn changes_sees_an_in_place_edit_with_the_mtime_put_back(p: &dyn Fixture) {
 pub fn a_call_subscriber_gets_only_its_own_output(p: &dyn Fixture) {
     let dir = workspace();
     let t = tools(p, dir.path());
-    let got = Arc::new(Mutex::new(String::new()));
-    let got2 = got.clone();
-    let options = cubby::CallOptions {
-        on_output: Some(Arc::new(move |e: &cubby::process::OutputEvent| {
-            got2.lock().unwrap().push_str(&e.chunk);
-        })),
-        ..cubby::CallOptions::default()
-    };
+    let (got, options) = collect_output();
     let other = t.clone();
     let noise = std::thread::spawn(move || {
         other.call(
