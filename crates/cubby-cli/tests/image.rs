@@ -44,11 +44,17 @@ const MAX_NPROC: u64 = 8192;
 /// The line cubby prints once it listens (its address follows).
 const LISTENING: &str = "cubby: listening on http://";
 
+/// Longest run root podman accepts (it refuses a longer one: the unix
+/// socket paths under it must fit in `sun_path`).
+const MAX_RUNROOT_LEN: usize = 50;
+
 /// A podman with a store of its own under `dir` (vfs: no overlay mounts
-/// to leave behind), runc as the runtime: Debian's crun 1.8 refuses the
-/// hybrid cgroup hierarchy of machines like this one.
+/// to leave behind) and a run root of its own under `runroot`, runc as the
+/// runtime: Debian's crun 1.8 refuses the hybrid cgroup hierarchy of
+/// machines like this one.
 struct Podman {
     dir: PathBuf,
+    runroot: WorkDir,
 }
 
 impl Podman {
@@ -57,7 +63,7 @@ impl Podman {
         cmd.arg("--root")
             .arg(self.dir.join("storage"))
             .arg("--runroot")
-            .arg(self.dir.join("run"))
+            .arg(self.runroot.path())
             .args(["--storage-driver", "vfs", "--runtime", "runc"])
             .env("TMPDIR", &self.dir);
         cmd
@@ -122,6 +128,19 @@ impl WorkDir {
 impl Drop for WorkDir {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A directory path for this process named after `prefix`, in `$TMPDIR`
+/// when that is short enough for podman's run root, else in `/tmp`.
+fn short_temp_dir(prefix: &str) -> PathBuf {
+    let name = format!("{prefix}-{}", std::process::id());
+    let tmp = std::env::temp_dir();
+    // Room for the name, a slash and podman's own file names under it.
+    if tmp.as_os_str().len() + name.len() + 1 <= MAX_RUNROOT_LEN - 20 {
+        tmp.join(name)
+    } else {
+        Path::new("/tmp").join(name)
     }
 }
 
@@ -232,8 +251,17 @@ fn the_image_serves_mcp_as_non_root_with_the_linux_sandbox() {
     assert!(built_out.contains("built "), "{built_out}");
     assert!(layout.join("oci-layout").is_file());
 
+    // The run root lives in a short directory of its own: under a clone
+    // at a long path, `target/...` is past podman's limit.
+    let runroot = WorkDir::new(short_temp_dir("cubby-podman"));
+    assert!(
+        runroot.path().as_os_str().len() <= MAX_RUNROOT_LEN,
+        "{}",
+        runroot.path().display()
+    );
     let podman = Podman {
         dir: work.path().join("podman"),
+        runroot,
     };
     std::fs::create_dir_all(&podman.dir).unwrap();
     let image = podman
