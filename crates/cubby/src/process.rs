@@ -700,10 +700,33 @@ impl ProcessTable {
             subscribers: self.subscribers.clone(),
             call_subscriber: track.call_subscriber,
         };
-        std::thread::Builder::new()
-            .name(format!("cubby-proc-{}", track.name))
-            .spawn(move || reader.run())
-            .map_err(|e| Error::internal(format!("cannot start the output reader: {e}")))?;
+        // The reader is handed over through a slot, so that it is still
+        // here when its thread cannot be had.
+        let slot = Arc::new(Mutex::new(Some(reader)));
+        let theirs = slot.clone();
+        let spawned = spawn_reader_thread(
+            format!("cubby-proc-{}", track.name),
+            Box::new(move || {
+                if let Some(reader) = lock(&theirs).take() {
+                    reader.run();
+                }
+            }),
+        );
+        if let Err(e) = spawned {
+            // No thread (out of threads or memory): the command is ended
+            // here — its tree killed, its output drained, it reaped and its
+            // lease released on this thread — and the call fails; nothing
+            // is left running unread under the name.
+            // (The handle's kill: `Proc::kill_tree` waits for the reader.)
+            proc.child.kill_tree();
+            if let Some(reader) = lock(&slot).take() {
+                reader.run();
+            }
+            lock(&self.procs).remove(&track.name);
+            return Err(Error::internal(format!(
+                "cannot start the output reader: {e}; the command was stopped"
+            )));
+        }
         Ok(proc)
     }
 
@@ -755,6 +778,15 @@ struct Reader {
     redactor: StreamRedactor,
     subscribers: Arc<Mutex<Vec<Subscriber>>>,
     call_subscriber: Option<Subscriber>,
+}
+
+/// Starts the thread of a process's output reader.
+fn spawn_reader_thread(name: String, run: Box<dyn FnOnce() + Send>) -> std::io::Result<()> {
+    #[cfg(test)]
+    if tests::FAIL_READER_SPAWN.with(std::cell::Cell::get) {
+        return Err(std::io::Error::from_raw_os_error(libc::EAGAIN));
+    }
+    std::thread::Builder::new().name(name).spawn(run).map(drop)
 }
 
 impl Reader {
@@ -1154,6 +1186,15 @@ mod contract_tests {
         );
     }
 
+    /// A command of `sandbox` whose lease release sets the flag returned.
+    fn spawned_noting_release(sandbox: &ThreadSandbox) -> (Spawned, Arc<AtomicBool>) {
+        let released = Arc::new(AtomicBool::new(false));
+        let mut spawned = sandbox.exec(&spec(false)).unwrap();
+        let flag = released.clone();
+        spawned.on_exit = Some(Box::new(move || flag.store(true, Ordering::SeqCst)));
+        (spawned, released)
+    }
+
     /// The retained window stays at its size however much is printed; an
     /// unknown end is recorded as exit -1, after the output is drained.
     #[test]
@@ -1166,10 +1207,7 @@ mod contract_tests {
             ExitStatus::Lost("the machine went away".into())
         });
         let procs = table();
-        let released = Arc::new(AtomicBool::new(false));
-        let mut spawned = sandbox.exec(&spec(false)).unwrap();
-        let flag = released.clone();
-        spawned.on_exit = Some(Box::new(move || flag.store(true, Ordering::SeqCst)));
+        let (spawned, released) = spawned_noting_release(&sandbox);
         let reserved = procs.reserve("p", 1024).unwrap();
         let proc = procs.track(reserved, spawned, track()).unwrap();
         assert!(proc.wait_until(None, None));
@@ -1180,6 +1218,50 @@ mod contract_tests {
         assert_eq!((from, next), (TOTAL as u64 - 1024, TOTAL as u64));
         assert_eq!(dropped, TOTAL as u64 - 1024);
         assert_eq!(text, "l".repeat(1024));
+    }
+
+    thread_local! {
+        /// Set: the next output reader's thread cannot be had (as when the
+        /// process is out of threads), on this test's thread only.
+        pub(super) static FAIL_READER_SPAWN: std::cell::Cell<bool> =
+            const { std::cell::Cell::new(false) };
+    }
+
+    /// A reader thread that cannot be started fails the start cleanly:
+    /// the command is killed and reaped, its lease released, its name free
+    /// again, and the error says so (found in review: the command was left
+    /// running, unread, its name taken for good).
+    #[test]
+    fn a_reader_thread_that_cannot_start_stops_the_command() {
+        let sandbox = ThreadSandbox::new(|_, io| {
+            io.print(b"started\n");
+            while !io.killed() {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            ExitStatus::Signaled(libc::SIGKILL)
+        });
+        let procs = table();
+        let (spawned, released) = spawned_noting_release(&sandbox);
+        let reserved = procs.reserve("p", 1024).unwrap();
+        FAIL_READER_SPAWN.with(|f| f.set(true));
+        let e = procs.track(reserved, spawned, track()).unwrap_err();
+        FAIL_READER_SPAWN.with(|f| f.set(false));
+        assert_eq!(e.kind(), crate::ErrorKind::Internal);
+        assert!(e.message().contains("the command was stopped"), "{e}");
+        assert!(released.load(Ordering::SeqCst), "the lease is released");
+        assert!(!procs.name_is_live("p"));
+        assert!(procs.get("p").is_none());
+        // The name is free again, and a start now works.
+        let reserved = procs.reserve("p", 1024).unwrap();
+        let quick = ThreadSandbox::new(|_, io| {
+            io.print(b"ok\n");
+            ExitStatus::Exited(0)
+        });
+        let proc = procs
+            .track(reserved, quick.exec(&spec(false)).unwrap(), track())
+            .unwrap();
+        assert!(proc.wait_until(None, None));
+        assert_eq!(proc.status(), Status::Exited(0));
     }
 
     /// Stdin is a byte sink: what is written arrives, a full sink answers

@@ -273,7 +273,9 @@ impl Toolset {
     /// Seeds this run with artifacts of earlier runs of the workspace (a
     /// follow-up turn): each FileRef's bytes, from the workspace's store,
     /// are written into the sandbox at its `path` (or at
-    /// `.cubby/input/<name>` when it has none) and published in this run;
+    /// `.cubby/input/<name>` when it has none, or when its path is in the
+    /// runs' output directories, `.cubby/output/`: an ended run's, or
+    /// another live run's) and published in this run;
     /// the FileRefs of this run come back, in order.
     ///
     /// # Errors
@@ -286,8 +288,19 @@ impl Toolset {
         let mut seeded = Vec::with_capacity(files.len());
         for file in files {
             let name = crate::artifact::name::check_name(&file.name)?;
+            // A path in the runs' output directories (where an earlier
+            // run's command left the file) is not written again: that
+            // directory was its run's, removed when the run ended, and a
+            // live one is another run's, whose next collection would
+            // publish what was put there (R4-7). Such a file is seeded at
+            // `<SEED_DIR>/<name>`, as one with no path.
             let path = match &file.path {
-                Some(p) => WorkspacePath::parse(p)?,
+                Some(p) => Some(WorkspacePath::parse(p)?)
+                    .filter(|p| crate::tools::publish::refuse_output_write(p).is_ok()),
+                None => None,
+            };
+            let path = match path {
+                Some(p) => p,
                 None => WorkspacePath::parse(&format!("{SEED_DIR}/{name}"))?,
             };
             self.inner.policy.check_write(&path)?;

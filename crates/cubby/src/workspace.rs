@@ -102,7 +102,11 @@ impl Workspace {
                 "the temporary directory (TMPDIR)",
             )?),
         };
-        let store_dir = store.dir().to_path_buf();
+        // A private store's own directory (drawn now, made at its first
+        // write), not the temporary directory it is in: hiding all of
+        // `TMPDIR` from commands refused every workspace inside it as "in a
+        // credential store" (review).
+        let store_dir = store.own_dir().to_path_buf();
         if store_dir.starts_with(root) {
             let what = if state_dir.is_some() {
                 "state_dir"
@@ -112,7 +116,10 @@ impl Workspace {
             return Err(Error::invalid_input(format!(
                 "{what} {} is inside the workspace, where commands could rewrite the \
                  artifact store; choose a directory outside {}",
-                state_dir.as_deref().unwrap_or(&store_dir).display(),
+                state_dir
+                    .as_deref()
+                    .unwrap_or_else(|| store_dir.parent().unwrap_or(&store_dir))
+                    .display(),
                 root.display()
             )));
         }

@@ -219,6 +219,12 @@ fn the_gateway_forwards_allowed_calls_with_the_credential_and_refuses_the_rest_u
             "cl-twice",
             "POST /repos/o/r/issues HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer @TOKEN@\r\nContent-Length: 2\r\nContent-Length: 2\r\n\r\nhi".into(),
         ),
+        // A chunk size near u64::MAX after a first chunk: the body cap's
+        // sum overflowed (found in review); refused as too large, unsent.
+        (
+            "chunk-overflow",
+            "POST /repos/o/r/issues HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer @TOKEN@\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\nfffffffffffffffd\r\n".into(),
+        ),
         ("http10", "GET /repos/o/r/issues HTTP/1.0\r\nAuthorization: Bearer @TOKEN@\r\n\r\n".into()),
         ("unlisted-method", get("/repos/o/r/issues", "").replacen("GET", "DELETE", 1)),
         ("unlisted-path", get("/user", "")),
@@ -251,6 +257,7 @@ fn the_gateway_forwards_allowed_calls_with_the_credential_and_refuses_the_rest_u
             "unlisted-method" | "unlisted-path" => "403",
             "no-token" | "bad-token" => "401",
             "cr" | "lf" | "nul" => "400",
+            "chunk-overflow" => "413",
             _ => "400",
         };
         assert_eq!(status.get(name.as_str()), Some(&want), "{name}: {text}");
@@ -594,4 +601,86 @@ fn bench_gateway_against_direct() {
             eprintln!("round {round}: {line}");
         }
     }
+}
+
+/// A connect flood past the connection cap: holds `MAX_GATEWAY_CONNECTIONS`
+/// idle connections, then opens more without sending or closing, and
+/// sorts them by what the gateway did — answered 503 (a refusal, which
+/// holds its socket while it lingers) or closed with no answer at once.
+/// Stops at the first closed at once (or after `extra`), then reports.
+const FLOOD: &str = r#"
+import os, resource, socket, sys
+held, extra = int(sys.argv[1]), int(sys.argv[2])
+hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+port = int(os.environ['CUBBY_GATEWAY_URL'].rsplit(':', 1)[1])
+idle = [socket.create_connection(('127.0.0.1', port), 20) for _ in range(held)]
+refused, closed, open_ = [], 0, []
+for i in range(extra):
+    s = socket.create_connection(('127.0.0.1', port), 20)
+    s.settimeout(20)
+    got = b''
+    try:
+        while True:
+            c = s.recv(4096)
+            if not c:
+                break
+            got += c
+    except ConnectionResetError:
+        pass
+    if got.startswith(b'HTTP/1.1 503'):
+        refused.append(s)
+    elif got == b'':
+        closed += 1
+        s.close()
+        break
+    else:
+        print('other', got[:40])
+        s.close()
+print(f'refused {len(refused)} closed {closed}')
+"#;
+
+/// Past the connection cap the gateway answers 503 to at most
+/// `MAX_GATEWAY_REFUSALS` (64) connections at once (each lingers to let
+/// its client read the answer); the next is closed at once, so a connect
+/// flood cannot hold the server's descriptors (found in review: every
+/// refusal held its socket). Seen failing without the refusals' cap: the
+/// flood got 503 on every connection and none was closed.
+#[test]
+fn a_connect_flood_past_the_cap_is_closed_at_once_beyond_64_refusals() {
+    // The gateway runs in this process: room for its side of the flood.
+    let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile);
+    rustix::process::setrlimit(
+        rustix::process::Resource::Nofile,
+        rustix::process::Rlimit {
+            current: limit.maximum,
+            maximum: limit.maximum,
+        },
+    )
+    .unwrap();
+    let up = Upstream::start();
+    let dir = tempfile::tempdir().unwrap();
+    let sb = sandbox(dir.path(), &up);
+    let t = toolset(&sb, &up);
+    std::fs::write(dir.path().join("flood.py"), FLOOD).unwrap();
+    let text = run(
+        &t,
+        &format!(
+            "python3 flood.py {} 1000",
+            cubby::MAX_GATEWAY_CONNECTIONS
+        ),
+    );
+    let line = text
+        .lines()
+        .find_map(|l| l.strip_prefix("refused "))
+        .unwrap_or_else(|| panic!("{text}"));
+    let (refused, closed) = line.split_once(" closed ").unwrap();
+    let (refused, closed): (usize, usize) = (refused.parse().unwrap(), closed.parse().unwrap());
+    assert_eq!(closed, 1, "no connection was closed at once: {text}");
+    assert!(
+        refused >= 64,
+        "the cap of refusals is 64 at once, and the first 64 were answered: {text}"
+    );
+    assert!(!text.contains("other"), "{text}");
+    drop(t);
 }

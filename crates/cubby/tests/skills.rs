@@ -471,6 +471,46 @@ fn a_file_is_read_and_redacted_as_read_file_does() {
     assert!(out.text.starts_with("     1\t"), "{}", out.text);
 }
 
+/// The MCP skills extension serves a skill's files unredacted: one whose
+/// bytes hold a registered secret is refused, and so is one where the
+/// secret sits inside a gzip stream (R4-1's rule for what leaves
+/// unredacted; found in review: only the plain bytes were looked at). The
+/// oracle: the same file is served when no secret is registered.
+#[test]
+fn a_skill_file_holding_a_secret_compressed_is_not_served() {
+    use std::io::Write as _;
+    let (_tmp, root) = workspace();
+    put(&root, "pdf", &md("pdf", "x"));
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    gz.write_all(b"token=sk-skill-secret-123456\n").unwrap();
+    let packed = gz.finish().unwrap();
+    assert!(!packed.windows(8).any(|w| w == b"sk-skill"), "compressed");
+    std::fs::write(root.join("skills/pdf/notes.gz"), &packed).unwrap();
+    std::fs::write(root.join("skills/pdf/plain.txt"), "nothing here\n").unwrap();
+    let toolset = |secret: bool| {
+        let mut policy = Policy::builder();
+        policy.skills_dirs(["skills"]);
+        let mut b = Toolset::builder(local_sandbox(&root).unwrap());
+        b = b.policy(policy.build().unwrap()).track_changes(false);
+        if secret {
+            b = b.secret("SKILL_TOKEN", "sk-skill-secret-123456");
+        }
+        b.build().unwrap()
+    };
+    let open = toolset(false);
+    assert_eq!(open.read_skill_file("pdf", "notes.gz", 1 << 20).unwrap(), packed);
+    let guarded = toolset(true);
+    let e = guarded
+        .read_skill_file("pdf", "notes.gz", 1 << 20)
+        .unwrap_err();
+    assert_eq!(e.kind(), cubby::ErrorKind::Denied, "{e}");
+    assert!(!e.message().contains("sk-skill-secret"), "{e}");
+    assert_eq!(
+        guarded.read_skill_file("pdf", "plain.txt", 1 << 20).unwrap(),
+        b"nothing here\n"
+    );
+}
+
 #[test]
 fn deny_read_inside_a_skill_skips_it() {
     let (_tmp, root) = workspace();

@@ -57,15 +57,27 @@ fn a_file_left_in_the_output_dir_becomes_an_artifact_of_the_run() {
 fn links_fifos_and_a_sparse_terabyte_are_skipped_with_the_reason_and_nothing_hangs() {
     let r = Run::new();
     let t = r.toolset();
-    let started = std::time::Instant::now();
     let out = ok(
         &t,
         "run",
         json!({"command": "cd \"$CUBBY_OUTPUT_DIR\" && ln -s /etc/shadow shadow && mkfifo pipe \
-            && truncate -s 1T huge.bin && mkdir -p a/b/c/d && echo deep > a/b/c/d/e.txt \
-            && echo ok > a/ok.txt"}),
+            && truncate -s 1T huge.bin && touch -a -d @1000000000 huge.bin \
+            && mkdir -p a/b/c/d && echo deep > a/b/c/d/e.txt && echo ok > a/ok.txt"}),
     );
-    assert!(started.elapsed() < std::time::Duration::from_secs(20));
+    // Nothing hung (the call came back: the FIFO was never opened) and the
+    // terabyte was refused by its size, unread — its access time, older
+    // than its change, would have moved on a read (relatime) — whatever
+    // the machine's load (this was a bound on the call's wall time).
+    {
+        use std::os::unix::fs::MetadataExt;
+        let atimes: Vec<i64> = std::fs::read_dir(r.root.join(".cubby/output"))
+            .unwrap()
+            .flatten()
+            .filter_map(|d| std::fs::metadata(d.path().join("huge.bin")).ok())
+            .map(|m| m.atime())
+            .collect();
+        assert_eq!(atimes, [1_000_000_000], "huge.bin was read");
+    }
     let text = &out.text;
     assert!(
         text.contains("skipped .cubby/output/")
@@ -246,7 +258,14 @@ fn a_new_run_is_seeded_with_earlier_artifacts() {
     moved.name = "copy.md".into();
     let seeded = second.seed(&[earlier[0].clone(), moved]).unwrap();
     assert_eq!(seeded[0].sha256, earlier[0].sha256);
-    assert_eq!(seeded[0].path, earlier[0].path);
+    // Its path was the first run's output directory, removed with that
+    // run: not made again (a run's output directory is its own), the file
+    // is seeded in `.cubby/input` (found in review: seeding made the dead
+    // directory again).
+    let old_dir = r.root.join(earlier[0].path.as_deref().unwrap());
+    assert!(earlier[0].path.as_deref().unwrap().starts_with(".cubby/output/"));
+    assert_eq!(seeded[0].path.as_deref(), Some(".cubby/input/notes.md"));
+    assert!(!r.root.join(".cubby/output").exists(), "{old_dir:?} made again");
     assert_eq!(
         std::fs::read(r.root.join(seeded[0].path.as_deref().unwrap())).unwrap(),
         b"v1\n"
@@ -290,29 +309,30 @@ fn a_run_that_leaves_nothing_there_leaves_no_output_dir() {
 
 /// The command of `start_process` that leaves `late.txt` in the output
 /// directory after the last `run` (written beside it, then renamed in:
-/// whole when it appears), then stays running.
+/// whole when it appears), says so, then stays running.
 const LEAVES_LATE: &str = "printf 'late bytes' > \"$CUBBY_OUTPUT_DIR/../late.tmp\" && \
-     mv \"$CUBBY_OUTPUT_DIR/../late.tmp\" \"$CUBBY_OUTPUT_DIR/late.txt\" && exec sleep 600";
+     mv \"$CUBBY_OUTPUT_DIR/../late.tmp\" \"$CUBBY_OUTPUT_DIR/late.txt\" && echo LEFT-LATE && \
+     exec sleep 600";
 
-/// Waits (a minute at most) until a file named `name` is in an output
-/// directory of the workspace at `root`.
-fn wait_for_output(root: &std::path::Path, name: &str) {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    loop {
-        let found = std::fs::read_dir(root.join(".cubby/output"))
-            .into_iter()
-            .flatten()
-            .flatten()
-            .any(|run| run.path().join(name).is_file());
-        if found {
-            return;
+/// Starts [`LEAVES_LATE`] as process `late` of `t` and returns once it has
+/// left its file: its own word on its output (a readiness signal, not a
+/// poll of the disk against a clock).
+fn start_late(t: &cubby::Toolset) {
+    let (said, heard) = std::sync::mpsc::channel::<()>();
+    let said = std::sync::Mutex::new(said);
+    t.subscribe(std::sync::Arc::new(move |event: &cubby::process::OutputEvent| {
+        if event.process == "late" && event.chunk.contains("LEFT-LATE") {
+            let _ = said.lock().unwrap().send(());
         }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "{name} never appeared in the output directory"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
+    }));
+    ok(
+        t,
+        "start_process",
+        json!({"name": "late", "command": LEAVES_LATE}),
+    );
+    heard
+        .recv_timeout(std::time::Duration::from_secs(300))
+        .expect("the process never said it left its file");
 }
 
 /// SPEC §5.1: `$CUBBY_OUTPUT_DIR` is collected after each `run` *and when
@@ -326,12 +346,7 @@ fn what_a_background_process_leaves_is_collected_when_the_run_ends() {
     for by_drop in [false, true] {
         let r = Run::new();
         let t = r.toolset();
-        ok(
-            &t,
-            "start_process",
-            json!({"name": "late", "command": LEAVES_LATE}),
-        );
-        wait_for_output(&r.root, "late.txt");
+        start_late(&t);
         assert!(t.artifacts().list().is_empty());
         if by_drop {
             drop(t);

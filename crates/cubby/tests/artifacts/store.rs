@@ -280,6 +280,7 @@ fn plant_in_another_runs_output_dir(skills_dirs: Option<Vec<String>>) {
         "A's own directory is writable: {}",
         out.text
     );
+    let a_file = out.artifacts()[0].clone();
     let e = a.call(
         "write_file",
         json!({"path": format!("{path}.planted"), "content": "x"}),
@@ -290,6 +291,13 @@ fn plant_in_another_runs_output_dir(skills_dirs: Option<Vec<String>>) {
         json!({"path": b_dir.join("report.txt"), "content": "wire the money"}),
     );
     assert!(e.is_error && e.text.contains("denied"), "{}", e.text);
+    // Nor by seeding A's run with a FileRef whose path is in B's
+    // directory (found in review: seeding wrote there): it lands in
+    // `.cubby/input`, as a FileRef with no path does.
+    let mut forged = a_file;
+    forged.path = Some(b_dir.join("report.txt").display().to_string());
+    let seeded = a.seed(&[forged]).unwrap();
+    assert_eq!(seeded[0].path.as_deref(), Some(".cubby/input/a.txt"));
     // B's next run publishes nothing of A's.
     let out = run(&b, "true");
     assert!(out.artifacts().is_empty(), "{}", out.text);
@@ -517,4 +525,133 @@ fn stores_as_an_unprivileged_user() {
         std::mem::forget(ws);
         std::mem::forget(library);
     }
+}
+
+/// Where [`a_private_store_held_by_this_process`] makes its store.
+const HOLD_IN_ENV: &str = "CUBBY_TEST_HOLD_STORE_IN";
+
+/// A private store is judged live by its lock (`flock`, held by its
+/// process for the store's lifetime), not by its pid: a second process's
+/// store, live, is never reclaimed; once that process is SIGKILLed, the next
+/// store made reclaims it; and a store whose lock no one holds is
+/// reclaimed although its name's pid runs a process (this one: a pid
+/// reused). Seen failing without the lock: the last store was kept.
+#[test]
+fn a_private_store_is_live_while_its_process_holds_the_lock() {
+    use std::io::BufRead as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let tmp = tempfile::tempdir().unwrap();
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "store::a_private_store_held_by_this_process",
+            "--ignored",
+            "--test-threads=1",
+            "--nocapture",
+        ])
+        .env(HOLD_IN_ENV, tmp.path())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Its readiness: the line naming its store.
+    let theirs = std::io::BufReader::new(child.stdout.take().unwrap())
+        .lines()
+        .map(Result::unwrap)
+        .find_map(|l| l.strip_prefix("made ").map(std::path::PathBuf::from))
+        .expect("the second process made no store");
+    assert!(theirs.starts_with(tmp.path()) && theirs.join("sha256").is_dir());
+    // A store no process holds, named with a live pid (this process's).
+    let reused = tmp
+        .path()
+        .join(format!("cubby-run-{}-00feedface00", std::process::id()));
+    std::fs::create_dir_all(reused.join("sha256")).unwrap();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .mode(0o600)
+        .open(reused.join("live.lock"))
+        .unwrap();
+    let mine = cubby::artifact::Store::private(tmp.path());
+    mine.put(&mut &b"mine"[..], 10).unwrap();
+    assert!(theirs.is_dir(), "a live process's store was reclaimed");
+    assert!(!reused.exists(), "a store no one holds was kept");
+    // Killed: no drop ran, the kernel let go of the lock.
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(theirs.is_dir(), "nothing is reclaimed until a store is made");
+    let next = cubby::artifact::Store::private(tmp.path());
+    next.put(&mut &b"next"[..], 10).unwrap();
+    assert!(!theirs.exists(), "the killed process's store was kept");
+    assert!(mine.dir().is_dir(), "this process's own store is live");
+}
+
+/// The second process of [`a_private_store_is_live_while_its_process_holds_the_lock`]:
+/// makes a private store, names it, and holds it until its stdin ends.
+#[test]
+#[ignore = "run by a_private_store_is_live_while_its_process_holds_the_lock"]
+fn a_private_store_held_by_this_process() {
+    let Some(tmp) = std::env::var_os(HOLD_IN_ENV) else {
+        return;
+    };
+    let store = cubby::artifact::Store::private(std::path::Path::new(&tmp));
+    store.put(&mut &b"theirs"[..], 10).unwrap();
+    println!("made {}", store.dir().display());
+    let mut rest = String::new();
+    let _ = std::io::Read::read_to_string(&mut std::io::stdin(), &mut rest);
+    drop(store);
+}
+
+/// `TMPDIR` outside `/tmp` holding the workspace (as a CI runner's or a
+/// container's may): the workspace's private store is hidden from
+/// commands, and only it. It hid all of `TMPDIR` (a `host_deny_read` entry
+/// naming the directory the store would be made in), which refused every
+/// workspace there as "in a credential store" and hid its neighbours (found
+/// in review; seen failing: the workspace did not open).
+#[test]
+fn a_workspace_in_tmpdir_opens_and_commands_lose_only_the_store() {
+    let shared = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let shared = shared.path().canonicalize().unwrap();
+    assert!(!shared.starts_with("/tmp"), "{shared:?}");
+    let root = shared.join("ws");
+    std::fs::create_dir(&root).unwrap();
+    std::fs::write(shared.join("beside.txt"), "beside\n").unwrap();
+    let config = Config {
+        provider: Some(ProviderKind::Linux),
+        ..Config::default()
+    };
+    let host = HostEnv::capture().with("TMPDIR", shared.to_str().unwrap());
+    let ws = Workspace::from_config(&root, &config, None, &host).unwrap();
+    let t = ws.factory(false).unwrap()().unwrap();
+    let out = t.call(
+        "run",
+        json!({"command": "echo hi > \"$CUBBY_OUTPUT_DIR/a.txt\""}),
+    );
+    assert_eq!(out.artifacts().len(), 1, "{}", out.text);
+    let store = std::fs::read_dir(&shared)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| {
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("cubby-run-")
+        })
+        .expect("the private store is in TMPDIR");
+    assert!(store.join("sha256").is_dir());
+    let out = t.call(
+        "run",
+        json!({"command": format!(
+            "cat {0}/beside.txt; ls {1}/sha256 && echo STORE-LISTED; cat {1}/live.lock && echo STORE-READ",
+            shared.display(),
+            store.display()
+        )}),
+    );
+    assert!(out.text.contains("beside"), "{}", out.text);
+    assert!(!out.text.contains("STORE-LISTED"), "{}", out.text);
+    assert!(!out.text.contains("STORE-READ"), "{}", out.text);
+    // The oracle: the same listing outside the sandbox works.
+    assert!(std::fs::read_dir(store.join("sha256")).unwrap().count() > 0);
+    drop(t);
+    drop(ws);
 }

@@ -191,14 +191,22 @@ fn read_only_mode(l: &Lab) -> Verdict {
     std::fs::write(&file, "kept\n").unwrap();
     use std::os::unix::fs::MetadataExt;
     let before = std::fs::metadata(&file).unwrap();
-    ro.sh("echo pwned > inside.txt; mkdir d; chmod 000 kept.txt; touch -d 2001-01-01 kept.txt");
+    // Missing protected paths too: in read-only mode they get no
+    // placeholder (nothing in the workspace is writable for commands).
+    ro.sh(
+        "echo pwned > inside.txt; mkdir d; chmod 000 kept.txt; touch -d 2001-01-01 kept.txt; \
+         mkdir -p .codex && echo x > .codex/config.toml; echo '{}' > .mcp.json",
+    );
     let after = std::fs::metadata(&file).unwrap();
     if (after.mode(), after.mtime(), after.ctime())
         != (before.mode(), before.mtime(), before.ctime())
     {
         return Err("kept.txt's mode or times changed".into());
     }
-    absent(&ro.ws.join("inside.txt")).and(absent(&ro.ws.join("d")))
+    absent(&ro.ws.join("inside.txt"))
+        .and(absent(&ro.ws.join("d")))
+        .and(absent(&ro.ws.join(".codex")))
+        .and(absent(&ro.ws.join(".mcp.json")))
 }
 
 // ---------------------------------------------------- through the file tools

@@ -131,28 +131,22 @@ pub(crate) trait Placeholders {
 }
 
 impl Placeholders for LocalFs {
-    /// Creates `path` as an empty directory with mode
-    /// [`PLACEHOLDER_MODE`] (a mount point that reserves a missing
-    /// protected name). Its parent must exist. Returns the new directory's
-    /// inode number.
     fn mkdir_placeholder(&self, path: &WorkspacePath) -> Result<u64> {
         let (parent, name) = self.parent_of(path)?;
         mkdirat(&parent, name, Mode::from_raw_mode(PLACEHOLDER_MODE))
             .map_err(|e| io_err(e, path))?;
-        let dir = self
-            .resolve_in(
-                &parent,
-                name,
-                OFlags::PATH | OFlags::DIRECTORY,
-                Mode::empty(),
-            )
-            .map_err(|e| io_err(e, path))?;
-        let stat = fstat(&dir).map_err(|e| io_err(e, path))?;
+        // One `statat` of the name in the confined parent (not a second
+        // open and close): what is there now must be the directory just
+        // made, with the placeholder's mode — a link or anything else put
+        // in its place meanwhile is refused.
+        let stat =
+            statat(&parent, name, AtFlags::SYMLINK_NOFOLLOW).map_err(|e| io_err(e, path))?;
+        if kind_of(&stat) != EntryKind::Dir || !is_placeholder_mode(stat.st_mode) {
+            return Err(io_err(Errno::EXIST, path));
+        }
         Ok(stat.st_ino)
     }
 
-    /// Creates the missing `path` as a file placeholder (mode
-    /// [`PLACEHOLDER_FILE_MODE`]) holding `content`; returns its inode.
     fn mkfile_placeholder(&self, path: &WorkspacePath, content: &[u8]) -> Result<u64> {
         let (parent, name) = self.parent_of(path)?;
         let fd = rustix::fs::openat(
@@ -171,35 +165,34 @@ impl Placeholders for LocalFs {
         Ok(stat.st_ino)
     }
 
-    /// Whether `path` is still the placeholder with inode `ino`.
     fn is_placeholder(&self, path: &WorkspacePath, ino: u64) -> bool {
         placeholder_at(self, path, ino).is_some()
     }
 
-    /// Removes the placeholder `path` if it is still the empty directory
-    /// with inode `ino` that [`Placeholders::mkdir_placeholder`] made.
     fn remove_placeholder(&self, path: &WorkspacePath, ino: u64) {
-        if let Some((parent, name)) = placeholder_at(self, path, ino) {
-            let dir = statat(&parent, name, AtFlags::SYMLINK_NOFOLLOW)
-                .is_ok_and(|s| kind_of(&s) == EntryKind::Dir);
-            if dir {
-                // Fails (ENOTEMPTY) if anything was put inside: then it
-                // stays, as the user's.
-                if unlinkat(&parent, name, AtFlags::REMOVEDIR) == Err(Errno::NOTEMPTY) {
-                    tracing::warn!(
-                        "`{path}` was reserved for a command and is not empty now: left in place"
-                    );
-                }
-            } else {
-                let _ = unlinkat(&parent, name, AtFlags::empty());
+        let Ok((parent, name)) = self.parent_of(path) else {
+            return;
+        };
+        // One `statat`: the placeholder still, and of which kind.
+        let Some(stat) = statat(&parent, name, AtFlags::SYMLINK_NOFOLLOW)
+            .ok()
+            .filter(|s| is_placeholder_stat(s, ino))
+        else {
+            return;
+        };
+        if kind_of(&stat) == EntryKind::Dir {
+            // Fails (ENOTEMPTY) if anything was put inside: then it stays,
+            // as the user's.
+            if unlinkat(&parent, name, AtFlags::REMOVEDIR) == Err(Errno::NOTEMPTY) {
+                tracing::warn!(
+                    "`{path}` was reserved for a command and is not empty now: left in place"
+                );
             }
+        } else {
+            let _ = unlinkat(&parent, name, AtFlags::empty());
         }
     }
 
-    /// Moves the placeholder `path` (inode `ino`) out of the workspace
-    /// into `stash` as `as_name`, for [`Placeholders::unstash_placeholder`] to
-    /// bring back: a rename costs a fraction of a `mkdir` and an `rmdir`.
-    /// False when it is no longer the placeholder or cannot be moved.
     fn stash_placeholder(
         &self,
         path: &WorkspacePath,
@@ -231,8 +224,6 @@ impl Placeholders for LocalFs {
         true
     }
 
-    /// Moves the stashed `name` back to `path` (which must be missing) if it
-    /// is the placeholder with inode `ino`.
     fn unstash_placeholder(
         &self,
         path: &WorkspacePath,

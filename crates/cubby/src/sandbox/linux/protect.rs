@@ -8,6 +8,7 @@ use super::LinuxSandbox;
 use super::client::Lease;
 use super::placeholder::{PLACEHOLDER_FILE_MODE, Placeholders};
 use super::reserve::Kind;
+use crate::config::Mode;
 use crate::error::{Error, ErrorKind, Result};
 use crate::path::WorkspacePath;
 use crate::sandbox::local::is_placeholder_mode;
@@ -157,6 +158,13 @@ impl LinuxSandbox {
                         add(&prefix, false, &mut binds);
                         break;
                     }
+                    // Read-only mode: every directory of the workspace is
+                    // bound read-only for commands (writable roots too), so
+                    // none can make the missing name; no placeholder (a
+                    // `mkdir` and an `rmdir` each) is needed.
+                    Err(e) if e.kind() == ErrorKind::NotFound && self.options.mode == Mode::ReadOnly => {
+                        break;
+                    }
                     Err(e) if e.kind() == ErrorKind::NotFound => {
                         let ino = self
                             .reservations
@@ -188,6 +196,15 @@ mod tests {
     use super::*;
     use crate::policy::Policy;
 
+    fn open(root: &std::path::Path, policy: crate::policy::PolicyBuilder) -> LinuxSandbox {
+        LinuxSandbox::open(
+            root,
+            &policy.build().unwrap(),
+            &crate::host_env::HostEnv::default(),
+        )
+        .unwrap()
+    }
+
     #[test]
     fn protected_paths_are_bound_pinned_or_reserved() {
         let dir = tempfile::tempdir().unwrap();
@@ -198,12 +215,7 @@ mod tests {
         std::fs::write(root.join("ci/deploy.sh"), "").unwrap();
         let mut policy = Policy::builder();
         policy.protect("ci/deploy.sh").protect("tools/release/");
-        let sandbox = LinuxSandbox::open(
-            root,
-            &policy.build().unwrap(),
-            &crate::host_env::HostEnv::default(),
-        )
-        .unwrap();
+        let sandbox = open(root, policy);
         let (binds, lease) = sandbox.protect_plan().unwrap();
         let mut text = String::new();
         for (path, pinned) in &binds {
@@ -220,5 +232,27 @@ mod tests {
         );
         drop(lease);
         assert!(!root.join("tools").exists(), "released with the lease");
+    }
+
+    /// In read-only mode nothing in the workspace is writable for
+    /// commands: the missing protected paths get no placeholder (the
+    /// attack "write in read-only mode" tries to make them), the present
+    /// ones are still bound.
+    #[test]
+    fn read_only_mode_reserves_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::create_dir_all(root.join(".git/hooks")).unwrap();
+        let mut policy = Policy::builder();
+        policy.mode(crate::Mode::ReadOnly);
+        let sandbox = open(root, policy);
+        let (binds, lease) = sandbox.protect_plan().unwrap();
+        assert!(lease.reserved.is_empty(), "{:?}", lease.reserved);
+        assert!(binds.iter().any(|(p, w)| p == ".git/hooks" && !*w), "{binds:?}");
+        let names: Vec<_> = std::fs::read_dir(root)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, [".git"], "no placeholder in the workspace");
     }
 }
