@@ -783,7 +783,7 @@ struct Reader {
 /// Starts the thread of a process's output reader.
 fn spawn_reader_thread(name: String, run: Box<dyn FnOnce() + Send>) -> std::io::Result<()> {
     #[cfg(test)]
-    if tests::FAIL_READER_SPAWN.with(std::cell::Cell::get) {
+    if contract_tests::FAIL_READER_SPAWN.with(std::cell::Cell::get) {
         return Err(std::io::Error::from_raw_os_error(libc::EAGAIN));
     }
     std::thread::Builder::new().name(name).spawn(run).map(drop)

@@ -665,10 +665,7 @@ fn a_connect_flood_past_the_cap_is_closed_at_once_beyond_64_refusals() {
     std::fs::write(dir.path().join("flood.py"), FLOOD).unwrap();
     let text = run(
         &t,
-        &format!(
-            "python3 flood.py {} 1000",
-            cubby::MAX_GATEWAY_CONNECTIONS
-        ),
+        &format!("python3 flood.py {} 1000", cubby::MAX_GATEWAY_CONNECTIONS),
     );
     let line = text
         .lines()

@@ -498,7 +498,10 @@ fn a_skill_file_holding_a_secret_compressed_is_not_served() {
         b.build().unwrap()
     };
     let open = toolset(false);
-    assert_eq!(open.read_skill_file("pdf", "notes.gz", 1 << 20).unwrap(), packed);
+    assert_eq!(
+        open.read_skill_file("pdf", "notes.gz", 1 << 20).unwrap(),
+        packed
+    );
     let guarded = toolset(true);
     let e = guarded
         .read_skill_file("pdf", "notes.gz", 1 << 20)
@@ -506,7 +509,9 @@ fn a_skill_file_holding_a_secret_compressed_is_not_served() {
     assert_eq!(e.kind(), cubby::ErrorKind::Denied, "{e}");
     assert!(!e.message().contains("sk-skill-secret"), "{e}");
     assert_eq!(
-        guarded.read_skill_file("pdf", "plain.txt", 1 << 20).unwrap(),
+        guarded
+            .read_skill_file("pdf", "plain.txt", 1 << 20)
+            .unwrap(),
         b"nothing here\n"
     );
 }

@@ -13,8 +13,8 @@ use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Write};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, OnceLock};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime};
 
 use rustix::fs::OFlags;
@@ -66,7 +66,6 @@ pub struct Stored {
 
 /// Random bytes in the name of a private store's directory.
 const PRIVATE_RANDOM_BYTES: usize = 8;
-
 
 /// How a store's directory is had.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -203,8 +202,7 @@ fn live_digests(dir: &Path) -> Option<std::collections::HashSet<String>> {
         if !meta.is_file() {
             return None;
         }
-        if rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive).is_ok()
-        {
+        if rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive).is_ok() {
             // Its process is gone: what it noted is no one's now.
             let _ = fs::remove_file(entry.path());
             continue;
@@ -240,9 +238,7 @@ fn dead_store(dir: &Path, pid: i32) -> Option<Option<File>> {
                     .is_ok();
             taken.then_some(Some(file))
         }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            (!pid_alive(pid)).then_some(None)
-        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => (!pid_alive(pid)).then_some(None),
         Err(_) => None,
     }
 }
@@ -311,7 +307,10 @@ fn private_name() -> String {
             .duration_since(SystemTime::UNIX_EPOCH)
             .unwrap_or_default()
             .as_nanos() as u64;
-        format!("{:016x}", nanos ^ NEXT_TEMP.fetch_add(1, Ordering::Relaxed).rotate_left(32))
+        format!(
+            "{:016x}",
+            nanos ^ NEXT_TEMP.fetch_add(1, Ordering::Relaxed).rotate_left(32)
+        )
     });
     format!("{PRIVATE_PREFIX}{}-{random}", std::process::id())
 }
@@ -1255,10 +1254,7 @@ mod tests {
         std::os::unix::fs::symlink(&victim, &stamp).unwrap();
         drop(Store::open(dir.path()).unwrap());
         assert_eq!(fs::read(&victim).unwrap(), b"the user's bytes");
-        assert_eq!(
-            fs::metadata(&victim).unwrap().modified().unwrap(),
-            long_ago
-        );
+        assert_eq!(fs::metadata(&victim).unwrap().modified().unwrap(), long_ago);
         let missing = outside.path().join("made-through-the-link");
         fs::remove_file(&stamp).unwrap();
         std::os::unix::fs::symlink(&missing, &stamp).unwrap();

@@ -263,9 +263,18 @@ fn a_new_run_is_seeded_with_earlier_artifacts() {
     // is seeded in `.cubby/input` (found in review: seeding made the dead
     // directory again).
     let old_dir = r.root.join(earlier[0].path.as_deref().unwrap());
-    assert!(earlier[0].path.as_deref().unwrap().starts_with(".cubby/output/"));
+    assert!(
+        earlier[0]
+            .path
+            .as_deref()
+            .unwrap()
+            .starts_with(".cubby/output/")
+    );
     assert_eq!(seeded[0].path.as_deref(), Some(".cubby/input/notes.md"));
-    assert!(!r.root.join(".cubby/output").exists(), "{old_dir:?} made again");
+    assert!(
+        !r.root.join(".cubby/output").exists(),
+        "{old_dir:?} made again"
+    );
     assert_eq!(
         std::fs::read(r.root.join(seeded[0].path.as_deref().unwrap())).unwrap(),
         b"v1\n"
@@ -320,11 +329,13 @@ const LEAVES_LATE: &str = "printf 'late bytes' > \"$CUBBY_OUTPUT_DIR/../late.tmp
 fn start_late(t: &cubby::Toolset) {
     let (said, heard) = std::sync::mpsc::channel::<()>();
     let said = std::sync::Mutex::new(said);
-    t.subscribe(std::sync::Arc::new(move |event: &cubby::process::OutputEvent| {
-        if event.process == "late" && event.chunk.contains("LEFT-LATE") {
-            let _ = said.lock().unwrap().send(());
-        }
-    }));
+    t.subscribe(std::sync::Arc::new(
+        move |event: &cubby::process::OutputEvent| {
+            if event.process == "late" && event.chunk.contains("LEFT-LATE") {
+                let _ = said.lock().unwrap().send(());
+            }
+        },
+    ));
     ok(
         t,
         "start_process",

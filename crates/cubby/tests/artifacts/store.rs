@@ -579,7 +579,10 @@ fn a_private_store_is_live_while_its_process_holds_the_lock() {
     // Killed: no drop ran, the kernel let go of the lock.
     child.kill().unwrap();
     child.wait().unwrap();
-    assert!(theirs.is_dir(), "nothing is reclaimed until a store is made");
+    assert!(
+        theirs.is_dir(),
+        "nothing is reclaimed until a store is made"
+    );
     let next = cubby::artifact::Store::private(tmp.path());
     next.put(&mut &b"next"[..], 10).unwrap();
     assert!(!theirs.exists(), "the killed process's store was kept");

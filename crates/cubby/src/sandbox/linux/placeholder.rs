@@ -139,8 +139,7 @@ impl Placeholders for LocalFs {
         // open and close): what is there now must be the directory just
         // made, with the placeholder's mode — a link or anything else put
         // in its place meanwhile is refused.
-        let stat =
-            statat(&parent, name, AtFlags::SYMLINK_NOFOLLOW).map_err(|e| io_err(e, path))?;
+        let stat = statat(&parent, name, AtFlags::SYMLINK_NOFOLLOW).map_err(|e| io_err(e, path))?;
         if kind_of(&stat) != EntryKind::Dir || !is_placeholder_mode(stat.st_mode) {
             return Err(io_err(Errno::EXIST, path));
         }

@@ -162,7 +162,10 @@ impl LinuxSandbox {
                     // bound read-only for commands (writable roots too), so
                     // none can make the missing name; no placeholder (a
                     // `mkdir` and an `rmdir` each) is needed.
-                    Err(e) if e.kind() == ErrorKind::NotFound && self.options.mode == Mode::ReadOnly => {
+                    Err(e)
+                        if e.kind() == ErrorKind::NotFound
+                            && self.options.mode == Mode::ReadOnly =>
+                    {
                         break;
                     }
                     Err(e) if e.kind() == ErrorKind::NotFound => {
@@ -248,7 +251,10 @@ mod tests {
         let sandbox = open(root, policy);
         let (binds, lease) = sandbox.protect_plan().unwrap();
         assert!(lease.reserved.is_empty(), "{:?}", lease.reserved);
-        assert!(binds.iter().any(|(p, w)| p == ".git/hooks" && !*w), "{binds:?}");
+        assert!(
+            binds.iter().any(|(p, w)| p == ".git/hooks" && !*w),
+            "{binds:?}"
+        );
         let names: Vec<_> = std::fs::read_dir(root)
             .unwrap()
             .map(|e| e.unwrap().file_name())
