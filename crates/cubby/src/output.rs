@@ -426,6 +426,28 @@ pub struct StreamRedactor {
     keep_lines: bool,
 }
 
+/// Where the tail of `pending` that must wait for more bytes starts: the
+/// first position whose rest is the beginning of a secret, not all of it
+/// (at most the longest secret's length less one from the end); the length
+/// of `pending` when no secret can begin in its tail. Everything before it
+/// is decided now: a command's last line ("listening on :8000") is not
+/// held back while the command waits (a fixed hold of the longest secret's
+/// length kept it from `process_logs` and events until more output came).
+fn held_from(inner: &RedactorInner, pending: &[u8]) -> usize {
+    let from = pending
+        .len()
+        .saturating_sub(inner.max_len.saturating_sub(1));
+    (from..pending.len())
+        .find(|&at| {
+            let tail = &pending[at..];
+            inner
+                .values
+                .iter()
+                .any(|v| v.len() > tail.len() && v.starts_with(tail))
+        })
+        .unwrap_or(pending.len())
+}
+
 impl StreamRedactor {
     /// Feeds a chunk; returns the bytes that are safe to emit now.
     pub fn push(&mut self, chunk: &[u8]) -> Vec<u8> {
@@ -433,8 +455,7 @@ impl StreamRedactor {
             return chunk.to_vec();
         };
         self.pending.extend_from_slice(chunk);
-        let hold = inner.max_len.saturating_sub(1);
-        let limit = self.pending.len().saturating_sub(hold);
+        let limit = held_from(&inner, &self.pending);
         let mut out = Vec::with_capacity(self.pending.len());
         let mut last = 0;
         for m in inner.automaton.find_iter(&self.pending) {
@@ -943,6 +964,22 @@ mod tests {
                 assert_eq!(out, whole, "split at {split}/{split2}");
             }
         }
+    }
+
+    /// Only a tail that may begin a secret waits for more bytes: a line
+    /// that cannot is out at once (it waited for the longest secret's
+    /// length of further output, which a command waiting after its last
+    /// line never gave: seen failing, nothing came out).
+    #[test]
+    fn stream_holds_back_only_what_may_begin_a_secret() {
+        let r = secrets(&[("K", "tok-5150-zyxw")]);
+        let mut s = r.stream();
+        assert_eq!(s.push(b"listening on :8000\n"), b"listening on :8000\n");
+        assert_eq!(s.push(b"half tok-51"), b"half ");
+        assert_eq!(s.push(b"50"), b"");
+        assert_eq!(s.push(b"-zyxw, then t"), b"[REDACTED:K], then ");
+        assert_eq!(s.push(b"ail"), b"tail");
+        assert_eq!(s.finish(), b"");
     }
 
     #[test]

@@ -227,6 +227,7 @@ impl Toolset {
             sources: Vec::new(),
             custom: Vec::new(),
             artifact_store: None,
+            artifact_budget: crate::artifact::Budget::default(),
         }
     }
 
@@ -805,6 +806,7 @@ pub struct ToolsetBuilder {
     sources: Vec<Arc<dyn ToolSource>>,
     custom: Vec<Pending>,
     artifact_store: Option<Arc<Store>>,
+    artifact_budget: crate::artifact::Budget,
 }
 
 impl ToolsetBuilder {
@@ -931,6 +933,14 @@ impl ToolsetBuilder {
     /// thread, at build). Default: true. When false, `changes` is not offered.
     pub fn track_changes(mut self, yes: bool) -> ToolsetBuilder {
         self.track_changes = yes;
+        self
+    }
+
+    /// The limits of the run's artifacts: the largest file, the bytes and
+    /// the count of a run, how long one collection of the output directory
+    /// takes. Default: [`crate::artifact::Budget::default`] (SPEC §5.1).
+    pub fn artifact_budget(mut self, budget: crate::artifact::Budget) -> ToolsetBuilder {
+        self.artifact_budget = budget;
         self
     }
 
@@ -1115,7 +1125,7 @@ impl ToolsetBuilder {
                 sandbox: self.sandbox,
                 policy,
                 redactor,
-                run: RunState::new(baseline, artifact_store),
+                run: RunState::new(baseline, artifact_store, self.artifact_budget),
                 catalog: ToolCatalog {
                     known: known.into(),
                     sources: sources.into(),

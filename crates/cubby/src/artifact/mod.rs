@@ -44,6 +44,10 @@ pub const MAX_ARTIFACT_BYTES: u64 = 25_000_000;
 pub const MAX_RUN_BYTES: u64 = 100_000_000;
 /// The most artifacts a run holds.
 pub const MAX_RUN_ARTIFACTS: usize = 1_000;
+/// The longest one collection of a run's output directory walks and reads;
+/// what it did not reach is collected by the next (R4-5: 400 sparse files
+/// cost 21–26 s a run).
+pub const MAX_COLLECT_TIME: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// The temporary directory of `host` (`$TMPDIR` when absolute, else
 /// `/tmp`): where a store of its own ([`Store::private`]) is made when no
@@ -118,6 +122,8 @@ pub struct Budget {
     pub run_bytes: u64,
     /// The most artifacts.
     pub count: usize,
+    /// The longest one collection of the output directory takes.
+    pub collect_time: std::time::Duration,
 }
 
 impl Default for Budget {
@@ -126,6 +132,7 @@ impl Default for Budget {
             file_bytes: MAX_ARTIFACT_BYTES,
             run_bytes: MAX_RUN_BYTES,
             count: MAX_RUN_ARTIFACTS,
+            collect_time: MAX_COLLECT_TIME,
         }
     }
 }
@@ -189,6 +196,11 @@ impl Artifacts {
         self.ledger
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The run's limits.
+    pub fn budget(&self) -> Budget {
+        self.budget
     }
 
     /// The store the run writes to.

@@ -1136,7 +1136,10 @@ mod tests {
             .set_modified(now - 8 * day)
             .unwrap();
         drop(store.open_blob(&sha).unwrap());
-        let gc = store.collect_garbage(now);
+        // Collected by another process's store once this one is closed
+        // (while it is open, what it stored is a live run's).
+        drop(store);
+        let gc = Store::open(dir.path()).unwrap().collect_garbage(now);
         assert_eq!((gc.removed, gc.kept), (1, 3), "{gc:?}");
         assert!(!stale.exists());
         assert!(recent.exists() && again.exists() && read.exists());
@@ -1154,6 +1157,8 @@ mod tests {
         let oldest = put(1, now - 3 * hour);
         let older = put(2, now - 2 * hour);
         let fresh = put(3, now - hour / 6);
+        drop(store);
+        let store = Store::open(dir.path()).unwrap();
         let gc = store.collect_with(now, STORE_MAX_AGE, 150, hour);
         assert_eq!((gc.removed, gc.freed), (2, 200), "{gc:?}");
         assert!(!oldest.exists() && !older.exists() && fresh.exists());
@@ -1170,6 +1175,7 @@ mod tests {
         let path = store.path_of(&s.sha256).unwrap();
         let long_ago = SystemTime::now() - 2 * STORE_MAX_AGE;
         File::open(&path).unwrap().set_modified(long_ago).unwrap();
+        drop(store);
         // Collected at the first open already (the stamp is recent).
         drop(Store::open(dir.path()).unwrap());
         assert!(path.exists(), "collected again within the interval");

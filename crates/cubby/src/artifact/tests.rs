@@ -148,6 +148,7 @@ fn the_file_and_count_limits_refuse_before_writing() {
         file_bytes: 10,
         run_bytes: 1_000,
         count: 2,
+        ..Budget::default()
     };
     let (dir, artifacts) = run(budget);
     let e = artifacts
@@ -273,6 +274,7 @@ fn a_batch_records_nothing_before_it_finishes_and_counts_equal_bytes_once() {
         file_bytes: 100,
         run_bytes: 250,
         count: 10,
+        ..Budget::default()
     });
     let mut batch = artifacts.batch();
     batch.publish_bytes(&named("a.bin"), &[1; 100]).unwrap();

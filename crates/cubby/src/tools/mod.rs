@@ -173,11 +173,12 @@ impl RunState {
     pub(crate) fn new(
         baseline: Option<Arc<Baseline>>,
         store: Arc<crate::artifact::Store>,
+        budget: crate::artifact::Budget,
     ) -> RunState {
         RunState {
             reads: Mutex::default(),
             baseline,
-            artifacts: crate::artifact::Artifacts::new(store, crate::artifact::Budget::default()),
+            artifacts: crate::artifact::Artifacts::new(store, budget),
             output: Mutex::new(None),
             output_lock: Mutex::new(()),
             collected: Mutex::default(),

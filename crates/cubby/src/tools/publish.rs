@@ -40,10 +40,6 @@ pub const MAX_OUTPUT_ENTRIES: usize = 20_000;
 /// structured output (the rest are counted).
 pub const MAX_SKIPPED_NAMED: usize = 20;
 
-/// The longest one collection walks and reads; what it did not reach is
-/// collected by the next (R4-5: 400 sparse files cost 21–26 s a run).
-pub const MAX_COLLECT_TIME: std::time::Duration = std::time::Duration::from_secs(10);
-
 /// Refuses a file tool's write beneath [`OUTPUT_ROOT`]: what is there is
 /// published as the artifacts of the run whose directory it is, so only
 /// that run's commands write there (R4-7: another session's `write_file`
@@ -192,8 +188,9 @@ pub(crate) struct Collected {
     /// How many more were not published, and how many of them for `limit`.
     pub skipped_more: usize,
     skipped_more_limits: usize,
-    /// The walk stopped early: at [`MAX_OUTPUT_ENTRIES`] or after
-    /// [`MAX_COLLECT_TIME`] (what it did not look at is not counted).
+    /// The walk stopped early: at [`MAX_OUTPUT_ENTRIES`] or after the run's
+    /// collection time ([`crate::artifact::MAX_COLLECT_TIME`] by default; what it did not
+    /// look at is not counted).
     pub stopped: Option<String>,
 }
 
@@ -272,6 +269,7 @@ pub(crate) fn collect(
 ) -> Collected {
     let started = std::time::Instant::now();
     let artifacts = run.artifacts();
+    let collect_time = artifacts.budget().collect_time;
     let mut seen_before = crate::sync::lock(&run.collected);
     let mut refused = crate::sync::lock(&run.refused);
     let mut found = Collected::default();
@@ -297,11 +295,11 @@ pub(crate) fn collect(
             ));
         }
         for entry in entries {
-            if started.elapsed() > MAX_COLLECT_TIME {
+            if started.elapsed() > collect_time {
                 found.stopped = Some(format!(
                     "the rest: limit: one collection takes at most {} s; what is left is \
                      collected by the next run",
-                    MAX_COLLECT_TIME.as_secs()
+                    collect_time.as_secs()
                 ));
                 break 'walk;
             }

@@ -14,6 +14,9 @@ use cubby::artifact::Store;
 use cubby::{Toolset, local_sandbox};
 use serde_json::{Value, json};
 
+/// The collection time of [`Run::unhurried_toolset`].
+const UNHURRIED: std::time::Duration = std::time::Duration::from_secs(3600);
+
 /// A workspace on `local` and a state directory beside it.
 pub struct Run {
     _dir: tempfile::TempDir,
@@ -46,12 +49,28 @@ impl Run {
 
     /// A toolset (a run) over the workspace, with `secret` registered.
     pub fn toolset(&self) -> Toolset {
+        self.toolset_with(cubby::artifact::Budget::default())
+    }
+
+    /// [`Run::toolset`] with the artifact limits `budget`.
+    pub fn toolset_with(&self, budget: cubby::artifact::Budget) -> Toolset {
         Toolset::builder(local_sandbox(&self.root).unwrap())
             .track_changes(false)
             .artifact_store(self.store.clone())
+            .artifact_budget(budget)
             .secret("CUBBY_TEST_TOKEN", "tok-5150-zyxw")
             .build()
             .unwrap()
+    }
+
+    /// [`Run::toolset`] whose collections have all the time they take: for
+    /// tests of the other limits, which a busy machine would otherwise
+    /// cut short at [`cubby::artifact::MAX_COLLECT_TIME`].
+    pub fn unhurried_toolset(&self) -> Toolset {
+        self.toolset_with(cubby::artifact::Budget {
+            collect_time: UNHURRIED,
+            ..cubby::artifact::Budget::default()
+        })
     }
 
     pub fn put(&self, rel: &str, bytes: &[u8]) {

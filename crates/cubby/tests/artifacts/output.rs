@@ -104,7 +104,7 @@ fn links_fifos_and_a_sparse_terabyte_are_skipped_with_the_reason_and_nothing_han
 #[test]
 fn ten_thousand_small_files_stop_at_the_run_limit_and_the_rest_are_counted() {
     let r = Run::new();
-    let t = r.toolset();
+    let t = r.unhurried_toolset();
     let out = ok(
         &t,
         "run",
@@ -394,7 +394,7 @@ fn what_a_background_process_leaves_is_collected_when_the_run_ends() {
 #[test]
 fn files_past_the_budget_are_refused_unread_and_the_walk_stops_at_its_cap() {
     let r = Run::new();
-    let t = r.toolset();
+    let t = r.unhurried_toolset();
     // The oracle: within the budget, a sparse file is read and published.
     let started = std::time::Instant::now();
     let out = ok(
@@ -460,7 +460,7 @@ fn files_past_the_budget_are_refused_unread_and_the_walk_stops_at_its_cap() {
     }
     // Past the entry cap the walk stops reading, and says so in one line.
     let r = Run::new();
-    let t = r.toolset();
+    let t = r.unhurried_toolset();
     let out = ok(
         &t,
         "run",
@@ -480,4 +480,42 @@ fn files_past_the_budget_are_refused_unread_and_the_walk_stops_at_its_cap() {
         "{}",
         out.text.lines().count()
     );
+}
+
+/// A collection stops once it has taken the run's collection time
+/// ([`cubby::artifact::MAX_COLLECT_TIME`] by default), says so, and leaves
+/// what it did not reach where it is. The control: the same files with
+/// the default time are all published.
+#[test]
+fn a_collection_past_its_time_stops_says_so_and_loses_nothing() {
+    let leave = json!({"command": "cd \"$CUBBY_OUTPUT_DIR\" && for i in 1 2 3; do \
+        echo $i > f$i.txt; done"});
+    let r = Run::new();
+    let out = ok(&r.toolset(), "run", leave.clone());
+    assert_eq!(artifacts_of(&out).len(), 3, "{}", out.text);
+
+    let r = Run::new();
+    let t = r.toolset_with(cubby::artifact::Budget {
+        collect_time: std::time::Duration::ZERO,
+        ..cubby::artifact::Budget::default()
+    });
+    let out = ok(&t, "run", leave);
+    assert!(artifacts_of(&out).is_empty(), "{}", out.text);
+    assert!(
+        out.text.contains(
+            "skipped the rest: limit: one collection takes at most 0 s; what is left is \
+             collected by the next run"
+        ),
+        "{}",
+        out.text
+    );
+    // Not collected is not lost: the files are still in the run's output
+    // directory.
+    let left: Vec<_> = std::fs::read_dir(r.root.join(".cubby/output"))
+        .unwrap()
+        .flatten()
+        .flat_map(|d| std::fs::read_dir(d.path()).unwrap().flatten())
+        .map(|f| f.file_name())
+        .collect();
+    assert_eq!(left.len(), 3, "{left:?}");
 }

@@ -297,7 +297,13 @@ fn plant_in_another_runs_output_dir(skills_dirs: Option<Vec<String>>) {
     let mut forged = a_file;
     forged.path = Some(b_dir.join("report.txt").display().to_string());
     let seeded = a.seed(&[forged]).unwrap();
-    assert_eq!(seeded[0].path.as_deref(), Some(".cubby/input/a.txt"));
+    // (A's run published these bytes under this name already: the FileRef
+    // that comes back is that artifact's.)
+    assert_eq!(seeded[0].sha256, out.artifacts()[0].sha256);
+    assert_eq!(
+        std::fs::read(root.join(".cubby/input/a.txt")).unwrap(),
+        b"a\n"
+    );
     // B's next run publishes nothing of A's.
     let out = run(&b, "true");
     assert!(out.artifacts().is_empty(), "{}", out.text);
@@ -530,6 +536,9 @@ fn stores_as_an_unprivileged_user() {
 /// Where [`a_private_store_held_by_this_process`] makes its store.
 const HOLD_IN_ENV: &str = "CUBBY_TEST_HOLD_STORE_IN";
 
+/// What the second process prints before the path of the store it made.
+const STORE_MADE: &str = "cubby-test-store-made: ";
+
 /// A private store is judged live by its lock (`flock`, held by its
 /// process for the store's lifetime), not by its pid: a second process's
 /// store, live, is never reclaimed; once that process is SIGKILLed, the next
@@ -554,11 +563,15 @@ fn a_private_store_is_live_while_its_process_holds_the_lock() {
         .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    // Its readiness: the line naming its store.
+    // Its readiness: the line naming its store (after libtest's
+    // `test … ... `, which ends with no newline).
     let theirs = std::io::BufReader::new(child.stdout.take().unwrap())
         .lines()
         .map(Result::unwrap)
-        .find_map(|l| l.strip_prefix("made ").map(std::path::PathBuf::from))
+        .find_map(|l| {
+            l.split_once(STORE_MADE)
+                .map(|(_, dir)| std::path::PathBuf::from(dir))
+        })
         .expect("the second process made no store");
     assert!(theirs.starts_with(tmp.path()) && theirs.join("sha256").is_dir());
     // A store no process holds, named with a live pid (this process's).
@@ -599,7 +612,7 @@ fn a_private_store_held_by_this_process() {
     };
     let store = cubby::artifact::Store::private(std::path::Path::new(&tmp));
     store.put(&mut &b"theirs"[..], 10).unwrap();
-    println!("made {}", store.dir().display());
+    println!("{STORE_MADE}{}", store.dir().display());
     let mut rest = String::new();
     let _ = std::io::Read::read_to_string(&mut std::io::stdin(), &mut rest);
     drop(store);
