@@ -478,6 +478,14 @@ impl Inner {
 
     fn call(self: &Arc<Self>, route: &Route, arguments: Value, call: &SourceCall<'_>) -> cubby::Result<ToolOutput> {
         let peer = self.peer()?;
+        if !lock(&self.state).offered.contains(&route.exposed) {
+            return Err(Error::denied(format!(
+                "{} is not offered now: upstream `{}` does not list `{}`, or its definition \
+                 changed since it was first listed and the operator has not accepted the change \
+                 (`cubby doctor` shows it); use another tool",
+                route.exposed, self.label, route.tool
+            )));
+        }
         let rt = runtime()?;
         let arguments = match arguments {
             Value::Object(map) => map,

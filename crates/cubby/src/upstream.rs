@@ -535,10 +535,12 @@ mod tests {
 
     #[test]
     fn labels_follow_the_pattern() {
-        for good in ["a", "github", "git-hub", "a1", &"a".repeat(24)] {
+        let longest = "a".repeat(24);
+        for good in ["a", "github", "git-hub", "a1", longest.as_str()] {
             assert!(check_upstream(good, &section(&[])).is_ok(), "{good}");
         }
-        for bad in ["git_hub", "GitHub", "1a", "-a", "", &"a".repeat(25), "a.b", "ä"] {
+        let over = "a".repeat(25);
+        for bad in ["git_hub", "GitHub", "1a", "-a", "", over.as_str(), "a.b", "ä"] {
             let err = check_upstream(bad, &section(&[])).unwrap_err();
             assert!(err.message().contains("label"), "{bad}: {err}");
         }

@@ -48,8 +48,10 @@ pub trait ToolSource: Send + Sync {
 
     /// Whether `name` (one of [`list`](Self::list)'s) is offered now: a
     /// source whose tools come and go (an upstream server hiding a tool
-    /// whose definition changed) says no. Default: yes. The gate answers a
-    /// call to a tool the source withholds with `denied`.
+    /// whose definition changed) says no, and the tool leaves the
+    /// listings. Default: yes. Its calls still reach [`call`](Self::call),
+    /// which refuses them with the reason (`denied`, or why the server
+    /// cannot be reached).
     fn available(&self, _name: &str) -> bool {
         true
     }
