@@ -94,7 +94,7 @@ fn runtime() -> cubby::Result<&'static tokio::runtime::Runtime> {
             .map_err(|e| e.to_string())
     })
     .as_ref()
-    .map_err(|e| Error::internal(format!("the upstream client's runtime cannot start: {e}")))
+    .map_err(|e| Error::new(ErrorKind::Internal, format!("the upstream client's runtime cannot start: {e}")))
 }
 
 /// One upstream server of one run.
@@ -170,7 +170,7 @@ impl Upstream {
         std::thread::Builder::new()
             .name(format!("upstream-{label}"))
             .spawn(move || first.connect())
-            .map_err(|e| Error::internal(format!("cannot start a thread: {e}")))?;
+            .map_err(|e| Error::new(ErrorKind::Internal, format!("cannot start a thread: {e}")))?;
         Ok(Arc::new(Upstream { inner }))
     }
 }
@@ -479,7 +479,7 @@ impl Inner {
     fn call(self: &Arc<Self>, route: &Route, arguments: Value, call: &SourceCall<'_>) -> cubby::Result<ToolOutput> {
         let peer = self.peer()?;
         if !lock(&self.state).offered.contains(&route.exposed) {
-            return Err(Error::denied(format!(
+            return Err(Error::new(ErrorKind::Denied, format!(
                 "{} is not offered now: upstream `{}` does not list `{}`, or its definition \
                  changed since it was first listed and the operator has not accepted the change \
                  (`cubby doctor` shows it); use another tool",
@@ -805,7 +805,7 @@ impl ToolSource for Upstream {
 
     fn call(&self, name: &str, arguments: Value, call: &SourceCall<'_>) -> cubby::Result<ToolOutput> {
         let Some(route) = self.inner.routes.iter().find(|r| r.exposed == name).cloned() else {
-            return Err(Error::denied(format!(
+            return Err(Error::new(ErrorKind::Denied, format!(
                 "{name} is not among the tools of upstream `{}`'s `tools`",
                 self.inner.label
             )));
@@ -928,7 +928,7 @@ impl PipeTransport {
         on_exit: Option<Box<dyn FnOnce() + Send>>,
         sandbox: Arc<dyn cubby::Sandbox>,
     ) -> cubby::Result<PipeTransport> {
-        let stdin = stdin.ok_or_else(|| Error::internal("the server was started without stdin"))?;
+        let stdin = stdin.ok_or_else(|| Error::new(ErrorKind::Internal, "the server was started without stdin"))?;
         let (in_tx, in_rx) = tokio::sync::mpsc::channel(INCOMING_QUEUE);
         let (out_tx, out_rx) = std::sync::mpsc::channel::<Vec<u8>>();
         let spawn = |name: String, f: Box<dyn FnOnce() + Send>| {
@@ -936,7 +936,7 @@ impl PipeTransport {
                 .name(name)
                 .spawn(f)
                 .map(|_| ())
-                .map_err(|e| Error::internal(format!("cannot start a thread: {e}")))
+                .map_err(|e| Error::new(ErrorKind::Internal, format!("cannot start a thread: {e}")))
         };
         let reader_label = label.to_string();
         spawn(
