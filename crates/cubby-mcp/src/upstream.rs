@@ -217,7 +217,15 @@ impl Inner {
     /// Starts (or restarts) the server and lists its tools; the outcome is
     /// in the state. Called with `connecting` set.
     fn connect(self: &Arc<Self>) {
-        let outcome = self.try_connect();
+        // A panic in the client must not leave `connecting` set (every
+        // listing and call would wait for it): it is a failed attempt.
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.try_connect()))
+            .unwrap_or_else(|_| {
+                Err(Error::new(
+                    ErrorKind::Internal,
+                    format!("upstream `{}`: the client failed while connecting", self.label),
+                ))
+            });
         let mut state = lock(&self.state);
         state.connecting = false;
         state.starts.push_back(Instant::now());
@@ -310,9 +318,13 @@ impl Inner {
                 rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig::with_uri(
                     url.clone(),
                 );
-            let transport =
-                rmcp::transport::StreamableHttpClientTransport::with_client(http, config);
-            match run_bounded(rt, timeout, async move { handler.serve(transport).await }) {
+            // Made on the runtime: the transport spawns its worker there.
+            let started = run_bounded(rt, timeout, async move {
+                let transport =
+                    rmcp::transport::StreamableHttpClientTransport::with_client(http, config);
+                handler.serve(transport).await
+            });
+            match started {
                 Ok(Ok(client)) => (client, None),
                 Ok(Err(e)) => {
                     return Err(unavailable(format!(
