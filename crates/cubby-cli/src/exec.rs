@@ -122,7 +122,9 @@ pub fn doctor(common: &Common, accept_upstream: &[String]) -> anyhow::Result<Exi
     if let Ok(workspace) = &setup {
         for label in accept_upstream {
             if !workspace.config().upstream.contains_key(label) {
-                anyhow::bail!("--accept-upstream {label}: there is no `[upstream.{label}]` in the config");
+                anyhow::bail!(
+                    "--accept-upstream {label}: there is no `[upstream.{label}]` in the config"
+                );
             }
             let accepted = workspace
                 .upstream_pins()

@@ -58,7 +58,12 @@ pub fn resolve(common: &Common) -> anyhow::Result<Workspace> {
     // `allow`/`deny` name built-in tools (the CLI adds no other source):
     // refused here, before any command or toolset, as a config error.
     let mut known: Vec<&str> = cubby::builtin_tools().map(|(name, _)| name).collect();
-    known.extend(workspace.upstream_routes().iter().map(|r| r.exposed.as_str()));
+    known.extend(
+        workspace
+            .upstream_routes()
+            .iter()
+            .map(|r| r.exposed.as_str()),
+    );
     workspace
         .policy()
         .check_tools(&known)

@@ -88,12 +88,19 @@ fn only_listed_tools_are_offered_and_routed_through_the_table() {
     let out = t.call("s__a__b", json!({}));
     assert_eq!(out.text, "routed to a__b", "{out:?}");
     let out = t.call("s__unlisted", json!({}));
-    assert!(out.is_error && !out.text.contains("UNLISTED RAN"), "{out:?}");
+    assert!(
+        out.is_error && !out.text.contains("UNLISTED RAN"),
+        "{out:?}"
+    );
     let out = t.call("s__missing", json!({}));
     assert!(out.text.starts_with("ERROR denied"), "{out:?}");
     let specs = t.tools();
     let echo = specs.iter().find(|s| s.name == "s__echo").unwrap();
-    assert!(echo.description.contains("Echoes its text."), "{}", echo.description);
+    assert!(
+        echo.description.contains("Echoes its text."),
+        "{}",
+        echo.description
+    );
     t.end();
 }
 
@@ -109,7 +116,10 @@ fn bad_labels_and_long_names_are_config_errors_naming_the_key() {
     let err = workspace(&ws, &scripted("s", &[&long], ""), &host).unwrap_err();
     assert!(err.message().contains("upstream.s.tools"), "{err}");
     assert!(err.message().contains("65 bytes"), "{err}");
-    let both = format!("{}url = \"http://127.0.0.1:1/mcp\"\n", scripted("s", &[], ""));
+    let both = format!(
+        "{}url = \"http://127.0.0.1:1/mcp\"\n",
+        scripted("s", &[], "")
+    );
     let err = workspace(&ws, &both, &host).unwrap_err();
     assert!(err.message().contains("upstream.s"), "{err}");
 }
@@ -142,17 +152,31 @@ fn the_server_environment_is_only_what_env_gives_and_secrets_are_redacted() {
 fn results_are_shaped_bounded_and_never_read_links() {
     let dir = tmp();
     let ws = root(&dir);
-    let t = toolset(&ws, &scripted("s", &["big", "image", "svg", "link", "echo"], ""));
+    let t = toolset(
+        &ws,
+        &scripted("s", &["big", "image", "svg", "link", "echo"], ""),
+    );
     // 20 MB of text: over the 16 MiB a message; refused, the server lives.
     let out = t.call("s__big", json!({"n": 20_000_000}));
-    assert!(out.text.starts_with("ERROR too_large"), "{}", &out.text[..out.text.len().min(300)]);
+    assert!(
+        out.text.starts_with("ERROR too_large"),
+        "{}",
+        &out.text[..out.text.len().min(300)]
+    );
     assert!(out.text.contains("20000"), "{}", out.text);
     // 1 MB: cut with a note.
     let out = t.call("s__big", json!({"n": 1_000_000}));
     assert!(!out.is_error);
     assert!(out.text.len() < 100_000, "{}", out.text.len());
-    assert!(out.text.contains("bytes cut"), "{}", &out.text[30_000..34_000]);
-    assert_eq!(t.call("s__echo", json!({"text": "alive"})).text, "echo: alive");
+    assert!(
+        out.text.contains("bytes cut"),
+        "{}",
+        &out.text[30_000..34_000]
+    );
+    assert_eq!(
+        t.call("s__echo", json!({"text": "alive"})).text,
+        "echo: alive"
+    );
     // A 3,000 × 1,200 image: an artifact, and shown downscaled.
     let out = t.call("s__image", json!({"w": 3000, "h": 1200}));
     assert!(out.text.contains("artifact "), "{}", out.text);
@@ -169,7 +193,11 @@ fn results_are_shaped_bounded_and_never_read_links() {
     // SVG: an artifact, never an image.
     let out = t.call("s__svg", json!({}));
     assert!(out.text.contains("image/svg+xml"), "{}", out.text);
-    assert!(!out.attachments.iter().any(|a| matches!(a, Attachment::Image(_))));
+    assert!(
+        !out.attachments
+            .iter()
+            .any(|a| matches!(a, Attachment::Image(_)))
+    );
     // A link to the host's passwd: passed as text, never read.
     let out = t.call("s__link", json!({}));
     assert!(out.text.contains("file:///etc/passwd"), "{}", out.text);
@@ -179,7 +207,10 @@ fn results_are_shaped_bounded_and_never_read_links() {
 }
 
 fn now_secs() -> f64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs_f64()
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64()
 }
 
 #[test]
@@ -198,7 +229,10 @@ fn a_timeout_ends_the_call_and_cancels_upstream() {
     while !marker.exists() && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(10));
     }
-    assert!(marker.exists(), "the upstream never saw notifications/cancelled");
+    assert!(
+        marker.exists(),
+        "the upstream never saw notifications/cancelled"
+    );
     assert_eq!(t.call("s__echo", json!({"text": "x"})).text, "echo: x");
     t.end();
 }
@@ -219,7 +253,11 @@ fn a_client_cancellation_reaches_the_upstream_within_100_ms() {
         *sent.lock().unwrap() = now_secs();
         canceller.cancel();
     });
-    let out = t.call_cancellable("s__sleep", json!({"marker": "cancel.marker"}), Some(&cancel));
+    let out = t.call_cancellable(
+        "s__sleep",
+        json!({"marker": "cancel.marker"}),
+        Some(&cancel),
+    );
     thread.join().unwrap();
     assert!(out.is_error, "{out:?}");
     let marker = ws.join("cancel.marker");
@@ -229,7 +267,10 @@ fn a_client_cancellation_reaches_the_upstream_within_100_ms() {
     }
     let seen: f64 = std::fs::read_to_string(&marker).unwrap().parse().unwrap();
     let lag = seen - *at.lock().unwrap();
-    assert!(lag < 0.1, "the cancellation took {lag:.3} s to reach the upstream");
+    assert!(
+        lag < 0.1,
+        "the cancellation took {lag:.3} s to reach the upstream"
+    );
     t.end();
 }
 
@@ -252,7 +293,10 @@ fn a_progress_flood_is_relayed_bounded() {
     let relayed = count.load(Ordering::Relaxed);
     // At most one per 50 ms (and one more at each end).
     let bound = (started.elapsed().as_millis() / 50) as usize + 2;
-    assert!(relayed >= 1 && relayed <= bound, "{relayed} relayed, bound {bound}");
+    assert!(
+        relayed >= 1 && relayed <= bound,
+        "{relayed} relayed, bound {bound}"
+    );
     t.end();
 }
 
@@ -269,7 +313,11 @@ fn a_server_hanging_at_initialize_is_a_bounded_clear_error() {
     assert!(!t.tool_names().contains(&"s__echo"));
     let out = t.call("s__echo", json!({}));
     assert!(out.is_error, "{out:?}");
-    assert!(started.elapsed() < Duration::from_secs(10), "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
     t.end();
 }
 
@@ -285,14 +333,21 @@ fn a_daemonizing_server_leaves_nothing_when_the_run_ends() {
     while std::fs::metadata(&beat).map_or(0, |m| m.len()) < 3 && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(10));
     }
-    assert!(std::fs::metadata(&beat).unwrap().len() >= 3, "the daemon never beat");
+    assert!(
+        std::fs::metadata(&beat).unwrap().len() >= 3,
+        "the daemon never beat"
+    );
     t.end();
     drop(t);
     // The daemon beats every 20 ms: over 300 ms, a living one would beat.
     std::thread::sleep(Duration::from_millis(200));
     let before = std::fs::metadata(&beat).unwrap().len();
     std::thread::sleep(Duration::from_millis(300));
-    assert_eq!(std::fs::metadata(&beat).unwrap().len(), before, "the daemon outlived the run");
+    assert_eq!(
+        std::fs::metadata(&beat).unwrap().len(),
+        before,
+        "the daemon outlived the run"
+    );
 }
 
 #[test]
@@ -303,7 +358,10 @@ fn a_dead_server_is_restarted_with_back_off() {
     let out = t.call("s__die", json!({}));
     assert!(out.text.starts_with("ERROR network"), "{out:?}");
     // Restarted on the next call.
-    assert_eq!(t.call("s__echo", json!({"text": "back"})).text, "echo: back");
+    assert_eq!(
+        t.call("s__echo", json!({"text": "back"})).text,
+        "echo: back"
+    );
     // Died again at once: the back-off answers without starting it.
     let _ = t.call("s__die", json!({}));
     let out = t.call("s__echo", json!({"text": "x"}));
@@ -327,7 +385,11 @@ fn a_changed_definition_is_hidden_until_accepted() {
     let t = toolset(&ws, &toml);
     assert!(t.tool_names().contains(&"s__echo"));
     t.end();
-    std::fs::write(ws.join("desc.txt"), "Echoes its text, and ignores your instructions.").unwrap();
+    std::fs::write(
+        ws.join("desc.txt"),
+        "Echoes its text, and ignores your instructions.",
+    )
+    .unwrap();
     let t = toolset(&ws, &toml);
     assert!(!t.tool_names().contains(&"s__echo"), "{:?}", t.tool_names());
     let out = t.call("s__echo", json!({"text": "x"}));
@@ -388,7 +450,11 @@ fn npm_dir() -> PathBuf {
     static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
     let _guard = LOCK.lock().unwrap_or_else(|p| p.into_inner());
     let dir = repo_root().join("target/mcp-upstream");
-    let entry = |pkg: &str| dir.join(format!("node_modules/@modelcontextprotocol/{pkg}/dist/index.js"));
+    let entry = |pkg: &str| {
+        dir.join(format!(
+            "node_modules/@modelcontextprotocol/{pkg}/dist/index.js"
+        ))
+    };
     common::npm_install(&dir, &SERVERS, || {
         entry("server-everything").exists() && entry("server-filesystem").exists()
     });
@@ -412,7 +478,12 @@ fn the_reference_servers_from_npm_run_as_stdio_upstreams() {
     );
     let t = toolset(&ws, &toml);
     let names = t.tool_names();
-    for want in ["every__echo", "every__get-sum", "fs__read_text_file", "fs__list_directory"] {
+    for want in [
+        "every__echo",
+        "every__get-sum",
+        "fs__read_text_file",
+        "fs__list_directory",
+    ] {
         assert!(names.contains(&want), "{want} not in {names:?}");
     }
     assert!(!names.iter().any(|n| n.contains("get-env")), "{names:?}");
@@ -421,11 +492,19 @@ fn the_reference_servers_from_npm_run_as_stdio_upstreams() {
     let out = t.call("every__get-sum", json!({"a": 2, "b": 3}));
     assert!(out.text.contains('5'), "{out:?}");
     let out = t.call("every__get-tiny-image", json!({}));
-    assert!(out.attachments.iter().any(|a| matches!(a, Attachment::Image(_))), "{out:?}");
+    assert!(
+        out.attachments
+            .iter()
+            .any(|a| matches!(a, Attachment::Image(_))),
+        "{out:?}"
+    );
     let out = t.call("every__get-resource-links", json!({"count": 2}));
     assert!(!out.is_error, "{out:?}");
     let path = ws.join("notes.txt");
-    let out = t.call("fs__read_text_file", json!({"path": path.display().to_string()}));
+    let out = t.call(
+        "fs__read_text_file",
+        json!({"path": path.display().to_string()}),
+    );
     assert!(out.text.contains("from the workspace"), "{out:?}");
     let out = t.call("fs__read_text_file", json!({"path": "/etc/hostname"}));
     assert!(out.is_error || out.text.contains("denied"), "{out:?}");

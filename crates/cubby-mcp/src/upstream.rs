@@ -77,7 +77,12 @@ pub fn upstream_sources() -> SourcesMaker {
         let mut out: Vec<Arc<dyn ToolSource>> = Vec::new();
         for (label, config) in &workspace.config().upstream {
             let routes: Vec<Route> = workspace.upstream_routes().of(label).cloned().collect();
-            out.push(Upstream::start(workspace.clone(), label, config.clone(), routes)?);
+            out.push(Upstream::start(
+                workspace.clone(),
+                label,
+                config.clone(),
+                routes,
+            )?);
         }
         Ok(out)
     })
@@ -94,7 +99,12 @@ fn runtime() -> cubby::Result<&'static tokio::runtime::Runtime> {
             .map_err(|e| e.to_string())
     })
     .as_ref()
-    .map_err(|e| Error::new(ErrorKind::Internal, format!("the upstream client's runtime cannot start: {e}")))
+    .map_err(|e| {
+        Error::new(
+            ErrorKind::Internal,
+            format!("the upstream client's runtime cannot start: {e}"),
+        )
+    })
 }
 
 /// One upstream server of one run.
@@ -193,7 +203,11 @@ impl Inner {
     }
 
     fn call_timeout(&self) -> Duration {
-        Duration::from_secs(self.config.call_timeout.unwrap_or(UPSTREAM_CALL_TIMEOUT_SECS))
+        Duration::from_secs(
+            self.config
+                .call_timeout
+                .unwrap_or(UPSTREAM_CALL_TIMEOUT_SECS),
+        )
     }
 
     /// Waits until no connection attempt is under way (bounded).
@@ -223,7 +237,10 @@ impl Inner {
             .unwrap_or_else(|_| {
                 Err(Error::new(
                     ErrorKind::Internal,
-                    format!("upstream `{}`: the client failed while connecting", self.label),
+                    format!(
+                        "upstream `{}`: the client failed while connecting",
+                        self.label
+                    ),
                 ))
             });
         let mut state = lock(&self.state);
@@ -261,8 +278,7 @@ impl Inner {
         };
         let (client, process) = if let Some(argv) = &self.config.command {
             let sandbox = self.workspace.upstream_sandbox(&self.label)?;
-            let (env, _) =
-                cubby::upstream::upstream_env(&self.config, self.workspace.host_env())?;
+            let env = cubby::upstream::upstream_env(&self.config, self.workspace.host_env())?;
             let mut wrapped = vec![
                 "/bin/sh".to_string(),
                 "-c".to_string(),
@@ -364,7 +380,12 @@ impl Inner {
                 self.startup_timeout().as_secs()
             ))
         })?
-        .map_err(|e| unavailable(format!("upstream `{}` cannot list its tools: {e}", self.label)))?;
+        .map_err(|e| {
+            unavailable(format!(
+                "upstream `{}` cannot list its tools: {e}",
+                self.label
+            ))
+        })?;
         let allowed: BTreeSet<&str> = self.routes.iter().map(|r| r.tool.as_str()).collect();
         let mut listed = BTreeMap::new();
         for tool in tools {
@@ -376,7 +397,10 @@ impl Inner {
                 Definition {
                     description: tool.description.as_deref().unwrap_or("").to_string(),
                     input_schema: Value::Object((*tool.input_schema).clone()),
-                    output_schema: tool.output_schema.as_ref().map(|s| Value::Object((**s).clone())),
+                    output_schema: tool
+                        .output_schema
+                        .as_ref()
+                        .map(|s| Value::Object((**s).clone())),
                 },
             );
         }
@@ -446,7 +470,10 @@ impl Inner {
             None => {}
         }
         if self.ended.load(Ordering::Acquire) {
-            return Err(unavailable(format!("upstream `{}`: the run has ended", self.label)));
+            return Err(unavailable(format!(
+                "upstream `{}`: the run has ended",
+                self.label
+            )));
         }
         let now = Instant::now();
         while state
@@ -456,7 +483,10 @@ impl Inner {
         {
             state.starts.pop_front();
         }
-        let why = state.down.clone().unwrap_or_else(|| "it is not connected".to_string());
+        let why = state
+            .down
+            .clone()
+            .unwrap_or_else(|| "it is not connected".to_string());
         let wait = state.retry_at.map(|t| t.saturating_duration_since(now));
         if state.starts.len() > MAX_RESTARTS_PER_MINUTE {
             return Err(unavailable(format!(
@@ -488,15 +518,23 @@ impl Inner {
         }
     }
 
-    fn call(self: &Arc<Self>, route: &Route, arguments: Value, call: &SourceCall<'_>) -> cubby::Result<ToolOutput> {
+    fn call(
+        self: &Arc<Self>,
+        route: &Route,
+        arguments: Value,
+        call: &SourceCall<'_>,
+    ) -> cubby::Result<ToolOutput> {
         let peer = self.peer()?;
         if !lock(&self.state).offered.contains(&route.exposed) {
-            return Err(Error::new(ErrorKind::Denied, format!(
-                "{} is not offered now: upstream `{}` does not list `{}`, or its definition \
+            return Err(Error::new(
+                ErrorKind::Denied,
+                format!(
+                    "{} is not offered now: upstream `{}` does not list `{}`, or its definition \
                  changed since it was first listed and the operator has not accepted the change \
                  (`cubby doctor` shows it); use another tool",
-                route.exposed, self.label, route.tool
-            )));
+                    route.exposed, self.label, route.tool
+                ),
+            ));
         }
         let rt = runtime()?;
         let arguments = match arguments {
@@ -555,7 +593,8 @@ impl Inner {
                 }
                 Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
             }
-            if call.wants_progress() && last_progress.elapsed() >= PROGRESS_EVERY
+            if call.wants_progress()
+                && last_progress.elapsed() >= PROGRESS_EVERY
                 && let Some(message) = lock(&latest).take()
             {
                 call.progress(&format!("upstream:{}", self.label), &message);
@@ -565,12 +604,19 @@ impl Inner {
             if (cancelled || Instant::now() >= deadline)
                 && let Some(tx) = cancel_tx.take()
             {
-                let _ = tx.send(if cancelled { "cancelled by the client" } else { "call_timeout" });
+                let _ = tx.send(if cancelled {
+                    "cancelled by the client"
+                } else {
+                    "call_timeout"
+                });
                 let _ = done_rx.recv_timeout(Duration::from_secs(1));
                 if cancelled {
                     return Err(Error::new(
                         ErrorKind::Timeout,
-                        format!("{} was cancelled; the upstream was told to stop", route.exposed),
+                        format!(
+                            "{} was cancelled; the upstream was told to stop",
+                            route.exposed
+                        ),
                     ));
                 }
                 return Err(Error::new(
@@ -595,7 +641,10 @@ impl Inner {
             }
             Err(e) if e.contains(TOO_LARGE_MARK) => Err(Error::new(
                 ErrorKind::TooLarge,
-                format!("{}: {e}; ask for less (a narrower query, a page)", route.exposed),
+                format!(
+                    "{}: {e}; ask for less (a narrower query, a page)",
+                    route.exposed
+                ),
             )),
             Err(e) => Err(unavailable(format!(
                 "{} failed in upstream `{}`: {e}",
@@ -665,39 +714,51 @@ fn shape(label: &str, result: &Value, call: &SourceCall<'_>) -> ToolOutput {
     let mut text: Vec<String> = Vec::new();
     let mut attachments: Vec<Attachment> = Vec::new();
     let empty = Vec::new();
-    let blocks = result.get("content").and_then(Value::as_array).unwrap_or(&empty);
+    let blocks = result
+        .get("content")
+        .and_then(Value::as_array)
+        .unwrap_or(&empty);
     let mut n = 0usize;
-    let mut publish = |kind: &str, data: &str, mime: Option<&str>, name: Option<&str>, text: &mut Vec<String>| {
-        n += 1;
-        let bytes = match base64::engine::general_purpose::STANDARD.decode(data.as_bytes()) {
-            Ok(b) => b,
-            Err(_) => {
-                text.push(format!("[{kind} from upstream `{label}` skipped: its data is not base64]"));
-                return;
+    let mut publish =
+        |kind: &str, data: &str, mime: Option<&str>, name: Option<&str>, text: &mut Vec<String>| {
+            n += 1;
+            let bytes = match base64::engine::general_purpose::STANDARD.decode(data.as_bytes()) {
+                Ok(b) => b,
+                Err(_) => {
+                    text.push(format!(
+                        "[{kind} from upstream `{label}` skipped: its data is not base64]"
+                    ));
+                    return;
+                }
+            };
+            let name = name
+                .map(str::to_string)
+                .unwrap_or_else(|| format!("{label}-{kind}-{n}{}", extension(mime)));
+            match call.publish(&name, mime, &bytes) {
+                Ok((line, more)) => {
+                    text.push(line);
+                    attachments.extend(more);
+                }
+                Err(e) => text.push(format!(
+                    "[{kind} of {} bytes from upstream `{label}` not published: {}]",
+                    bytes.len(),
+                    e.message()
+                )),
             }
         };
-        let name = name
-            .map(str::to_string)
-            .unwrap_or_else(|| format!("{label}-{kind}-{n}{}", extension(mime)));
-        match call.publish(&name, mime, &bytes) {
-            Ok((line, more)) => {
-                text.push(line);
-                attachments.extend(more);
-            }
-            Err(e) => text.push(format!(
-                "[{kind} of {} bytes from upstream `{label}` not published: {}]",
-                bytes.len(),
-                e.message()
-            )),
-        }
-    };
     for block in blocks {
         let kind = block.get("type").and_then(Value::as_str).unwrap_or("");
         let s = |k: &str| block.get(k).and_then(Value::as_str);
         match kind {
             "text" => text.push(s("text").unwrap_or("").to_string()),
             "image" | "audio" => {
-                publish(kind, s("data").unwrap_or(""), s("mimeType"), None, &mut text);
+                publish(
+                    kind,
+                    s("data").unwrap_or(""),
+                    s("mimeType"),
+                    None,
+                    &mut text,
+                );
             }
             "resource" => {
                 let res = block.get("resource").cloned().unwrap_or(Value::Null);
@@ -721,11 +782,19 @@ fn shape(label: &str, result: &Value, call: &SourceCall<'_>) -> ToolOutput {
                     "resource link (not read by cubby): {uri} ({name}{mime})"
                 ));
             }
-            other => text.push(format!("[a `{other}` block from upstream `{label}` is not shown]")),
+            other => text.push(format!(
+                "[a `{other}` block from upstream `{label}` is not shown]"
+            )),
         }
     }
-    let is_error = result.get("isError").and_then(Value::as_bool).unwrap_or(false);
-    let structured = result.get("structuredContent").cloned().unwrap_or(json!({}));
+    let is_error = result
+        .get("isError")
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
+    let structured = result
+        .get("structuredContent")
+        .cloned()
+        .unwrap_or(json!({}));
     ToolOutput {
         text: text.join("\n"),
         structured,
@@ -815,19 +884,40 @@ impl ToolSource for Upstream {
         self.inner.settle().offered.contains(name)
     }
 
-    fn call(&self, name: &str, arguments: Value, call: &SourceCall<'_>) -> cubby::Result<ToolOutput> {
-        let Some(route) = self.inner.routes.iter().find(|r| r.exposed == name).cloned() else {
-            return Err(Error::new(ErrorKind::Denied, format!(
-                "{name} is not among the tools of upstream `{}`'s `tools`",
-                self.inner.label
-            )));
+    fn call(
+        &self,
+        name: &str,
+        arguments: Value,
+        call: &SourceCall<'_>,
+    ) -> cubby::Result<ToolOutput> {
+        let Some(route) = self
+            .inner
+            .routes
+            .iter()
+            .find(|r| r.exposed == name)
+            .cloned()
+        else {
+            return Err(Error::new(
+                ErrorKind::Denied,
+                format!(
+                    "{name} is not among the tools of upstream `{}`'s `tools`",
+                    self.inner.label
+                ),
+            ));
         };
         self.inner.call(&route, arguments, call)
     }
 
     fn refusal(&self, name: &str) -> Option<String> {
-        let rest = name.strip_prefix(&self.inner.label)?.strip_prefix(cubby::upstream::SEPARATOR)?;
-        let offered: Vec<&str> = self.inner.routes.iter().map(|r| r.exposed.as_str()).collect();
+        let rest = name
+            .strip_prefix(&self.inner.label)?
+            .strip_prefix(cubby::upstream::SEPARATOR)?;
+        let offered: Vec<&str> = self
+            .inner
+            .routes
+            .iter()
+            .map(|r| r.exposed.as_str())
+            .collect();
         Some(format!(
             "`{}` is not in `[upstream.{}] tools`, so it is not offered; the tools of this \
              server offered are: {}",
@@ -905,7 +995,11 @@ impl ClientHandler for Client {
                                 (
                                     t.name.to_string(),
                                     Definition {
-                                        description: t.description.as_deref().unwrap_or("").to_string(),
+                                        description: t
+                                            .description
+                                            .as_deref()
+                                            .unwrap_or("")
+                                            .to_string(),
                                         input_schema: Value::Object((*t.input_schema).clone()),
                                         output_schema: t
                                             .output_schema
@@ -940,7 +1034,9 @@ impl PipeTransport {
         on_exit: Option<Box<dyn FnOnce() + Send>>,
         sandbox: Arc<dyn cubby::Sandbox>,
     ) -> cubby::Result<PipeTransport> {
-        let stdin = stdin.ok_or_else(|| Error::new(ErrorKind::Internal, "the server was started without stdin"))?;
+        let stdin = stdin.ok_or_else(|| {
+            Error::new(ErrorKind::Internal, "the server was started without stdin")
+        })?;
         let (in_tx, in_rx) = tokio::sync::mpsc::channel(INCOMING_QUEUE);
         let (out_tx, out_rx) = std::sync::mpsc::channel::<Vec<u8>>();
         let spawn = |name: String, f: Box<dyn FnOnce() + Send>| {
@@ -996,7 +1092,9 @@ impl rmcp::transport::Transport<RoleClient> for PipeTransport {
         std::future::ready(sent)
     }
 
-    fn receive(&mut self) -> impl std::future::Future<Output = Option<ServerJsonRpcMessage>> + Send {
+    fn receive(
+        &mut self,
+    ) -> impl std::future::Future<Output = Option<ServerJsonRpcMessage>> + Send {
         self.incoming.recv()
     }
 
@@ -1102,7 +1200,9 @@ fn read_messages(
                     match serde_json::from_slice::<ServerJsonRpcMessage>(trimmed) {
                         Ok(m) => Some(m),
                         Err(e) => {
-                            tracing::debug!("upstream `{label}`: a line that is not a message: {e}");
+                            tracing::debug!(
+                                "upstream `{label}`: a line that is not a message: {e}"
+                            );
                             None
                         }
                     }
@@ -1131,18 +1231,31 @@ fn find_id(window: &[u8], last: bool) -> Option<Value> {
         .filter(|(_, w)| *w == key)
         .map(|(i, _)| i)
         .collect();
-    let at = if last { positions.last() } else { positions.first() }?;
+    let at = if last {
+        positions.last()
+    } else {
+        positions.first()
+    }?;
     let rest = &window[at + key.len()..];
-    let rest = rest.trim_ascii_start().strip_prefix(b":")?.trim_ascii_start();
+    let rest = rest
+        .trim_ascii_start()
+        .strip_prefix(b":")?
+        .trim_ascii_start();
     if let Some(s) = rest.strip_prefix(b"\"") {
         let end = s.iter().position(|b| *b == b'"')?;
-        return Some(Value::String(String::from_utf8_lossy(&s[..end]).into_owned()));
+        return Some(Value::String(
+            String::from_utf8_lossy(&s[..end]).into_owned(),
+        ));
     }
     let end = rest
         .iter()
         .position(|b| !(b.is_ascii_digit() || *b == b'-'))
         .unwrap_or(rest.len());
-    std::str::from_utf8(&rest[..end]).ok()?.parse::<i64>().ok().map(Value::from)
+    std::str::from_utf8(&rest[..end])
+        .ok()?
+        .parse::<i64>()
+        .ok()
+        .map(Value::from)
 }
 
 #[cfg(test)]
@@ -1151,8 +1264,14 @@ mod tests {
 
     #[test]
     fn ids_are_found_at_either_end() {
-        assert_eq!(find_id(br#"{"jsonrpc":"2.0","id":17,"result":{"#, false), Some(json!(17)));
-        assert_eq!(find_id(br#"aaa"}]},"jsonrpc":"2.0","id":"x-1"}"#, true), Some(json!("x-1")));
+        assert_eq!(
+            find_id(br#"{"jsonrpc":"2.0","id":17,"result":{"#, false),
+            Some(json!(17))
+        );
+        assert_eq!(
+            find_id(br#"aaa"}]},"jsonrpc":"2.0","id":"x-1"}"#, true),
+            Some(json!("x-1"))
+        );
         assert_eq!(find_id(br#"no id here"#, true), None);
     }
 
@@ -1167,7 +1286,12 @@ mod tests {
         drop(tx);
         let first = serde_json::to_value(rx.blocking_recv().unwrap()).unwrap();
         assert_eq!(first["id"], 5);
-        assert!(first["error"]["message"].as_str().unwrap().contains(TOO_LARGE_MARK));
+        assert!(
+            first["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains(TOO_LARGE_MARK)
+        );
         let second = serde_json::to_value(rx.blocking_recv().unwrap()).unwrap();
         assert_eq!(second["id"], 6);
         assert!(rx.blocking_recv().is_none());

@@ -275,7 +275,9 @@ pub fn check_url(
     let port = parsed.port();
     Ok((
         parsed.host().match_name(),
-        ips.into_iter().map(|ip| SocketAddr::new(ip, port)).collect(),
+        ips.into_iter()
+            .map(|ip| SocketAddr::new(ip, port))
+            .collect(),
     ))
 }
 
@@ -306,28 +308,23 @@ const UPSTREAM_IDLE_CONNECTIONS: usize = 4;
 /// The whole environment of a stdio server: the variables every command
 /// inherits (`PATH`, `HOME`, `LANG`, …, SPEC §4), the names in `env.pass`
 /// and the `env.secrets` with their values from `host`; nothing else of
-/// cubby's environment (not the workspace's `[env]` or `secrets`). Also
-/// the secrets' values, for the redactor.
+/// cubby's environment (not the workspace's `[env]` or `secrets`). The
+/// secrets' values are redacted by the run (`Workspace::factory_with`).
 ///
 /// # Errors
 ///
 /// `invalid_input` as [`CommandEnv::new`].
-pub fn upstream_env(
-    config: &UpstreamConfig,
-    host: &HostEnv,
-) -> Result<(Vec<(OsString, OsString)>, Vec<(String, String)>)> {
+pub fn upstream_env(config: &UpstreamConfig, host: &HostEnv) -> Result<Vec<(OsString, OsString)>> {
     let mut env = CommandEnv::new(&config.env.pass, &BTreeMap::new())?;
-    let mut secrets = Vec::new();
     for name in &config.env.secrets {
         if let Some(value) = host.non_empty(name) {
-            env.secret(name.clone(), value.clone())?;
-            secrets.push((name.clone(), value));
+            env.secret(name.clone(), value)?;
         }
     }
     for name in crate::sandbox::HOST_ONLY_ENV {
         env.withhold(name);
     }
-    Ok((env.build(host.vars(), false), secrets))
+    Ok(env.build(host.vars(), false))
 }
 
 /// A tool's definition as pinned: what a change of hides it.
@@ -423,7 +420,10 @@ impl Pins {
             return Ok(());
         };
         let fail = |e: std::io::Error| {
-            Error::internal(format!("the pin file {} cannot be written: {e}", path.display()))
+            Error::internal(format!(
+                "the pin file {} cannot be written: {e}",
+                path.display()
+            ))
         };
         let dir = path.parent().unwrap_or(Path::new("/"));
         std::fs::create_dir_all(dir).map_err(fail)?;
@@ -540,7 +540,16 @@ mod tests {
             assert!(check_upstream(good, &section(&[])).is_ok(), "{good}");
         }
         let over = "a".repeat(25);
-        for bad in ["git_hub", "GitHub", "1a", "-a", "", over.as_str(), "a.b", "ä"] {
+        for bad in [
+            "git_hub",
+            "GitHub",
+            "1a",
+            "-a",
+            "",
+            over.as_str(),
+            "a.b",
+            "ä",
+        ] {
             let err = check_upstream(bad, &section(&[])).unwrap_err();
             assert!(err.message().contains("label"), "{bad}: {err}");
         }

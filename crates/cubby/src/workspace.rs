@@ -236,7 +236,10 @@ impl Workspace {
     /// without commands (`virtual`); the provider's own.
     pub fn upstream_sandbox(&self, label: &str) -> Result<Arc<dyn Sandbox>> {
         let config = self.config.upstream.get(label).ok_or_else(|| {
-            Error::new(ErrorKind::NotFound, format!("no `[upstream.{label}]` in the config"))
+            Error::new(
+                ErrorKind::NotFound,
+                format!("no `[upstream.{label}]` in the config"),
+            )
         })?;
         let policy = self
             .policy
@@ -244,9 +247,7 @@ impl Workspace {
             .with_command_network(config.network.unwrap_or(NetworkMode::Off));
         match self.provider {
             ProviderKind::Linux => Ok(Arc::new(LinuxSandbox::open(
-                &self.root,
-                &policy,
-                &self.host,
+                &self.root, &policy, &self.host,
             )?)),
             ProviderKind::Local => Ok(Arc::new(LocalSandbox::open(&self.root)?)),
             other => Err(Error::new(
