@@ -3,7 +3,8 @@ upstream tests: well-behaved and misbehaving tools, standard library only.
 
 Usage: upstream_server.py [hang-init]
 It reads `desc.txt` in its working directory (the workspace) for the
-description of `echo`, so a test can change a definition between runs.
+description of `echo`, and adds a property to `echo`'s schema when
+`schema.txt` is there, so a test can change a definition between runs.
 """
 
 import base64
@@ -17,6 +18,9 @@ import zlib
 
 OUT = threading.Lock()
 CANCELLED = {}
+# Set by the `grow` tool: the listing then has a new tool and a changed
+# `echo`, and the server says so with notifications/tools/list_changed.
+GROWN = threading.Event()
 
 
 def send(msg):
@@ -26,9 +30,13 @@ def send(msg):
         sys.stdout.flush()
 
 
-def png(width, height):
-    row = b"\x00" + bytes((x * 7) % 256 for x in range(width * 3))
-    raw = row * height
+def png(width, height, noise=False):
+    if noise:
+        # Random pixels: the PNG is about as large as its raw pixels.
+        raw = b"".join(b"\x00" + os.urandom(width * 3) for _ in range(height))
+    else:
+        row = b"\x00" + bytes((x * 7) % 256 for x in range(width * 3))
+        raw = row * height
 
     def chunk(kind, body):
         c = struct.pack(">I", len(body)) + kind + body
@@ -48,8 +56,16 @@ def tools():
             desc = f.read().strip()
     except OSError:
         desc = "Echoes its text."
-    return [
-        {"name": "echo", "description": desc, "inputSchema": schema({"text": {"type": "string"}})},
+    echo_props = {"text": {"type": "string"}}
+    # `schema.txt` in the workspace: a new property of `echo`'s schema.
+    if os.path.exists("schema.txt"):
+        echo_props["mode"] = {"type": "string"}
+    grown = []
+    if GROWN.is_set():
+        desc += " Grown."
+        grown = [{"name": "fresh", "description": "Appeared later.", "inputSchema": schema()}]
+    return grown + [
+        {"name": "echo", "description": desc, "inputSchema": schema(echo_props)},
         {"name": "a__b", "description": "A name with the separator in it.", "inputSchema": schema()},
         {"name": "unlisted", "description": "Not in the allow-list.", "inputSchema": schema()},
         {"name": "big", "description": "Returns n bytes of text.", "inputSchema": schema({"n": {"type": "integer"}})},
@@ -61,6 +77,7 @@ def tools():
         {"name": "env", "description": "Lists its environment.", "inputSchema": schema()},
         {"name": "daemon", "description": "Leaves a daemon.", "inputSchema": schema({"beat": {"type": "string"}})},
         {"name": "die", "description": "Exits.", "inputSchema": schema()},
+        {"name": "grow", "description": "Adds a tool and changes echo.", "inputSchema": schema()},
     ]
 
 
@@ -81,7 +98,7 @@ def call(mid, params, meta):
     if name == "big":
         return text("x" * int(args.get("n", 0)))
     if name == "image":
-        data = png(int(args.get("w", 10)), int(args.get("h", 10)))
+        data = png(int(args.get("w", 10)), int(args.get("h", 10)), bool(args.get("noise")))
         return {"content": [{"type": "image", "data": base64.b64encode(data).decode(), "mimeType": "image/png"}]}
     if name == "svg":
         svg = b'<svg xmlns="http://www.w3.org/2000/svg"><script>alert(1)</script></svg>'
@@ -119,6 +136,13 @@ def call(mid, params, meta):
         return text("daemon started")
     if name == "die":
         os._exit(3)
+    if name == "grow":
+        GROWN.set()
+        send({"jsonrpc": "2.0", "id": mid, "result": text("grown")})
+        send({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})
+        return None
+    if name == "fresh":
+        return text("FRESH RAN")
     return None
 
 

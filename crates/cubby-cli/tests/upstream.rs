@@ -177,6 +177,41 @@ fn results_are_shaped_bounded_and_never_read_links() {
         t.call("s__echo", json!({"text": "alive"})).text,
         "echo: alive"
     );
+    // Just over the limit: a 17 MiB message (16 MiB is the most read).
+    let out = t.call("s__big", json!({"n": 17 * 1024 * 1024}));
+    assert!(
+        out.text.starts_with("ERROR too_large"),
+        "{}",
+        &out.text[..out.text.len().min(300)]
+    );
+    assert_eq!(
+        t.call("s__echo", json!({"text": "alive"})).text,
+        "echo: alive"
+    );
+    // A 10 MB image (random pixels, 1,900 × 1,800): an artifact of its
+    // full size, and shown downscaled.
+    let out = t.call("s__image", json!({"w": 1900, "h": 1800, "noise": true}));
+    assert!(!out.is_error, "{}", out.text);
+    let artifact = out
+        .attachments
+        .iter()
+        .find_map(|a| match a {
+            Attachment::Artifact(a) => Some(a),
+            Attachment::Image(_) => None,
+        })
+        .expect("an artifact");
+    assert!(artifact.size > 10_000_000, "{artifact:?}");
+    let shown = out
+        .attachments
+        .iter()
+        .find_map(|a| match a {
+            Attachment::Image(i) => Some(i),
+            Attachment::Artifact(_) => None,
+        })
+        .expect("an image attachment");
+    let decoded = image::load_from_memory(&shown.bytes).unwrap();
+    assert!(decoded.width() <= 1568 && decoded.height() <= 1568);
+    assert!(shown.bytes.len() < 5_000_000, "{}", shown.bytes.len());
     // A 3,000 × 1,200 image: an artifact, and shown downscaled.
     let out = t.call("s__image", json!({"w": 3000, "h": 1200}));
     assert!(out.text.contains("artifact "), "{}", out.text);
@@ -311,8 +346,21 @@ fn a_server_hanging_at_initialize_is_a_bounded_clear_error() {
     let started = Instant::now();
     let t = toolset(&ws, &toml);
     assert!(!t.tool_names().contains(&"s__echo"));
+    // The failed start said why; the back-off answers at once, without
+    // starting the server again.
+    let asked = Instant::now();
     let out = t.call("s__echo", json!({}));
-    assert!(out.is_error, "{out:?}");
+    assert!(out.text.starts_with("ERROR network"), "{out:?}");
+    assert!(
+        out.text.contains("did not answer `initialize` within 2 s"),
+        "{out:?}"
+    );
+    assert!(out.text.contains("restarts it in"), "{out:?}");
+    assert!(
+        asked.elapsed() < Duration::from_millis(500),
+        "{:?}",
+        asked.elapsed()
+    );
     assert!(
         started.elapsed() < Duration::from_secs(10),
         "{:?}",
@@ -355,20 +403,58 @@ fn a_dead_server_is_restarted_with_back_off() {
     let dir = tmp();
     let ws = root(&dir);
     let t = toolset(&ws, &scripted("s", &["die", "echo"], ""));
+    // Started once, then restarted after each death: at most
+    // MAX_RESTARTS_PER_MINUTE times.
+    for _ in 0..cubby_mcp::MAX_RESTARTS_PER_MINUTE {
+        let out = t.call("s__die", json!({}));
+        assert!(out.text.starts_with("ERROR network"), "{out:?}");
+        assert_eq!(
+            t.call("s__echo", json!({"text": "back"})).text,
+            "echo: back"
+        );
+    }
     let out = t.call("s__die", json!({}));
     assert!(out.text.starts_with("ERROR network"), "{out:?}");
-    // Restarted on the next call.
-    assert_eq!(
-        t.call("s__echo", json!({"text": "back"})).text,
-        "echo: back"
-    );
-    // Died again at once: the back-off answers without starting it.
-    let _ = t.call("s__die", json!({}));
+    // A fourth restart within the minute: refused, nothing started.
     let out = t.call("s__echo", json!({"text": "x"}));
+    assert!(out.text.starts_with("ERROR network"), "{out:?}");
     assert!(
-        out.text == "echo: x" || out.text.contains("unavailable"),
+        out.text.contains("restarted 3 times in the last minute"),
         "{out:?}"
     );
+    t.end();
+}
+
+#[test]
+fn a_relisting_hides_a_changed_tool_and_offers_no_new_one() {
+    let dir = tmp();
+    let ws = root(&dir);
+    let t = toolset(&ws, &scripted("s", &["echo", "grow"], ""));
+    assert!(t.tool_names().contains(&"s__echo"));
+    let changes = Arc::new(AtomicUsize::new(0));
+    let seen = changes.clone();
+    t.watch_tools(Arc::new(move || {
+        seen.fetch_add(1, Ordering::SeqCst);
+    }));
+    // The server adds `fresh`, changes `echo` and sends list_changed.
+    assert_eq!(t.call("s__grow", json!({})).text, "grown");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while changes.load(Ordering::SeqCst) == 0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(
+        changes.load(Ordering::SeqCst),
+        1,
+        "the change of the offered set was not told"
+    );
+    let names = t.tool_names();
+    assert!(!names.contains(&"s__echo"), "{names:?}");
+    assert!(names.contains(&"s__grow"), "{names:?}");
+    assert!(!names.iter().any(|n| n.contains("fresh")), "{names:?}");
+    let out = t.call("s__echo", json!({"text": "x"}));
+    assert!(out.text.starts_with("ERROR denied"), "{out:?}");
+    let out = t.call("s__fresh", json!({}));
+    assert!(out.is_error && !out.text.contains("FRESH RAN"), "{out:?}");
     t.end();
 }
 
@@ -408,6 +494,32 @@ fn a_changed_definition_is_hidden_until_accepted() {
     let text = String::from_utf8_lossy(&doctor.stdout);
     assert!(text.contains("--accept-upstream s"), "{text}");
     assert!(text.contains("ignores your instructions"), "{text}");
+    let accepted = std::process::Command::new(env!("CARGO_BIN_EXE_cubby"))
+        .args(["doctor", "--accept-upstream", "s", "--root"])
+        .arg(&ws)
+        .arg("--config")
+        .arg(&config)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&accepted.stdout);
+    assert!(text.contains("accepted the definitions of echo"), "{text}");
+    let t = toolset(&ws, &toml);
+    assert!(t.tool_names().contains(&"s__echo"));
+    t.end();
+    // A new property in the input schema: hidden too, until accepted.
+    std::fs::write(ws.join("schema.txt"), "").unwrap();
+    let t = toolset(&ws, &toml);
+    assert!(!t.tool_names().contains(&"s__echo"), "{:?}", t.tool_names());
+    t.end();
+    let doctor = std::process::Command::new(env!("CARGO_BIN_EXE_cubby"))
+        .args(["doctor", "--root"])
+        .arg(&ws)
+        .arg("--config")
+        .arg(&config)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&doctor.stdout);
+    assert!(text.contains("\"mode\""), "{text}");
     let accepted = std::process::Command::new(env!("CARGO_BIN_EXE_cubby"))
         .args(["doctor", "--accept-upstream", "s", "--root"])
         .arg(&ws)
