@@ -622,3 +622,150 @@ fn the_reference_servers_from_npm_run_as_stdio_upstreams() {
     assert!(out.is_error || out.text.contains("denied"), "{out:?}");
     t.end();
 }
+
+/// One JSON-RPC line to `cubby mcp`.
+fn send_line(stdin: &mut std::process::ChildStdin, message: &serde_json::Value) {
+    use std::io::Write;
+    let mut line = serde_json::to_vec(message).unwrap();
+    line.push(b'\n');
+    stdin.write_all(&line).unwrap();
+    stdin.flush().unwrap();
+}
+
+/// The next line from `lines` that `wanted` accepts (others skipped),
+/// within 30 s.
+fn next_matching(
+    lines: &std::sync::mpsc::Receiver<serde_json::Value>,
+    wanted: impl Fn(&serde_json::Value) -> bool,
+) -> serde_json::Value {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let v = lines
+            .recv_timeout(left)
+            .expect("no such message from cubby mcp");
+        if wanted(&v) {
+            return v;
+        }
+    }
+}
+
+fn listed_names(answer: &serde_json::Value) -> Vec<String> {
+    answer["result"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// A child process killed (and reaped) when dropped, also when the test
+/// fails half-way.
+struct Killed(std::process::Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        if let Ok(None) = self.0.try_wait() {
+            let _ = self.0.kill();
+        }
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn an_mcp_client_is_told_when_the_offered_tools_change() {
+    use std::io::{BufRead, BufReader};
+    use std::process::{Command, Stdio};
+    let dir = tmp();
+    let ws = root(&dir);
+    let config_dir = tmp();
+    let config = config_dir.path().join("cubby.toml");
+    std::fs::write(&config, scripted("s", &["echo", "grow"], "")).unwrap();
+    let mut child = Killed(
+        Command::new(env!("CARGO_BIN_EXE_cubby"))
+            .arg("mcp")
+            .arg("--root")
+            .arg(&ws)
+            .arg("--config")
+            .arg(&config)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let mut stdin = child.0.stdin.take().unwrap();
+    let stdout = child.0.stdout.take().unwrap();
+    let (tx, lines) = std::sync::mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if tx
+                .send(serde_json::from_str::<serde_json::Value>(&line).unwrap())
+                .is_err()
+            {
+                break;
+            }
+        }
+    });
+    let id_is = |id: i64| move |v: &serde_json::Value| v["id"] == id && v.get("method").is_none();
+    send_line(
+        &mut stdin,
+        &json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "test", "version": "1"}}}),
+    );
+    let init = next_matching(&lines, id_is(1));
+    assert_eq!(
+        init["result"]["capabilities"]["tools"]["listChanged"], true,
+        "{init}"
+    );
+    send_line(
+        &mut stdin,
+        &json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+    );
+    send_line(
+        &mut stdin,
+        &json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}),
+    );
+    let names = listed_names(&next_matching(&lines, id_is(2)));
+    assert!(names.contains(&"s__echo".to_string()), "{names:?}");
+    send_line(
+        &mut stdin,
+        &json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+                "params": {"name": "s__grow", "arguments": {}}}),
+    );
+    // The answer and the notification, in either order.
+    let mut answered = false;
+    let mut told = false;
+    while !(answered && told) {
+        let v = next_matching(&lines, |v| {
+            v["id"] == 3 || v["method"] == "notifications/tools/list_changed"
+        });
+        if v["id"] == 3 {
+            assert_eq!(v["result"]["content"][0]["text"], "grown", "{v}");
+            answered = true;
+        } else {
+            told = true;
+        }
+    }
+    send_line(
+        &mut stdin,
+        &json!({"jsonrpc": "2.0", "id": 4, "method": "tools/list"}),
+    );
+    let names = listed_names(&next_matching(&lines, id_is(4)));
+    assert!(!names.contains(&"s__echo".to_string()), "{names:?}");
+    assert!(names.contains(&"s__grow".to_string()), "{names:?}");
+    assert!(!names.iter().any(|n| n.contains("fresh")), "{names:?}");
+    // EOF ends the session, its upstream server with it.
+    drop(stdin);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while child.0.try_wait().unwrap().is_none() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(
+        child.0.try_wait().unwrap().is_some(),
+        "cubby mcp did not exit at EOF"
+    );
+    reader.join().unwrap();
+}
