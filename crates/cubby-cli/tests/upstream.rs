@@ -164,6 +164,20 @@ fn results_are_shaped_bounded_and_never_read_links() {
         &out.text[..out.text.len().min(300)]
     );
     assert!(out.text.contains("20000"), "{}", out.text);
+    // A 1 MB argument: more than the server's stdin pipe holds, so most
+    // of it is written by the writer thread; the next call's message comes
+    // after it whole.
+    let long = "y".repeat(1_000_000);
+    let out = t.call("s__echo", json!({"text": long}));
+    assert!(
+        out.text.starts_with("echo: yyyy"),
+        "{}",
+        &out.text[..out.text.len().min(300)]
+    );
+    assert_eq!(
+        t.call("s__echo", json!({"text": "next"})).text,
+        "echo: next"
+    );
     // 1 MB: cut with a note.
     let out = t.call("s__big", json!({"n": 1_000_000}));
     assert!(!out.is_error);

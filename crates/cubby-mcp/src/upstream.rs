@@ -1022,7 +1022,53 @@ impl ClientHandler for Client {
 /// [`MAX_MESSAGE_BYTES`]), a writer thread that feeds stdin.
 struct PipeTransport {
     incoming: tokio::sync::mpsc::Receiver<ServerJsonRpcMessage>,
-    outgoing: std::sync::mpsc::Sender<Vec<u8>>,
+    /// The server's stdin, shared with the writer thread.
+    stdin: Arc<Mutex<Stdin>>,
+    /// What the writer thread is to write, in order.
+    queue: std::sync::mpsc::Sender<Vec<u8>>,
+}
+
+/// A stdio server's stdin (non-blocking). A message is written at once
+/// when nothing waits before it (no thread between the call and the
+/// pipe); what does not fit in the pipe goes to the writer thread, and so
+/// does every message after it until the thread has written them all. The
+/// lock is only held for one non-blocking write.
+struct Stdin {
+    pipe: Box<dyn Write + Send>,
+    /// Messages handed to the writer thread and not yet written whole.
+    queued: usize,
+    /// The pipe failed: the server stopped reading.
+    closed: bool,
+}
+
+/// What a write to a non-blocking pipe did.
+enum Wrote {
+    All,
+    /// The pipe is full; this many bytes went in.
+    Part(usize),
+    Failed,
+}
+
+impl Stdin {
+    fn write_some(&mut self, bytes: &[u8]) -> Wrote {
+        let mut done = 0;
+        while done < bytes.len() {
+            match self.pipe.write(&bytes[done..]) {
+                Ok(0) => {
+                    self.closed = true;
+                    return Wrote::Failed;
+                }
+                Ok(n) => done += n,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Wrote::Part(done),
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(_) => {
+                    self.closed = true;
+                    return Wrote::Failed;
+                }
+            }
+        }
+        Wrote::All
+    }
 }
 
 impl PipeTransport {
@@ -1039,6 +1085,12 @@ impl PipeTransport {
         })?;
         let (in_tx, in_rx) = tokio::sync::mpsc::channel(INCOMING_QUEUE);
         let (out_tx, out_rx) = std::sync::mpsc::channel::<Vec<u8>>();
+        let stdin = Arc::new(Mutex::new(Stdin {
+            pipe: stdin,
+            queued: 0,
+            closed: false,
+        }));
+        let writer_stdin = stdin.clone();
         let spawn = |name: String, f: Box<dyn FnOnce() + Send>| {
             std::thread::Builder::new()
                 .name(name)
@@ -1062,11 +1114,12 @@ impl PipeTransport {
         )?;
         spawn(
             format!("upstream-{label}-in"),
-            Box::new(move || write_messages(stdin, &out_rx)),
+            Box::new(move || write_messages(&writer_stdin, &out_rx)),
         )?;
         Ok(PipeTransport {
             incoming: in_rx,
-            outgoing: out_tx,
+            stdin,
+            queue: out_tx,
         })
     }
 }
@@ -1078,16 +1131,33 @@ impl rmcp::transport::Transport<RoleClient> for PipeTransport {
         &mut self,
         item: ClientJsonRpcMessage,
     ) -> impl std::future::Future<Output = Result<(), Self::Error>> + Send + 'static {
+        let closed = || {
+            std::io::Error::new(
+                std::io::ErrorKind::BrokenPipe,
+                "the upstream server's stdin is closed",
+            )
+        };
         let sent = serde_json::to_vec(&item)
             .map_err(std::io::Error::other)
             .and_then(|mut bytes| {
                 bytes.push(b'\n');
-                self.outgoing.send(bytes).map_err(|_| {
-                    std::io::Error::new(
-                        std::io::ErrorKind::BrokenPipe,
-                        "the upstream server's stdin is closed",
-                    )
-                })
+                let mut stdin = lock(&self.stdin);
+                if stdin.closed {
+                    return Err(closed());
+                }
+                let from = if stdin.queued == 0 {
+                    match stdin.write_some(&bytes) {
+                        Wrote::All => return Ok(()),
+                        Wrote::Part(n) => n,
+                        Wrote::Failed => return Err(closed()),
+                    }
+                } else {
+                    0
+                };
+                // Queued under the lock: nothing is written before it.
+                stdin.queued += 1;
+                bytes.drain(..from);
+                self.queue.send(bytes).map_err(|_| closed())
             });
         std::future::ready(sent)
     }
@@ -1104,21 +1174,27 @@ impl rmcp::transport::Transport<RoleClient> for PipeTransport {
     }
 }
 
-/// Feeds stdin (non-blocking: waits and retries while the server does not
-/// read) until the sender is dropped or the server stops reading.
-fn write_messages(mut stdin: Box<dyn Write + Send>, rx: &std::sync::mpsc::Receiver<Vec<u8>>) {
+/// How long the writer thread waits before it tries a full pipe again.
+const FULL_PIPE_WAIT: Duration = Duration::from_millis(1);
+
+/// Writes what [`PipeTransport::send`] could not write at once, in order
+/// (waiting and retrying while the server does not read, without holding
+/// the lock), until the transport is dropped or the server stops reading.
+fn write_messages(stdin: &Mutex<Stdin>, rx: &std::sync::mpsc::Receiver<Vec<u8>>) {
     while let Ok(bytes) = rx.recv() {
-        let mut rest = &bytes[..];
-        while !rest.is_empty() {
-            match stdin.write(rest) {
-                Ok(0) => return,
-                Ok(n) => rest = &rest[n..],
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                    std::thread::sleep(Duration::from_millis(1));
+        let mut from = 0;
+        loop {
+            let mut pipe = lock(stdin);
+            match pipe.write_some(&bytes[from..]) {
+                Wrote::All => {
+                    pipe.queued -= 1;
+                    break;
                 }
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(_) => return,
+                Wrote::Part(n) => from += n,
+                Wrote::Failed => return,
             }
+            drop(pipe);
+            std::thread::sleep(FULL_PIPE_WAIT);
         }
     }
 }
