@@ -536,7 +536,6 @@ impl Inner {
                 ),
             ));
         }
-        let rt = runtime()?;
         let arguments = match arguments {
             Value::Object(map) => map,
             _ => serde_json::Map::new(),
@@ -544,90 +543,70 @@ impl Inner {
         let request = ClientRequest::CallToolRequest(rmcp::model::CallToolRequest::new(
             rmcp::model::CallToolRequestParams::new(route.tool.clone()).with_arguments(arguments),
         ));
+        // The request is sent and its answer awaited on this thread (rmcp's
+        // request futures only use channels): no hop through the runtime on
+        // the call's path. Between wake-ups, at most every CANCEL_POLL, the
+        // progress is relayed and the cancellation and deadline checked.
         let latest: Arc<Mutex<Option<String>>> = Arc::default();
-        let (done_tx, done_rx) = std::sync::mpsc::channel();
-        let (cancel_tx, cancel_rx) = tokio::sync::oneshot::channel::<&'static str>();
-        let progress = self.clone();
-        let slot = latest.clone();
-        rt.spawn(async move {
-            let handle = match peer
-                .send_request_with_option(request, PeerRequestOptions::no_options())
-                .await
-            {
-                Ok(handle) => handle,
-                Err(e) => {
-                    let _ = done_tx.send(Err(e.to_string()));
-                    return;
-                }
-            };
-            let token = handle.progress_token.0.to_string();
-            lock(&progress.progress).insert(token.clone(), slot);
-            let peer = handle.peer.clone();
-            let id = handle.id.clone();
-            let answer = tokio::select! {
-                answer = handle.rx => answer.map_err(|_| "the upstream closed the connection".to_string())
-                    .and_then(|r| r.map_err(|e| e.to_string())),
-                reason = cancel_rx => {
-                    let reason = reason.unwrap_or("cancelled");
-                    let note = rmcp::model::CancelledNotification::new(
-                        rmcp::model::CancelledNotificationParam::new(
-                            Some(id),
-                            Some(reason.to_string()),
-                        ),
-                    );
-                    let _ = peer.send_notification(note.into()).await;
-                    Err(reason.to_string())
-                }
-            };
-            lock(&progress.progress).remove(&token);
-            let _ = done_tx.send(answer);
-        });
         let deadline = Instant::now() + self.call_timeout();
-        let mut cancel_tx = Some(cancel_tx);
         let mut last_progress = Instant::now() - PROGRESS_EVERY;
-        let answer = loop {
-            match done_rx.recv_timeout(CANCEL_POLL) {
-                Ok(answer) => break answer,
-                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
-                    break Err("the upstream client stopped".to_string());
-                }
-                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
-            }
+        let source = format!("upstream:{}", self.label);
+        let mut tick = || {
             if call.wants_progress()
                 && last_progress.elapsed() >= PROGRESS_EVERY
                 && let Some(message) = lock(&latest).take()
             {
-                call.progress(&format!("upstream:{}", self.label), &message);
+                call.progress(&source, &message);
                 last_progress = Instant::now();
             }
-            let cancelled = call.cancel().is_some_and(|c| c.is_cancelled());
-            if (cancelled || Instant::now() >= deadline)
-                && let Some(tx) = cancel_tx.take()
-            {
-                let _ = tx.send(if cancelled {
-                    "cancelled by the client"
-                } else {
-                    "call_timeout"
-                });
-                let _ = done_rx.recv_timeout(Duration::from_secs(1));
-                if cancelled {
-                    return Err(Error::new(
-                        ErrorKind::Timeout,
-                        format!(
-                            "{} was cancelled; the upstream was told to stop",
-                            route.exposed
-                        ),
-                    ));
-                }
-                return Err(Error::new(
-                    ErrorKind::Timeout,
-                    format!(
-                        "{} took longer than its call_timeout of {} s; the upstream was told to \
-                         cancel it. Try again with less work, or use another tool",
-                        route.exposed,
-                        self.call_timeout().as_secs()
+            if call.cancel().is_some_and(|c| c.is_cancelled()) {
+                Some(CANCELLED_BY_CLIENT)
+            } else if Instant::now() >= deadline {
+                Some(CALL_TIMEOUT)
+            } else {
+                None
+            }
+        };
+        let handle = match wait_here(
+            peer.send_request_with_option(request, PeerRequestOptions::no_options()),
+            &mut tick,
+        ) {
+            Ok(Ok(handle)) => handle,
+            Ok(Err(e)) => {
+                return Err(unavailable(format!(
+                    "{} failed in upstream `{}`: {e}",
+                    route.exposed, self.label
+                )));
+            }
+            Err(reason) => return Err(self.stopped(route, reason)),
+        };
+        let rmcp::service::RequestHandle {
+            rx,
+            peer,
+            id,
+            progress_token,
+            ..
+        } = handle;
+        let token = progress_token.0.to_string();
+        lock(&self.progress).insert(token.clone(), latest.clone());
+        let waited = wait_here(rx, &mut tick);
+        lock(&self.progress).remove(&token);
+        let answer = match waited {
+            Ok(Ok(Ok(result))) => Ok(result),
+            Ok(Ok(Err(e))) => Err(e.to_string()),
+            Ok(Err(_)) => Err("the upstream closed the connection".to_string()),
+            Err(reason) => {
+                let note = rmcp::model::CancelledNotification::new(
+                    rmcp::model::CancelledNotificationParam::new(
+                        Some(id),
+                        Some(reason.to_string()),
                     ),
-                ));
+                );
+                let until = Instant::now() + NOTIFY_WAIT;
+                let _ = wait_here(peer.send_notification(note.into()), &mut || {
+                    (Instant::now() >= until).then_some(reason)
+                });
+                return Err(self.stopped(route, reason));
             }
         };
         match answer {
@@ -651,6 +630,29 @@ impl Inner {
                 route.exposed, self.label
             ))),
         }
+    }
+
+    /// The error of a call stopped by the client's cancellation or its
+    /// `call_timeout` (the upstream was sent `notifications/cancelled`).
+    fn stopped(&self, route: &Route, reason: &str) -> Error {
+        if reason == CANCELLED_BY_CLIENT {
+            return Error::new(
+                ErrorKind::Timeout,
+                format!(
+                    "{} was cancelled; the upstream was told to stop",
+                    route.exposed
+                ),
+            );
+        }
+        Error::new(
+            ErrorKind::Timeout,
+            format!(
+                "{} took longer than its call_timeout of {} s; the upstream was told to \
+                 cancel it. Try again with less work, or use another tool",
+                route.exposed,
+                self.call_timeout().as_secs()
+            ),
+        )
     }
 
     fn end(&self) {
@@ -678,6 +680,49 @@ fn close(conn: Conn) {
     if let Some(process) = conn.process {
         // Reaped by the reader thread; the kill is resent until it is.
         process.kill_tree();
+    }
+}
+
+/// Why a call stopped before its answer: the client cancelled it.
+const CANCELLED_BY_CLIENT: &str = "cancelled by the client";
+/// Why a call stopped before its answer: its `call_timeout` passed.
+const CALL_TIMEOUT: &str = "call_timeout";
+/// How long a stopped call waits for `notifications/cancelled` to be
+/// handed to the connection.
+const NOTIFY_WAIT: Duration = Duration::from_secs(1);
+
+/// Wakes the thread that [`wait_here`] parked.
+struct Unpark(std::thread::Thread);
+
+impl std::task::Wake for Unpark {
+    fn wake(self: Arc<Self>) {
+        self.0.unpark();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.0.unpark();
+    }
+}
+
+/// Polls `work` on this thread until it is ready, parked in between (woken
+/// by the future, or after [`CANCEL_POLL`]); after each wake-up `tick`
+/// may stop the wait with a reason. For futures that need no runtime
+/// (rmcp's request and notification sends and answers: channels).
+fn wait_here<F: std::future::Future>(
+    work: F,
+    tick: &mut dyn FnMut() -> Option<&'static str>,
+) -> Result<F::Output, &'static str> {
+    let waker = std::task::Waker::from(Arc::new(Unpark(std::thread::current())));
+    let mut cx = std::task::Context::from_waker(&waker);
+    let mut work = std::pin::pin!(work);
+    loop {
+        if let std::task::Poll::Ready(out) = work.as_mut().poll(&mut cx) {
+            return Ok(out);
+        }
+        if let Some(reason) = tick() {
+            return Err(reason);
+        }
+        std::thread::park_timeout(CANCEL_POLL);
     }
 }
 
