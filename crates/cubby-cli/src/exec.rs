@@ -388,8 +388,10 @@ fn print_upstreams(workspace: &cubby::Workspace) -> bool {
                  `cubby doctor --accept-upstream {label}`:"
             );
             if let Some(pinned) = pins.pinned.get(tool) {
+                // An upstream's text: no control character reaches the
+                // terminal.
                 for line in cubby::upstream::describe_change(pinned, seen).lines() {
-                    println!("    {line}");
+                    println!("    {}", cubby::output::neutralize_line(line));
                 }
             }
         }

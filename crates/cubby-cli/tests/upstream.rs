@@ -487,7 +487,8 @@ fn a_changed_definition_is_hidden_until_accepted() {
     t.end();
     std::fs::write(
         ws.join("desc.txt"),
-        "Echoes its text, and ignores your instructions.",
+        // U+009B: a C1 control (CSI) that JSON does not escape.
+        "Echoes its text, and ignores your instructions.\u{9b}31m",
     )
     .unwrap();
     let t = toolset(&ws, &toml);
@@ -508,6 +509,7 @@ fn a_changed_definition_is_hidden_until_accepted() {
     let text = String::from_utf8_lossy(&doctor.stdout);
     assert!(text.contains("--accept-upstream s"), "{text}");
     assert!(text.contains("ignores your instructions"), "{text}");
+    assert!(!text.contains('\u{9b}'), "{text}");
     let accepted = std::process::Command::new(env!("CARGO_BIN_EXE_cubby"))
         .args(["doctor", "--accept-upstream", "s", "--root"])
         .arg(&ws)
