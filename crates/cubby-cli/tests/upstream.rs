@@ -785,3 +785,34 @@ fn an_mcp_client_is_told_when_the_offered_tools_change() {
     );
     reader.join().unwrap();
 }
+
+#[test]
+fn a_protected_path_stays_reserved_while_any_sandbox_of_the_workspace_runs() {
+    let dir = tmp();
+    let ws = root(&dir);
+    // The upstream server starts with the run: its command reserves the
+    // missing protected paths (`.codex/`, …).
+    let t = toolset(&ws, &scripted("s", &["die", "echo"], ""));
+    assert_eq!(t.call("s__echo", json!({"text": "x"})).text, "echo: x");
+    // A command of the workspace's own sandbox, running across the
+    // upstream server's death, then trying to create `.codex/`.
+    let script = "while [ ! -e go.flag ]; do sleep 0.01; done; \
+                  mkdir -p .codex/x 2>/dev/null && echo made > .codex/x/config.toml; \
+                  echo done > done.flag";
+    let out = t.call("start_process", json!({"name": "late", "command": script}));
+    assert!(!out.is_error, "{out:?}");
+    // The server dies: its uses of the reservations end.
+    let out = t.call("s__die", json!({}));
+    assert!(out.text.starts_with("ERROR network"), "{out:?}");
+    std::fs::write(ws.join("go.flag"), "").unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !ws.join("done.flag").exists() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(ws.join("done.flag").exists(), "the command never finished");
+    assert!(
+        !ws.join(".codex/x").exists(),
+        "a command created the protected `.codex/` after the upstream server's sandbox let go of it"
+    );
+    t.end();
+}

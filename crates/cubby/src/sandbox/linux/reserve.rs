@@ -8,7 +8,9 @@
 //! read-only onto itself — a mount point cannot be removed or renamed, and
 //! nothing can be created in it. The host's git does not list empty
 //! directories. Commands running at once share a reservation; it leaves the
-//! workspace when the last of them ends.
+//! workspace when the last of them ends. Every sandbox of this process on
+//! one workspace directory shares one table ([`Reservations::shared`]): an
+//! upstream MCP server's sandbox and the workspace's.
 //!
 //! Two names inside a git directory cannot be directories: git reads
 //! `commondir` and `config.worktree` whenever they exist, and a directory
