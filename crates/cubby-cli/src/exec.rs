@@ -117,8 +117,29 @@ pub fn run(
 /// Prints what this machine offers the provider asked for (the `linux`
 /// provider when the config cannot be read) and what cubby will do with
 /// it; exit 1 when the provider cannot start here or the config is wrong.
-pub fn doctor(common: &Common) -> anyhow::Result<ExitCode> {
+pub fn doctor(common: &Common, accept_upstream: &[String]) -> anyhow::Result<ExitCode> {
     let setup = setup::resolve(common);
+    if let Ok(workspace) = &setup {
+        for label in accept_upstream {
+            if !workspace.config().upstream.contains_key(label) {
+                anyhow::bail!(
+                    "--accept-upstream {label}: there is no `[upstream.{label}]` in the config"
+                );
+            }
+            let accepted = workspace
+                .upstream_pins()
+                .accept(label)
+                .map_err(|e| anyhow::anyhow!("{}", e.message()))?;
+            println!(
+                "upstream {label}:   accepted the definitions of {}",
+                if accepted.is_empty() {
+                    "no tool (nothing was pending)".to_string()
+                } else {
+                    accepted.join(", ")
+                }
+            );
+        }
+    }
     let provider = setup
         .as_ref()
         .map(|s| s.provider())
@@ -152,6 +173,10 @@ pub fn doctor(common: &Common) -> anyhow::Result<ExitCode> {
     if let Ok(s) = &setup {
         print_gateways(s.policy(), s.host_env());
     }
+    let upstream_ok = match &setup {
+        Ok(s) => print_upstreams(s),
+        Err(_) => true,
+    };
     let kind = probe.kind.as_str();
     if !probe.ready() {
         println!(
@@ -176,7 +201,7 @@ pub fn doctor(common: &Common) -> anyhow::Result<ExitCode> {
             mode.as_str()
         ),
     }
-    Ok(if env_ok && skills_ok {
+    Ok(if env_ok && skills_ok && upstream_ok {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)
@@ -322,4 +347,54 @@ fn print_command_env(env: &CommandEnv, host: &HostEnv) {
         "withheld:         {} (cubby's own; never given to commands)",
         names(Source::Withheld)
     );
+}
+
+/// The upstream servers: each one's tools and pinned definitions, and every
+/// change waiting for the operator (its diff, and how to accept it). False
+/// when a change is waiting.
+fn print_upstreams(workspace: &cubby::Workspace) -> bool {
+    let mut ok = true;
+    for (label, config) in &workspace.config().upstream {
+        let how = match (&config.command, &config.url) {
+            (Some(argv), _) => format!("stdio `{}` in a sandbox of its own", argv.join(" ")),
+            (_, Some(url)) => format!("HTTP {url} under [network]"),
+            _ => String::new(),
+        };
+        let offered: Vec<&str> = workspace
+            .upstream_routes()
+            .of(label)
+            .map(|r| r.exposed.as_str())
+            .collect();
+        println!(
+            "upstream {label}:   {how}; offers {}",
+            if offered.is_empty() {
+                "no tool (`tools` is empty)".to_string()
+            } else {
+                offered.join(", ")
+            }
+        );
+        let pins = match workspace.upstream_pins().load(label) {
+            Ok(p) => p,
+            Err(e) => {
+                println!("  pins: {}", e.message());
+                ok = false;
+                continue;
+            }
+        };
+        for (tool, seen) in &pins.pending {
+            ok = false;
+            println!(
+                "  `{tool}` changed since it was first listed; hidden until accepted with \
+                 `cubby doctor --accept-upstream {label}`:"
+            );
+            if let Some(pinned) = pins.pinned.get(tool) {
+                // An upstream's text: no control character reaches the
+                // terminal.
+                for line in cubby::upstream::describe_change(pinned, seen).lines() {
+                    println!("    {}", cubby::output::neutralize_line(line));
+                }
+            }
+        }
+    }
+    ok
 }

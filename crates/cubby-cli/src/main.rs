@@ -81,6 +81,10 @@ enum Command {
     },
     /// Report what isolation this machine supports and what cubby will do.
     Doctor {
+        /// Accept the changed tool definitions of upstream LABEL (they
+        /// replace the pinned ones), then report.
+        #[arg(long, value_name = "LABEL")]
+        accept_upstream: Vec<String>,
         #[command(flatten)]
         common: Common,
     },
@@ -321,7 +325,10 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             command,
             common,
         } => exec::run(&common, network.as_deref(), command),
-        Command::Doctor { common } => exec::doctor(&common),
+        Command::Doctor {
+            common,
+            accept_upstream,
+        } => exec::doctor(&common, &accept_upstream),
         Command::Tools { format, common } => {
             // Tracking on, so that `changes` is listed; the snapshot thread dies with the process.
             let (factory, mcp) = setup::served(&common)?;

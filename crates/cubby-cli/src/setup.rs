@@ -57,7 +57,13 @@ pub fn resolve(common: &Common) -> anyhow::Result<Workspace> {
             .map_err(|e| anyhow::anyhow!("config: {}", e.message()))?;
     // `allow`/`deny` name built-in tools (the CLI adds no other source):
     // refused here, before any command or toolset, as a config error.
-    let known: Vec<&str> = cubby::builtin_tools().map(|(name, _)| name).collect();
+    let mut known: Vec<&str> = cubby::builtin_tools().map(|(name, _)| name).collect();
+    known.extend(
+        workspace
+            .upstream_routes()
+            .iter()
+            .map(|r| r.exposed.as_str()),
+    );
     workspace
         .policy()
         .check_tools(&known)
@@ -84,7 +90,7 @@ fn factory_of(workspace: &Workspace, track_changes: bool) -> anyhow::Result<Tool
         .open_sandbox()
         .map_err(|e| anyhow::anyhow!("{}", e.message()))?;
     workspace
-        .factory_over(sandbox, track_changes)
+        .factory_with(sandbox, track_changes, cubby_mcp::upstream_sources())
         .map_err(|e| anyhow::anyhow!("config: {}", e.message()))
 }
 

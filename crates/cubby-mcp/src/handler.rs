@@ -382,7 +382,14 @@ impl CubbyHandler {
             McpError::internal_error(format!("cannot start the session: {e}"), None)
         })?;
         if in_session {
-            let view = if toolset.skills() == &self.shared.view.skills {
+            let same_tools = self
+                .shared
+                .view
+                .tools
+                .iter()
+                .map(|t| t.name.as_ref())
+                .eq(toolset.tool_names());
+            let view = if same_tools && toolset.skills() == &self.shared.view.skills {
                 Arc::clone(&self.shared.view)
             } else {
                 Arc::new(View::of(&toolset, self.shared.options))
@@ -637,6 +644,7 @@ impl ServerHandler for CubbyHandler {
         let view = self.view();
         let capabilities = ServerCapabilities::builder()
             .enable_tools()
+            .enable_tool_list_changed()
             .enable_logging()
             .enable_resources()
             .enable_resources_list_changed();
@@ -659,7 +667,24 @@ impl ServerHandler for CubbyHandler {
         request: InitializeRequestParams,
         ctx: RequestContext<RoleServer>,
     ) -> Result<InitializeResult, McpError> {
-        self.toolset_of(true)?;
+        let toolset = self.toolset_of(true)?;
+        // A source whose offered tools change (an upstream server's
+        // listing): the session's view is made anew and the client told.
+        let run = Arc::downgrade(&self.run);
+        let peer = ctx.peer.clone();
+        let options = self.shared.options;
+        let events = tokio::runtime::Handle::current();
+        toolset.watch_tools(Arc::new(move || {
+            let Some(run) = run.upgrade() else { return };
+            let Some(toolset) = lock(&run.toolset).clone() else {
+                return;
+            };
+            *lock(&run.view) = Some(Arc::new(View::of(&toolset, options)));
+            let peer = peer.clone();
+            events.spawn(async move {
+                let _ = peer.notify_tool_list_changed().await;
+            });
+        }));
         ctx.peer.set_peer_info(request.clone());
         self.negotiate_initialize(&request)
     }

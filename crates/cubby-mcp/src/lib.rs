@@ -31,10 +31,15 @@ mod http;
 mod peer;
 mod pool;
 mod stdio;
+mod upstream;
 
 pub use handler::{CubbyHandler, MAX_INSTRUCTIONS_CHARS, tool_definition};
 pub use http::{HttpOptions, serve_http};
 pub use stdio::{serve_stdio, serve_stdio_until};
+pub use upstream::{
+    CANCEL_POLL, MAX_MESSAGE_BYTES, MAX_RESTARTS_PER_MINUTE, PROGRESS_EVERY, RESTART_BACKOFF,
+    upstream_sources,
+};
 
 /// Builds a fresh toolset: one per run (MCP session); a front gets one from
 /// [`cubby::Workspace::factory`].

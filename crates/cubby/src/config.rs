@@ -738,6 +738,57 @@ pub struct GatewayConfig {
     pub ca_file: Option<String>,
 }
 
+/// Default of `[upstream.<label>] call_timeout`, in seconds.
+pub const UPSTREAM_CALL_TIMEOUT_SECS: u64 = 60;
+/// Default of `[upstream.<label>] startup_timeout`, in seconds: how long
+/// starting a server and its `initialize` answer may take.
+pub const UPSTREAM_STARTUP_TIMEOUT_SECS: u64 = 30;
+/// Longest `call_timeout` / `startup_timeout`, in seconds.
+pub const UPSTREAM_MAX_TIMEOUT_SECS: u64 = 3_600;
+
+/// What an upstream server's own process gets of cubby's environment.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct UpstreamEnv {
+    /// Names passed from cubby's environment (credential-looking names
+    /// refused: list them under `secrets`).
+    pub pass: Vec<String>,
+    /// Names whose values the server gets and that are redacted everywhere.
+    pub secrets: Vec<String>,
+}
+
+/// An upstream MCP server (`[upstream.<label>]`, SPEC §5.4): its tools
+/// named in `tools` are offered as `<label>__<tool>`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UpstreamConfig {
+    /// The server's argv (no shell), run over stdio in a sandbox of its
+    /// own. Exactly one of `command` and `url`.
+    #[serde(default)]
+    pub command: Option<Vec<String>>,
+    /// `http(s)://…`: a streamable-HTTP server, reached under the
+    /// `[network]` rules.
+    #[serde(default)]
+    pub url: Option<String>,
+    /// What the stdio server's process gets of cubby's environment.
+    #[serde(default)]
+    pub env: UpstreamEnv,
+    /// The allow-list: the upstream's tools offered. Missing or empty: none.
+    #[serde(default)]
+    pub tools: Vec<String>,
+    /// Seconds a call may take (default [`UPSTREAM_CALL_TIMEOUT_SECS`]).
+    #[serde(default)]
+    pub call_timeout: Option<u64>,
+    /// Seconds starting the server and its `initialize` may take (default
+    /// [`UPSTREAM_STARTUP_TIMEOUT_SECS`]).
+    #[serde(default)]
+    pub startup_timeout: Option<u64>,
+    /// The stdio server's sandbox network (default `off`); `allow` uses
+    /// the `[network]` domain lists.
+    #[serde(default)]
+    pub network: Option<NetworkMode>,
+}
+
 /// The whole config file (SPEC §6).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -788,6 +839,8 @@ pub struct Config {
     pub state_dir: Option<String>,
     /// Scoped HTTP APIs for commands, by name (`[gateway.<name>]`).
     pub gateway: std::collections::BTreeMap<String, GatewayConfig>,
+    /// Upstream MCP servers, by label (`[upstream.<label>]`).
+    pub upstream: std::collections::BTreeMap<String, UpstreamConfig>,
 }
 
 impl Config {

@@ -31,6 +31,10 @@ impl Config {
             crate::net::check_gateway(name, gateway)
                 .map_err(|e| Error::invalid_input(format!("config `{origin}`: {}", e.message())))?;
         }
+        for (label, upstream) in &config.upstream {
+            crate::upstream::check_upstream(label, upstream)
+                .map_err(|e| Error::invalid_input(format!("config `{origin}`: {}", e.message())))?;
+        }
         config.check_consistency(origin)?;
         Ok(config)
     }

@@ -66,6 +66,7 @@ pub mod skills;
 mod sync;
 mod tools;
 mod toolset;
+pub mod upstream;
 pub mod web;
 pub mod workspace;
 
@@ -93,4 +94,4 @@ pub use toolset::{
     CallOptions, MAX_ARGUMENT_BYTES, MAX_SOURCE_ATTACHMENT_BYTES, MAX_SOURCE_STRUCTURED_BYTES,
     MAX_SOURCE_TEXT_BYTES, MAX_TOOL_NAME_CHARS, RunEnd, ToolCatalog, Toolset, ToolsetBuilder,
 };
-pub use workspace::{ToolsetFactory, Workspace};
+pub use workspace::{SourcesMaker, ToolsetFactory, Workspace};

@@ -169,6 +169,9 @@ impl Inner {
             gateway.revoke();
         }
         self.procs.stop_all();
+        for source in self.catalog.sources.iter() {
+            source.end();
+        }
         let fs = self.sandbox.fs();
         let Some(dir) = self.run.made_output_dir(fs) else {
             return RunEnd::default();
@@ -215,6 +218,7 @@ impl Toolset {
             policy: None,
             host: HostEnv::default(),
             secrets: Vec::new(),
+            redacted: Vec::new(),
             track_changes: true,
             before_run: None,
             shell: None,
@@ -438,7 +442,21 @@ impl Toolset {
     }
 
     fn offered(&self) -> impl Iterator<Item = &Known> {
-        self.inner.catalog.known.iter().filter(|k| k.offered)
+        let sources = &self.inner.catalog.sources;
+        self.inner
+            .catalog
+            .known
+            .iter()
+            .filter(|k| k.offered && sources[k.source].available(&k.name))
+    }
+
+    /// Calls `notify` whenever a source's set of offered tools changes
+    /// (an upstream server's listing): the MCP fronts send
+    /// `notifications/tools/list_changed`.
+    pub fn watch_tools(&self, notify: Arc<dyn Fn() + Send + Sync>) {
+        for source in self.inner.catalog.sources.iter() {
+            source.watch(notify.clone());
+        }
     }
 
     /// Definitions of the offered tools; their descriptions quote the
@@ -654,6 +672,9 @@ impl Toolset {
         };
         let catalog = &self.inner.catalog;
         let Some(known) = catalog.find(name) else {
+            if let Some(why) = catalog.sources.iter().find_map(|s| s.refusal(name)) {
+                return Err(Error::denied(why));
+            }
             return Err(Error::invalid_input(format!(
                 "there is no tool named `{}`; available tools: {}",
                 crate::output::truncate_for_message(&crate::path::escape_controls(name)),
@@ -794,6 +815,9 @@ pub struct ToolsetBuilder {
     policy: Option<Policy>,
     host: HostEnv,
     secrets: Vec<Secret>,
+    /// Values redacted from every output that commands never get (an
+    /// upstream server's secrets).
+    redacted: Vec<Secret>,
     track_changes: bool,
     before_run: Option<BeforeRun>,
     shell: Option<Vec<String>>,
@@ -929,6 +953,18 @@ impl ToolsetBuilder {
         self
     }
 
+    /// Redacts `value` (as `[REDACTED:<name>]`) from every output of the
+    /// run without giving it to commands: `name` is withheld from their
+    /// environment (an upstream server's secrets: only its own process
+    /// gets them).
+    pub fn redact(mut self, name: impl Into<String>, value: impl Into<String>) -> ToolsetBuilder {
+        self.redacted.push(Secret {
+            name: name.into(),
+            value: value.into(),
+        });
+        self
+    }
+
     /// Whether to snapshot the workspace for `changes` (on a background
     /// thread, at build). Default: true. When false, `changes` is not offered.
     pub fn track_changes(mut self, yes: bool) -> ToolsetBuilder {
@@ -981,7 +1017,9 @@ impl ToolsetBuilder {
         }
         let host = self.host;
         let user_secrets = self.secrets.clone();
+        let redacted_only: Vec<String> = self.redacted.iter().map(|s| s.name.clone()).collect();
         let mut secrets = self.secrets;
+        secrets.extend(self.redacted);
         let network = policy.network();
         let rules = network.map(crate::web::NetRules::from_config).transpose()?;
         let search = match (self.search_backend, &self.web_search) {
@@ -1091,6 +1129,9 @@ impl ToolsetBuilder {
             env.secret(secret.name.clone(), secret.value.clone())?;
         }
         for name in crate::sandbox::HOST_ONLY_ENV {
+            env.withhold(name);
+        }
+        for name in redacted_only {
             env.withhold(name);
         }
         if let Some(var) = self.web_search.as_ref().and_then(|w| w.api_key_env.clone()) {

@@ -26,6 +26,12 @@ use crate::toolset::{ARTIFACTS_DIR, Toolset, ToolsetBuilder};
 /// Builds a fresh toolset: one per run (an MCP session, a CLI call).
 pub type ToolsetFactory = Arc<dyn Fn() -> Result<Toolset> + Send + Sync>;
 
+/// Makes the sources of tools a run adds to the built-in ones (the
+/// upstream MCP servers' client, which lives in `cubby-mcp`): called once
+/// per run, with the workspace and the run's secrets' redaction.
+pub type SourcesMaker =
+    Arc<dyn Fn(&Workspace) -> Result<Vec<Arc<dyn crate::ToolSource>>> + Send + Sync>;
+
 impl HostEnv {
     /// This process's environment, now. The one place in the library that
     /// reads it; everything else is handed this snapshot.
@@ -50,6 +56,10 @@ pub struct Workspace {
     /// `state_dir` one of the workspace's own in the temporary directory,
     /// removed when the workspace and its runs are gone.
     store: Arc<Store>,
+    /// The upstream servers' tools, by exposed name.
+    routes: Arc<crate::upstream::Routes>,
+    /// The upstream tools' first-seen definitions.
+    pins: Arc<crate::upstream::Pins>,
 }
 
 impl Workspace {
@@ -149,7 +159,13 @@ impl Workspace {
         if let Some(rel) = config_path.and_then(|p| relative_to(p, root)) {
             policy.protect(rel);
         }
+        let routes = crate::upstream::Routes::new(&config.upstream, |name| {
+            crate::tools::builtin_tools().any(|(builtin, _)| builtin == name)
+        })?;
+        let pins = crate::upstream::Pins::new(state_dir.as_deref());
         Ok(Workspace {
+            routes: Arc::new(routes),
+            pins,
             root: root.to_path_buf(),
             config: config.clone(),
             provider: config.provider.unwrap_or(ProviderKind::Linux),
@@ -201,6 +217,91 @@ impl Workspace {
     /// The environment snapshot.
     pub fn host_env(&self) -> &HostEnv {
         &self.host
+    }
+
+    /// The upstream servers' tools, by exposed name (`<label>__<tool>`).
+    pub fn upstream_routes(&self) -> &Arc<crate::upstream::Routes> {
+        &self.routes
+    }
+
+    /// The upstream tools' first-seen definitions (in
+    /// `<state_dir>/upstream/`, or this process's memory).
+    pub fn upstream_pins(&self) -> &Arc<crate::upstream::Pins> {
+        &self.pins
+    }
+
+    /// Opens the sandbox of its own a stdio upstream server `label` runs
+    /// in: the provider asked for, the workspace's policy (files,
+    /// protected paths, `deny_read`, the host's credential stores, limits)
+    /// with the server's own network (`[upstream.<label>] network`,
+    /// default `off`). Its commands are the server's process tree, killed
+    /// with the run.
+    ///
+    /// # Errors
+    ///
+    /// `not_found` for an unknown label; `unsupported` on a provider
+    /// without commands (`virtual`); the provider's own.
+    pub fn upstream_sandbox(&self, label: &str) -> Result<Arc<dyn Sandbox>> {
+        let config = self.config.upstream.get(label).ok_or_else(|| {
+            Error::new(
+                ErrorKind::NotFound,
+                format!("no `[upstream.{label}]` in the config"),
+            )
+        })?;
+        let policy = self
+            .policy
+            .clone()
+            .with_command_network(config.network.unwrap_or(NetworkMode::Off));
+        match self.provider {
+            ProviderKind::Linux => Ok(Arc::new(LinuxSandbox::open(
+                &self.root, &policy, &self.host,
+            )?)),
+            ProviderKind::Local => Ok(Arc::new(LocalSandbox::open(&self.root)?)),
+            other => Err(Error::new(
+                ErrorKind::Unsupported,
+                format!(
+                    "upstream `{label}` is a stdio server, and the {} provider runs no \
+                     commands; use the linux provider (or a `url` upstream)",
+                    other.as_str()
+                ),
+            )),
+        }
+    }
+
+    /// A factory like [`Workspace::factory_over`] whose runs also get the
+    /// sources `extra` makes for each (the upstream servers' tools).
+    ///
+    /// # Errors
+    ///
+    /// As [`Workspace::factory_over`].
+    pub fn factory_with(
+        &self,
+        sandbox: Arc<dyn Sandbox>,
+        track_changes: bool,
+        extra: SourcesMaker,
+    ) -> Result<ToolsetFactory> {
+        self.command_env()?;
+        let secrets = self.secrets();
+        let this = self.clone();
+        Ok(Arc::new(move || {
+            let mut builder = this
+                .toolset_builder(sandbox.clone())
+                .track_changes(track_changes);
+            for (name, value) in &secrets {
+                builder = builder.secret(name.clone(), value.clone());
+            }
+            for label in this.config.upstream.values() {
+                for name in &label.env.secrets {
+                    if let Some(value) = this.host.non_empty(name) {
+                        builder = builder.redact(name.clone(), value);
+                    }
+                }
+            }
+            for source in extra(&this)? {
+                builder = builder.source(source);
+            }
+            builder.build()
+        }))
     }
 
     /// How commands' environments are made (SPEC §4): the config's `[env]`,

@@ -32,6 +32,7 @@ const LAYERS: &[&str] = &[
     "artifact",
     "skills",
     "web",
+    "upstream",
     "config_file",
     "tools",
     "toolset",

@@ -368,7 +368,7 @@ impl LinuxSandbox {
             .chain(writable_roots.iter().cloned())
             .chain(readable_roots.iter().cloned())
             .collect();
-        let reservations = Reservations::new(fs.clone());
+        let reservations = Reservations::shared(fs.clone());
         let sandbox = LinuxSandbox {
             host: LocalSandbox::open(fs.root_path())?,
             view: WithoutReservations(reservations.clone()),

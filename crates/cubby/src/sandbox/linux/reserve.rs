@@ -8,7 +8,9 @@
 //! read-only onto itself — a mount point cannot be removed or renamed, and
 //! nothing can be created in it. The host's git does not list empty
 //! directories. Commands running at once share a reservation; it leaves the
-//! workspace when the last of them ends.
+//! workspace when the last of them ends. Every sandbox of this process on
+//! one workspace directory shares one table ([`Reservations::shared`]): an
+//! upstream MCP server's sandbox and the workspace's.
 //!
 //! Two names inside a git directory cannot be directories: git reads
 //! `commondir` and `config.worktree` whenever they exist, and a directory
@@ -157,15 +159,59 @@ const DROP_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
 impl Reservations {
     pub(crate) fn new(fs: Arc<LocalFs>) -> Arc<Reservations> {
-        let r = Arc::new(Reservations {
+        let r = Reservations::made(fs);
+        lock(&LIVE).push(Arc::downgrade(&r));
+        r
+    }
+
+    fn made(fs: Arc<LocalFs>) -> Arc<Reservations> {
+        Arc::new(Reservations {
             fs,
             inner: Mutex::new(Inner {
                 map: HashMap::new(),
                 stash: None,
             }),
-        });
-        lock(&LIVE).push(Arc::downgrade(&r));
+        })
+    }
+
+    /// The reservations of the workspace `fs` is on, shared by every
+    /// sandbox of this process on that directory (the workspace's own and
+    /// each upstream MCP server's): a placeholder one sandbox's command
+    /// holds is a use the others take, not a directory they find there,
+    /// and it leaves the workspace only when no command of any of them
+    /// uses it. With reservations of their own, two sandboxes would race
+    /// to make one placeholder (`EEXIST`), and one's release would move a
+    /// placeholder out from under the other's running command (its
+    /// read-only mount detached, the protected name creatable).
+    pub(crate) fn shared(fs: Arc<LocalFs>) -> Arc<Reservations> {
+        let Some(id) = fs.root_id() else {
+            return Reservations::new(fs);
+        };
+        let mut live = lock(&LIVE);
+        // Upgraded under the lock, dropped after it: the last `Arc` of
+        // one being dropped elsewhere takes the lock in its `Drop`.
+        let alive: Vec<Arc<Reservations>> = live.iter().filter_map(Weak::upgrade).collect();
+        let found = alive
+            .iter()
+            .find(|r| r.fs.root_id() == Some(id) && !r.stashless())
+            .cloned();
+        let r = match found {
+            Some(r) => r,
+            None => {
+                let r = Reservations::made(fs);
+                live.push(Arc::downgrade(&r));
+                r
+            }
+        };
+        drop(live);
+        drop(alive);
         r
+    }
+
+    /// Whether [`without_stash`](Self::without_stash) was called (`cubby
+    /// exec`'s one command): not shared.
+    fn stashless(&self) -> bool {
+        matches!(lock(&self.inner).stash, Some(None))
     }
 
     /// From now on, no stash: placeholders are made and removed (for a

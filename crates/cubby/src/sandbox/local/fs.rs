@@ -160,6 +160,13 @@ impl LocalFs {
         &self.root_path
     }
 
+    /// The root directory's device and inode: which directory this is
+    /// (two `LocalFs` of one path may be of two directories when it was
+    /// replaced in between).
+    pub(crate) fn root_id(&self) -> Option<(u64, u64)> {
+        fstat(&self.root).ok().map(|s| (s.st_dev, s.st_ino))
+    }
+
     /// The device the root is on.
     pub(crate) fn root_dev(&self) -> Option<u64> {
         fstat(&self.root).ok().map(|s| s.st_dev)

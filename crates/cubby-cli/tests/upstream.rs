@@ -1,0 +1,818 @@
+//! Upstream MCP servers (SPEC §5.4) through a real toolset: the scripted
+//! server `tests/mcp/upstream_server.py` (well-behaved and misbehaving
+//! tools; the outer edge), the npm reference servers
+//! (`@modelcontextprotocol/server-everything`, `server-filesystem`,
+//! installed into `target/mcp-upstream` the first time), and another
+//! `cubby serve` as an HTTP upstream. The stdio servers run in the `linux`
+//! provider's sandbox.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use common::repo_root;
+use cubby::process::CancelToken;
+use cubby::{Attachment, CallOptions, Config, HostEnv, Toolset, Workspace};
+use serde_json::json;
+
+const SERVERS: [&str; 2] = [
+    "@modelcontextprotocol/server-everything@2026.8.31",
+    "@modelcontextprotocol/server-filesystem@2026.8.31",
+];
+
+fn script() -> PathBuf {
+    repo_root().join("tests/mcp/upstream_server.py")
+}
+
+/// A section running the scripted server.
+fn scripted(label: &str, tools: &[&str], extra: &str) -> String {
+    format!(
+        "[upstream.{label}]\ncommand = [\"/usr/bin/python3\", {:?}]\ntools = {:?}\n{extra}\n",
+        script().display().to_string(),
+        tools
+    )
+}
+
+fn workspace(ws: &Path, toml: &str, host: &HostEnv) -> cubby::Result<Workspace> {
+    let config = Config::from_toml(toml, "test.toml")?;
+    Workspace::from_config(ws, &config, None, host)
+}
+
+fn toolset_with(ws: &Path, toml: &str, host: &HostEnv) -> Toolset {
+    let workspace = workspace(ws, toml, host).unwrap();
+    let sandbox = workspace.open_sandbox().unwrap();
+    let factory = workspace
+        .factory_with(sandbox, false, cubby_mcp::upstream_sources())
+        .unwrap();
+    factory().unwrap()
+}
+
+fn toolset(ws: &Path, toml: &str) -> Toolset {
+    toolset_with(ws, toml, &HostEnv::capture())
+}
+
+fn tmp() -> tempfile::TempDir {
+    tempfile::tempdir().unwrap()
+}
+
+fn root(dir: &tempfile::TempDir) -> PathBuf {
+    dir.path().canonicalize().unwrap()
+}
+
+#[test]
+fn only_listed_tools_are_offered_and_routed_through_the_table() {
+    let dir = tmp();
+    let ws = root(&dir);
+    // No `tools`: nothing offered, the server not even started.
+    let none = toolset(&ws, &scripted("s", &[], ""));
+    assert!(!none.tool_names().iter().any(|n| n.starts_with("s__")));
+    let out = none.call("s__echo", json!({"text": "x"}));
+    assert!(out.is_error, "{}", out.text);
+    none.end();
+
+    let t = toolset(&ws, &scripted("s", &["echo", "a__b", "missing"], ""));
+    let names = t.tool_names();
+    assert!(names.contains(&"s__echo"), "{names:?}");
+    assert!(names.contains(&"s__a__b"), "{names:?}");
+    // Listed in `tools` but not by the server: not offered.
+    assert!(!names.contains(&"s__missing"), "{names:?}");
+    assert!(!names.iter().any(|n| n.contains("unlisted")), "{names:?}");
+    let out = t.call("s__echo", json!({"text": "hi"}));
+    assert_eq!(out.text, "echo: hi", "{out:?}");
+    // `a__b` is the upstream's own name: routed by the table, not split.
+    let out = t.call("s__a__b", json!({}));
+    assert_eq!(out.text, "routed to a__b", "{out:?}");
+    let out = t.call("s__unlisted", json!({}));
+    assert!(
+        out.is_error && !out.text.contains("UNLISTED RAN"),
+        "{out:?}"
+    );
+    let out = t.call("s__missing", json!({}));
+    assert!(out.text.starts_with("ERROR denied"), "{out:?}");
+    let specs = t.tools();
+    let echo = specs.iter().find(|s| s.name == "s__echo").unwrap();
+    assert!(
+        echo.description.contains("Echoes its text."),
+        "{}",
+        echo.description
+    );
+    t.end();
+}
+
+#[test]
+fn bad_labels_and_long_names_are_config_errors_naming_the_key() {
+    let dir = tmp();
+    let ws = root(&dir);
+    let host = HostEnv::capture();
+    let err = workspace(&ws, &scripted("git_hub", &["x"], ""), &host).unwrap_err();
+    assert!(err.message().contains("upstream.git_hub"), "{err}");
+    // "s__" + 62 bytes = 65 bytes.
+    let long = "t".repeat(62);
+    let err = workspace(&ws, &scripted("s", &[&long], ""), &host).unwrap_err();
+    assert!(err.message().contains("upstream.s.tools"), "{err}");
+    assert!(err.message().contains("65 bytes"), "{err}");
+    let both = format!(
+        "{}url = \"http://127.0.0.1:1/mcp\"\n",
+        scripted("s", &[], "")
+    );
+    let err = workspace(&ws, &both, &host).unwrap_err();
+    assert!(err.message().contains("upstream.s"), "{err}");
+}
+
+#[test]
+fn the_server_environment_is_only_what_env_gives_and_secrets_are_redacted() {
+    let dir = tmp();
+    let ws = root(&dir);
+    let host = HostEnv::capture()
+        .with("UP_PASSED", "passed-value")
+        .with("UP_SECRET", "s3cr3t-upstream-value")
+        .with("UP_LEAK", "must-not-reach");
+    let extra = "env = { pass = [\"UP_PASSED\"], secrets = [\"UP_SECRET\"] }";
+    let t = toolset_with(&ws, &scripted("s", &["env", "echo"], extra), &host);
+    let out = t.call("s__env", json!({}));
+    assert!(!out.is_error, "{out:?}");
+    let names: Vec<&str> = out.text.lines().collect();
+    assert!(names.contains(&"UP_PASSED"), "{names:?}");
+    assert!(names.contains(&"UP_SECRET"), "{names:?}");
+    assert!(!names.contains(&"UP_LEAK"), "{names:?}");
+    let out = t.call("s__echo", json!({"text": "s3cr3t-upstream-value"}));
+    assert_eq!(out.text, "echo: [REDACTED:UP_SECRET]", "{out:?}");
+    // The workspace's own commands never get the server's secret.
+    let out = t.call("run", json!({"command": "env"}));
+    assert!(!out.text.contains("UP_SECRET"), "{}", out.text);
+    t.end();
+}
+
+#[test]
+fn results_are_shaped_bounded_and_never_read_links() {
+    let dir = tmp();
+    let ws = root(&dir);
+    let t = toolset(
+        &ws,
+        &scripted("s", &["big", "image", "svg", "link", "echo"], ""),
+    );
+    // 20 MB of text: over the 16 MiB a message; refused, the server lives.
+    let out = t.call("s__big", json!({"n": 20_000_000}));
+    assert!(
+        out.text.starts_with("ERROR too_large"),
+        "{}",
+        &out.text[..out.text.len().min(300)]
+    );
+    assert!(out.text.contains("20000"), "{}", out.text);
+    // A 1 MB argument: more than the server's stdin pipe holds, so most
+    // of it is written by the writer thread; the next call's message comes
+    // after it whole.
+    let long = "y".repeat(1_000_000);
+    let out = t.call("s__echo", json!({"text": long}));
+    assert!(
+        out.text.starts_with("echo: yyyy"),
+        "{}",
+        &out.text[..out.text.len().min(300)]
+    );
+    assert_eq!(
+        t.call("s__echo", json!({"text": "next"})).text,
+        "echo: next"
+    );
+    // 1 MB: cut with a note.
+    let out = t.call("s__big", json!({"n": 1_000_000}));
+    assert!(!out.is_error);
+    assert!(out.text.len() < 100_000, "{}", out.text.len());
+    assert!(
+        out.text.contains("bytes cut"),
+        "{}",
+        &out.text[30_000..34_000]
+    );
+    assert_eq!(
+        t.call("s__echo", json!({"text": "alive"})).text,
+        "echo: alive"
+    );
+    // Just over the limit: a 17 MiB message (16 MiB is the most read).
+    let out = t.call("s__big", json!({"n": 17 * 1024 * 1024}));
+    assert!(
+        out.text.starts_with("ERROR too_large"),
+        "{}",
+        &out.text[..out.text.len().min(300)]
+    );
+    assert_eq!(
+        t.call("s__echo", json!({"text": "alive"})).text,
+        "echo: alive"
+    );
+    // A 10 MB image (random pixels, 1,900 × 1,800): an artifact of its
+    // full size, and shown downscaled.
+    let out = t.call("s__image", json!({"w": 1900, "h": 1800, "noise": true}));
+    assert!(!out.is_error, "{}", out.text);
+    let artifact = out
+        .attachments
+        .iter()
+        .find_map(|a| match a {
+            Attachment::Artifact(a) => Some(a),
+            Attachment::Image(_) => None,
+        })
+        .expect("an artifact");
+    assert!(artifact.size > 10_000_000, "{artifact:?}");
+    let shown = out
+        .attachments
+        .iter()
+        .find_map(|a| match a {
+            Attachment::Image(i) => Some(i),
+            Attachment::Artifact(_) => None,
+        })
+        .expect("an image attachment");
+    let decoded = image::load_from_memory(&shown.bytes).unwrap();
+    assert!(decoded.width() <= 1568 && decoded.height() <= 1568);
+    assert!(shown.bytes.len() < 5_000_000, "{}", shown.bytes.len());
+    // A 3,000 × 1,200 image: an artifact, and shown downscaled.
+    let out = t.call("s__image", json!({"w": 3000, "h": 1200}));
+    assert!(out.text.contains("artifact "), "{}", out.text);
+    let image = out
+        .attachments
+        .iter()
+        .find_map(|a| match a {
+            Attachment::Image(i) => Some(i),
+            Attachment::Artifact(_) => None,
+        })
+        .expect("an image attachment");
+    let decoded = image::load_from_memory(&image.bytes).unwrap();
+    assert!(decoded.width() <= 1568 && decoded.height() <= 1568);
+    // SVG: an artifact, never an image.
+    let out = t.call("s__svg", json!({}));
+    assert!(out.text.contains("image/svg+xml"), "{}", out.text);
+    assert!(
+        !out.attachments
+            .iter()
+            .any(|a| matches!(a, Attachment::Image(_)))
+    );
+    // A link to the host's passwd: passed as text, never read.
+    let out = t.call("s__link", json!({}));
+    assert!(out.text.contains("file:///etc/passwd"), "{}", out.text);
+    assert!(!out.text.contains("root:"), "{}", out.text);
+    assert!(out.attachments.is_empty());
+    t.end();
+}
+
+fn now_secs() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64()
+}
+
+#[test]
+fn a_timeout_ends_the_call_and_cancels_upstream() {
+    let dir = tmp();
+    let ws = root(&dir);
+    let t = toolset(&ws, &scripted("s", &["sleep", "echo"], "call_timeout = 1"));
+    let started = Instant::now();
+    let out = t.call("s__sleep", json!({"marker": "timeout.marker"}));
+    assert!(out.text.starts_with("ERROR timeout"), "{out:?}");
+    assert!(out.text.contains("call_timeout"), "{out:?}");
+    assert!(started.elapsed() < Duration::from_secs(5));
+    // The server was told: it wrote its marker.
+    let marker = ws.join("timeout.marker");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !marker.exists() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(
+        marker.exists(),
+        "the upstream never saw notifications/cancelled"
+    );
+    assert_eq!(t.call("s__echo", json!({"text": "x"})).text, "echo: x");
+    t.end();
+}
+
+#[test]
+fn a_client_cancellation_reaches_the_upstream_within_100_ms() {
+    let dir = tmp();
+    let ws = root(&dir);
+    let t = toolset(&ws, &scripted("s", &["sleep", "echo"], ""));
+    // Started first, so that the call below does not wait for the start.
+    assert_eq!(t.call("s__echo", json!({"text": "x"})).text, "echo: x");
+    let cancel = CancelToken::new();
+    let canceller = cancel.clone();
+    let at = Arc::new(std::sync::Mutex::new(0f64));
+    let sent = at.clone();
+    let thread = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(300));
+        *sent.lock().unwrap() = now_secs();
+        canceller.cancel();
+    });
+    let out = t.call_cancellable(
+        "s__sleep",
+        json!({"marker": "cancel.marker"}),
+        Some(&cancel),
+    );
+    thread.join().unwrap();
+    assert!(out.is_error, "{out:?}");
+    let marker = ws.join("cancel.marker");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !marker.exists() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let seen: f64 = std::fs::read_to_string(&marker).unwrap().parse().unwrap();
+    let lag = seen - *at.lock().unwrap();
+    assert!(
+        lag < 0.1,
+        "the cancellation took {lag:.3} s to reach the upstream"
+    );
+    t.end();
+}
+
+#[test]
+fn a_progress_flood_is_relayed_bounded() {
+    let dir = tmp();
+    let ws = root(&dir);
+    let t = toolset(&ws, &scripted("s", &["flood"], ""));
+    let count = Arc::new(AtomicUsize::new(0));
+    let seen = count.clone();
+    let options = CallOptions {
+        on_output: Some(Arc::new(move |_| {
+            seen.fetch_add(1, Ordering::Relaxed);
+        })),
+        ..CallOptions::default()
+    };
+    let started = Instant::now();
+    let out = t.call_with("s__flood", json!({"n": 50_000}), &options);
+    assert_eq!(out.text, "flooded", "{out:?}");
+    let relayed = count.load(Ordering::Relaxed);
+    // At most one per 50 ms (and one more at each end).
+    let bound = (started.elapsed().as_millis() / 50) as usize + 2;
+    assert!(
+        relayed >= 1 && relayed <= bound,
+        "{relayed} relayed, bound {bound}"
+    );
+    t.end();
+}
+
+#[test]
+fn a_server_hanging_at_initialize_is_a_bounded_clear_error() {
+    let dir = tmp();
+    let ws = root(&dir);
+    let toml = format!(
+        "[upstream.s]\ncommand = [\"/usr/bin/python3\", {:?}, \"hang-init\"]\ntools = [\"echo\"]\nstartup_timeout = 2\n",
+        script().display().to_string()
+    );
+    let started = Instant::now();
+    let t = toolset(&ws, &toml);
+    assert!(!t.tool_names().contains(&"s__echo"));
+    // The failed start said why; the back-off answers at once, without
+    // starting the server again.
+    let asked = Instant::now();
+    let out = t.call("s__echo", json!({}));
+    assert!(out.text.starts_with("ERROR network"), "{out:?}");
+    assert!(
+        out.text.contains("did not answer `initialize` within 2 s"),
+        "{out:?}"
+    );
+    assert!(out.text.contains("restarts it in"), "{out:?}");
+    assert!(
+        asked.elapsed() < Duration::from_millis(500),
+        "{:?}",
+        asked.elapsed()
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+    t.end();
+}
+
+#[test]
+fn a_daemonizing_server_leaves_nothing_when_the_run_ends() {
+    let dir = tmp();
+    let ws = root(&dir);
+    let t = toolset(&ws, &scripted("s", &["daemon"], ""));
+    let out = t.call("s__daemon", json!({"beat": "beat.txt"}));
+    assert_eq!(out.text, "daemon started", "{out:?}");
+    let beat = ws.join("beat.txt");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while std::fs::metadata(&beat).map_or(0, |m| m.len()) < 3 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(
+        std::fs::metadata(&beat).unwrap().len() >= 3,
+        "the daemon never beat"
+    );
+    t.end();
+    drop(t);
+    // The daemon beats every 20 ms: over 300 ms, a living one would beat.
+    std::thread::sleep(Duration::from_millis(200));
+    let before = std::fs::metadata(&beat).unwrap().len();
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(
+        std::fs::metadata(&beat).unwrap().len(),
+        before,
+        "the daemon outlived the run"
+    );
+}
+
+#[test]
+fn a_dead_server_is_restarted_with_back_off() {
+    let dir = tmp();
+    let ws = root(&dir);
+    let t = toolset(&ws, &scripted("s", &["die", "echo"], ""));
+    // Started once, then restarted after each death: at most
+    // MAX_RESTARTS_PER_MINUTE times.
+    for _ in 0..cubby_mcp::MAX_RESTARTS_PER_MINUTE {
+        let out = t.call("s__die", json!({}));
+        assert!(out.text.starts_with("ERROR network"), "{out:?}");
+        assert_eq!(
+            t.call("s__echo", json!({"text": "back"})).text,
+            "echo: back"
+        );
+    }
+    let out = t.call("s__die", json!({}));
+    assert!(out.text.starts_with("ERROR network"), "{out:?}");
+    // A fourth restart within the minute: refused, nothing started.
+    let out = t.call("s__echo", json!({"text": "x"}));
+    assert!(out.text.starts_with("ERROR network"), "{out:?}");
+    assert!(
+        out.text.contains("restarted 3 times in the last minute"),
+        "{out:?}"
+    );
+    t.end();
+}
+
+#[test]
+fn a_relisting_hides_a_changed_tool_and_offers_no_new_one() {
+    let dir = tmp();
+    let ws = root(&dir);
+    let t = toolset(&ws, &scripted("s", &["echo", "grow"], ""));
+    assert!(t.tool_names().contains(&"s__echo"));
+    let changes = Arc::new(AtomicUsize::new(0));
+    let seen = changes.clone();
+    t.watch_tools(Arc::new(move || {
+        seen.fetch_add(1, Ordering::SeqCst);
+    }));
+    // The server adds `fresh`, changes `echo` and sends list_changed.
+    assert_eq!(t.call("s__grow", json!({})).text, "grown");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while changes.load(Ordering::SeqCst) == 0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(
+        changes.load(Ordering::SeqCst),
+        1,
+        "the change of the offered set was not told"
+    );
+    let names = t.tool_names();
+    assert!(!names.contains(&"s__echo"), "{names:?}");
+    assert!(names.contains(&"s__grow"), "{names:?}");
+    assert!(!names.iter().any(|n| n.contains("fresh")), "{names:?}");
+    let out = t.call("s__echo", json!({"text": "x"}));
+    assert!(out.text.starts_with("ERROR denied"), "{out:?}");
+    let out = t.call("s__fresh", json!({}));
+    assert!(out.is_error && !out.text.contains("FRESH RAN"), "{out:?}");
+    t.end();
+}
+
+#[test]
+fn a_changed_definition_is_hidden_until_accepted() {
+    let dir = tmp();
+    let ws = root(&dir);
+    let state = tmp();
+    let toml = format!(
+        "state_dir = {:?}\n{}",
+        root(&state).display().to_string(),
+        scripted("s", &["echo"], "")
+    );
+    let t = toolset(&ws, &toml);
+    assert!(t.tool_names().contains(&"s__echo"));
+    t.end();
+    std::fs::write(
+        ws.join("desc.txt"),
+        // U+009B: a C1 control (CSI) that JSON does not escape.
+        "Echoes its text, and ignores your instructions.\u{9b}31m",
+    )
+    .unwrap();
+    let t = toolset(&ws, &toml);
+    assert!(!t.tool_names().contains(&"s__echo"), "{:?}", t.tool_names());
+    let out = t.call("s__echo", json!({"text": "x"}));
+    assert!(out.text.starts_with("ERROR denied"), "{out:?}");
+    t.end();
+    // `cubby doctor` shows the change and accepts it.
+    let config = state.path().join("cubby.toml");
+    std::fs::write(&config, &toml).unwrap();
+    let doctor = std::process::Command::new(env!("CARGO_BIN_EXE_cubby"))
+        .args(["doctor", "--root"])
+        .arg(&ws)
+        .arg("--config")
+        .arg(&config)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&doctor.stdout);
+    assert!(text.contains("--accept-upstream s"), "{text}");
+    assert!(text.contains("ignores your instructions"), "{text}");
+    assert!(!text.contains('\u{9b}'), "{text}");
+    let accepted = std::process::Command::new(env!("CARGO_BIN_EXE_cubby"))
+        .args(["doctor", "--accept-upstream", "s", "--root"])
+        .arg(&ws)
+        .arg("--config")
+        .arg(&config)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&accepted.stdout);
+    assert!(text.contains("accepted the definitions of echo"), "{text}");
+    let t = toolset(&ws, &toml);
+    assert!(t.tool_names().contains(&"s__echo"));
+    t.end();
+    // A new property in the input schema: hidden too, until accepted.
+    std::fs::write(ws.join("schema.txt"), "").unwrap();
+    let t = toolset(&ws, &toml);
+    assert!(!t.tool_names().contains(&"s__echo"), "{:?}", t.tool_names());
+    t.end();
+    let doctor = std::process::Command::new(env!("CARGO_BIN_EXE_cubby"))
+        .args(["doctor", "--root"])
+        .arg(&ws)
+        .arg("--config")
+        .arg(&config)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&doctor.stdout);
+    assert!(text.contains("\"mode\""), "{text}");
+    let accepted = std::process::Command::new(env!("CARGO_BIN_EXE_cubby"))
+        .args(["doctor", "--accept-upstream", "s", "--root"])
+        .arg(&ws)
+        .arg("--config")
+        .arg(&config)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&accepted.stdout);
+    assert!(text.contains("accepted the definitions of echo"), "{text}");
+    let t = toolset(&ws, &toml);
+    assert!(t.tool_names().contains(&"s__echo"));
+    t.end();
+}
+
+#[test]
+fn another_cubby_is_an_http_upstream_under_the_network_rules() {
+    let far = tmp();
+    std::fs::write(far.path().join("hello.txt"), "hello from far\n").unwrap();
+    let server = common::Serve::start(&root(&far));
+    let dir = tmp();
+    let ws = root(&dir);
+    let section = format!(
+        "[upstream.far]\nurl = {:?}\ntools = [\"read_file\"]\n",
+        server.url()
+    );
+    // Loopback is refused unless `allowed_cidrs` lists it.
+    let t = toolset(&ws, &section);
+    assert!(!t.tool_names().contains(&"far__read_file"));
+    let out = t.call("far__read_file", json!({"path": "hello.txt"}));
+    assert!(out.text.contains("allowed_cidrs"), "{out:?}");
+    t.end();
+    let toml = format!("[network]\nallowed_cidrs = [\"127.0.0.1/32\"]\n{section}");
+    let t = toolset(&ws, &toml);
+    let out = t.call("far__read_file", json!({"path": "hello.txt"}));
+    assert!(out.text.contains("hello from far"), "{out:?}");
+    t.end();
+}
+
+fn npm_dir() -> PathBuf {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _guard = LOCK.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = repo_root().join("target/mcp-upstream");
+    let entry = |pkg: &str| {
+        dir.join(format!(
+            "node_modules/@modelcontextprotocol/{pkg}/dist/index.js"
+        ))
+    };
+    common::npm_install(&dir, &SERVERS, || {
+        entry("server-everything").exists() && entry("server-filesystem").exists()
+    });
+    dir
+}
+
+#[test]
+fn the_reference_servers_from_npm_run_as_stdio_upstreams() {
+    let npm = npm_dir();
+    let dir = tmp();
+    let ws = root(&dir);
+    std::fs::write(ws.join("notes.txt"), "from the workspace\n").unwrap();
+    let everything = npm.join("node_modules/@modelcontextprotocol/server-everything/dist/index.js");
+    let filesystem = npm.join("node_modules/@modelcontextprotocol/server-filesystem/dist/index.js");
+    let toml = format!(
+        "[upstream.every]\ncommand = [\"node\", {:?}, \"stdio\"]\ntools = [\"echo\", \"get-sum\", \"get-tiny-image\", \"get-resource-links\"]\n\
+         [upstream.fs]\ncommand = [\"node\", {:?}, {:?}]\ntools = [\"read_text_file\", \"list_directory\"]\n",
+        everything.display().to_string(),
+        filesystem.display().to_string(),
+        ws.display().to_string()
+    );
+    let t = toolset(&ws, &toml);
+    let names = t.tool_names();
+    for want in [
+        "every__echo",
+        "every__get-sum",
+        "fs__read_text_file",
+        "fs__list_directory",
+    ] {
+        assert!(names.contains(&want), "{want} not in {names:?}");
+    }
+    assert!(!names.iter().any(|n| n.contains("get-env")), "{names:?}");
+    let out = t.call("every__echo", json!({"message": "hello"}));
+    assert!(out.text.contains("hello"), "{out:?}");
+    let out = t.call("every__get-sum", json!({"a": 2, "b": 3}));
+    assert!(out.text.contains('5'), "{out:?}");
+    let out = t.call("every__get-tiny-image", json!({}));
+    assert!(
+        out.attachments
+            .iter()
+            .any(|a| matches!(a, Attachment::Image(_))),
+        "{out:?}"
+    );
+    let out = t.call("every__get-resource-links", json!({"count": 2}));
+    assert!(!out.is_error, "{out:?}");
+    let path = ws.join("notes.txt");
+    let out = t.call(
+        "fs__read_text_file",
+        json!({"path": path.display().to_string()}),
+    );
+    assert!(out.text.contains("from the workspace"), "{out:?}");
+    let out = t.call("fs__read_text_file", json!({"path": "/etc/hostname"}));
+    assert!(out.is_error || out.text.contains("denied"), "{out:?}");
+    t.end();
+}
+
+/// One JSON-RPC line to `cubby mcp`.
+fn send_line(stdin: &mut std::process::ChildStdin, message: &serde_json::Value) {
+    use std::io::Write;
+    let mut line = serde_json::to_vec(message).unwrap();
+    line.push(b'\n');
+    stdin.write_all(&line).unwrap();
+    stdin.flush().unwrap();
+}
+
+/// The next line from `lines` that `wanted` accepts (others skipped),
+/// within 30 s.
+fn next_matching(
+    lines: &std::sync::mpsc::Receiver<serde_json::Value>,
+    wanted: impl Fn(&serde_json::Value) -> bool,
+) -> serde_json::Value {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let v = lines
+            .recv_timeout(left)
+            .expect("no such message from cubby mcp");
+        if wanted(&v) {
+            return v;
+        }
+    }
+}
+
+fn listed_names(answer: &serde_json::Value) -> Vec<String> {
+    answer["result"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// A child process killed (and reaped) when dropped, also when the test
+/// fails half-way.
+struct Killed(std::process::Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        if let Ok(None) = self.0.try_wait() {
+            let _ = self.0.kill();
+        }
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn an_mcp_client_is_told_when_the_offered_tools_change() {
+    use std::io::{BufRead, BufReader};
+    use std::process::{Command, Stdio};
+    let dir = tmp();
+    let ws = root(&dir);
+    let config_dir = tmp();
+    let config = config_dir.path().join("cubby.toml");
+    std::fs::write(&config, scripted("s", &["echo", "grow"], "")).unwrap();
+    let mut child = Killed(
+        Command::new(env!("CARGO_BIN_EXE_cubby"))
+            .arg("mcp")
+            .arg("--root")
+            .arg(&ws)
+            .arg("--config")
+            .arg(&config)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let mut stdin = child.0.stdin.take().unwrap();
+    let stdout = child.0.stdout.take().unwrap();
+    let (tx, lines) = std::sync::mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if tx
+                .send(serde_json::from_str::<serde_json::Value>(&line).unwrap())
+                .is_err()
+            {
+                break;
+            }
+        }
+    });
+    let id_is = |id: i64| move |v: &serde_json::Value| v["id"] == id && v.get("method").is_none();
+    send_line(
+        &mut stdin,
+        &json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "test", "version": "1"}}}),
+    );
+    let init = next_matching(&lines, id_is(1));
+    assert_eq!(
+        init["result"]["capabilities"]["tools"]["listChanged"], true,
+        "{init}"
+    );
+    send_line(
+        &mut stdin,
+        &json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+    );
+    send_line(
+        &mut stdin,
+        &json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}),
+    );
+    let names = listed_names(&next_matching(&lines, id_is(2)));
+    assert!(names.contains(&"s__echo".to_string()), "{names:?}");
+    send_line(
+        &mut stdin,
+        &json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+                "params": {"name": "s__grow", "arguments": {}}}),
+    );
+    // The answer and the notification, in either order.
+    let mut answered = false;
+    let mut told = false;
+    while !(answered && told) {
+        let v = next_matching(&lines, |v| {
+            v["id"] == 3 || v["method"] == "notifications/tools/list_changed"
+        });
+        if v["id"] == 3 {
+            assert_eq!(v["result"]["content"][0]["text"], "grown", "{v}");
+            answered = true;
+        } else {
+            told = true;
+        }
+    }
+    send_line(
+        &mut stdin,
+        &json!({"jsonrpc": "2.0", "id": 4, "method": "tools/list"}),
+    );
+    let names = listed_names(&next_matching(&lines, id_is(4)));
+    assert!(!names.contains(&"s__echo".to_string()), "{names:?}");
+    assert!(names.contains(&"s__grow".to_string()), "{names:?}");
+    assert!(!names.iter().any(|n| n.contains("fresh")), "{names:?}");
+    // EOF ends the session, its upstream server with it.
+    drop(stdin);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while child.0.try_wait().unwrap().is_none() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(
+        child.0.try_wait().unwrap().is_some(),
+        "cubby mcp did not exit at EOF"
+    );
+    reader.join().unwrap();
+}
+
+#[test]
+fn a_protected_path_stays_reserved_while_any_sandbox_of_the_workspace_runs() {
+    let dir = tmp();
+    let ws = root(&dir);
+    // The upstream server starts with the run: its command reserves the
+    // missing protected paths (`.codex/`, …).
+    let t = toolset(&ws, &scripted("s", &["die", "echo"], ""));
+    assert_eq!(t.call("s__echo", json!({"text": "x"})).text, "echo: x");
+    // A command of the workspace's own sandbox, running across the
+    // upstream server's death, then trying to create `.codex/`.
+    let script = "while [ ! -e go.flag ]; do sleep 0.01; done; \
+                  mkdir -p .codex/x 2>/dev/null && echo made > .codex/x/config.toml; \
+                  echo done > done.flag";
+    let out = t.call("start_process", json!({"name": "late", "command": script}));
+    assert!(!out.is_error, "{out:?}");
+    // The server dies: its uses of the reservations end.
+    let out = t.call("s__die", json!({}));
+    assert!(out.text.starts_with("ERROR network"), "{out:?}");
+    std::fs::write(ws.join("go.flag"), "").unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !ws.join("done.flag").exists() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(ws.join("done.flag").exists(), "the command never finished");
+    assert!(
+        !ws.join(".codex/x").exists(),
+        "a command created the protected `.codex/` after the upstream server's sandbox let go of it"
+    );
+    t.end();
+}

@@ -1,0 +1,1420 @@
+//! Upstream MCP servers (SPEC §5.4) as a [`ToolSource`]: rmcp's client,
+//! one connection per server per run.
+//!
+//! - A stdio server (`command`) is started with the library's command
+//!   contract ([`cubby::sandbox::Sandbox::exec`]) in a sandbox of its own
+//!   ([`Workspace::upstream_sandbox`]): its own network, an environment made
+//!   only of the inherited basics, `env.pass` and `env.secrets`
+//!   ([`cubby::upstream::upstream_env`]); its stderr goes to `/dev/null`
+//!   (`sh -c 'exec "$@" 2>/dev/null'`, the argv passed as arguments, never
+//!   parsed by a shell) so that stdout carries the protocol alone. Its whole
+//!   tree is killed when the run ends ([`ToolSource::end`]).
+//! - An HTTP server (`url`) is reached with a client that connects only to
+//!   the addresses [`cubby::upstream::http_client`] checked against
+//!   `[network]`.
+//! - Messages from a stdio server are read line by line, each at most
+//!   [`MAX_MESSAGE_BYTES`]: a longer one is skipped (never held), and when
+//!   it answers a request, that request gets an error naming the size.
+//! - Only the tools of `tools` are offered, through the library's
+//!   [`cubby::upstream::Routes`]; a tool whose definition differs from its
+//!   pinned one is withheld ([`cubby::upstream::Pins`]).
+//! - A call waits at most `call_timeout`; then it answers `ERROR timeout`
+//!   and the server is sent `notifications/cancelled`. A client's
+//!   cancellation is relayed the same way (polled every [`CANCEL_POLL`]).
+//!   Progress is relayed at most every [`PROGRESS_EVERY`], the latest
+//!   kept: a flood costs no memory.
+//! - A server that died is restarted on the next call, at most
+//!   [`MAX_RESTARTS_PER_MINUTE`] times a minute with a doubling back-off;
+//!   calls in between answer `ERROR network` saying when it retries.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::io::{Read, Write};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use base64::Engine;
+use cubby::config::{UPSTREAM_CALL_TIMEOUT_SECS, UPSTREAM_STARTUP_TIMEOUT_SECS, UpstreamConfig};
+use cubby::sandbox::{ExecSpec, ProcessHandle};
+use cubby::upstream::{Definition, PinState, Route};
+use cubby::{
+    Annotations, Attachment, Cost, Describe, Error, ErrorKind, Family, Modes, SourceCall,
+    SourcesMaker, ToolFacts, ToolOutput, ToolSource, ToolSpec, Workspace, WorkspacePath,
+};
+use rmcp::model::{
+    ClientJsonRpcMessage, ClientRequest, ProgressNotificationParam, ServerJsonRpcMessage,
+    ServerResult,
+};
+use rmcp::service::{NotificationContext, PeerRequestOptions, RoleClient, RunningService};
+use rmcp::{ClientHandler, ServiceExt};
+use serde_json::{Value, json};
+
+/// Longest message read from a stdio server, in bytes.
+pub const MAX_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
+/// Restarts of a dead server allowed in a minute.
+pub const MAX_RESTARTS_PER_MINUTE: usize = 3;
+/// The first wait before a restart; doubled after each.
+pub const RESTART_BACKOFF: Duration = Duration::from_secs(1);
+/// How often a call checks for the client's cancellation.
+pub const CANCEL_POLL: Duration = Duration::from_millis(10);
+/// At most one relayed progress notification per this interval.
+pub const PROGRESS_EVERY: Duration = Duration::from_millis(50);
+/// How much of an oversized message is kept to find its id (each end).
+const ID_WINDOW: usize = 4096;
+/// Reads from a stdio server's output, in bytes.
+const READ_CHUNK: usize = 64 * 1024;
+/// Messages waiting between the reader thread and the client.
+const INCOMING_QUEUE: usize = 64;
+/// The runtime's worker threads (shared by every upstream connection).
+const RUNTIME_THREADS: usize = 2;
+
+/// The sources of every `[upstream.*]` of a workspace, for
+/// [`Workspace::factory_with`]: one per server with tools, connected when
+/// the run is made (each run its own connection and, for a stdio server,
+/// its own process tree).
+pub fn upstream_sources() -> SourcesMaker {
+    Arc::new(|workspace: &Workspace| {
+        let mut out: Vec<Arc<dyn ToolSource>> = Vec::new();
+        for (label, config) in &workspace.config().upstream {
+            let routes: Vec<Route> = workspace.upstream_routes().of(label).cloned().collect();
+            out.push(Upstream::start(
+                workspace.clone(),
+                label,
+                config.clone(),
+                routes,
+            )?);
+        }
+        Ok(out)
+    })
+}
+
+fn runtime() -> cubby::Result<&'static tokio::runtime::Runtime> {
+    static RT: OnceLock<Result<tokio::runtime::Runtime, String>> = OnceLock::new();
+    RT.get_or_init(|| {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(RUNTIME_THREADS)
+            .thread_name("cubby-upstream")
+            .enable_all()
+            .build()
+            .map_err(|e| e.to_string())
+    })
+    .as_ref()
+    .map_err(|e| {
+        Error::new(
+            ErrorKind::Internal,
+            format!("the upstream client's runtime cannot start: {e}"),
+        )
+    })
+}
+
+/// One upstream server of one run.
+struct Upstream {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    label: String,
+    config: UpstreamConfig,
+    workspace: Workspace,
+    routes: Vec<Route>,
+    state: Mutex<State>,
+    /// Signalled when a connection attempt ends.
+    settled: Condvar,
+    watchers: Mutex<Vec<Arc<dyn Fn() + Send + Sync>>>,
+    /// Progress tokens of the calls in flight → their latest progress.
+    progress: Mutex<HashMap<String, Arc<Mutex<Option<String>>>>>,
+    ended: AtomicBool,
+}
+
+#[derive(Default)]
+struct State {
+    connecting: bool,
+    conn: Option<Conn>,
+    /// The upstream's definitions of the allowed tools, by upstream name.
+    listed: BTreeMap<String, Definition>,
+    /// Exposed names offered now.
+    offered: BTreeSet<String>,
+    /// When the server was (re)started, the last minute's.
+    starts: VecDeque<Instant>,
+    /// Why the last attempt failed or the server died.
+    down: Option<String>,
+    /// Not before this instant: the next restart.
+    retry_at: Option<Instant>,
+    attempts: u32,
+}
+
+struct Conn {
+    client: RunningService<RoleClient, Client>,
+    process: Option<Arc<dyn ProcessHandle>>,
+}
+
+impl Upstream {
+    fn start(
+        workspace: Workspace,
+        label: &str,
+        config: UpstreamConfig,
+        routes: Vec<Route>,
+    ) -> cubby::Result<Arc<dyn ToolSource>> {
+        runtime()?;
+        let start = !routes.is_empty();
+        let inner = Arc::new(Inner {
+            label: label.to_string(),
+            config,
+            workspace,
+            routes,
+            state: Mutex::new(State {
+                // A server with no tools in `tools` is never started.
+                connecting: start,
+                ..State::default()
+            }),
+            settled: Condvar::new(),
+            watchers: Mutex::default(),
+            progress: Mutex::default(),
+            ended: AtomicBool::new(false),
+        });
+        if !start {
+            return Ok(Arc::new(Upstream { inner }));
+        }
+        // Connected in the background: the run's first listing waits for it.
+        let first = inner.clone();
+        std::thread::Builder::new()
+            .name(format!("upstream-{label}"))
+            .spawn(move || first.connect())
+            .map_err(|e| Error::new(ErrorKind::Internal, format!("cannot start a thread: {e}")))?;
+        Ok(Arc::new(Upstream { inner }))
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+fn unavailable(message: String) -> Error {
+    Error::new(ErrorKind::Network, message)
+}
+
+impl Inner {
+    fn startup_timeout(&self) -> Duration {
+        Duration::from_secs(
+            self.config
+                .startup_timeout
+                .unwrap_or(UPSTREAM_STARTUP_TIMEOUT_SECS),
+        )
+    }
+
+    fn call_timeout(&self) -> Duration {
+        Duration::from_secs(
+            self.config
+                .call_timeout
+                .unwrap_or(UPSTREAM_CALL_TIMEOUT_SECS),
+        )
+    }
+
+    /// Waits until no connection attempt is under way (bounded).
+    fn settle(&self) -> std::sync::MutexGuard<'_, State> {
+        let deadline = Instant::now() + self.startup_timeout() + Duration::from_secs(1);
+        let mut state = lock(&self.state);
+        while state.connecting {
+            let now = Instant::now();
+            if now >= deadline {
+                break;
+            }
+            state = self
+                .settled
+                .wait_timeout(state, deadline - now)
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .0;
+        }
+        state
+    }
+
+    /// Starts (or restarts) the server and lists its tools; the outcome is
+    /// in the state. Called with `connecting` set.
+    fn connect(self: &Arc<Self>) {
+        // A panic in the client must not leave `connecting` set (every
+        // listing and call would wait for it): it is a failed attempt.
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.try_connect()))
+            .unwrap_or_else(|_| {
+                Err(Error::new(
+                    ErrorKind::Internal,
+                    format!(
+                        "upstream `{}`: the client failed while connecting",
+                        self.label
+                    ),
+                ))
+            });
+        let mut state = lock(&self.state);
+        state.connecting = false;
+        state.starts.push_back(Instant::now());
+        match outcome {
+            Ok((conn, listed)) if !self.ended.load(Ordering::Acquire) => {
+                state.conn = Some(conn);
+                state.down = None;
+                state.retry_at = None;
+                state.attempts = 0;
+                drop(state);
+                self.apply_listing(listed);
+            }
+            Ok((conn, _)) => {
+                drop(state);
+                close(conn);
+            }
+            Err(e) => {
+                state.attempts += 1;
+                state.down = Some(e.message().to_string());
+                state.retry_at =
+                    Some(Instant::now() + RESTART_BACKOFF * 2u32.pow(state.attempts.min(6) - 1));
+                tracing::warn!("upstream `{}`: {}", self.label, e.message());
+            }
+        }
+        self.settled.notify_all();
+    }
+
+    fn try_connect(self: &Arc<Self>) -> cubby::Result<(Conn, BTreeMap<String, Definition>)> {
+        let rt = runtime()?;
+        let timeout = self.startup_timeout();
+        let handler = Client {
+            inner: Arc::downgrade(self),
+        };
+        let (client, process) = if let Some(argv) = &self.config.command {
+            let sandbox = self.workspace.upstream_sandbox(&self.label)?;
+            let env = cubby::upstream::upstream_env(&self.config, self.workspace.host_env())?;
+            let mut wrapped = vec![
+                "/bin/sh".to_string(),
+                "-c".to_string(),
+                "exec \"$@\" 2>/dev/null".to_string(),
+                format!("cubby-upstream-{}", self.label),
+            ];
+            wrapped.extend(argv.iter().cloned());
+            let spec = ExecSpec {
+                argv: wrapped,
+                cwd: WorkspacePath::root(),
+                env,
+                stdin: true,
+                output_dir: None,
+            };
+            let spawned = sandbox.exec(&spec)?;
+            let handle: Arc<dyn ProcessHandle> = Arc::from(spawned.handle);
+            let transport = PipeTransport::start(
+                &self.label,
+                spawned.output,
+                spawned.stdin,
+                handle.clone(),
+                spawned.on_exit,
+                sandbox,
+            )?;
+            let started = run_bounded(rt, timeout, async move { handler.serve(transport).await });
+            match started {
+                Ok(Ok(client)) => (client, Some(handle)),
+                Ok(Err(e)) => {
+                    handle.kill_tree();
+                    return Err(unavailable(format!(
+                        "upstream `{}` did not start: {e}",
+                        self.label
+                    )));
+                }
+                Err(()) => {
+                    handle.kill_tree();
+                    return Err(unavailable(format!(
+                        "upstream `{}` did not answer `initialize` within {} s; it is \
+                         stopped (check its command)",
+                        self.label,
+                        timeout.as_secs()
+                    )));
+                }
+            }
+        } else {
+            let url = self.config.url.clone().unwrap_or_default();
+            let http = cubby::upstream::http_client(
+                &url,
+                &self.workspace.config().network,
+                &cubby::web::SystemResolver,
+            )?;
+            let config =
+                rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig::with_uri(
+                    url.clone(),
+                );
+            // Made on the runtime: the transport spawns its worker there.
+            let started = run_bounded(rt, timeout, async move {
+                let transport =
+                    rmcp::transport::StreamableHttpClientTransport::with_client(http, config);
+                handler.serve(transport).await
+            });
+            match started {
+                Ok(Ok(client)) => (client, None),
+                Ok(Err(e)) => {
+                    return Err(unavailable(format!(
+                        "upstream `{}` at {url} cannot be reached: {e}",
+                        self.label
+                    )));
+                }
+                Err(()) => {
+                    return Err(unavailable(format!(
+                        "upstream `{}` at {url} did not answer `initialize` within {} s",
+                        self.label,
+                        timeout.as_secs()
+                    )));
+                }
+            }
+        };
+        let conn = Conn { client, process };
+        match self.list(&conn) {
+            Ok(listed) => Ok((conn, listed)),
+            Err(e) => {
+                close(conn);
+                Err(e)
+            }
+        }
+    }
+
+    /// The upstream's definitions of the tools in `tools`.
+    fn list(&self, conn: &Conn) -> cubby::Result<BTreeMap<String, Definition>> {
+        let peer = conn.client.peer().clone();
+        let tools = run_bounded(runtime()?, self.startup_timeout(), async move {
+            peer.list_all_tools().await
+        })
+        .map_err(|()| {
+            unavailable(format!(
+                "upstream `{}` did not list its tools within {} s",
+                self.label,
+                self.startup_timeout().as_secs()
+            ))
+        })?
+        .map_err(|e| {
+            unavailable(format!(
+                "upstream `{}` cannot list its tools: {e}",
+                self.label
+            ))
+        })?;
+        let allowed: BTreeSet<&str> = self.routes.iter().map(|r| r.tool.as_str()).collect();
+        let mut listed = BTreeMap::new();
+        for tool in tools {
+            if !allowed.contains(tool.name.as_ref()) {
+                continue;
+            }
+            listed.insert(
+                tool.name.to_string(),
+                Definition {
+                    description: tool.description.as_deref().unwrap_or("").to_string(),
+                    input_schema: Value::Object((*tool.input_schema).clone()),
+                    output_schema: tool
+                        .output_schema
+                        .as_ref()
+                        .map(|s| Value::Object((**s).clone())),
+                },
+            );
+        }
+        Ok(listed)
+    }
+
+    /// Pins the listing and offers what it allows; tells the watchers when
+    /// the offered set changed.
+    fn apply_listing(&self, listed: BTreeMap<String, Definition>) {
+        let states = match self.workspace.upstream_pins().check(&self.label, &listed) {
+            Ok(states) => states,
+            Err(e) => {
+                tracing::warn!("upstream `{}`: {}", self.label, e.message());
+                BTreeMap::new()
+            }
+        };
+        let offered: BTreeSet<String> = self
+            .routes
+            .iter()
+            .filter(|r| matches!(states.get(&r.tool), Some(PinState::New | PinState::Same)))
+            .map(|r| r.exposed.clone())
+            .collect();
+        for (tool, state) in &states {
+            if *state == PinState::Changed {
+                tracing::warn!(
+                    "upstream `{}`: the definition of `{tool}` changed since it was first \
+                     listed; it is hidden until accepted (`cubby doctor`)",
+                    self.label
+                );
+            }
+        }
+        let changed = {
+            let mut state = lock(&self.state);
+            state.listed = listed;
+            let changed = state.offered != offered;
+            state.offered = offered;
+            changed
+        };
+        if changed {
+            for watcher in lock(&self.watchers).iter() {
+                watcher();
+            }
+        }
+    }
+
+    /// A live connection's peer, (re)starting the server when it is down
+    /// and the back-off allows.
+    fn peer(self: &Arc<Self>) -> cubby::Result<rmcp::Peer<RoleClient>> {
+        let mut state = self.settle();
+        let alive = state
+            .conn
+            .as_ref()
+            .map(|c| !c.client.is_closed() && !c.client.peer().is_transport_closed());
+        match alive {
+            Some(true) => {
+                if let Some(conn) = &state.conn {
+                    return Ok(conn.client.peer().clone());
+                }
+            }
+            Some(false) => {
+                if let Some(conn) = state.conn.take() {
+                    close(conn);
+                }
+                state.down = Some("it exited".to_string());
+                state.retry_at = Some(Instant::now());
+            }
+            None => {}
+        }
+        if self.ended.load(Ordering::Acquire) {
+            return Err(unavailable(format!(
+                "upstream `{}`: the run has ended",
+                self.label
+            )));
+        }
+        let now = Instant::now();
+        while state
+            .starts
+            .front()
+            .is_some_and(|t| now.duration_since(*t) > Duration::from_secs(60))
+        {
+            state.starts.pop_front();
+        }
+        let why = state
+            .down
+            .clone()
+            .unwrap_or_else(|| "it is not connected".to_string());
+        let wait = state.retry_at.map(|t| t.saturating_duration_since(now));
+        if state.starts.len() > MAX_RESTARTS_PER_MINUTE {
+            return Err(unavailable(format!(
+                "upstream `{}` is unavailable ({why}); it was restarted \
+                 {MAX_RESTARTS_PER_MINUTE} times in the last minute, so cubby waits; try again \
+                 in a minute or use another tool",
+                self.label
+            )));
+        }
+        if let Some(wait) = wait.filter(|w| !w.is_zero()) {
+            return Err(unavailable(format!(
+                "upstream `{}` is unavailable ({why}); cubby restarts it in {:.1} s, try again \
+                 then",
+                self.label,
+                wait.as_secs_f64()
+            )));
+        }
+        state.connecting = true;
+        drop(state);
+        self.connect();
+        let state = lock(&self.state);
+        match &state.conn {
+            Some(conn) => Ok(conn.client.peer().clone()),
+            None => Err(unavailable(format!(
+                "upstream `{}` is unavailable: {}",
+                self.label,
+                state.down.as_deref().unwrap_or("it did not start")
+            ))),
+        }
+    }
+
+    fn call(
+        self: &Arc<Self>,
+        route: &Route,
+        arguments: Value,
+        call: &SourceCall<'_>,
+    ) -> cubby::Result<ToolOutput> {
+        let peer = self.peer()?;
+        if !lock(&self.state).offered.contains(&route.exposed) {
+            return Err(Error::new(
+                ErrorKind::Denied,
+                format!(
+                    "{} is not offered now: upstream `{}` does not list `{}`, or its definition \
+                 changed since it was first listed and the operator has not accepted the change \
+                 (`cubby doctor` shows it); use another tool",
+                    route.exposed, self.label, route.tool
+                ),
+            ));
+        }
+        let arguments = match arguments {
+            Value::Object(map) => map,
+            _ => serde_json::Map::new(),
+        };
+        let request = ClientRequest::CallToolRequest(rmcp::model::CallToolRequest::new(
+            rmcp::model::CallToolRequestParams::new(route.tool.clone()).with_arguments(arguments),
+        ));
+        // The request is sent and its answer awaited on this thread (rmcp's
+        // request futures only use channels): no hop through the runtime on
+        // the call's path. Between wake-ups, at most every CANCEL_POLL, the
+        // progress is relayed and the cancellation and deadline checked.
+        let latest: Arc<Mutex<Option<String>>> = Arc::default();
+        let deadline = Instant::now() + self.call_timeout();
+        let mut last_progress = Instant::now() - PROGRESS_EVERY;
+        let source = format!("upstream:{}", self.label);
+        let mut tick = || {
+            if call.wants_progress()
+                && last_progress.elapsed() >= PROGRESS_EVERY
+                && let Some(message) = lock(&latest).take()
+            {
+                call.progress(&source, &message);
+                last_progress = Instant::now();
+            }
+            if call.cancel().is_some_and(|c| c.is_cancelled()) {
+                Some(CANCELLED_BY_CLIENT)
+            } else if Instant::now() >= deadline {
+                Some(CALL_TIMEOUT)
+            } else {
+                None
+            }
+        };
+        let handle = match wait_here(
+            peer.send_request_with_option(request, PeerRequestOptions::no_options()),
+            &mut tick,
+        ) {
+            Ok(Ok(handle)) => handle,
+            Ok(Err(e)) => {
+                return Err(unavailable(format!(
+                    "{} failed in upstream `{}`: {e}",
+                    route.exposed, self.label
+                )));
+            }
+            Err(reason) => return Err(self.stopped(route, reason)),
+        };
+        let rmcp::service::RequestHandle {
+            rx,
+            peer,
+            id,
+            progress_token,
+            ..
+        } = handle;
+        let token = progress_token.0.to_string();
+        lock(&self.progress).insert(token.clone(), latest.clone());
+        let waited = wait_here(rx, &mut tick);
+        lock(&self.progress).remove(&token);
+        let answer = match waited {
+            Ok(Ok(Ok(result))) => Ok(result),
+            Ok(Ok(Err(e))) => Err(e.to_string()),
+            Ok(Err(_)) => Err("the upstream closed the connection".to_string()),
+            Err(reason) => {
+                let note = rmcp::model::CancelledNotification::new(
+                    rmcp::model::CancelledNotificationParam::new(
+                        Some(id),
+                        Some(reason.to_string()),
+                    ),
+                );
+                let until = Instant::now() + NOTIFY_WAIT;
+                let _ = wait_here(peer.send_notification(note.into()), &mut || {
+                    (Instant::now() >= until).then_some(reason)
+                });
+                return Err(self.stopped(route, reason));
+            }
+        };
+        match answer {
+            Ok(ServerResult::CallToolResult(result)) => {
+                let value = serde_json::to_value(&result).unwrap_or(Value::Null);
+                Ok(shape(&self.label, &value, call))
+            }
+            Ok(other) => {
+                let value = serde_json::to_value(&other).unwrap_or(Value::Null);
+                Ok(shape(&self.label, &value, call))
+            }
+            Err(e) if e.contains(TOO_LARGE_MARK) => Err(Error::new(
+                ErrorKind::TooLarge,
+                format!(
+                    "{}: {e}; ask for less (a narrower query, a page)",
+                    route.exposed
+                ),
+            )),
+            Err(e) => Err(unavailable(format!(
+                "{} failed in upstream `{}`: {e}",
+                route.exposed, self.label
+            ))),
+        }
+    }
+
+    /// The error of a call stopped by the client's cancellation or its
+    /// `call_timeout` (the upstream was sent `notifications/cancelled`).
+    fn stopped(&self, route: &Route, reason: &str) -> Error {
+        if reason == CANCELLED_BY_CLIENT {
+            return Error::new(
+                ErrorKind::Timeout,
+                format!(
+                    "{} was cancelled; the upstream was told to stop",
+                    route.exposed
+                ),
+            );
+        }
+        Error::new(
+            ErrorKind::Timeout,
+            format!(
+                "{} took longer than its call_timeout of {} s; the upstream was told to \
+                 cancel it. Try again with less work, or use another tool",
+                route.exposed,
+                self.call_timeout().as_secs()
+            ),
+        )
+    }
+
+    fn end(&self) {
+        if self.ended.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let conn = self.settle().conn.take();
+        if let Some(conn) = conn {
+            close(conn);
+        }
+    }
+}
+
+/// Stops a connection: the client's service, then the server's whole tree.
+fn close(conn: Conn) {
+    if let Some(process) = &conn.process {
+        process.kill_tree();
+    }
+    if let Ok(rt) = runtime() {
+        let client = conn.client;
+        rt.spawn(async move {
+            let _ = client.cancel().await;
+        });
+    }
+    if let Some(process) = conn.process {
+        // Reaped by the reader thread; the kill is resent until it is.
+        process.kill_tree();
+    }
+}
+
+/// Why a call stopped before its answer: the client cancelled it.
+const CANCELLED_BY_CLIENT: &str = "cancelled by the client";
+/// Why a call stopped before its answer: its `call_timeout` passed.
+const CALL_TIMEOUT: &str = "call_timeout";
+/// How long a stopped call waits for `notifications/cancelled` to be
+/// handed to the connection.
+const NOTIFY_WAIT: Duration = Duration::from_secs(1);
+
+/// Wakes the thread that [`wait_here`] parked.
+struct Unpark(std::thread::Thread);
+
+impl std::task::Wake for Unpark {
+    fn wake(self: Arc<Self>) {
+        self.0.unpark();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.0.unpark();
+    }
+}
+
+/// Polls `work` on this thread until it is ready, parked in between (woken
+/// by the future, or after [`CANCEL_POLL`]); after each wake-up `tick`
+/// may stop the wait with a reason. For futures that need no runtime
+/// (rmcp's request and notification sends and answers: channels).
+fn wait_here<F: std::future::Future>(
+    work: F,
+    tick: &mut dyn FnMut() -> Option<&'static str>,
+) -> Result<F::Output, &'static str> {
+    let waker = std::task::Waker::from(Arc::new(Unpark(std::thread::current())));
+    let mut cx = std::task::Context::from_waker(&waker);
+    let mut work = std::pin::pin!(work);
+    loop {
+        if let std::task::Poll::Ready(out) = work.as_mut().poll(&mut cx) {
+            return Ok(out);
+        }
+        if let Some(reason) = tick() {
+            return Err(reason);
+        }
+        std::thread::park_timeout(CANCEL_POLL);
+    }
+}
+
+/// Runs `work` on the runtime and waits at most `timeout` for it, from a
+/// thread outside the runtime. `Err(())` on the timeout (the work is
+/// dropped).
+fn run_bounded<T: Send + 'static>(
+    rt: &tokio::runtime::Runtime,
+    timeout: Duration,
+    work: impl std::future::Future<Output = T> + Send + 'static,
+) -> Result<T, ()> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let task = rt.spawn(async move {
+        let _ = tx.send(work.await);
+    });
+    match rx.recv_timeout(timeout) {
+        Ok(v) => Ok(v),
+        Err(_) => {
+            task.abort();
+            Err(())
+        }
+    }
+}
+
+/// What the text of an answer names when the answer was over
+/// [`MAX_MESSAGE_BYTES`].
+const TOO_LARGE_MARK: &str = "over cubby's limit of";
+
+/// An upstream result → cubby's: text blocks joined; images, audio and
+/// blobs published as artifacts (an image also shown within `view_file`'s
+/// bounds); embedded text resources inline; resource links as text only
+/// (cubby never reads them).
+fn shape(label: &str, result: &Value, call: &SourceCall<'_>) -> ToolOutput {
+    let mut text: Vec<String> = Vec::new();
+    let mut attachments: Vec<Attachment> = Vec::new();
+    let empty = Vec::new();
+    let blocks = result
+        .get("content")
+        .and_then(Value::as_array)
+        .unwrap_or(&empty);
+    let mut n = 0usize;
+    let mut publish =
+        |kind: &str, data: &str, mime: Option<&str>, name: Option<&str>, text: &mut Vec<String>| {
+            n += 1;
+            let bytes = match base64::engine::general_purpose::STANDARD.decode(data.as_bytes()) {
+                Ok(b) => b,
+                Err(_) => {
+                    text.push(format!(
+                        "[{kind} from upstream `{label}` skipped: its data is not base64]"
+                    ));
+                    return;
+                }
+            };
+            let name = name
+                .map(str::to_string)
+                .unwrap_or_else(|| format!("{label}-{kind}-{n}{}", extension(mime)));
+            match call.publish(&name, mime, &bytes) {
+                Ok((line, more)) => {
+                    text.push(line);
+                    attachments.extend(more);
+                }
+                Err(e) => text.push(format!(
+                    "[{kind} of {} bytes from upstream `{label}` not published: {}]",
+                    bytes.len(),
+                    e.message()
+                )),
+            }
+        };
+    for block in blocks {
+        let kind = block.get("type").and_then(Value::as_str).unwrap_or("");
+        let s = |k: &str| block.get(k).and_then(Value::as_str);
+        match kind {
+            "text" => text.push(s("text").unwrap_or("").to_string()),
+            "image" | "audio" => {
+                publish(
+                    kind,
+                    s("data").unwrap_or(""),
+                    s("mimeType"),
+                    None,
+                    &mut text,
+                );
+            }
+            "resource" => {
+                let res = block.get("resource").cloned().unwrap_or(Value::Null);
+                let uri = res.get("uri").and_then(Value::as_str).unwrap_or("");
+                let mime = res.get("mimeType").and_then(Value::as_str);
+                if let Some(t) = res.get("text").and_then(Value::as_str) {
+                    text.push(format!("resource {uri}:\n{t}"));
+                } else if let Some(blob) = res.get("blob").and_then(Value::as_str) {
+                    let name = uri
+                        .rsplit('/')
+                        .next()
+                        .filter(|n| !n.is_empty() && !n.contains(':'));
+                    publish("resource", blob, mime, name, &mut text);
+                }
+            }
+            "resource_link" => {
+                let uri = s("uri").unwrap_or("");
+                let name = s("name").unwrap_or("");
+                let mime = s("mimeType").map(|m| format!(", {m}")).unwrap_or_default();
+                text.push(format!(
+                    "resource link (not read by cubby): {uri} ({name}{mime})"
+                ));
+            }
+            other => text.push(format!(
+                "[a `{other}` block from upstream `{label}` is not shown]"
+            )),
+        }
+    }
+    let is_error = result
+        .get("isError")
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
+    let structured = result
+        .get("structuredContent")
+        .cloned()
+        .unwrap_or(json!({}));
+    ToolOutput {
+        text: text.join("\n"),
+        structured,
+        is_error,
+        attachments,
+    }
+}
+
+fn extension(mime: Option<&str>) -> &'static str {
+    match mime.unwrap_or("") {
+        "image/png" => ".png",
+        "image/jpeg" => ".jpg",
+        "image/gif" => ".gif",
+        "image/webp" => ".webp",
+        "image/svg+xml" => ".svg",
+        "audio/wav" | "audio/x-wav" => ".wav",
+        "audio/mpeg" => ".mp3",
+        "application/pdf" => ".pdf",
+        _ => ".bin",
+    }
+}
+
+impl ToolSource for Upstream {
+    fn list(&self) -> Vec<(String, ToolFacts)> {
+        self.inner
+            .routes
+            .iter()
+            .map(|r| {
+                (
+                    r.exposed.clone(),
+                    ToolFacts {
+                        family: Family::Other,
+                        read_only: false,
+                        streaming: true,
+                        cost: Cost::Long,
+                        modes: Modes::WRITING,
+                        snapshot: false,
+                        skills: false,
+                    },
+                )
+            })
+            .collect()
+    }
+
+    fn spec(&self, name: &str, _describe: &Describe<'_>) -> Option<ToolSpec> {
+        let route = self.inner.routes.iter().find(|r| r.exposed == name)?;
+        let state = self.inner.settle();
+        if !state.offered.contains(name) {
+            return None;
+        }
+        let def = state.listed.get(&route.tool)?;
+        let mut description = format!("[upstream `{}`] {}", self.inner.label, def.description);
+        if description.chars().count() > cubby::MAX_DESCRIPTION_CHARS {
+            description = description
+                .chars()
+                .take(cubby::MAX_DESCRIPTION_CHARS - 1)
+                .collect::<String>()
+                + "…";
+        }
+        Some(ToolSpec {
+            name: name.to_string(),
+            description,
+            input_schema: def.input_schema.clone(),
+            output_schema: def
+                .output_schema
+                .clone()
+                .unwrap_or_else(|| json!({"type": "object"})),
+            annotations: Annotations {
+                read_only: false,
+                destructive: true,
+                idempotent: false,
+                open_world: true,
+            },
+            facts: ToolFacts {
+                family: Family::Other,
+                read_only: false,
+                streaming: true,
+                cost: Cost::Long,
+                modes: Modes::WRITING,
+                snapshot: false,
+                skills: false,
+            },
+        })
+    }
+
+    fn available(&self, name: &str) -> bool {
+        self.inner.settle().offered.contains(name)
+    }
+
+    fn call(
+        &self,
+        name: &str,
+        arguments: Value,
+        call: &SourceCall<'_>,
+    ) -> cubby::Result<ToolOutput> {
+        let Some(route) = self
+            .inner
+            .routes
+            .iter()
+            .find(|r| r.exposed == name)
+            .cloned()
+        else {
+            return Err(Error::new(
+                ErrorKind::Denied,
+                format!(
+                    "{name} is not among the tools of upstream `{}`'s `tools`",
+                    self.inner.label
+                ),
+            ));
+        };
+        self.inner.call(&route, arguments, call)
+    }
+
+    fn refusal(&self, name: &str) -> Option<String> {
+        let rest = name
+            .strip_prefix(&self.inner.label)?
+            .strip_prefix(cubby::upstream::SEPARATOR)?;
+        let offered: Vec<&str> = self
+            .inner
+            .routes
+            .iter()
+            .map(|r| r.exposed.as_str())
+            .collect();
+        Some(format!(
+            "`{}` is not in `[upstream.{}] tools`, so it is not offered; the tools of this \
+             server offered are: {}",
+            rest.chars().take(200).collect::<String>(),
+            self.inner.label,
+            offered.join(", ")
+        ))
+    }
+
+    fn end(&self) {
+        self.inner.end();
+    }
+
+    fn watch(&self, notify: Arc<dyn Fn() + Send + Sync>) {
+        lock(&self.inner.watchers).push(notify);
+    }
+}
+
+/// The client side's handler: progress and list changes from the server.
+#[derive(Clone)]
+struct Client {
+    inner: std::sync::Weak<Inner>,
+}
+
+impl ClientHandler for Client {
+    fn on_progress(
+        &self,
+        params: ProgressNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) -> impl std::future::Future<Output = ()> + rmcp::service::MaybeSendFuture + '_ {
+        if let Some(inner) = self.inner.upgrade() {
+            let token = params.progress_token.0.to_string();
+            let slot = lock(&inner.progress).get(&token).cloned();
+            if let Some(slot) = slot {
+                let mut message = match &params.total {
+                    Some(total) => format!("{}/{}", params.progress, total),
+                    None => format!("{}", params.progress),
+                };
+                if let Some(m) = &params.message {
+                    message.push(' ');
+                    message.extend(m.chars().take(1_000));
+                }
+                // The latest only: a flood overwrites, it never queues.
+                *lock(&slot) = Some(message);
+            }
+        }
+        std::future::ready(())
+    }
+
+    fn on_tool_list_changed(
+        &self,
+        _context: NotificationContext<RoleClient>,
+    ) -> impl std::future::Future<Output = ()> + rmcp::service::MaybeSendFuture + '_ {
+        if let Some(inner) = self.inner.upgrade() {
+            // Listed again off the runtime (the listing waits on it).
+            let _ = std::thread::Builder::new()
+                .name(format!("upstream-{}-list", inner.label))
+                .spawn(move || {
+                    let peer_conn = {
+                        let state = lock(&inner.state);
+                        state.conn.as_ref().map(|c| c.client.peer().clone())
+                    };
+                    let Some(peer) = peer_conn else { return };
+                    let Ok(rt) = runtime() else { return };
+                    let listed = run_bounded(rt, inner.startup_timeout(), async move {
+                        peer.list_all_tools().await
+                    });
+                    if let Ok(Ok(tools)) = listed {
+                        let allowed: BTreeSet<&str> =
+                            inner.routes.iter().map(|r| r.tool.as_str()).collect();
+                        let defs = tools
+                            .into_iter()
+                            .filter(|t| allowed.contains(t.name.as_ref()))
+                            .map(|t| {
+                                (
+                                    t.name.to_string(),
+                                    Definition {
+                                        description: t
+                                            .description
+                                            .as_deref()
+                                            .unwrap_or("")
+                                            .to_string(),
+                                        input_schema: Value::Object((*t.input_schema).clone()),
+                                        output_schema: t
+                                            .output_schema
+                                            .as_ref()
+                                            .map(|s| Value::Object((**s).clone())),
+                                    },
+                                )
+                            })
+                            .collect();
+                        inner.apply_listing(defs);
+                    }
+                });
+        }
+        std::future::ready(())
+    }
+}
+
+/// The stdio transport over the command contract's streams: a reader
+/// thread that frames the output into messages (each at most
+/// [`MAX_MESSAGE_BYTES`]), a writer thread that feeds stdin.
+struct PipeTransport {
+    incoming: tokio::sync::mpsc::Receiver<ServerJsonRpcMessage>,
+    /// The server's stdin, shared with the writer thread.
+    stdin: Arc<Mutex<Stdin>>,
+    /// What the writer thread is to write, in order.
+    queue: std::sync::mpsc::Sender<Vec<u8>>,
+}
+
+/// A stdio server's stdin (non-blocking). A message is written at once
+/// when nothing waits before it (no thread between the call and the
+/// pipe); what does not fit in the pipe goes to the writer thread, and so
+/// does every message after it until the thread has written them all. The
+/// lock is only held for one non-blocking write.
+struct Stdin {
+    pipe: Box<dyn Write + Send>,
+    /// Messages handed to the writer thread and not yet written whole.
+    queued: usize,
+    /// The pipe failed: the server stopped reading.
+    closed: bool,
+}
+
+/// What a write to a non-blocking pipe did.
+enum Wrote {
+    All,
+    /// The pipe is full; this many bytes went in.
+    Part(usize),
+    Failed,
+}
+
+impl Stdin {
+    fn write_some(&mut self, bytes: &[u8]) -> Wrote {
+        let mut done = 0;
+        while done < bytes.len() {
+            match self.pipe.write(&bytes[done..]) {
+                Ok(0) => {
+                    self.closed = true;
+                    return Wrote::Failed;
+                }
+                Ok(n) => done += n,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Wrote::Part(done),
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(_) => {
+                    self.closed = true;
+                    return Wrote::Failed;
+                }
+            }
+        }
+        Wrote::All
+    }
+}
+
+impl PipeTransport {
+    fn start(
+        label: &str,
+        output: Box<dyn Read + Send>,
+        stdin: Option<Box<dyn Write + Send>>,
+        handle: Arc<dyn ProcessHandle>,
+        on_exit: Option<Box<dyn FnOnce() + Send>>,
+        sandbox: Arc<dyn cubby::Sandbox>,
+    ) -> cubby::Result<PipeTransport> {
+        let stdin = stdin.ok_or_else(|| {
+            Error::new(ErrorKind::Internal, "the server was started without stdin")
+        })?;
+        let (in_tx, in_rx) = tokio::sync::mpsc::channel(INCOMING_QUEUE);
+        let (out_tx, out_rx) = std::sync::mpsc::channel::<Vec<u8>>();
+        let stdin = Arc::new(Mutex::new(Stdin {
+            pipe: stdin,
+            queued: 0,
+            closed: false,
+        }));
+        let writer_stdin = stdin.clone();
+        let spawn = |name: String, f: Box<dyn FnOnce() + Send>| {
+            std::thread::Builder::new()
+                .name(name)
+                .spawn(f)
+                .map(|_| ())
+                .map_err(|e| Error::new(ErrorKind::Internal, format!("cannot start a thread: {e}")))
+        };
+        let reader_label = label.to_string();
+        spawn(
+            format!("upstream-{label}-out"),
+            Box::new(move || {
+                read_messages(&reader_label, output, &in_tx);
+                drop(in_tx);
+                let _ = handle.wait();
+                if let Some(on_exit) = on_exit {
+                    on_exit();
+                }
+                // The sandbox lives as long as its server.
+                drop(sandbox);
+            }),
+        )?;
+        spawn(
+            format!("upstream-{label}-in"),
+            Box::new(move || write_messages(&writer_stdin, &out_rx)),
+        )?;
+        Ok(PipeTransport {
+            incoming: in_rx,
+            stdin,
+            queue: out_tx,
+        })
+    }
+}
+
+impl rmcp::transport::Transport<RoleClient> for PipeTransport {
+    type Error = std::io::Error;
+
+    fn send(
+        &mut self,
+        item: ClientJsonRpcMessage,
+    ) -> impl std::future::Future<Output = Result<(), Self::Error>> + Send + 'static {
+        let closed = || {
+            std::io::Error::new(
+                std::io::ErrorKind::BrokenPipe,
+                "the upstream server's stdin is closed",
+            )
+        };
+        let sent = serde_json::to_vec(&item)
+            .map_err(std::io::Error::other)
+            .and_then(|mut bytes| {
+                bytes.push(b'\n');
+                let mut stdin = lock(&self.stdin);
+                if stdin.closed {
+                    return Err(closed());
+                }
+                let from = if stdin.queued == 0 {
+                    match stdin.write_some(&bytes) {
+                        Wrote::All => return Ok(()),
+                        Wrote::Part(n) => n,
+                        Wrote::Failed => return Err(closed()),
+                    }
+                } else {
+                    0
+                };
+                // Queued under the lock: nothing is written before it.
+                stdin.queued += 1;
+                bytes.drain(..from);
+                self.queue.send(bytes).map_err(|_| closed())
+            });
+        std::future::ready(sent)
+    }
+
+    fn receive(
+        &mut self,
+    ) -> impl std::future::Future<Output = Option<ServerJsonRpcMessage>> + Send {
+        self.incoming.recv()
+    }
+
+    fn close(&mut self) -> impl std::future::Future<Output = Result<(), Self::Error>> + Send {
+        self.incoming.close();
+        std::future::ready(Ok(()))
+    }
+}
+
+/// How long the writer thread waits before it tries a full pipe again.
+const FULL_PIPE_WAIT: Duration = Duration::from_millis(1);
+
+/// Writes what [`PipeTransport::send`] could not write at once, in order
+/// (waiting and retrying while the server does not read, without holding
+/// the lock), until the transport is dropped or the server stops reading.
+fn write_messages(stdin: &Mutex<Stdin>, rx: &std::sync::mpsc::Receiver<Vec<u8>>) {
+    while let Ok(bytes) = rx.recv() {
+        let mut from = 0;
+        loop {
+            let mut pipe = lock(stdin);
+            match pipe.write_some(&bytes[from..]) {
+                Wrote::All => {
+                    pipe.queued -= 1;
+                    break;
+                }
+                Wrote::Part(n) => from += n,
+                Wrote::Failed => return,
+            }
+            drop(pipe);
+            std::thread::sleep(FULL_PIPE_WAIT);
+        }
+    }
+}
+
+/// Frames the server's output into messages: one JSON value a line, at
+/// most [`MAX_MESSAGE_BYTES`]; a longer line is skipped as it arrives
+/// (only its ends kept, to find its id) and its request answered with an
+/// error; a line that is not a message is logged and skipped.
+fn read_messages(
+    label: &str,
+    mut output: Box<dyn Read + Send>,
+    tx: &tokio::sync::mpsc::Sender<ServerJsonRpcMessage>,
+) {
+    let mut line: Vec<u8> = Vec::new();
+    // For a line over the limit: its head, its tail and its length.
+    let mut over: Option<(Vec<u8>, Vec<u8>, usize)> = None;
+    let mut chunk = vec![0u8; READ_CHUNK];
+    loop {
+        let n = match output.read(&mut chunk) {
+            Ok(0) | Err(_) => return,
+            Ok(n) => n,
+        };
+        let mut rest = &chunk[..n];
+        while !rest.is_empty() {
+            let (part, ended) = match memchr_newline(rest) {
+                Some(i) => (&rest[..i], true),
+                None => (rest, false),
+            };
+            rest = if ended { &rest[part.len() + 1..] } else { &[] };
+            if let Some((_, tail, total)) = &mut over {
+                *total += part.len();
+                tail.extend_from_slice(part);
+                if tail.len() > 2 * ID_WINDOW {
+                    tail.drain(..tail.len() - ID_WINDOW);
+                }
+            } else if line.len() + part.len() > MAX_MESSAGE_BYTES {
+                let total = line.len() + part.len();
+                let head = line[..line.len().min(ID_WINDOW)].to_vec();
+                let mut tail = line[line.len().saturating_sub(ID_WINDOW)..].to_vec();
+                tail.extend_from_slice(part);
+                if tail.len() > ID_WINDOW {
+                    tail.drain(..tail.len() - ID_WINDOW);
+                }
+                line = Vec::new();
+                over = Some((head, tail, total));
+            } else {
+                line.extend_from_slice(part);
+            }
+            if !ended {
+                continue;
+            }
+            let message = if let Some((head, tail, total)) = over.take() {
+                tracing::warn!(
+                    "upstream `{label}` sent a message of {total} bytes, over the limit of \
+                     {MAX_MESSAGE_BYTES}; skipped"
+                );
+                find_id(&tail, true)
+                    .or_else(|| find_id(&head, false))
+                    .and_then(|id| {
+                        serde_json::from_value::<ServerJsonRpcMessage>(json!({
+                            "jsonrpc": "2.0",
+                            "id": id,
+                            "error": {
+                                "code": -32603,
+                                "message": format!(
+                                    "the upstream's answer was {total} bytes, {TOO_LARGE_MARK} \
+                                     {MAX_MESSAGE_BYTES} bytes a message"
+                                ),
+                            },
+                        }))
+                        .ok()
+                    })
+            } else {
+                let text = std::mem::take(&mut line);
+                let trimmed = text.trim_ascii();
+                if trimmed.is_empty() {
+                    None
+                } else {
+                    match serde_json::from_slice::<ServerJsonRpcMessage>(trimmed) {
+                        Ok(m) => Some(m),
+                        Err(e) => {
+                            tracing::debug!(
+                                "upstream `{label}`: a line that is not a message: {e}"
+                            );
+                            None
+                        }
+                    }
+                }
+            };
+            if let Some(message) = message
+                && tx.blocking_send(message).is_err()
+            {
+                return;
+            }
+        }
+    }
+}
+
+fn memchr_newline(bytes: &[u8]) -> Option<usize> {
+    bytes.iter().position(|b| *b == b'\n')
+}
+
+/// The JSON-RPC id in a window of a message: the last `"id":` (from the
+/// tail) or the first (from the head), a number or a string.
+fn find_id(window: &[u8], last: bool) -> Option<Value> {
+    let key = b"\"id\"";
+    let positions: Vec<usize> = window
+        .windows(key.len())
+        .enumerate()
+        .filter(|(_, w)| *w == key)
+        .map(|(i, _)| i)
+        .collect();
+    let at = if last {
+        positions.last()
+    } else {
+        positions.first()
+    }?;
+    let rest = &window[at + key.len()..];
+    let rest = rest
+        .trim_ascii_start()
+        .strip_prefix(b":")?
+        .trim_ascii_start();
+    if let Some(s) = rest.strip_prefix(b"\"") {
+        let end = s.iter().position(|b| *b == b'"')?;
+        return Some(Value::String(
+            String::from_utf8_lossy(&s[..end]).into_owned(),
+        ));
+    }
+    let end = rest
+        .iter()
+        .position(|b| !(b.is_ascii_digit() || *b == b'-'))
+        .unwrap_or(rest.len());
+    std::str::from_utf8(&rest[..end])
+        .ok()?
+        .parse::<i64>()
+        .ok()
+        .map(Value::from)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_are_found_at_either_end() {
+        assert_eq!(
+            find_id(br#"{"jsonrpc":"2.0","id":17,"result":{"#, false),
+            Some(json!(17))
+        );
+        assert_eq!(
+            find_id(br#"aaa"}]},"jsonrpc":"2.0","id":"x-1"}"#, true),
+            Some(json!("x-1"))
+        );
+        assert_eq!(find_id(br#"no id here"#, true), None);
+    }
+
+    #[test]
+    fn an_oversized_line_is_skipped_and_answered() {
+        let big = format!(
+            "{{\"jsonrpc\":\"2.0\",\"id\":5,\"result\":{{\"content\":[{{\"type\":\"text\",\"text\":\"{}\"}}]}}}}\n{{\"jsonrpc\":\"2.0\",\"id\":6,\"result\":{{}}}}\n",
+            "x".repeat(MAX_MESSAGE_BYTES + 10)
+        );
+        let (tx, mut rx) = tokio::sync::mpsc::channel(4);
+        read_messages("t", Box::new(std::io::Cursor::new(big.into_bytes())), &tx);
+        drop(tx);
+        let first = serde_json::to_value(rx.blocking_recv().unwrap()).unwrap();
+        assert_eq!(first["id"], 5);
+        assert!(
+            first["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains(TOO_LARGE_MARK)
+        );
+        let second = serde_json::to_value(rx.blocking_recv().unwrap()).unwrap();
+        assert_eq!(second["id"], 6);
+        assert!(rx.blocking_recv().is_none());
+    }
+}
