@@ -581,7 +581,7 @@ fn a_private_store_is_live_while_its_process_holds_the_lock() {
     std::fs::create_dir_all(reused.join("sha256")).unwrap();
     std::fs::OpenOptions::new()
         .write(true)
-        .create(true)
+        .create_new(true)
         .mode(0o600)
         .open(reused.join("live.lock"))
         .unwrap();
