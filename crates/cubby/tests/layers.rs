@@ -32,10 +32,12 @@ const LAYERS: &[&str] = &[
     "artifact",
     "skills",
     "web",
+    "remote",
     "config_file",
     "tools",
     "toolset",
     "workspace",
+    "host",
 ];
 
 /// The workspace's crates, lowest first, and where their manifests are

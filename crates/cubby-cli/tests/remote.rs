@@ -1,0 +1,415 @@
+//! The `remote` provider against a real far `cubby serve --host`: the token
+//! (401 without the right one), a far server killed mid-call (`ERROR
+//! network` within 10 s, nothing left running), and two hosts of their own
+//! (two network namespaces joined by a veth pair, each with its address):
+//! a script of file tools and commands through `cubby call --provider
+//! remote`, then a partition mid-command.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use cubby::remote::{RemoteOptions, RemoteSandbox};
+use serde_json::json;
+
+/// Longest wait for a far server to say where it listens.
+const START_WAIT: Duration = Duration::from_secs(60);
+/// What SPEC §7 allows a lost far side to hold a call.
+const NETWORK_ERROR_WITHIN: Duration = Duration::from_secs(10);
+
+/// A far `cubby serve --host`, on port 0 of `ip` (its address read from
+/// its stderr), run under `wrap` (e.g. `ip netns exec NS`); killed when
+/// dropped.
+struct Far {
+    child: Child,
+    addr: String,
+    _dir: tempfile::TempDir,
+    token: String,
+}
+
+fn token() -> String {
+    let mut b = [0u8; 16];
+    std::fs::File::open("/dev/urandom")
+        .unwrap()
+        .read_exact(&mut b)
+        .unwrap();
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+impl Far {
+    fn start(wrap: &[&str], ip: &str, extra: &[&str]) -> Far {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("root");
+        std::fs::create_dir(&root).unwrap();
+        let token = token();
+        let token_file = dir.path().join("token");
+        std::fs::write(&token_file, format!("{token}\n")).unwrap();
+        let mut cmd = match wrap.split_first() {
+            Some((first, rest)) => {
+                let mut c = Command::new(first);
+                c.args(rest).arg(env!("CARGO_BIN_EXE_cubby"));
+                c
+            }
+            None => Command::new(env!("CARGO_BIN_EXE_cubby")),
+        };
+        let mut child = cmd
+            .args(["serve", "--host", "--listen", &format!("{ip}:0")])
+            .arg("--token-file")
+            .arg(&token_file)
+            .arg("--host-dir")
+            .arg(dir.path().join("sandboxes"))
+            .arg("--root")
+            .arg(&root)
+            .args(extra)
+            .env_remove("RUST_LOG")
+            .env_remove("CUBBY_TOKEN")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stderr = child.stderr.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut tx = Some(tx);
+            for line in BufReader::new(stderr).lines() {
+                let Ok(line) = line else { break };
+                if let Some(addr) = line
+                    .strip_prefix("cubby: listening on http://")
+                    .and_then(|rest| rest.strip_suffix("/mcp"))
+                    && let Some(tx) = tx.take()
+                {
+                    let _ = tx.send(addr.to_string());
+                }
+                eprintln!("[far cubby] {line}");
+            }
+        });
+        let Ok(addr) = rx.recv_timeout(START_WAIT) else {
+            let _ = child.kill();
+            let status = child.wait();
+            panic!("the far cubby did not say where it listens ({status:?})");
+        };
+        Far {
+            child,
+            addr,
+            _dir: dir,
+            token,
+        }
+    }
+
+    fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Far {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// One raw HTTP/1.1 request (`Connection: close`): (status, body).
+fn http(addr: &str, method: &str, path: &str, auth: Option<&str>, body: &str) -> (u16, String) {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let mut req = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Length: {}\r\nConnection: close\r\n",
+        body.len()
+    );
+    if let Some(auth) = auth {
+        req.push_str(&format!("Authorization: {auth}\r\n"));
+    }
+    req.push_str("\r\n");
+    req.push_str(body);
+    s.write_all(req.as_bytes()).unwrap();
+    let mut raw = Vec::new();
+    let _ = s.read_to_end(&mut raw);
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    (status, body.to_string())
+}
+
+/// Processes whose command line holds `marker`.
+fn processes_with(marker: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let name = entry.file_name().into_string().unwrap_or_default();
+        if !name.chars().all(|c| c.is_ascii_digit()) {
+            continue;
+        }
+        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
+            continue;
+        };
+        let text = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+        if text.contains(marker) {
+            found.push(format!("{name}: {text}"));
+        }
+    }
+    found
+}
+
+fn wait_for(what: &str, within: Duration, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + within;
+    while !done() {
+        assert!(Instant::now() < deadline, "{what} within {within:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn the_host_api_needs_the_token() {
+    let far = Far::start(&[], "127.0.0.1", &["--provider", "local"]);
+    let good = format!("Bearer {}", far.token);
+    for auth in [
+        None,
+        Some("Bearer "),
+        Some("Bearer wrong"),
+        Some(&good[..good.len() - 1]),
+        Some(&format!("{good}x")),
+        Some(&format!("Basic {}", far.token)),
+    ] {
+        let (status, _) = http(&far.addr, "POST", "/v1/sandboxes", auth, "{}");
+        assert_eq!(status, 401, "{auth:?}");
+        let (status, _) = http(&far.addr, "GET", "/v1/sandboxes", auth, "");
+        assert_eq!(status, 401, "{auth:?}");
+    }
+    let (status, body) = http(&far.addr, "POST", "/v1/sandboxes", Some(&good), "{}");
+    assert_eq!(status, 201, "{body}");
+    let created: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let id = created["id"].as_str().unwrap();
+    // The id alone lets nobody in.
+    let (status, _) = http(&far.addr, "DELETE", &format!("/v1/sandboxes/{id}"), None, "");
+    assert_eq!(status, 401);
+    let (status, _) = http(&far.addr, "DELETE", &format!("/v1/sandboxes/{id}"), Some(&good), "");
+    assert_eq!(status, 204);
+    // The client says what went wrong, and never the token.
+    let wrong = RemoteSandbox::open(&RemoteOptions {
+        url: far.url(),
+        token: "not-the-token-4242".into(),
+        root: None,
+    });
+    let message = wrong.err().unwrap().to_string();
+    assert!(message.starts_with("ERROR denied:"), "{message}");
+    assert!(!message.contains("not-the-token-4242"), "{message}");
+}
+
+#[test]
+fn host_mode_refuses_to_start_without_a_token() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_cubby"))
+        .args(["serve", "--host", "--listen", "127.0.0.1:0", "--provider", "local", "--root"])
+        .arg(dir.path())
+        .env_remove("CUBBY_TOKEN")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--host needs a bearer token"), "{err}");
+}
+
+/// The marker of a far command, unique to this test process.
+fn marker(tag: &str) -> String {
+    format!("cubby-remote-{tag}-{}", std::process::id())
+}
+
+#[test]
+fn killing_the_far_server_fails_calls_in_flight_with_network_errors() {
+    let mut far = Far::start(&[], "127.0.0.1", &["--provider", "linux"]);
+    let sandbox = RemoteSandbox::open(&RemoteOptions {
+        url: far.url(),
+        token: far.token.clone(),
+        root: None,
+    })
+    .unwrap();
+    let t = cubby::Toolset::builder(std::sync::Arc::new(sandbox))
+        .host_env(cubby::HostEnv::capture())
+        .build()
+        .unwrap();
+    let out = t.call("write_file", json!({"path": "a.txt", "content": "hello\n"}));
+    assert!(!out.is_error, "{}", out.text);
+    let mark = marker("kill");
+    let calls = t.clone();
+    let command = format!("exec -a {mark} sleep 1000");
+    let running = std::thread::spawn(move || {
+        let out = calls.call("run", json!({"command": command, "timeout_ms": 120_000}));
+        (out, Instant::now())
+    });
+    wait_for("the far command starts", Duration::from_secs(30), || {
+        !processes_with(&mark).is_empty()
+    });
+    let killed = Instant::now();
+    far.kill();
+    let (out, ended) = running.join().unwrap();
+    assert!(out.text.starts_with("ERROR network:"), "{}", out.text);
+    assert!(
+        ended - killed < NETWORK_ERROR_WITHIN,
+        "ended {:?} after the kill",
+        ended - killed
+    );
+    let started = Instant::now();
+    let out = t.call("read_file", json!({"path": "a.txt"}));
+    assert!(out.text.starts_with("ERROR network:"), "{}", out.text);
+    assert!(started.elapsed() < NETWORK_ERROR_WITHIN);
+    assert!(!out.text.contains(&far.token));
+    // The far command's tree ends with its sandbox's holder.
+    wait_for("the far command ends", Duration::from_secs(10), || {
+        processes_with(&mark).is_empty()
+    });
+}
+
+/// Two network namespaces joined by a veth pair, each a host with an
+/// address of its own; deleted when dropped.
+struct TwoHosts {
+    near: String,
+    far: String,
+    far_link: String,
+    far_ip: String,
+}
+
+fn ip(args: &[&str]) {
+    let out = Command::new("ip").args(args).output().unwrap();
+    assert!(
+        out.status.success(),
+        "ip {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+impl TwoHosts {
+    fn make() -> TwoHosts {
+        let id = std::process::id() % 50_000;
+        let (near, far) = (format!("cbn{id}"), format!("cbf{id}"));
+        let (near_link, far_link) = (format!("vn{id}"), format!("vf{id}"));
+        let octet = 1 + id % 250;
+        let (near_ip, far_ip) = (format!("10.231.{octet}.1"), format!("10.231.{octet}.2"));
+        ip(&["netns", "add", &near]);
+        ip(&["netns", "add", &far]);
+        let hosts = TwoHosts {
+            near: near.clone(),
+            far: far.clone(),
+            far_link: far_link.clone(),
+            far_ip: far_ip.clone(),
+        };
+        ip(&["link", "add", &near_link, "netns", &near, "type", "veth", "peer", "name", &far_link, "netns", &far]);
+        for (ns, link, addr) in [(&near, &near_link, &near_ip), (&far, &far_link, &far_ip)] {
+            ip(&["-n", ns, "addr", "add", &format!("{addr}/24"), "dev", link]);
+            ip(&["-n", ns, "link", "set", link, "up"]);
+            ip(&["-n", ns, "link", "set", "lo", "up"]);
+        }
+        hosts
+    }
+}
+
+impl Drop for TwoHosts {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["netns", "del", &self.near]).status();
+        let _ = Command::new("ip").args(["netns", "del", &self.far]).status();
+    }
+}
+
+/// `cubby call` on the near host with the `remote` provider.
+fn call_near(hosts: &TwoHosts, config: &Path, root: &Path, tool: &str, args: serde_json::Value) -> (bool, String) {
+    let out = Command::new("ip")
+        .args(["netns", "exec", &hosts.near])
+        .arg(env!("CARGO_BIN_EXE_cubby"))
+        .args(["call", tool, &args.to_string(), "--provider", "remote", "--config"])
+        .arg(config)
+        .arg("--root")
+        .arg(root)
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}
+
+#[test]
+fn two_hosts_of_their_own_over_a_veth_pair() {
+    let hosts = TwoHosts::make();
+    let far = Far::start(
+        &["ip", "netns", "exec", &hosts.far],
+        &hosts.far_ip,
+        &["--provider", "linux"],
+    );
+    assert!(far.addr.starts_with(&hosts.far_ip), "{}", far.addr);
+    let near = tempfile::tempdir().unwrap();
+    let token_file = near.path().join("token");
+    std::fs::write(&token_file, &far.token).unwrap();
+    let config = near.path().join("near.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "provider = \"remote\"\n[remote]\nurl = \"{}\"\ntoken_file = \"{}\"\n",
+            far.url(),
+            token_file.display()
+        ),
+    )
+    .unwrap();
+    let root = near.path().join("root");
+    std::fs::create_dir(&root).unwrap();
+    // Each `cubby call` is a run of its own on a sandbox of its own.
+    let (ok, text) = call_near(&hosts, &config, &root, "run", json!({"command": "printf 'x\\ny\\n' > f.txt; mkdir -p d/e; echo inside > d/e/g.txt; cat f.txt; hostname -I 2>/dev/null | grep -c . || true"}));
+    assert!(ok && text.starts_with("OK exit=0 "), "{text}");
+    assert!(text.contains("x\ny\n"), "{text}");
+    let (ok, text) = call_near(&hosts, &config, &root, "write_file", json!({"path": "src/main.rs", "content": "fn main() {}\n// needle\n"}));
+    assert!(ok, "{text}");
+    let (ok, text) = call_near(&hosts, &config, &root, "read_file", json!({"path": "src/main.rs"}));
+    assert!(ok && text.contains("     2\t// needle"), "{text}");
+    let (ok, text) = call_near(&hosts, &config, &root, "run", json!({"command": "exit 3"}));
+    assert!(ok && text.starts_with("FAILED exit=3 "), "{text}");
+    let (ok, text) = call_near(&hosts, &config, &root, "read_file", json!({"path": "../x"}));
+    assert!(!ok && text.starts_with("ERROR path_escape"), "{text}");
+    // A partition mid-command: the far host's link goes down.
+    let mark = marker("partition");
+    let mut call = Command::new("ip")
+        .args(["netns", "exec", &hosts.near])
+        .arg(env!("CARGO_BIN_EXE_cubby"))
+        .args(["call", "run"])
+        .arg(json!({"command": format!("exec -a {mark} sleep 1000"), "timeout_ms": 120_000}).to_string())
+        .args(["--provider", "remote", "--config"])
+        .arg(&config)
+        .arg("--root")
+        .arg(&root)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for("the far command starts", Duration::from_secs(30), || {
+        !processes_with(&mark).is_empty()
+    });
+    let cut = Instant::now();
+    ip(&["-n", &hosts.far, "link", "set", &hosts.far_link, "down"]);
+    let mut status = None;
+    wait_for("the partitioned call ends", Duration::from_secs(30), || {
+        status = call.try_wait().unwrap();
+        status.is_some()
+    });
+    let took = cut.elapsed();
+    let mut text = String::new();
+    call.stdout.take().unwrap().read_to_string(&mut text).unwrap();
+    assert!(text.starts_with("ERROR network:"), "{text}");
+    assert!(took < NETWORK_ERROR_WITHIN, "the partitioned call took {took:?}");
+    // The far side lost its client: the command's tree is killed there.
+    wait_for("the far command ends", Duration::from_secs(30), || {
+        processes_with(&mark).is_empty()
+    });
+}
