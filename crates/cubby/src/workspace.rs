@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use crate::artifact::Store;
 use crate::config::{Config, NetworkMode, ProviderKind};
-use crate::error::{Error, ErrorKind, Result};
+use crate::error::{Error, Result};
 use crate::host_env::HostEnv;
 use crate::policy::{CONFIG_FILE_NAME, Policy};
 use crate::remote::{RemoteOptions, RemoteSandbox};

@@ -73,6 +73,15 @@ pub struct HostApi {
     token: Arc<[u8]>,
 }
 
+impl std::fmt::Debug for HostApi {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HostApi")
+            .field("sandboxes", &self.host.len())
+            .field("token", &"[REDACTED]")
+            .finish()
+    }
+}
+
 impl HostApi {
     /// The API of `host`, open to requests that carry `token`.
     ///

@@ -27,7 +27,9 @@
 //! carries it.
 //!
 //! HTTP runs on one small runtime of the process ([`runtime`]); the calling
-//! threads wait on channels, so this works from any thread.
+//! threads wait on channels, so this works from any thread. Connections are
+//! not reused (as every cubby client): nothing stays open between calls, and
+//! a command's stream is a connection of its own.
 
 pub mod wire;
 
@@ -196,6 +198,12 @@ impl Client {
     }
 }
 
+/// `req` with `body` as its JSON body.
+fn with_json(req: reqwest::RequestBuilder, body: &impl serde::Serialize) -> reqwest::RequestBuilder {
+    req.header(reqwest::header::CONTENT_TYPE, "application/json")
+        .body(serde_json::to_vec(body).unwrap_or_default())
+}
+
 async fn read_capped(resp: &mut reqwest::Response, max: usize) -> std::result::Result<Vec<u8>, reqwest::Error> {
     let mut body = Vec::new();
     while let Some(chunk) = resp.chunk().await? {
@@ -271,7 +279,6 @@ impl RemoteSandbox {
             .connect_timeout(CONNECT_TIMEOUT)
             .read_timeout(READ_TIMEOUT)
             .tcp_user_timeout(READ_TIMEOUT)
-            .pool_max_idle_per_host(8)
             .build()
             .map_err(|e| Error::internal(format!("cannot build the remote provider's HTTP client: {e}")))?;
         let creator = Client {
@@ -283,7 +290,7 @@ impl RemoteSandbox {
         let body = wire::CreateRequest {
             root: options.root.as_ref().map(|p| p.display().to_string()),
         };
-        let req = creator.request(reqwest::Method::POST, "").json(&body);
+        let req = with_json(creator.request(reqwest::Method::POST, ""), &body);
         let created: wire::Created = creator.json("creating a sandbox", req)?;
         if created.id.is_empty() || !created.id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-') {
             return Err(Error::new(
@@ -685,7 +692,7 @@ impl Sandbox for RemoteSandbox {
             stdin: spec.stdin,
             output_dir: spec.output_dir.as_ref().map(wire::encode_path),
         };
-        let req = client.request(reqwest::Method::POST, "/exec").json(&body);
+        let req = with_json(client.request(reqwest::Method::POST, "/exec"), &body);
         let shown = client.shown.clone();
         let resp = client.block(Client::send(shown.clone(), "starting a command", req))?;
         let header = |name: &str| {
