@@ -192,9 +192,21 @@ fn the_host_api_needs_the_token() {
     let created: serde_json::Value = serde_json::from_str(&body).unwrap();
     let id = created["id"].as_str().unwrap();
     // The id alone lets nobody in.
-    let (status, _) = http(&far.addr, "DELETE", &format!("/v1/sandboxes/{id}"), None, "");
+    let (status, _) = http(
+        &far.addr,
+        "DELETE",
+        &format!("/v1/sandboxes/{id}"),
+        None,
+        "",
+    );
     assert_eq!(status, 401);
-    let (status, _) = http(&far.addr, "DELETE", &format!("/v1/sandboxes/{id}"), Some(&good), "");
+    let (status, _) = http(
+        &far.addr,
+        "DELETE",
+        &format!("/v1/sandboxes/{id}"),
+        Some(&good),
+        "",
+    );
     assert_eq!(status, 204);
     // The client says what went wrong, and never the token.
     let wrong = RemoteSandbox::open(&RemoteOptions {
@@ -211,7 +223,15 @@ fn the_host_api_needs_the_token() {
 fn host_mode_refuses_to_start_without_a_token() {
     let dir = tempfile::tempdir().unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_cubby"))
-        .args(["serve", "--host", "--listen", "127.0.0.1:0", "--provider", "local", "--root"])
+        .args([
+            "serve",
+            "--host",
+            "--listen",
+            "127.0.0.1:0",
+            "--provider",
+            "local",
+            "--root",
+        ])
         .arg(dir.path())
         .env_remove("CUBBY_TOKEN")
         .stdin(Stdio::null())
@@ -305,7 +325,10 @@ impl TwoHosts {
             far_link: far_link.clone(),
             far_ip: far_ip.clone(),
         };
-        ip(&["link", "add", &near_link, "netns", &near, "type", "veth", "peer", "name", &far_link, "netns", &far]);
+        ip(&[
+            "link", "add", &near_link, "netns", &near, "type", "veth", "peer", "name", &far_link,
+            "netns", &far,
+        ]);
         for (ns, link, addr) in [(&near, &near_link, &near_ip), (&far, &far_link, &far_ip)] {
             ip(&["-n", ns, "addr", "add", &format!("{addr}/24"), "dev", link]);
             ip(&["-n", ns, "link", "set", link, "up"]);
@@ -317,17 +340,34 @@ impl TwoHosts {
 
 impl Drop for TwoHosts {
     fn drop(&mut self) {
-        let _ = Command::new("ip").args(["netns", "del", &self.near]).status();
-        let _ = Command::new("ip").args(["netns", "del", &self.far]).status();
+        let _ = Command::new("ip")
+            .args(["netns", "del", &self.near])
+            .status();
+        let _ = Command::new("ip")
+            .args(["netns", "del", &self.far])
+            .status();
     }
 }
 
 /// `cubby call` on the near host with the `remote` provider.
-fn call_near(hosts: &TwoHosts, config: &Path, root: &Path, tool: &str, args: serde_json::Value) -> (bool, String) {
+fn call_near(
+    hosts: &TwoHosts,
+    config: &Path,
+    root: &Path,
+    tool: &str,
+    args: serde_json::Value,
+) -> (bool, String) {
     let out = Command::new("ip")
         .args(["netns", "exec", &hosts.near])
         .arg(env!("CARGO_BIN_EXE_cubby"))
-        .args(["call", tool, &args.to_string(), "--provider", "remote", "--config"])
+        .args([
+            "call",
+            tool,
+            &args.to_string(),
+            "--provider",
+            "remote",
+            "--config",
+        ])
         .arg(config)
         .arg("--root")
         .arg(root)
@@ -366,12 +406,30 @@ fn two_hosts_of_their_own_over_a_veth_pair() {
     let root = near.path().join("root");
     std::fs::create_dir(&root).unwrap();
     // Each `cubby call` is a run of its own on a sandbox of its own.
-    let (ok, text) = call_near(&hosts, &config, &root, "run", json!({"command": "printf 'x\\ny\\n' > f.txt; mkdir -p d/e; echo inside > d/e/g.txt; cat f.txt; hostname -I 2>/dev/null | grep -c . || true"}));
+    let (ok, text) = call_near(
+        &hosts,
+        &config,
+        &root,
+        "run",
+        json!({"command": "printf 'x\\ny\\n' > f.txt; mkdir -p d/e; echo inside > d/e/g.txt; cat f.txt; hostname -I 2>/dev/null | grep -c . || true"}),
+    );
     assert!(ok && text.starts_with("OK exit=0 "), "{text}");
     assert!(text.contains("x\ny\n"), "{text}");
-    let (ok, text) = call_near(&hosts, &config, &root, "write_file", json!({"path": "src/main.rs", "content": "fn main() {}\n// needle\n"}));
+    let (ok, text) = call_near(
+        &hosts,
+        &config,
+        &root,
+        "write_file",
+        json!({"path": "src/main.rs", "content": "fn main() {}\n// needle\n"}),
+    );
     assert!(ok, "{text}");
-    let (ok, text) = call_near(&hosts, &config, &root, "read_file", json!({"path": "src/main.rs"}));
+    let (ok, text) = call_near(
+        &hosts,
+        &config,
+        &root,
+        "read_file",
+        json!({"path": "src/main.rs"}),
+    );
     assert!(ok && text.contains("     2\t// needle"), "{text}");
     let (ok, text) = call_near(&hosts, &config, &root, "run", json!({"command": "exit 3"}));
     assert!(ok && text.starts_with("FAILED exit=3 "), "{text}");
@@ -383,7 +441,10 @@ fn two_hosts_of_their_own_over_a_veth_pair() {
         .args(["netns", "exec", &hosts.near])
         .arg(env!("CARGO_BIN_EXE_cubby"))
         .args(["call", "run"])
-        .arg(json!({"command": format!("exec -a {mark} sleep 1000"), "timeout_ms": 120_000}).to_string())
+        .arg(
+            json!({"command": format!("exec -a {mark} sleep 1000"), "timeout_ms": 120_000})
+                .to_string(),
+        )
         .args(["--provider", "remote", "--config"])
         .arg(&config)
         .arg("--root")
@@ -405,9 +466,16 @@ fn two_hosts_of_their_own_over_a_veth_pair() {
     });
     let took = cut.elapsed();
     let mut text = String::new();
-    call.stdout.take().unwrap().read_to_string(&mut text).unwrap();
+    call.stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut text)
+        .unwrap();
     assert!(text.starts_with("ERROR network:"), "{text}");
-    assert!(took < NETWORK_ERROR_WITHIN, "the partitioned call took {took:?}");
+    assert!(
+        took < NETWORK_ERROR_WITHIN,
+        "the partitioned call took {took:?}"
+    );
     // The far side lost its client: the command's tree is killed there.
     wait_for("the far command ends", Duration::from_secs(30), || {
         processes_with(&mark).is_empty()

@@ -41,7 +41,14 @@ fn a_gibibyte_of_output_through_remote_keeps_both_sides_bounded() {
     let token_file = dir.path().join("token");
     std::fs::write(&token_file, &token).unwrap();
     let mut far = Command::new(env!("CARGO_BIN_EXE_cubby"))
-        .args(["serve", "--host", "--listen", "127.0.0.1:0", "--provider", "linux"])
+        .args([
+            "serve",
+            "--host",
+            "--listen",
+            "127.0.0.1:0",
+            "--provider",
+            "linux",
+        ])
         .arg("--token-file")
         .arg(&token_file)
         .arg("--host-dir")
@@ -85,7 +92,10 @@ fn a_gibibyte_of_output_through_remote_keeps_both_sides_bounded() {
             .build()
             .unwrap();
         // A first command: both sides at their working size.
-        let out = t.call("run", json!({"command": "head -c 1048576 /dev/zero | tr '\\0' a"}));
+        let out = t.call(
+            "run",
+            json!({"command": "head -c 1048576 /dev/zero | tr '\\0' a"}),
+        );
         assert!(out.text.starts_with("OK exit=0"), "{}", out.text);
         let (near_before, far_before) = (peak_kib("self"), peak_kib(&far_pid));
         let out = t.call(
@@ -95,7 +105,11 @@ fn a_gibibyte_of_output_through_remote_keeps_both_sides_bounded() {
                 "timeout_ms": 120_000
             }),
         );
-        assert!(out.text.starts_with("OK exit=0"), "{}", &out.text[..200.min(out.text.len())]);
+        assert!(
+            out.text.starts_with("OK exit=0"),
+            "{}",
+            &out.text[..200.min(out.text.len())]
+        );
         assert_eq!(out.structured["output_bytes"], TOTAL);
         let (near_after, far_after) = (peak_kib("self"), peak_kib(&far_pid));
         eprintln!(

@@ -32,8 +32,8 @@ use axum::Router;
 use axum::extract::Request;
 use axum::http::{Method, StatusCode};
 use axum::middleware::{self, Next};
-use axum::serve::ListenerExt;
 use axum::response::Response;
+use axum::serve::ListenerExt;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use tokio_util::sync::CancellationToken;
@@ -216,7 +216,11 @@ pub async fn serve_http(
             "/v1/{*rest}",
             axum::routing::any(move |req: Request| {
                 let api = api.clone();
-                async move { cubby::host::http::handle(api, req).await.map(axum::body::Body::new) }
+                async move {
+                    cubby::host::http::handle(api, req)
+                        .await
+                        .map(axum::body::Body::new)
+                }
             }),
         );
     }

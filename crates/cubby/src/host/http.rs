@@ -176,7 +176,9 @@ fn unauthorized() -> Response<HostBody> {
 }
 
 /// Runs blocking work off the event loop.
-async fn blocking<T: Send + 'static>(work: impl FnOnce() -> Result<T> + Send + 'static) -> Result<T> {
+async fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T> + Send + 'static,
+) -> Result<T> {
     tokio::task::spawn_blocking(work)
         .await
         .unwrap_or_else(|e| Err(Error::internal(format!("a host task failed: {e}"))))
@@ -186,18 +188,24 @@ async fn blocking<T: Send + 'static>(work: impl FnOnce() -> Result<T> + Send + '
 async fn read_body<B>(body: B) -> Result<Bytes>
 where
     B: Body<Data = Bytes> + Send + 'static,
-    B::Error: std::fmt::Display + Send + Sync + 'static + Into<Box<dyn std::error::Error + Send + Sync>>,
+    B::Error:
+        std::fmt::Display + Send + Sync + 'static + Into<Box<dyn std::error::Error + Send + Sync>>,
 {
     match Limited::new(body, MAX_BODY_BYTES).collect().await {
         Ok(collected) => Ok(collected.to_bytes()),
         Err(e) => {
-            if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() {
+            if e.downcast_ref::<http_body_util::LengthLimitError>()
+                .is_some()
+            {
                 Err(Error::new(
                     ErrorKind::TooLarge,
                     format!("the request body is over {MAX_BODY_BYTES} bytes; send less at once"),
                 ))
             } else {
-                Err(Error::new(ErrorKind::Network, format!("the request body broke off: {e}")))
+                Err(Error::new(
+                    ErrorKind::Network,
+                    format!("the request body broke off: {e}"),
+                ))
             }
         }
     }
@@ -218,7 +226,8 @@ fn path_param(q: Option<&str>) -> Result<crate::path::WorkspacePath> {
 pub async fn handle<B>(api: HostApi, req: Request<B>) -> Response<HostBody>
 where
     B: Body<Data = Bytes> + Send + 'static,
-    B::Error: std::fmt::Display + Send + Sync + 'static + Into<Box<dyn std::error::Error + Send + Sync>>,
+    B::Error:
+        std::fmt::Display + Send + Sync + 'static + Into<Box<dyn std::error::Error + Send + Sync>>,
 {
     let given = req
         .headers()
@@ -237,19 +246,28 @@ where
 async fn route<B>(api: HostApi, req: Request<B>) -> Result<Response<HostBody>>
 where
     B: Body<Data = Bytes> + Send + 'static,
-    B::Error: std::fmt::Display + Send + Sync + 'static + Into<Box<dyn std::error::Error + Send + Sync>>,
+    B::Error:
+        std::fmt::Display + Send + Sync + 'static + Into<Box<dyn std::error::Error + Send + Sync>>,
 {
     let (parts, body) = req.into_parts();
     let path = parts.uri.path().to_string();
     let q = parts.uri.query().map(str::to_string);
     let q = q.as_deref();
     let Some(rest) = path.strip_prefix(wire::PREFIX) else {
-        return Err(Error::new(ErrorKind::NotFound, "no such endpoint; see docs/REFERENCE.md"));
+        return Err(Error::new(
+            ErrorKind::NotFound,
+            "no such endpoint; see docs/REFERENCE.md",
+        ));
     };
     let segments: Vec<&str> = rest.split('/').filter(|s| !s.is_empty()).collect();
     let host = api.host.clone();
     let method = parts.method.clone();
-    let unknown = || Error::new(ErrorKind::NotFound, format!("no endpoint {method} {path}; see docs/REFERENCE.md"));
+    let unknown = || {
+        Error::new(
+            ErrorKind::NotFound,
+            format!("no endpoint {method} {path}; see docs/REFERENCE.md"),
+        )
+    };
     let command_no = |s: &str| {
         s.parse::<u64>()
             .map_err(|_| Error::invalid_input(format!("`{s}` is not a command number")))
@@ -260,8 +278,9 @@ where
             let request: wire::CreateRequest = if body.iter().all(u8::is_ascii_whitespace) {
                 wire::CreateRequest::default()
             } else {
-                serde_json::from_slice(&body)
-                    .map_err(|e| Error::invalid_input(format!("the create request is malformed: {e}")))?
+                serde_json::from_slice(&body).map_err(|e| {
+                    Error::invalid_input(format!("the create request is malformed: {e}"))
+                })?
             };
             let created = blocking(move || host.create(&request)).await?;
             Ok(json(StatusCode::CREATED, &created))
@@ -282,7 +301,10 @@ where
         }
         (Method::GET, ["sandboxes", id, "commands"]) => {
             let id = id.to_string();
-            Ok(json(StatusCode::OK, &blocking(move || host.commands(&id)).await?))
+            Ok(json(
+                StatusCode::OK,
+                &blocking(move || host.commands(&id)).await?,
+            ))
         }
         (Method::POST, ["sandboxes", id, "commands", n, signal @ ("stop" | "kill")]) => {
             let (id, n, kill) = (id.to_string(), command_no(n)?, *signal == "kill");
@@ -293,7 +315,10 @@ where
             let (id, n) = (id.to_string(), command_no(n)?);
             let input = read_body(body).await?;
             let written = blocking(move || host.write_stdin(&id, n, &input)).await?;
-            Ok(json(StatusCode::OK, &serde_json::json!({ "written": written })))
+            Ok(json(
+                StatusCode::OK,
+                &serde_json::json!({ "written": written }),
+            ))
         }
         (Method::DELETE, ["sandboxes", id, "commands", n, "stdin"]) => {
             let (id, n) = (id.to_string(), command_no(n)?);
@@ -343,7 +368,8 @@ where
         }
         (Method::GET, ["sandboxes", id, "changes"]) => {
             let id = id.to_string();
-            let out = blocking(move || host.call_tool(&id, "changes", serde_json::json!({}))).await?;
+            let out =
+                blocking(move || host.call_tool(&id, "changes", serde_json::json!({}))).await?;
             Ok(json(StatusCode::OK, &out))
         }
         (Method::POST, ["sandboxes", id, "tools", name]) => {
@@ -385,7 +411,10 @@ impl Body for Streamed {
         }
         if let Some(beat) = self.beat.as_mut() {
             if beat.poll_tick(cx).is_ready() {
-                return Poll::Ready(Some(Ok(Frame::data(Bytes::from(wire::frame(wire::FRAME_BEAT, b""))))));
+                return Poll::Ready(Some(Ok(Frame::data(Bytes::from(wire::frame(
+                    wire::FRAME_BEAT,
+                    b"",
+                ))))));
             }
         }
         Poll::Pending
@@ -423,7 +452,9 @@ fn exec_answer(started: super::Started) -> Result<Response<HostBody>> {
         });
     if let Err(e) = spawned {
         running.kill_unless_ended();
-        return Err(Error::internal(format!("cannot start a reader thread: {e}")));
+        return Err(Error::internal(format!(
+            "cannot start a reader thread: {e}"
+        )));
     }
     let body = Streamed {
         rx,
@@ -476,7 +507,6 @@ fn file_answer(file: crate::sandbox::OpenFile) -> Result<Response<HostBody>> {
     }
     Ok(resp)
 }
-
 
 /// A `/v1` server of its own, until dropped (then every sandbox is
 /// destroyed).
@@ -537,10 +567,11 @@ pub fn serve(listener: std::net::TcpListener, api: HostApi) -> Result<Served> {
             let api = served_api.clone();
             let alive = alive.clone();
             tokio::spawn(crate::net::until_closed(alive, async move {
-                let service = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
-                    let api = api.clone();
-                    async move { Ok::<_, Infallible>(handle(api, req).await) }
-                });
+                let service =
+                    hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
+                        let api = api.clone();
+                        async move { Ok::<_, Infallible>(handle(api, req).await) }
+                    });
                 let _ = hyper::server::conn::http1::Builder::new()
                     .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
                     .await;

@@ -229,7 +229,10 @@ impl Host {
     }
 
     fn get(&self, id: &str) -> Result<Arc<Hosted>> {
-        lock(&self.sandboxes).get(id).cloned().ok_or_else(|| not_found(id))
+        lock(&self.sandboxes)
+            .get(id)
+            .cloned()
+            .ok_or_else(|| not_found(id))
     }
 
     /// The directory `requested` names, when the operator lets callers
@@ -249,7 +252,9 @@ impl Host {
                 crate::path::escape_name(requested.as_bytes())
             )));
         }
-        let resolved = path.canonicalize().map_err(|e| Error::from_io(&e, requested))?;
+        let resolved = path
+            .canonicalize()
+            .map_err(|e| Error::from_io(&e, requested))?;
         if resolved == *allowed || !resolved.starts_with(allowed) || !resolved.is_dir() {
             return Err(Error::new(
                 ErrorKind::Denied,
@@ -294,7 +299,8 @@ impl Host {
             }
         };
         let made = (|| {
-            let workspace = Workspace::from_config(&root, &self.options.config, None, &self.options.env)?;
+            let workspace =
+                Workspace::from_config(&root, &self.options.config, None, &self.options.env)?;
             let sandbox = workspace.open_sandbox()?;
             let toolset = workspace.factory_over(sandbox.clone(), true)?()?;
             Ok::<_, Error>((sandbox, toolset))
@@ -340,7 +346,9 @@ impl Host {
     ///
     /// `not_found` for an unknown id.
     pub fn destroy(&self, id: &str) -> Result<()> {
-        let hosted = lock(&self.sandboxes).remove(id).ok_or_else(|| not_found(id))?;
+        let hosted = lock(&self.sandboxes)
+            .remove(id)
+            .ok_or_else(|| not_found(id))?;
         hosted.destroy();
         Ok(())
     }
@@ -367,14 +375,23 @@ impl Host {
         let env = request
             .env
             .iter()
-            .map(|(k, v)| Ok((wire::decode_os(k, "an env name")?, wire::decode_os(v, "an env value")?)))
+            .map(|(k, v)| {
+                Ok((
+                    wire::decode_os(k, "an env name")?,
+                    wire::decode_os(v, "an env value")?,
+                ))
+            })
             .collect::<Result<Vec<_>>>()?;
         let spec = ExecSpec {
             argv: request.argv,
             cwd: wire::decode_path(&request.cwd)?,
             env,
             stdin: request.stdin,
-            output_dir: request.output_dir.as_deref().map(wire::decode_path).transpose()?,
+            output_dir: request
+                .output_dir
+                .as_deref()
+                .map(wire::decode_path)
+                .transpose()?,
         };
         // Registered before the start, so that a destroy racing with it
         // either refuses the start or kills what started.
@@ -526,7 +543,12 @@ impl Host {
     /// # Errors
     ///
     /// As [`crate::FileSystem::read_dir_bounded`].
-    pub fn read_dir(&self, id: &str, path: &WorkspacePath, max: usize) -> Result<(Vec<DirEntry>, bool)> {
+    pub fn read_dir(
+        &self,
+        id: &str,
+        path: &WorkspacePath,
+        max: usize,
+    ) -> Result<(Vec<DirEntry>, bool)> {
         self.get(id)?.sandbox.fs().read_dir_bounded(path, max)
     }
 

@@ -42,12 +42,12 @@ use std::time::Duration;
 use bytes::Bytes;
 use tokio::sync::mpsc;
 
-use crate::sandbox::{
-    DirEntry, ExecSpec, ExitStatus, FileSystem, Metadata, OpenFile, ProcessHandle, Sandbox, Spawned,
-};
 use crate::config::ProviderKind;
 use crate::error::{Error, ErrorKind, Result};
 use crate::path::WorkspacePath;
+use crate::sandbox::{
+    DirEntry, ExecSpec, ExitStatus, FileSystem, Metadata, OpenFile, ProcessHandle, Sandbox, Spawned,
+};
 use crate::sync::lock;
 
 /// Longest wait for a connection to the far cubby.
@@ -140,7 +140,11 @@ impl Client {
     }
 
     /// Sends `req` and checks the status: the far side's error as cubby's.
-    async fn send(shown: String, what: &'static str, req: reqwest::RequestBuilder) -> Result<reqwest::Response> {
+    async fn send(
+        shown: String,
+        what: &'static str,
+        req: reqwest::RequestBuilder,
+    ) -> Result<reqwest::Response> {
         let mut resp = req.send().await.map_err(|e| network(&shown, what, &e))?;
         if resp.status().is_success() {
             return Ok(resp);
@@ -199,12 +203,18 @@ impl Client {
 }
 
 /// `req` with `body` as its JSON body.
-fn with_json(req: reqwest::RequestBuilder, body: &impl serde::Serialize) -> reqwest::RequestBuilder {
+fn with_json(
+    req: reqwest::RequestBuilder,
+    body: &impl serde::Serialize,
+) -> reqwest::RequestBuilder {
     req.header(reqwest::header::CONTENT_TYPE, "application/json")
         .body(serde_json::to_vec(body).unwrap_or_default())
 }
 
-async fn read_capped(resp: &mut reqwest::Response, max: usize) -> std::result::Result<Vec<u8>, reqwest::Error> {
+async fn read_capped(
+    resp: &mut reqwest::Response,
+    max: usize,
+) -> std::result::Result<Vec<u8>, reqwest::Error> {
     let mut body = Vec::new();
     while let Some(chunk) = resp.chunk().await? {
         let room = max.saturating_sub(body.len());
@@ -280,7 +290,11 @@ impl RemoteSandbox {
             .read_timeout(READ_TIMEOUT)
             .tcp_user_timeout(READ_TIMEOUT)
             .build()
-            .map_err(|e| Error::internal(format!("cannot build the remote provider's HTTP client: {e}")))?;
+            .map_err(|e| {
+                Error::internal(format!(
+                    "cannot build the remote provider's HTTP client: {e}"
+                ))
+            })?;
         let creator = Client {
             http: http.clone(),
             base: format!("{shown}{}/sandboxes", wire::PREFIX),
@@ -292,7 +306,12 @@ impl RemoteSandbox {
         };
         let req = with_json(creator.request(reqwest::Method::POST, ""), &body);
         let created: wire::Created = creator.json("creating a sandbox", req)?;
-        if created.id.is_empty() || !created.id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-') {
+        if created.id.is_empty()
+            || !created
+                .id
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-')
+        {
             return Err(Error::new(
                 ErrorKind::Network,
                 format!("the remote cubby at {shown} sent a malformed sandbox id"),
@@ -333,9 +352,10 @@ fn path_query(path: &WorkspacePath) -> String {
 
 impl RemoteFs {
     fn metadata_of(&self, path: &WorkspacePath) -> Result<Metadata> {
-        let req = self
-            .client
-            .request(reqwest::Method::GET, &format!("/fs/metadata{}", path_query(path)));
+        let req = self.client.request(
+            reqwest::Method::GET,
+            &format!("/fs/metadata{}", path_query(path)),
+        );
         let m: wire::WireMetadata = self.client.json("reading metadata", req)?;
         m.into_metadata()
     }
@@ -417,9 +437,10 @@ impl FileSystem for RemoteFs {
     }
 
     fn open(&self, path: &WorkspacePath) -> Result<OpenFile> {
-        let req = self
-            .client
-            .request(reqwest::Method::GET, &format!("/fs/file{}", path_query(path)));
+        let req = self.client.request(
+            reqwest::Method::GET,
+            &format!("/fs/file{}", path_query(path)),
+        );
         let shown = self.client.shown.clone();
         let what = "reading a file";
         let mut resp = self.client.block(Client::send(shown.clone(), what, req))?;
@@ -455,14 +476,20 @@ impl FileSystem for RemoteFs {
     }
 
     fn read_dir(&self, path: &WorkspacePath) -> Result<Vec<DirEntry>> {
-        self.read_dir_bounded(path, usize::MAX).map(|(entries, _)| entries)
+        self.read_dir_bounded(path, usize::MAX)
+            .map(|(entries, _)| entries)
     }
 
     fn read_dir_bounded(&self, path: &WorkspacePath, max: usize) -> Result<(Vec<DirEntry>, bool)> {
-        let max = if max == usize::MAX { String::new() } else { format!("&max={max}") };
-        let req = self
-            .client
-            .request(reqwest::Method::GET, &format!("/fs/dir{}{max}", path_query(path)));
+        let max = if max == usize::MAX {
+            String::new()
+        } else {
+            format!("&max={max}")
+        };
+        let req = self.client.request(
+            reqwest::Method::GET,
+            &format!("/fs/dir{}{max}", path_query(path)),
+        );
         let listing: wire::Listing = self.client.json("listing a directory", req)?;
         let entries = listing
             .entries
@@ -475,22 +502,27 @@ impl FileSystem for RemoteFs {
     fn write_atomic(&self, path: &WorkspacePath, content: &[u8]) -> Result<()> {
         let req = self
             .client
-            .request(reqwest::Method::PUT, &format!("/fs/file{}", path_query(path)))
+            .request(
+                reqwest::Method::PUT,
+                &format!("/fs/file{}", path_query(path)),
+            )
             .body(content.to_vec());
         self.client.empty("writing a file", req)
     }
 
     fn create_dir_all(&self, path: &WorkspacePath) -> Result<()> {
-        let req = self
-            .client
-            .request(reqwest::Method::POST, &format!("/fs/mkdir{}", path_query(path)));
+        let req = self.client.request(
+            reqwest::Method::POST,
+            &format!("/fs/mkdir{}", path_query(path)),
+        );
         self.client.empty("making a directory", req)
     }
 
     fn remove_empty_dir(&self, path: &WorkspacePath) -> Result<bool> {
-        let req = self
-            .client
-            .request(reqwest::Method::POST, &format!("/fs/rmdir{}", path_query(path)));
+        let req = self.client.request(
+            reqwest::Method::POST,
+            &format!("/fs/rmdir{}", path_query(path)),
+        );
         let removed: bool = self.client.json("removing a directory", req)?;
         Ok(removed)
     }
@@ -529,7 +561,10 @@ impl RemoteHandle {
         }
         let req = self
             .client
-            .request(reqwest::Method::POST, &format!("/commands/{}/{what}", self.command))
+            .request(
+                reqwest::Method::POST,
+                &format!("/commands/{}/{what}", self.command),
+            )
             .timeout(REQUEST_TIMEOUT);
         let shown = self.client.shown.clone();
         if let Ok(rt) = runtime() {
@@ -629,7 +664,9 @@ async fn pump_output(
             match frames.next_frame() {
                 Ok(Some((wire::FRAME_OUTPUT, payload))) => {
                     if !tx.send(Ok(Bytes::from(payload))).await {
-                        end = Some(Err("the reader of the command's output went away".to_string()));
+                        end = Some(Err(
+                            "the reader of the command's output went away".to_string()
+                        ));
                         break;
                     }
                 }
@@ -701,7 +738,8 @@ impl Sandbox for RemoteSandbox {
                 .and_then(|v| v.to_str().ok())
                 .and_then(|v| v.parse::<u64>().ok())
         };
-        let (Some(command), Some(pid)) = (header(wire::COMMAND_HEADER), header(wire::PID_HEADER)) else {
+        let (Some(command), Some(pid)) = (header(wire::COMMAND_HEADER), header(wire::PID_HEADER))
+        else {
             return Err(Error::new(
                 ErrorKind::Network,
                 format!("the remote cubby at {shown} started a command without naming it"),
@@ -732,7 +770,9 @@ impl Sandbox for RemoteSandbox {
     }
 
     fn command_path(&self, path: &WorkspacePath) -> Option<PathBuf> {
-        self.command_root.as_ref().map(|root| root.join(path.as_path()))
+        self.command_root
+            .as_ref()
+            .map(|root| root.join(path.as_path()))
     }
 
     fn show_cwd(&self, cwd: &WorkspacePath) -> String {

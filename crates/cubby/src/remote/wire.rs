@@ -366,7 +366,12 @@ impl WireEntry {
     pub fn into_entry(self) -> Result<DirEntry> {
         let name = decode_bytes(&self.name, "an entry name")
             .map_err(|e| Error::internal(e.message().to_string()))?;
-        if name.is_empty() || name == b"." || name == b".." || name.contains(&b'/') || name.contains(&0) {
+        if name.is_empty()
+            || name == b"."
+            || name == b".."
+            || name.contains(&b'/')
+            || name.contains(&0)
+        {
             return Err(Error::internal(
                 "the remote cubby sent an entry name that is not one component",
             ));
@@ -413,7 +418,9 @@ impl FrameReader {
         if len > MAX_FRAME_BYTES {
             return Err(Error::new(
                 ErrorKind::Network,
-                format!("the remote cubby sent a frame of {len} bytes, over the limit of {MAX_FRAME_BYTES}"),
+                format!(
+                    "the remote cubby sent a frame of {len} bytes, over the limit of {MAX_FRAME_BYTES}"
+                ),
             ));
         }
         if self.buf.len() < FRAME_HEADER_BYTES + len {
@@ -460,7 +467,11 @@ mod tests {
     fn paths_are_checked_when_they_arrive() {
         let p = WorkspacePath::parse("a/b\u{1}c").unwrap();
         assert_eq!(decode_path(&encode_path(&p)).unwrap(), p);
-        assert!(decode_path(&encode_path(&WorkspacePath::root())).unwrap().is_root());
+        assert!(
+            decode_path(&encode_path(&WorkspacePath::root()))
+                .unwrap()
+                .is_root()
+        );
         for bad in [&b"/etc"[..], b"a/../../x", b".."] {
             assert_eq!(
                 decode_path(&encode_bytes(bad)).unwrap_err().kind(),
@@ -472,6 +483,9 @@ mod tests {
             decode_path(&encode_bytes(b"a\0b")).unwrap_err().kind(),
             ErrorKind::InvalidInput
         );
-        assert_eq!(decode_path("!!").unwrap_err().kind(), ErrorKind::InvalidInput);
+        assert_eq!(
+            decode_path("!!").unwrap_err().kind(),
+            ErrorKind::InvalidInput
+        );
     }
 }
