@@ -384,10 +384,16 @@ fn call_near(
 #[test]
 fn two_hosts_of_their_own_over_a_veth_pair() {
     let hosts = TwoHosts::make();
+    // Each `cubby call` is a run with a far sandbox of its own: they share
+    // one far workspace, adopted (the far server allows it under `shared`).
+    let shared = tempfile::tempdir().unwrap();
+    let workspace = shared.path().canonicalize().unwrap().join("ws");
+    std::fs::create_dir(&workspace).unwrap();
+    let adopt = shared.path().to_str().unwrap().to_string();
     let far = Far::start(
         &["ip", "netns", "exec", &hosts.far],
         &hosts.far_ip,
-        &["--provider", "linux"],
+        &["--provider", "linux", "--host-adopt", &adopt],
     );
     assert!(far.addr.starts_with(&hosts.far_ip), "{}", far.addr);
     let near = tempfile::tempdir().unwrap();
@@ -397,15 +403,15 @@ fn two_hosts_of_their_own_over_a_veth_pair() {
     std::fs::write(
         &config,
         format!(
-            "provider = \"remote\"\n[remote]\nurl = \"{}\"\ntoken_file = \"{}\"\n",
+            "provider = \"remote\"\n[remote]\nurl = \"{}\"\ntoken_file = \"{}\"\nroot = \"{}\"\n",
             far.url(),
-            token_file.display()
+            token_file.display(),
+            workspace.display()
         ),
     )
     .unwrap();
     let root = near.path().join("root");
     std::fs::create_dir(&root).unwrap();
-    // Each `cubby call` is a run of its own on a sandbox of its own.
     let (ok, text) = call_near(
         &hosts,
         &config,
