@@ -35,6 +35,7 @@ pub mod wire;
 
 use std::io::{Read, Write};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc as std_mpsc;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
@@ -53,8 +54,15 @@ use crate::sync::lock;
 /// Longest wait for a connection to the far cubby.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Longest wait for any read from the far cubby (a command's stream sends a
-/// heartbeat every [`wire::BEAT`]).
-pub const READ_TIMEOUT: Duration = Duration::from_secs(8);
+/// heartbeat every [`wire::BEAT`], so this is three beats missed).
+pub const READ_TIMEOUT: Duration = Duration::from_secs(6);
+/// Longest time of one ordinary request once the far cubby was seen lost
+/// (a command's stream broke off, or a request failed on the network),
+/// until a request succeeds again: a call after a loss, and the destroy at
+/// the end, fail fast rather than wait [`REQUEST_TIMEOUT`] on a dead peer.
+/// (The far side goes on with a destroy it received; one it never
+/// received leaves the sandbox there until it is destroyed there.)
+pub const LOST_REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
 /// Longest time of one ordinary request (not a command's stream nor a
 /// file's content, which are bounded by [`READ_TIMEOUT`] between reads).
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
@@ -105,6 +113,10 @@ struct Client {
     auth: reqwest::header::HeaderValue,
     /// The far cubby's URL, for messages.
     shown: String,
+    /// Set when a command's stream broke off or a request failed on the
+    /// network, cleared by a request that succeeds: while set, ordinary
+    /// requests wait [`LOST_REQUEST_TIMEOUT`] at most.
+    lost: Arc<AtomicBool>,
 }
 
 /// A network error naming the far cubby and what to do (never the token:
@@ -171,6 +183,25 @@ impl Client {
         }
     }
 
+    /// How long an ordinary request may take now ([`Client::lost`]).
+    fn request_timeout(&self) -> Duration {
+        if self.lost.load(Ordering::SeqCst) {
+            LOST_REQUEST_TIMEOUT
+        } else {
+            REQUEST_TIMEOUT
+        }
+    }
+
+    /// Notes how an ordinary request went ([`Client::lost`]).
+    fn noted<T>(&self, result: Result<T>) -> Result<T> {
+        match &result {
+            Ok(_) => self.lost.store(false, Ordering::SeqCst),
+            Err(e) if e.kind() == ErrorKind::Network => self.lost.store(true, Ordering::SeqCst),
+            Err(_) => {}
+        }
+        result
+    }
+
     /// A request with a JSON answer, waited for here.
     fn json<T: serde::de::DeserializeOwned + Send + 'static>(
         &self,
@@ -178,8 +209,9 @@ impl Client {
         req: reqwest::RequestBuilder,
     ) -> Result<T> {
         let shown = self.shown.clone();
-        self.block(async move {
-            let mut resp = Client::send(shown.clone(), what, req.timeout(REQUEST_TIMEOUT)).await?;
+        let req = req.timeout(self.request_timeout());
+        self.noted(self.block(async move {
+            let mut resp = Client::send(shown.clone(), what, req).await?;
             let body = read_capped(&mut resp, MAX_JSON_BODY_BYTES)
                 .await
                 .map_err(|e| network(&shown, what, &e))?;
@@ -189,16 +221,17 @@ impl Client {
                     format!("the remote cubby at {shown} sent a malformed answer to {what}: {e}"),
                 )
             })
-        })
+        }))
     }
 
     /// A request whose answer has no body of interest.
     fn empty(&self, what: &'static str, req: reqwest::RequestBuilder) -> Result<()> {
         let shown = self.shown.clone();
-        self.block(async move {
-            Client::send(shown, what, req.timeout(REQUEST_TIMEOUT)).await?;
+        let req = req.timeout(self.request_timeout());
+        self.noted(self.block(async move {
+            Client::send(shown, what, req).await?;
             Ok(())
-        })
+        }))
     }
 }
 
@@ -300,6 +333,7 @@ impl RemoteSandbox {
             base: format!("{shown}{}/sandboxes", wire::PREFIX),
             auth: auth.clone(),
             shown: shown.clone(),
+            lost: Arc::default(),
         };
         let body = wire::CreateRequest {
             root: options.root.as_ref().map(|p| p.display().to_string()),
@@ -322,6 +356,7 @@ impl RemoteSandbox {
             base: format!("{shown}{}/sandboxes/{}", wire::PREFIX, created.id),
             auth,
             shown,
+            lost: Arc::default(),
         });
         let command_root = created
             .command_root
@@ -650,13 +685,19 @@ async fn pump_output(
     tx: ChunkSender,
     ending: Arc<Ending>,
     shown: String,
+    lost: Arc<AtomicBool>,
 ) {
     let mut frames = wire::FrameReader::default();
     let lost = loop {
         let chunk = match resp.chunk().await {
             Ok(Some(chunk)) => chunk,
             Ok(None) => break "the command's stream ended without its status".to_string(),
-            Err(e) => break network(&shown, "reading a command's output", &e).to_string(),
+            Err(e) => {
+                lost.store(true, Ordering::SeqCst);
+                break network(&shown, "reading a command's output", &e)
+                    .message()
+                    .to_string();
+            }
         };
         frames.push(&chunk);
         let mut end = None;
@@ -748,7 +789,13 @@ impl Sandbox for RemoteSandbox {
         let ending = Arc::new(Ending::default());
         let (tx, output) = chunk_channel();
         let rt = runtime()?;
-        rt.spawn(pump_output(resp, tx, ending.clone(), shown));
+        rt.spawn(pump_output(
+            resp,
+            tx,
+            ending.clone(),
+            shown,
+            client.lost.clone(),
+        ));
         let stdin = if spec.stdin {
             let (tx, rx) = mpsc::channel(STDIN_CHUNKS);
             rt.spawn(pump_stdin(client.clone(), command, rx));
