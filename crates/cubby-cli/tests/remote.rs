@@ -33,6 +33,10 @@ struct Far {
     addr: String,
     _dir: tempfile::TempDir,
     token: String,
+    /// Everything it wrote to stderr so far.
+    log: std::sync::Arc<std::sync::Mutex<String>>,
+    /// The thread that reads its stderr.
+    reader: Option<std::thread::JoinHandle<()>>,
 }
 
 fn token() -> String {
@@ -46,6 +50,11 @@ fn token() -> String {
 
 impl Far {
     fn start(wrap: &[&str], ip: &str, extra: &[&str]) -> Far {
+        Far::start_logging(wrap, ip, extra, None)
+    }
+
+    /// As [`Far::start`], with `RUST_LOG` set to `log` when given.
+    fn start_logging(wrap: &[&str], ip: &str, extra: &[&str], log: Option<&str>) -> Far {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path().join("root");
         std::fs::create_dir(&root).unwrap();
@@ -60,6 +69,10 @@ impl Far {
             }
             None => Command::new(env!("CARGO_BIN_EXE_cubby")),
         };
+        match log {
+            Some(filter) => cmd.env("RUST_LOG", filter),
+            None => cmd.env_remove("RUST_LOG"),
+        };
         let mut child = cmd
             .args(["serve", "--host", "--listen", &format!("{ip}:0")])
             .arg("--token-file")
@@ -69,7 +82,6 @@ impl Far {
             .arg("--root")
             .arg(&root)
             .args(extra)
-            .env_remove("RUST_LOG")
             .env_remove("CUBBY_TOKEN")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -78,10 +90,16 @@ impl Far {
             .unwrap();
         let stderr = child.stderr.take().unwrap();
         let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
+        let log = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+        let logged = log.clone();
+        let reader = std::thread::spawn(move || {
             let mut tx = Some(tx);
             for line in BufReader::new(stderr).lines() {
                 let Ok(line) = line else { break };
+                let mut all = logged.lock().unwrap();
+                all.push_str(&line);
+                all.push('\n');
+                drop(all);
                 if let Some(addr) = line
                     .strip_prefix("cubby: listening on http://")
                     .and_then(|rest| rest.strip_suffix("/mcp"))
@@ -102,6 +120,8 @@ impl Far {
             addr,
             _dir: dir,
             token,
+            log,
+            reader: Some(reader),
         }
     }
 
@@ -112,6 +132,15 @@ impl Far {
     fn kill(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+
+    /// Ends it and returns all it wrote to stderr.
+    fn end_and_log(&mut self) -> String {
+        self.kill();
+        if let Some(reader) = self.reader.take() {
+            let _ = reader.join();
+        }
+        self.log.lock().unwrap().clone()
     }
 }
 
@@ -179,7 +208,7 @@ fn wait_for(what: &str, within: Duration, mut done: impl FnMut() -> bool) {
 
 #[test]
 fn the_host_api_needs_the_token() {
-    let far = Far::start(&[], "127.0.0.1", &["--provider", "local"]);
+    let mut far = Far::start_logging(&[], "127.0.0.1", &["--provider", "local"], Some("trace"));
     let good = format!("Bearer {}", far.token);
     for auth in [
         None,
@@ -224,6 +253,17 @@ fn the_host_api_needs_the_token() {
     let message = wrong.err().unwrap().to_string();
     assert!(message.starts_with("ERROR denied:"), "{message}");
     assert!(!message.contains("not-the-token-4242"), "{message}");
+    // The far server logged at `trace` (each connection), never a token.
+    let log = far.end_and_log();
+    assert!(
+        log.contains("accepted"),
+        "the far server logged no connection: {log}"
+    );
+    assert!(!log.contains(&far.token), "the far server logged its token");
+    assert!(
+        !log.contains("not-the-token-4242"),
+        "the far server logged a token"
+    );
 }
 
 #[test]
@@ -455,6 +495,26 @@ fn two_hosts_of_their_own_over_a_veth_pair() {
         json!({"path": "src/main.rs"}),
     );
     assert!(ok && text.contains("     2\t// needle"), "{text}");
+    // Logging everything (`trace`), the near side writes the token nowhere.
+    let out = Command::new("ip")
+        .args(["netns", "exec", &hosts.near])
+        .arg(env!("CARGO_BIN_EXE_cubby"))
+        .args(["call", "run", r#"{"command": "echo traced"}"#])
+        .args(["--provider", "remote", "--config"])
+        .arg(&config)
+        .arg("--root")
+        .arg(&root)
+        .env("RUST_LOG", "trace")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(stdout.contains("traced"), "{stdout}");
+    assert!(stderr.contains("TRACE"), "nothing was logged: {stderr}");
+    assert!(!stdout.contains(&far.token) && !stderr.contains(&far.token));
     let (ok, text) = call_near(&hosts, &config, &root, "run", json!({"command": "exit 3"}));
     assert!(ok && text.starts_with("FAILED exit=3 "), "{text}");
     let (ok, text) = call_near(&hosts, &config, &root, "read_file", json!({"path": "../x"}));
@@ -513,4 +573,88 @@ fn two_hosts_of_their_own_over_a_veth_pair() {
     wait_for("the far command ends", Duration::from_secs(30), || {
         processes_with(&mark).is_empty()
     });
+}
+
+/// Starts `script` (bash) in far sandbox `id` by a raw `exec` request and
+/// returns the connection once the answer's head has arrived (its body,
+/// the command's frames, still streaming).
+fn exec_raw(far: &Far, id: &str, script: &str) -> TcpStream {
+    let body = json!({
+        "argv": ["/bin/bash", "-c", script],
+        "cwd": "",
+        "env": [],
+        "stdin": false,
+        "output_dir": null,
+    })
+    .to_string();
+    let mut s = TcpStream::connect(&far.addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let req = format!(
+        "POST /v1/sandboxes/{id}/exec HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {}\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        far.addr,
+        far.token,
+        body.len()
+    );
+    s.write_all(req.as_bytes()).unwrap();
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        assert_eq!(s.read(&mut byte).unwrap(), 1, "the exec answer broke off");
+        head.push(byte[0]);
+    }
+    let head = String::from_utf8_lossy(&head);
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    s
+}
+
+#[test]
+fn a_dropped_client_and_a_destroy_leave_no_process_behind() {
+    let far = Far::start(&[], "127.0.0.1", &["--provider", "linux"]);
+    let good = format!("Bearer {}", far.token);
+    let (status, body) = http(&far.addr, "POST", "/v1/sandboxes", Some(&good), "{}");
+    assert_eq!(status, 201, "{body}");
+    let created: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let id = created["id"].as_str().unwrap().to_string();
+
+    // A client that goes away mid-command: the command's tree is killed,
+    // a daemon it left in the background too.
+    let (fore, daemon) = (marker("dropped"), marker("dropped-daemon"));
+    let stream = exec_raw(
+        &far,
+        &id,
+        &format!("(setsid bash -c 'exec -a {daemon} sleep 1000' &); exec -a {fore} sleep 1000"),
+    );
+    wait_for("the far command starts", Duration::from_secs(30), || {
+        !processes_with(&fore).is_empty() && !processes_with(&daemon).is_empty()
+    });
+    drop(stream);
+    wait_for(
+        "the dropped client's command and its daemon end",
+        NETWORK_ERROR_WITHIN,
+        || processes_with(&fore).is_empty() && processes_with(&daemon).is_empty(),
+    );
+    // The sandbox lives on: a second command runs.
+    let (fore, daemon) = (marker("destroyed"), marker("destroyed-daemon"));
+    let _stream = exec_raw(
+        &far,
+        &id,
+        &format!("(setsid bash -c 'exec -a {daemon} sleep 1000' &); exec -a {fore} sleep 1000"),
+    );
+    wait_for("the second command starts", Duration::from_secs(30), || {
+        !processes_with(&fore).is_empty() && !processes_with(&daemon).is_empty()
+    });
+    // Its destroy answers once everything in it is gone.
+    let (status, body) = http(
+        &far.addr,
+        "DELETE",
+        &format!("/v1/sandboxes/{id}"),
+        Some(&good),
+        "",
+    );
+    assert_eq!(status, 204, "{body}");
+    assert_eq!(processes_with(&fore), Vec::<String>::new());
+    assert_eq!(processes_with(&daemon), Vec::<String>::new());
+    let (status, body) = http(&far.addr, "GET", "/v1/sandboxes", Some(&good), "");
+    assert_eq!((status, body.as_str()), (200, "[]"));
 }
