@@ -137,7 +137,7 @@ fn short_temp_dir(prefix: &str) -> PathBuf {
     let name = format!("{prefix}-{}", std::process::id());
     let tmp = std::env::temp_dir();
     // Room for the name, a slash and podman's own file names under it.
-    if tmp.as_os_str().len() + name.len() + 1 <= MAX_RUNROOT_LEN - 20 {
+    if tmp.as_os_str().len() + name.len() < MAX_RUNROOT_LEN - 20 {
         tmp.join(name)
     } else {
         Path::new("/tmp").join(name)

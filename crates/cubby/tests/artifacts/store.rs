@@ -569,6 +569,7 @@ fn a_private_store_is_live_while_its_process_holds_the_lock() {
     std::fs::OpenOptions::new()
         .write(true)
         .create(true)
+        .truncate(true)
         .mode(0o600)
         .open(reused.join("live.lock"))
         .unwrap();
