@@ -658,3 +658,133 @@ fn a_dropped_client_and_a_destroy_leave_no_process_behind() {
     let (status, body) = http(&far.addr, "GET", "/v1/sandboxes", Some(&good), "");
     assert_eq!((status, body.as_str()), (200, "[]"));
 }
+
+/// `/v1/sandboxes/{id}/fs/{op}?path=` of a workspace path.
+fn fs_path(id: &str, op: &str, path: &str) -> String {
+    format!(
+        "/v1/sandboxes/{id}/fs/{op}?path={}",
+        cubby::remote::wire::encode_bytes(path.as_bytes())
+    )
+}
+
+#[test]
+fn the_host_applies_its_own_policy_to_file_calls() {
+    // A far server whose config denies reading a file (and protects, as
+    // always, git's surface and the skills directory), in a workspace it
+    // lets the caller adopt.
+    let shared = tempfile::tempdir().unwrap();
+    let workspace = shared.path().canonicalize().unwrap().join("ws");
+    std::fs::create_dir(&workspace).unwrap();
+    std::fs::write(workspace.join("secret.env"), "KEY=1\n").unwrap();
+    std::fs::write(workspace.join("plain.txt"), "plain\n").unwrap();
+    let config = shared.path().join("far.toml");
+    std::fs::write(&config, "deny_read = [\"secret.env\"]\n").unwrap();
+    let far = Far::start(
+        &[],
+        "127.0.0.1",
+        &[
+            "--provider",
+            "linux",
+            "--config",
+            config.to_str().unwrap(),
+            "--host-adopt",
+            shared.path().to_str().unwrap(),
+        ],
+    );
+    let good = format!("Bearer {}", far.token);
+    let body = json!({"root": workspace.to_str().unwrap()}).to_string();
+    let (status, body) = http(&far.addr, "POST", "/v1/sandboxes", Some(&good), &body);
+    assert_eq!(status, 201, "{body}");
+    let created: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let id = created["id"].as_str().unwrap();
+    let put = |path: &str| {
+        http(
+            &far.addr,
+            "PUT",
+            &fs_path(id, "file", path),
+            Some(&good),
+            "x",
+        )
+    };
+    // What the file tools may do, the API may do.
+    assert_eq!(put("a.txt").0, 204);
+    let (status, body) = http(
+        &far.addr,
+        "GET",
+        &fs_path(id, "file", "plain.txt"),
+        Some(&good),
+        "",
+    );
+    assert_eq!((status, body.as_str()), (200, "plain\n"));
+    // What they may not, it may not: git's executable surface, a protected
+    // path, a denied one (read or written).
+    for path in [
+        ".git/config",
+        ".git/hooks/pre-commit",
+        "skills/a/SKILL.md",
+        "secret.env",
+    ] {
+        let (status, body) = put(path);
+        assert_eq!(status, 403, "{path}: {body}");
+        assert!(body.contains("\"denied\""), "{body}");
+    }
+    let (status, _) = http(
+        &far.addr,
+        "POST",
+        &fs_path(id, "mkdir", ".git/hooks"),
+        Some(&good),
+        "",
+    );
+    assert_eq!(status, 403);
+    let (status, body) = http(
+        &far.addr,
+        "GET",
+        &fs_path(id, "file", "secret.env"),
+        Some(&good),
+        "",
+    );
+    assert_eq!(status, 403, "{body}");
+    assert!(!body.contains("KEY=1"), "{body}");
+    assert!(!workspace.join(".git").exists() && !workspace.join("skills").exists());
+    assert_eq!(
+        std::fs::read_to_string(workspace.join("secret.env")).unwrap(),
+        "KEY=1\n"
+    );
+
+    // A far server in mode read-only changes nothing through the API.
+    let far = Far::start(
+        &[],
+        "127.0.0.1",
+        &["--provider", "linux", "--mode", "read-only"],
+    );
+    let good = format!("Bearer {}", far.token);
+    let (status, body) = http(&far.addr, "POST", "/v1/sandboxes", Some(&good), "{}");
+    assert_eq!(status, 201, "{body}");
+    let created: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let id = created["id"].as_str().unwrap();
+    let (status, body) = http(
+        &far.addr,
+        "PUT",
+        &fs_path(id, "file", "a.txt"),
+        Some(&good),
+        "x",
+    );
+    assert_eq!(status, 403, "{body}");
+    assert!(body.contains("read-only"), "{body}");
+    let (status, _) = http(
+        &far.addr,
+        "POST",
+        &fs_path(id, "mkdir", "d"),
+        Some(&good),
+        "",
+    );
+    assert_eq!(status, 403);
+    let (status, _) = http(
+        &far.addr,
+        "GET",
+        &fs_path(id, "metadata", "a.txt"),
+        Some(&good),
+        "",
+    );
+    assert_eq!(status, 404);
+}

@@ -52,8 +52,16 @@ pub const MAX_BODY_BYTES: usize = 64 * 1024 * 1024;
 /// and the command killed.
 pub const TCP_USER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
-/// Sets [`TCP_USER_TIMEOUT`] on an accepted connection.
+/// Sets [`TCP_USER_TIMEOUT`] and `TCP_NODELAY` on an accepted connection.
+///
+/// Without `TCP_NODELAY`, a command's first output frame, written just after
+/// the answer's head, waited for the head's acknowledgement, which a client
+/// delays up to 40 ms (Nagle's algorithm against delayed ACKs): every
+/// command's first output came 40 ms late (docs/PERFORMANCE.md, issue 18).
 pub fn tune_accepted(stream: &tokio::net::TcpStream) {
+    if let Err(e) = stream.set_nodelay(true) {
+        tracing::debug!("cannot set TCP_NODELAY: {e}");
+    }
     let ms = u32::try_from(TCP_USER_TIMEOUT.as_millis()).unwrap_or(u32::MAX);
     if let Err(e) = rustix::net::sockopt::set_tcp_user_timeout(stream, ms) {
         tracing::debug!("cannot set TCP_USER_TIMEOUT: {e}");

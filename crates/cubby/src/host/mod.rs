@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::config::Config;
+use crate::config::{Config, Mode};
 use crate::error::{Error, ErrorKind, Result};
 use crate::host_env::HostEnv;
 use crate::path::WorkspacePath;
@@ -533,9 +533,12 @@ impl Host {
     ///
     /// # Errors
     ///
-    /// As [`crate::FileSystem::open`].
+    /// `denied` for a path the server's `deny_read` covers; as
+    /// [`crate::FileSystem::open`].
     pub fn open(&self, id: &str, path: &WorkspacePath) -> Result<OpenFile> {
-        self.get(id)?.sandbox.fs().open(path)
+        let hosted = self.get(id)?;
+        hosted.toolset.policy().check_read(path)?;
+        hosted.sandbox.fs().open(path)
     }
 
     /// At most `max` entries of a directory of sandbox `id`.
@@ -552,31 +555,53 @@ impl Host {
         self.get(id)?.sandbox.fs().read_dir_bounded(path, max)
     }
 
+    /// Sandbox `id`, when the server's policy lets a caller change `path`
+    /// in it: not in mode `read-only`, not git's executable surface, a
+    /// protected path or a `deny_read` one (as the file tools).
+    fn writable(&self, id: &str, path: &WorkspacePath) -> Result<Arc<Hosted>> {
+        let hosted = self.get(id)?;
+        let policy = hosted.toolset.policy();
+        if policy.mode() == Mode::ReadOnly {
+            return Err(Error::denied(format!(
+                "changing `{path}` is not allowed: this host serves its sandboxes read-only \
+                 (mode read-only); read instead, or use a host that allows writes"
+            )));
+        }
+        policy.check_write(path)?;
+        Ok(hosted)
+    }
+
     /// Writes a file of sandbox `id` atomically.
     ///
     /// # Errors
     ///
-    /// As [`crate::FileSystem::write_atomic`].
+    /// `denied` where the server's policy refuses it ([`Host::writable`]);
+    /// as [`crate::FileSystem::write_atomic`].
     pub fn write(&self, id: &str, path: &WorkspacePath, content: &[u8]) -> Result<()> {
-        self.get(id)?.sandbox.fs().write_atomic(path, content)
+        self.writable(id, path)?
+            .sandbox
+            .fs()
+            .write_atomic(path, content)
     }
 
     /// Makes a directory (and its parents) in sandbox `id`.
     ///
     /// # Errors
     ///
-    /// As [`crate::FileSystem::create_dir_all`].
+    /// `denied` where the server's policy refuses it; as
+    /// [`crate::FileSystem::create_dir_all`].
     pub fn mkdir(&self, id: &str, path: &WorkspacePath) -> Result<()> {
-        self.get(id)?.sandbox.fs().create_dir_all(path)
+        self.writable(id, path)?.sandbox.fs().create_dir_all(path)
     }
 
     /// Removes an empty directory of sandbox `id`.
     ///
     /// # Errors
     ///
-    /// As [`crate::FileSystem::remove_empty_dir`].
+    /// `denied` where the server's policy refuses it; as
+    /// [`crate::FileSystem::remove_empty_dir`].
     pub fn rmdir(&self, id: &str, path: &WorkspacePath) -> Result<bool> {
-        self.get(id)?.sandbox.fs().remove_empty_dir(path)
+        self.writable(id, path)?.sandbox.fs().remove_empty_dir(path)
     }
 
     /// Calls tool `name` of sandbox `id`'s toolset (the server's policy):
