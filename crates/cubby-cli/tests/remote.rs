@@ -375,14 +375,15 @@ impl TwoHosts {
         let (near_link, far_link) = (format!("vn{id}"), format!("vf{id}"));
         let octet = 1 + id % 250;
         let (near_ip, far_ip) = (format!("10.231.{octet}.1"), format!("10.231.{octet}.2"));
-        ip(&["netns", "add", &near]);
-        ip(&["netns", "add", &far]);
+        // Made first, so that a failure below still deletes what was made.
         let hosts = TwoHosts {
             near: near.clone(),
             far: far.clone(),
             far_link: far_link.clone(),
             far_ip: far_ip.clone(),
         };
+        ip(&["netns", "add", &near]);
+        ip(&["netns", "add", &far]);
         ip(&[
             "link", "add", &near_link, "netns", &near, "type", "veth", "peer", "name", &far_link,
             "netns", &far,
