@@ -208,7 +208,12 @@ fn wait_for(what: &str, within: Duration, mut done: impl FnMut() -> bool) {
 
 #[test]
 fn the_host_api_needs_the_token() {
-    let mut far = Far::start_logging(&[], "127.0.0.1", &["--provider", "local"], Some("trace"));
+    let mut far = Far::start_logging(
+        &[],
+        "127.0.0.1",
+        &["--provider", "local", "--host-max", "1"],
+        Some("trace"),
+    );
     let good = format!("Bearer {}", far.token);
     for auth in [
         None,
@@ -227,6 +232,10 @@ fn the_host_api_needs_the_token() {
     assert_eq!(status, 201, "{body}");
     let created: serde_json::Value = serde_json::from_str(&body).unwrap();
     let id = created["id"].as_str().unwrap();
+    // `--host-max 1`: a second one is refused while the first lives.
+    let (status, body) = http(&far.addr, "POST", "/v1/sandboxes", Some(&good), "{}");
+    assert_eq!(status, 429, "{body}");
+    assert!(body.contains("\"limit\""), "{body}");
     // The id alone lets nobody in.
     let (status, _) = http(
         &far.addr,
@@ -679,7 +688,12 @@ fn the_host_applies_its_own_policy_to_file_calls() {
     std::fs::write(workspace.join("secret.env"), "KEY=1\n").unwrap();
     std::fs::write(workspace.join("plain.txt"), "plain\n").unwrap();
     let config = shared.path().join("far.toml");
-    std::fs::write(&config, "deny_read = [\"secret.env\"]\n").unwrap();
+    std::fs::write(
+        &config,
+        "deny_read = [\"secret.env\"]\n[limits.write_file]\nmax_bytes = 100\n\
+         [limits.edit_file]\nmax_bytes = 100\n",
+    )
+    .unwrap();
     let far = Far::start(
         &[],
         "127.0.0.1",
@@ -707,8 +721,18 @@ fn the_host_applies_its_own_policy_to_file_calls() {
             "x",
         )
     };
-    // What the file tools may do, the API may do.
+    // What the file tools may do, the API may do; no more than they may.
     assert_eq!(put("a.txt").0, 204);
+    let (status, body) = http(
+        &far.addr,
+        "PUT",
+        &fs_path(id, "file", "big.txt"),
+        Some(&good),
+        &"y".repeat(101),
+    );
+    assert_eq!(status, 413, "{body}");
+    assert!(body.contains("too_large"), "{body}");
+    assert!(!workspace.join("big.txt").exists());
     let (status, body) = http(
         &far.addr,
         "GET",

@@ -335,7 +335,21 @@ impl Host {
             next_command: AtomicU64::new(1),
             destroyed: AtomicBool::new(false),
         });
-        lock(&self.sandboxes).insert(id, hosted);
+        let mut sandboxes = lock(&self.sandboxes);
+        // Checked again where it counts: creates running side by side
+        // never hold more than the cap.
+        if sandboxes.len() >= self.options.max_sandboxes {
+            drop(sandboxes);
+            hosted.destroy();
+            return Err(Error::new(
+                ErrorKind::Limit,
+                format!(
+                    "this host holds {} sandboxes, its limit; destroy one first",
+                    self.options.max_sandboxes
+                ),
+            ));
+        }
+        sandboxes.insert(id, hosted);
         Ok(created)
     }
 
@@ -576,12 +590,24 @@ impl Host {
     /// # Errors
     ///
     /// `denied` where the server's policy refuses it ([`Host::writable`]);
-    /// as [`crate::FileSystem::write_atomic`].
+    /// `too_large` past the server's `write_file`/`edit_file` limits (the
+    /// larger: the near side's `edit_file` writes a whole file); as
+    /// [`crate::FileSystem::write_atomic`].
     pub fn write(&self, id: &str, path: &WorkspacePath, content: &[u8]) -> Result<()> {
-        self.writable(id, path)?
-            .sandbox
-            .fs()
-            .write_atomic(path, content)
+        let hosted = self.writable(id, path)?;
+        let limits = hosted.toolset.policy().limits();
+        let max = limits.write_file.max_bytes.max(limits.edit_file.max_bytes);
+        if content.len() as u64 > max {
+            return Err(Error::new(
+                ErrorKind::TooLarge,
+                format!(
+                    "{} bytes for `{path}` is over this host's limit of {max} bytes a file \
+                     (limits.write_file.max_bytes); write less",
+                    content.len()
+                ),
+            ));
+        }
+        hosted.sandbox.fs().write_atomic(path, content)
     }
 
     /// Makes a directory (and its parents) in sandbox `id`.
