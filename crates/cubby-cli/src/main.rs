@@ -35,7 +35,7 @@ pub struct Common {
     /// Mode: read-only, workspace-write or full-access.
     #[arg(long, global = true)]
     mode: Option<String>,
-    /// Provider: virtual, local or linux.
+    /// Provider: virtual, local, linux or remote (with a [remote] section).
     #[arg(long, global = true)]
     provider: Option<String>,
 }
@@ -47,11 +47,28 @@ enum Command {
         #[command(flatten)]
         common: Common,
     },
-    /// Serve MCP over streamable HTTP at /mcp (off loopback, CUBBY_TOKEN is required).
+    /// Serve MCP over streamable HTTP at /mcp (off loopback, a token is required);
+    /// with --host, also the sandbox host API at /v1.
     Serve {
         /// Address to listen on.
         #[arg(long, default_value = "127.0.0.1:8765")]
         listen: std::net::SocketAddr,
+        /// A file holding the bearer token (instead of CUBBY_TOKEN).
+        #[arg(long)]
+        token_file: Option<std::path::PathBuf>,
+        /// Also serve the sandbox host API at /v1 (needs a token).
+        #[arg(long)]
+        host: bool,
+        /// Where the host makes its sandboxes' workspaces (default: a
+        /// private directory in $TMPDIR, removed at exit).
+        #[arg(long, requires = "host")]
+        host_dir: Option<std::path::PathBuf>,
+        /// Let callers use existing directories under DIR as workspaces.
+        #[arg(long, requires = "host", value_name = "DIR")]
+        host_adopt: Option<std::path::PathBuf>,
+        /// Most sandboxes held at once.
+        #[arg(long, requires = "host", default_value_t = cubby::host::MAX_SANDBOXES)]
+        host_max: usize,
         #[command(flatten)]
         common: Common,
     },
@@ -243,9 +260,31 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             served?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::Serve { listen, common } => {
+        Command::Serve {
+            listen,
+            token_file,
+            host,
+            host_dir,
+            host_adopt,
+            host_max,
+            common,
+        } => {
             let (factory, mcp) = setup::served(&common)?;
-            let token = std::env::var("CUBBY_TOKEN").ok().filter(|t| !t.is_empty());
+            let token = match &token_file {
+                Some(file) => Some(setup::read_token(file)?),
+                None => std::env::var("CUBBY_TOKEN").ok().filter(|t| !t.is_empty()),
+            };
+            let hosted = if host {
+                let Some(token) = token.as_deref() else {
+                    anyhow::bail!(
+                        "--host needs a bearer token: set CUBBY_TOKEN or pass --token-file"
+                    );
+                };
+                Some(setup::host(&common, host_dir, host_adopt, host_max, token)?)
+            } else {
+                None
+            };
+            let api = hosted.as_ref().map(|h| h.api.clone());
             let rt = runtime()?;
             let served = rt.block_on(async move {
                 let shutdown = tokio_util::sync::CancellationToken::new();
@@ -255,11 +294,20 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     stop.cancel();
                 });
                 let has_token = token.is_some();
-                let options = cubby_mcp::HttpOptions { listen, token, mcp };
+                let with_host = api.is_some();
+                let options = cubby_mcp::HttpOptions {
+                    listen,
+                    token,
+                    mcp,
+                    host: api,
+                };
                 let (ready, bound) = tokio::sync::oneshot::channel();
                 tokio::spawn(async move {
                     if let Ok(addr) = bound.await {
                         eprintln!("cubby: listening on http://{addr}/mcp");
+                        if with_host {
+                            eprintln!("cubby: sandbox host API at http://{addr}/v1");
+                        }
                         if !has_token {
                             // R4-2 (docs/SECURITY.md): the peer check tells
                             // users apart, not a user's sandboxed commands.
@@ -274,6 +322,9 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 cubby_mcp::serve_http(factory, options, shutdown, Some(ready)).await
             });
             rt.shutdown_timeout(SHUTDOWN_GRACE);
+            // Every hosted sandbox ends with the server: its commands
+            // killed and reaped, the workspaces it made removed.
+            drop(hosted);
             cubby::LinuxSandbox::empty_stashes();
             served?;
             Ok(ExitCode::SUCCESS)

@@ -117,3 +117,70 @@ fn load_config(common: &Common, root: &Path) -> anyhow::Result<(Config, Option<P
         None => Ok((Config::default(), None)),
     }
 }
+
+/// The bearer token in `file` (surrounding whitespace trimmed); the error
+/// names the file, never its content.
+pub fn read_token(file: &Path) -> anyhow::Result<String> {
+    let text = std::fs::read_to_string(file)
+        .with_context(|| format!("cannot read the token file `{}`", file.display()))?;
+    let token = text.trim();
+    if token.is_empty() {
+        bail!("the token file `{}` is empty", file.display());
+    }
+    Ok(token.to_string())
+}
+
+/// The sandbox host of `cubby serve --host`, and the directory of its
+/// workspaces when the server made it (removed when this drops, after
+/// every sandbox is destroyed).
+pub struct Hosting {
+    /// What the HTTP front serves at `/v1`.
+    pub api: cubby::host::http::HostApi,
+    made_dir: Option<PathBuf>,
+}
+
+impl Drop for Hosting {
+    fn drop(&mut self) {
+        self.api.host().destroy_all();
+        if let Some(dir) = &self.made_dir {
+            let _ = std::fs::remove_dir(dir);
+        }
+    }
+}
+
+/// A sandbox host under the served workspace's config (provider, policy,
+/// limits: the server's, never a caller's).
+pub fn host(
+    common: &Common,
+    dir: Option<PathBuf>,
+    adopt: Option<PathBuf>,
+    max: usize,
+    token: &str,
+) -> anyhow::Result<Hosting> {
+    let workspace = resolve(common)?;
+    let env = HostEnv::capture();
+    let (dir, made_dir) = match dir {
+        Some(dir) => (dir, None),
+        None => {
+            let dir = cubby::artifact::temp_dir(&env).join(format!(
+                "cubby-host-{}-{}",
+                std::process::id(),
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.subsec_nanos())
+            ));
+            (dir.clone(), Some(dir))
+        }
+    };
+    let host = cubby::host::Host::new(cubby::host::HostOptions {
+        dir,
+        adopt,
+        max_sandboxes: max,
+        config: workspace.config().clone(),
+        env,
+    })
+    .map_err(|e| anyhow::anyhow!("--host: {}", e.message()))?;
+    let api = cubby::host::http::HostApi::new(std::sync::Arc::new(host), token)
+        .map_err(|e| anyhow::anyhow!("--host: {}", e.message()))?;
+    Ok(Hosting { api, made_dir })
+}

@@ -16,6 +16,10 @@
 //! to anyone who reaches the socket (a kubelet's probe carries no token),
 //! and says nothing else.
 //!
+//! With [`HttpOptions::host`], the sandbox host API (`/v1/…`,
+//! `cubby::host::http`) is served on the same listener; it needs the token
+//! (the server refuses to start without one) and checks it itself.
+//!
 //! Each MCP session is its own run; sessions idle for
 //! [`SESSION_IDLE`] are closed, which stops their processes. A `DELETE`
 //! that ends a session answers 204 (see [`session_end_is_no_content`]).
@@ -29,6 +33,7 @@ use axum::extract::Request;
 use axum::http::{Method, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::Response;
+use axum::serve::ListenerExt;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use tokio_util::sync::CancellationToken;
@@ -52,6 +57,9 @@ pub struct HttpOptions {
     pub token: Option<String>,
     /// What results and listings carry besides the text.
     pub mcp: McpOptions,
+    /// The sandbox host API (`/v1/…`, SPEC §7) served beside `/mcp`, when
+    /// on; it checks its own token on every request.
+    pub host: Option<cubby::host::http::HostApi>,
 }
 
 /// A loopback listener that lets in only the connections whose client
@@ -88,6 +96,10 @@ impl axum::serve::Listener for SameUser {
     fn local_addr(&self) -> std::io::Result<Self::Addr> {
         self.inner.local_addr()
     }
+}
+
+fn token_missing(token: Option<&str>) -> bool {
+    token.is_none_or(str::is_empty)
 }
 
 /// Constant-time comparison of two byte strings.
@@ -143,7 +155,7 @@ pub async fn serve_http(
     ready: Option<tokio::sync::oneshot::Sender<SocketAddr>>,
 ) -> Result<(), ServeError> {
     let loopback = options.listen.ip().is_loopback();
-    if !loopback && options.token.as_deref().is_none_or(str::is_empty) {
+    if !loopback && token_missing(options.token.as_deref()) {
         return Err(ServeError(format!(
             "refusing to listen on {} without a bearer token: set CUBBY_TOKEN, or listen on 127.0.0.1",
             options.listen
@@ -193,6 +205,25 @@ pub async fn serve_http(
     let mut app = Router::new()
         .nest_service("/mcp", service)
         .layer(middleware::from_fn(session_end_is_no_content));
+    if let Some(api) = options.host.clone() {
+        if token_missing(options.token.as_deref()) {
+            return Err(ServeError(
+                "the sandbox host API (/v1) needs a bearer token: set CUBBY_TOKEN or --token-file"
+                    .into(),
+            ));
+        }
+        app = app.route(
+            "/v1/{*rest}",
+            axum::routing::any(move |req: Request| {
+                let api = api.clone();
+                async move {
+                    cubby::host::http::handle(api, req)
+                        .await
+                        .map(axum::body::Body::new)
+                }
+            }),
+        );
+    }
     let token = options.token.filter(|t| !t.is_empty());
     let same_user = token.is_none();
     if let Some(token) = token {
@@ -213,11 +244,13 @@ pub async fn serve_http(
         let listener = SameUser {
             inner: listener,
             uid: rustix::process::geteuid().as_raw(),
-        };
+        }
+        .tap_io(|io| cubby::host::http::tune_accepted(io));
         axum::serve(listener, app)
             .with_graceful_shutdown(async move { stop.cancelled().await })
             .await
     } else {
+        let listener = listener.tap_io(|io| cubby::host::http::tune_accepted(io));
         axum::serve(listener, app)
             .with_graceful_shutdown(async move { stop.cancelled().await })
             .await

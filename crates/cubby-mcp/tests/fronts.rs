@@ -267,6 +267,7 @@ async fn over_http(options: McpOptions) -> (Answers, u16) {
             listen: "127.0.0.1:0".parse().unwrap(),
             token: None,
             mcp: options,
+            host: None,
         },
         shutdown.clone(),
         Some(ready),

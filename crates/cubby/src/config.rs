@@ -841,6 +841,23 @@ pub struct Config {
     pub gateway: std::collections::BTreeMap<String, GatewayConfig>,
     /// Upstream MCP servers, by label (`[upstream.<label>]`).
     pub upstream: std::collections::BTreeMap<String, UpstreamConfig>,
+    /// Where the `remote` provider's sandbox lives (`[remote]`).
+    pub remote: Option<RemoteConfig>,
+}
+
+/// `[remote]`: the far cubby of `provider = "remote"` (SPEC §7).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RemoteConfig {
+    /// The far cubby's base URL, e.g. `http://10.0.0.2:8765`.
+    pub url: String,
+    /// A file holding its bearer token (absolute or `~/`); read when the
+    /// sandbox opens, never logged.
+    pub token_file: String,
+    /// An existing directory on the far side to use as the workspace (the
+    /// far cubby must allow it, `serve --host-adopt`); default: a new one.
+    #[serde(default)]
+    pub root: Option<String>,
 }
 
 impl Config {

@@ -271,6 +271,9 @@ struct State {
     capture: Option<HeadTail>,
     ended: Option<Instant>,
     output_closed: bool,
+    /// Why its end is unknown ([`ExitStatus::Lost`]: the machine that ran
+    /// it went away), when it is.
+    lost: Option<String>,
 }
 
 /// A process of the run.
@@ -306,6 +309,12 @@ impl Proc {
     /// Current status.
     pub fn status(&self) -> Status {
         lock(&self.state).status
+    }
+
+    /// Why its end is unknown (recorded as exit -1), when it is: the
+    /// machine that ran it went away (`remote`).
+    pub fn lost(&self) -> Option<String> {
+        lock(&self.state).lost.clone()
     }
 
     /// When it ended, if it has.
@@ -684,6 +693,7 @@ impl ProcessTable {
                 capture: track.capture_bytes.map(HeadTail::new),
                 ended: None,
                 output_closed: false,
+                lost: None,
             }),
             changed: Condvar::new(),
             child: Arc::from(spawned.handle),
@@ -821,6 +831,7 @@ impl Reader {
             Some(ExitStatus::Signaled(sig)) => Status::Signaled(sig),
             Some(ExitStatus::Lost(reason)) => {
                 tracing::warn!(name = %self.proc.name, %reason, "the end of a command is unknown");
+                lock(&self.proc.state).lost = Some(reason);
                 Status::Exited(-1)
             }
             None => Status::Exited(-1),
@@ -1212,6 +1223,7 @@ mod contract_tests {
         let proc = procs.track(reserved, spawned, track()).unwrap();
         assert!(proc.wait_until(None, None));
         assert_eq!(proc.status(), Status::Exited(-1));
+        assert_eq!(proc.lost().as_deref(), Some("the machine went away"));
         assert!(released.load(Ordering::SeqCst));
         assert_eq!(proc.output_end(), TOTAL as u64);
         let (text, from, next, dropped) = proc.read_log(0, usize::MAX);

@@ -20,6 +20,7 @@ use crate::config::{Config, NetworkMode, ProviderKind};
 use crate::error::{Error, ErrorKind, Result};
 use crate::host_env::HostEnv;
 use crate::policy::{CONFIG_FILE_NAME, Policy};
+use crate::remote::{RemoteOptions, RemoteSandbox};
 use crate::sandbox::{CommandEnv, LinuxSandbox, LocalSandbox, MemoryFs, Sandbox};
 use crate::toolset::{ARTIFACTS_DIR, Toolset, ToolsetBuilder};
 
@@ -320,7 +321,8 @@ impl Workspace {
     /// # Errors
     ///
     /// The provider's own (`unsupported` naming what this machine lacks,
-    /// `not_found` for a missing root); `unsupported` for `remote`.
+    /// `not_found` for a missing root; for `remote`, as
+    /// [`Workspace::open_remote`]).
     pub fn open_sandbox(&self) -> Result<Arc<dyn Sandbox>> {
         match self.provider {
             ProviderKind::Virtual => Ok(crate::sandbox::virtual_sandbox(MemoryFs::from_dir(
@@ -334,12 +336,52 @@ impl Workspace {
                 Ok(Arc::new(LocalSandbox::open(&self.root)?))
             }
             ProviderKind::Linux => Ok(Arc::new(self.open_linux()?)),
-            ProviderKind::Remote => Err(Error::new(
-                ErrorKind::Unsupported,
-                "the remote provider is not available in this build; use --provider linux, \
-                 local or virtual",
-            )),
+            ProviderKind::Remote => Ok(Arc::new(self.open_remote()?)),
         }
+    }
+
+    /// Opens the `remote` provider's sandbox on the far cubby `[remote]`
+    /// names (its token read from `token_file` now).
+    ///
+    /// # Errors
+    ///
+    /// `invalid_input` without a `[remote]` section or with an unreadable
+    /// token file (the message names the file, never its content); then as
+    /// [`RemoteSandbox::open`].
+    pub fn open_remote(&self) -> Result<RemoteSandbox> {
+        let Some(remote) = &self.config.remote else {
+            return Err(Error::invalid_input(
+                "provider `remote` needs a [remote] section with `url` and `token_file`",
+            ));
+        };
+        let file = match remote.token_file.strip_prefix("~/") {
+            Some(rest) => self
+                .host
+                .var_os("HOME")
+                .map(|home| PathBuf::from(home).join(rest))
+                .ok_or_else(|| {
+                    Error::invalid_input("token_file starts with `~/` and HOME is not set")
+                })?,
+            None => PathBuf::from(&remote.token_file),
+        };
+        let token = std::fs::read_to_string(&file).map_err(|e| {
+            Error::invalid_input(format!(
+                "cannot read the remote token_file {}: {e}; give a readable file holding the token",
+                file.display()
+            ))
+        })?;
+        let token = token.trim();
+        if token.is_empty() {
+            return Err(Error::invalid_input(format!(
+                "the remote token_file {} is empty",
+                file.display()
+            )));
+        }
+        RemoteSandbox::open(&RemoteOptions {
+            url: remote.url.clone(),
+            token: token.to_string(),
+            root: remote.root.as_ref().map(PathBuf::from),
+        })
     }
 
     /// Opens a `linux` sandbox from the policy, whatever the provider asked

@@ -33,10 +33,12 @@ const LAYERS: &[&str] = &[
     "skills",
     "web",
     "upstream",
+    "remote",
     "config_file",
     "tools",
     "toolset",
     "workspace",
+    "host",
 ];
 
 /// The workspace's crates, lowest first, and where their manifests are

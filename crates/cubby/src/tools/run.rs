@@ -21,7 +21,7 @@ use serde::{Deserialize, Serialize};
 use super::procs::{ProcessLogs, StartProcess};
 use super::write::WriteFile;
 use super::{Annotations, Ctx, Tool};
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result};
 use crate::output::ToolOutput;
 use crate::path::WorkspacePath;
 use crate::process::{Proc, Status, Track, signal_name};
@@ -235,6 +235,17 @@ impl Tool for Run {
         }
         let elapsed = started.elapsed();
         ctx.procs.retire(&name);
+        if let Some(reason) = proc.lost() {
+            // The machine that ran it went away (SPEC §7): what it printed
+            // is not a verdict.
+            return Err(Error::new(
+                ErrorKind::Network,
+                format!(
+                    "the command's end is unknown: {reason}. Its output so far is in \
+                     process_logs name={name}; check the sandbox is reachable, then run it again"
+                ),
+            ));
+        }
         let status = proc.status();
         let shown_cwd = ctx.sandbox.show_cwd(&cwd);
         let (output, output_bytes, cut_bytes) = proc.captured();

@@ -1,4 +1,4 @@
-//! `run` and background processes on the `local` and `linux` providers:
+//! `run` and background processes on the `local`, `linux` and `remote` providers:
 //! verdicts, output order and caps, redaction, whole-tree cleanup,
 //! concurrency, servers.
 //!
@@ -196,6 +196,30 @@ impl Fixture for Linux {
     }
 }
 
+/// The `remote` provider: a `linux` sandbox of a far cubby (in this
+/// process, over loopback HTTP) whose workspace is `dir`.
+struct Remote;
+
+impl Fixture for Remote {
+    fn name(&self) -> &'static str {
+        "remote"
+    }
+
+    fn sandbox(&self, dir: &std::path::Path) -> Arc<dyn Sandbox> {
+        common::remote::far_linux().sandbox(dir)
+    }
+
+    /// The local policy does not confine the far side's commands: the far
+    /// cubby's config lets them reach the network.
+    fn networked_policy(&self) -> Policy {
+        Policy::default()
+    }
+
+    fn networked_sandbox(&self, dir: &std::path::Path) -> Arc<dyn Sandbox> {
+        common::remote::far_linux_networked().sandbox(dir)
+    }
+}
+
 /// A toolset over the provider's sandbox on `dir` (no change tracking).
 fn tools(p: &dyn Fixture, dir: &std::path::Path) -> Toolset {
     Toolset::builder(p.sandbox(dir))
@@ -261,6 +285,7 @@ providers!(
         a_start_refused_by_the_log_budget_never_runs,
     ];
     local: crate::Local => [],
+    remote: crate::Remote => [],
     linux: crate::Linux => [
         linux_only::commands_get_pseudo_terminals_of_their_own,
         linux_only::file_tools_do_not_see_the_reservations_of_a_running_command,

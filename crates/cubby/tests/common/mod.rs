@@ -1,12 +1,13 @@
 //! Helpers shared by the integration tests of the `cubby` crate: the
 //! processes alive by marker, a resolver hook pinning test names, a
-//! loopback HTTP server ([`http`]) and the search backends' fakes
-//! ([`search`]). Each test binary includes this module (`mod common;`, or
+//! loopback HTTP server ([`http`]), the search backends' fakes
+//! ([`search`]) and a far cubby for the `remote` provider ([`remote`]). Each test binary includes this module (`mod common;`, or
 //! `#[path = "../common/mod.rs"] mod common;` from a test directory).
 
 #![allow(dead_code)]
 
 pub mod http;
+pub mod remote;
 pub mod search;
 
 /// Other agents' and editors' project configs that start programs (MCP

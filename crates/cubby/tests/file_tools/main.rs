@@ -1,4 +1,5 @@
-//! One file-tool suite, run on every provider (`virtual`, `local`, `linux`).
+//! One file-tool suite, run on every provider (`virtual`, `local`, `linux`,
+//! `remote`).
 //!
 //! Each case is a function of a [`Fixture`], which sets up and inspects the
 //! workspace behind the tools' back (as another process or person would).
@@ -125,6 +126,38 @@ impl Fixture for Linux {
     }
 }
 
+/// The `remote` provider over the same host directory as [`Local`]: a far
+/// cubby (in this process, over loopback HTTP) holds it as a `linux`
+/// sandbox.
+struct Remote(Local);
+
+impl Fixture for Remote {
+    fn sandbox_for(&self, _: &Policy) -> Arc<dyn cubby::Sandbox> {
+        common::remote::far_linux().sandbox(self.0.0.path())
+    }
+    fn put(&self, path: &str, bytes: &[u8]) {
+        self.0.put(path, bytes)
+    }
+    fn put_mode(&self, path: &str, bytes: &[u8], mode: u32) {
+        self.0.put_mode(path, bytes, mode)
+    }
+    fn get(&self, path: &str) -> Option<Vec<u8>> {
+        self.0.get(path)
+    }
+    fn mode(&self, path: &str) -> u32 {
+        self.0.mode(path)
+    }
+    fn remove(&self, path: &str) {
+        self.0.remove(path)
+    }
+    fn mkdir(&self, path: &str) {
+        self.0.mkdir(path)
+    }
+    fn put_named(&self, name: &[u8], bytes: &[u8]) {
+        self.0.put_named(name, bytes)
+    }
+}
+
 struct Virtual(Arc<MemoryFs>);
 
 impl Virtual {
@@ -219,6 +252,7 @@ macro_rules! both {
     ($($module:ident :: $case:ident),* $(,)?) => {
         suite!(local, Local::new(), [$($module::$case),*]);
         suite!(linux, Linux(Local::new()), [$($module::$case),*]);
+        suite!(remote, Remote(Local::new()), [$($module::$case),*]);
         suite!(virtual_fs, Virtual::new(), [$($module::$case),*]);
     };
 }

@@ -1,0 +1,816 @@
+//! The `remote` provider against a real far `cubby serve --host`: the token
+//! (401 without the right one), a far server killed mid-call (`ERROR
+//! network` within 10 s, nothing left running), and two hosts of their own
+//! (two network namespaces joined by a veth pair, each with its address):
+//! a script of file tools and commands through `cubby call --provider
+//! remote`, then a partition mid-command.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use cubby::remote::{RemoteOptions, RemoteSandbox};
+use serde_json::json;
+
+/// Longest wait for a far server to say where it listens.
+const START_WAIT: Duration = Duration::from_secs(60);
+/// What SPEC §7 allows a lost far side to hold a call.
+const NETWORK_ERROR_WITHIN: Duration = Duration::from_secs(10);
+/// Longest a partitioned `cubby call` may take to exit (its answer, then
+/// the far sandbox's destroy, not waited for long once the far side is
+/// seen lost).
+const EXIT_AFTER_PARTITION: Duration = Duration::from_secs(15);
+
+/// A far `cubby serve --host`, on port 0 of `ip` (its address read from
+/// its stderr), run under `wrap` (e.g. `ip netns exec NS`); killed when
+/// dropped.
+struct Far {
+    child: Child,
+    addr: String,
+    _dir: tempfile::TempDir,
+    token: String,
+    /// Everything it wrote to stderr so far.
+    log: std::sync::Arc<std::sync::Mutex<String>>,
+    /// The thread that reads its stderr.
+    reader: Option<std::thread::JoinHandle<()>>,
+}
+
+fn token() -> String {
+    let mut b = [0u8; 16];
+    std::fs::File::open("/dev/urandom")
+        .unwrap()
+        .read_exact(&mut b)
+        .unwrap();
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+impl Far {
+    fn start(wrap: &[&str], ip: &str, extra: &[&str]) -> Far {
+        Far::start_logging(wrap, ip, extra, None)
+    }
+
+    /// As [`Far::start`], with `RUST_LOG` set to `log` when given.
+    fn start_logging(wrap: &[&str], ip: &str, extra: &[&str], log: Option<&str>) -> Far {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("root");
+        std::fs::create_dir(&root).unwrap();
+        let token = token();
+        let token_file = dir.path().join("token");
+        std::fs::write(&token_file, format!("{token}\n")).unwrap();
+        let mut cmd = match wrap.split_first() {
+            Some((first, rest)) => {
+                let mut c = Command::new(first);
+                c.args(rest).arg(env!("CARGO_BIN_EXE_cubby"));
+                c
+            }
+            None => Command::new(env!("CARGO_BIN_EXE_cubby")),
+        };
+        match log {
+            Some(filter) => cmd.env("RUST_LOG", filter),
+            None => cmd.env_remove("RUST_LOG"),
+        };
+        let mut child = cmd
+            .args(["serve", "--host", "--listen", &format!("{ip}:0")])
+            .arg("--token-file")
+            .arg(&token_file)
+            .arg("--host-dir")
+            .arg(dir.path().join("sandboxes"))
+            .arg("--root")
+            .arg(&root)
+            .args(extra)
+            .env_remove("CUBBY_TOKEN")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stderr = child.stderr.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let log = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+        let logged = log.clone();
+        let reader = std::thread::spawn(move || {
+            let mut tx = Some(tx);
+            for line in BufReader::new(stderr).lines() {
+                let Ok(line) = line else { break };
+                let mut all = logged.lock().unwrap();
+                all.push_str(&line);
+                all.push('\n');
+                drop(all);
+                if let Some(addr) = line
+                    .strip_prefix("cubby: listening on http://")
+                    .and_then(|rest| rest.strip_suffix("/mcp"))
+                    && let Some(tx) = tx.take()
+                {
+                    let _ = tx.send(addr.to_string());
+                }
+                eprintln!("[far cubby] {line}");
+            }
+        });
+        let Ok(addr) = rx.recv_timeout(START_WAIT) else {
+            let _ = child.kill();
+            let status = child.wait();
+            panic!("the far cubby did not say where it listens ({status:?})");
+        };
+        Far {
+            child,
+            addr,
+            _dir: dir,
+            token,
+            log,
+            reader: Some(reader),
+        }
+    }
+
+    fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Ends it and returns all it wrote to stderr.
+    fn end_and_log(&mut self) -> String {
+        self.kill();
+        if let Some(reader) = self.reader.take() {
+            let _ = reader.join();
+        }
+        self.log.lock().unwrap().clone()
+    }
+}
+
+impl Drop for Far {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// One raw HTTP/1.1 request (`Connection: close`): (status, body).
+fn http(addr: &str, method: &str, path: &str, auth: Option<&str>, body: &str) -> (u16, String) {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let mut req = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Length: {}\r\nConnection: close\r\n",
+        body.len()
+    );
+    if let Some(auth) = auth {
+        req.push_str(&format!("Authorization: {auth}\r\n"));
+    }
+    req.push_str("\r\n");
+    req.push_str(body);
+    s.write_all(req.as_bytes()).unwrap();
+    let mut raw = Vec::new();
+    let _ = s.read_to_end(&mut raw);
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    (status, body.to_string())
+}
+
+/// Processes whose `argv[0]` is `marker` (set by `exec -a`; a process
+/// whose arguments merely mention it, as the `cubby call` that starts it,
+/// is not one).
+fn processes_with(marker: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let name = entry.file_name().into_string().unwrap_or_default();
+        if !name.chars().all(|c| c.is_ascii_digit()) {
+            continue;
+        }
+        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
+            continue;
+        };
+        let argv0 = cmdline.split(|b| *b == 0).next().unwrap_or_default();
+        if argv0 == marker.as_bytes() {
+            let text = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+            found.push(format!("{name}: {text}"));
+        }
+    }
+    found
+}
+
+fn wait_for(what: &str, within: Duration, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + within;
+    while !done() {
+        assert!(Instant::now() < deadline, "{what} within {within:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn the_host_api_needs_the_token() {
+    let mut far = Far::start_logging(
+        &[],
+        "127.0.0.1",
+        &["--provider", "local", "--host-max", "1"],
+        Some("trace"),
+    );
+    let good = format!("Bearer {}", far.token);
+    for auth in [
+        None,
+        Some("Bearer "),
+        Some("Bearer wrong"),
+        Some(&good[..good.len() - 1]),
+        Some(&format!("{good}x")),
+        Some(&format!("Basic {}", far.token)),
+    ] {
+        let (status, _) = http(&far.addr, "POST", "/v1/sandboxes", auth, "{}");
+        assert_eq!(status, 401, "{auth:?}");
+        let (status, _) = http(&far.addr, "GET", "/v1/sandboxes", auth, "");
+        assert_eq!(status, 401, "{auth:?}");
+    }
+    let (status, body) = http(&far.addr, "POST", "/v1/sandboxes", Some(&good), "{}");
+    assert_eq!(status, 201, "{body}");
+    let created: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let id = created["id"].as_str().unwrap();
+    // `--host-max 1`: a second one is refused while the first lives.
+    let (status, body) = http(&far.addr, "POST", "/v1/sandboxes", Some(&good), "{}");
+    assert_eq!(status, 429, "{body}");
+    assert!(body.contains("\"limit\""), "{body}");
+    // The id alone lets nobody in.
+    let (status, _) = http(
+        &far.addr,
+        "DELETE",
+        &format!("/v1/sandboxes/{id}"),
+        None,
+        "",
+    );
+    assert_eq!(status, 401);
+    let (status, _) = http(
+        &far.addr,
+        "DELETE",
+        &format!("/v1/sandboxes/{id}"),
+        Some(&good),
+        "",
+    );
+    assert_eq!(status, 204);
+    // The client says what went wrong, and never the token.
+    let wrong = RemoteSandbox::open(&RemoteOptions {
+        url: far.url(),
+        token: "not-the-token-4242".into(),
+        root: None,
+    });
+    let message = wrong.err().unwrap().to_string();
+    assert!(message.starts_with("ERROR denied:"), "{message}");
+    assert!(!message.contains("not-the-token-4242"), "{message}");
+    // The far server logged at `trace` (each connection), never a token.
+    let log = far.end_and_log();
+    assert!(
+        log.contains("accepted"),
+        "the far server logged no connection: {log}"
+    );
+    assert!(!log.contains(&far.token), "the far server logged its token");
+    assert!(
+        !log.contains("not-the-token-4242"),
+        "the far server logged a token"
+    );
+}
+
+#[test]
+fn host_mode_refuses_to_start_without_a_token() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_cubby"))
+        .args([
+            "serve",
+            "--host",
+            "--listen",
+            "127.0.0.1:0",
+            "--provider",
+            "local",
+            "--root",
+        ])
+        .arg(dir.path())
+        .env_remove("CUBBY_TOKEN")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--host needs a bearer token"), "{err}");
+}
+
+/// The marker of a far command, unique to this test process.
+fn marker(tag: &str) -> String {
+    format!("cubby-remote-{tag}-{}", std::process::id())
+}
+
+#[test]
+fn killing_the_far_server_fails_calls_in_flight_with_network_errors() {
+    let mut far = Far::start(&[], "127.0.0.1", &["--provider", "linux"]);
+    let sandbox = RemoteSandbox::open(&RemoteOptions {
+        url: far.url(),
+        token: far.token.clone(),
+        root: None,
+    })
+    .unwrap();
+    let t = cubby::Toolset::builder(std::sync::Arc::new(sandbox))
+        .host_env(cubby::HostEnv::capture())
+        .build()
+        .unwrap();
+    let out = t.call("write_file", json!({"path": "a.txt", "content": "hello\n"}));
+    assert!(!out.is_error, "{}", out.text);
+    let mark = marker("kill");
+    let calls = t.clone();
+    let command = format!("exec -a {mark} sleep 1000");
+    let running = std::thread::spawn(move || {
+        let out = calls.call("run", json!({"command": command, "timeout_ms": 120_000}));
+        (out, Instant::now())
+    });
+    wait_for("the far command starts", Duration::from_secs(30), || {
+        !processes_with(&mark).is_empty()
+    });
+    let killed = Instant::now();
+    far.kill();
+    let (out, ended) = running.join().unwrap();
+    assert!(out.text.starts_with("ERROR network:"), "{}", out.text);
+    assert!(
+        ended - killed < NETWORK_ERROR_WITHIN,
+        "ended {:?} after the kill",
+        ended - killed
+    );
+    let started = Instant::now();
+    let out = t.call("read_file", json!({"path": "a.txt"}));
+    assert!(out.text.starts_with("ERROR network:"), "{}", out.text);
+    assert!(started.elapsed() < NETWORK_ERROR_WITHIN);
+    assert!(!out.text.contains(&far.token));
+    // The far command's tree ends with its sandbox's holder.
+    wait_for("the far command ends", Duration::from_secs(10), || {
+        processes_with(&mark).is_empty()
+    });
+}
+
+/// A child process killed and reaped when dropped (also on a failed
+/// assertion).
+struct Reaped(Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Two network namespaces joined by a veth pair, each a host with an
+/// address of its own; deleted when dropped.
+struct TwoHosts {
+    near: String,
+    far: String,
+    far_link: String,
+    far_ip: String,
+}
+
+fn ip(args: &[&str]) {
+    let out = Command::new("ip").args(args).output().unwrap();
+    assert!(
+        out.status.success(),
+        "ip {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+impl TwoHosts {
+    fn make() -> TwoHosts {
+        let id = std::process::id() % 50_000;
+        let (near, far) = (format!("cbn{id}"), format!("cbf{id}"));
+        let (near_link, far_link) = (format!("vn{id}"), format!("vf{id}"));
+        let octet = 1 + id % 250;
+        let (near_ip, far_ip) = (format!("10.231.{octet}.1"), format!("10.231.{octet}.2"));
+        // Made first, so that a failure below still deletes what was made.
+        let hosts = TwoHosts {
+            near: near.clone(),
+            far: far.clone(),
+            far_link: far_link.clone(),
+            far_ip: far_ip.clone(),
+        };
+        ip(&["netns", "add", &near]);
+        ip(&["netns", "add", &far]);
+        ip(&[
+            "link", "add", &near_link, "netns", &near, "type", "veth", "peer", "name", &far_link,
+            "netns", &far,
+        ]);
+        for (ns, link, addr) in [(&near, &near_link, &near_ip), (&far, &far_link, &far_ip)] {
+            ip(&["-n", ns, "addr", "add", &format!("{addr}/24"), "dev", link]);
+            ip(&["-n", ns, "link", "set", link, "up"]);
+            ip(&["-n", ns, "link", "set", "lo", "up"]);
+        }
+        hosts
+    }
+}
+
+impl Drop for TwoHosts {
+    fn drop(&mut self) {
+        let _ = Command::new("ip")
+            .args(["netns", "del", &self.near])
+            .status();
+        let _ = Command::new("ip")
+            .args(["netns", "del", &self.far])
+            .status();
+    }
+}
+
+/// `cubby call` on the near host with the `remote` provider.
+fn call_near(
+    hosts: &TwoHosts,
+    config: &Path,
+    root: &Path,
+    tool: &str,
+    args: serde_json::Value,
+) -> (bool, String) {
+    let out = Command::new("ip")
+        .args(["netns", "exec", &hosts.near])
+        .arg(env!("CARGO_BIN_EXE_cubby"))
+        .args([
+            "call",
+            tool,
+            &args.to_string(),
+            "--provider",
+            "remote",
+            "--config",
+        ])
+        .arg(config)
+        .arg("--root")
+        .arg(root)
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}
+
+#[test]
+fn two_hosts_of_their_own_over_a_veth_pair() {
+    let hosts = TwoHosts::make();
+    // Each `cubby call` is a run with a far sandbox of its own: they share
+    // one far workspace, adopted (the far server allows it under `shared`).
+    let shared = tempfile::tempdir().unwrap();
+    let workspace = shared.path().canonicalize().unwrap().join("ws");
+    std::fs::create_dir(&workspace).unwrap();
+    let adopt = shared.path().to_str().unwrap().to_string();
+    let far = Far::start(
+        &["ip", "netns", "exec", &hosts.far],
+        &hosts.far_ip,
+        &["--provider", "linux", "--host-adopt", &adopt],
+    );
+    assert!(far.addr.starts_with(&hosts.far_ip), "{}", far.addr);
+    let near = tempfile::tempdir().unwrap();
+    let token_file = near.path().join("token");
+    std::fs::write(&token_file, &far.token).unwrap();
+    let config = near.path().join("near.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "provider = \"remote\"\n[remote]\nurl = \"{}\"\ntoken_file = \"{}\"\nroot = \"{}\"\n",
+            far.url(),
+            token_file.display(),
+            workspace.display()
+        ),
+    )
+    .unwrap();
+    let root = near.path().join("root");
+    std::fs::create_dir(&root).unwrap();
+    let (ok, text) = call_near(
+        &hosts,
+        &config,
+        &root,
+        "run",
+        json!({"command": "printf 'x\\ny\\n' > f.txt; mkdir -p d/e; echo inside > d/e/g.txt; cat f.txt; hostname -I 2>/dev/null | grep -c . || true"}),
+    );
+    assert!(ok && text.starts_with("OK exit=0 "), "{text}");
+    assert!(text.contains("x\ny\n"), "{text}");
+    let (ok, text) = call_near(
+        &hosts,
+        &config,
+        &root,
+        "write_file",
+        json!({"path": "src/main.rs", "content": "fn main() {}\n// needle\n"}),
+    );
+    assert!(ok, "{text}");
+    let (ok, text) = call_near(
+        &hosts,
+        &config,
+        &root,
+        "read_file",
+        json!({"path": "src/main.rs"}),
+    );
+    assert!(ok && text.contains("     2\t// needle"), "{text}");
+    // Logging everything (`trace`), the near side writes the token nowhere.
+    let out = Command::new("ip")
+        .args(["netns", "exec", &hosts.near])
+        .arg(env!("CARGO_BIN_EXE_cubby"))
+        .args(["call", "run", r#"{"command": "echo traced"}"#])
+        .args(["--provider", "remote", "--config"])
+        .arg(&config)
+        .arg("--root")
+        .arg(&root)
+        .env("RUST_LOG", "trace")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(stdout.contains("traced"), "{stdout}");
+    assert!(stderr.contains("TRACE"), "nothing was logged: {stderr}");
+    assert!(!stdout.contains(&far.token) && !stderr.contains(&far.token));
+    let (ok, text) = call_near(&hosts, &config, &root, "run", json!({"command": "exit 3"}));
+    assert!(ok && text.starts_with("FAILED exit=3 "), "{text}");
+    let (ok, text) = call_near(&hosts, &config, &root, "read_file", json!({"path": "../x"}));
+    assert!(!ok && text.starts_with("ERROR path_escape"), "{text}");
+    // A partition mid-command: the far host's link goes down.
+    let mark = marker("partition");
+    let mut call = Reaped(
+        Command::new("ip")
+            .args(["netns", "exec", &hosts.near])
+            .arg(env!("CARGO_BIN_EXE_cubby"))
+            .args(["call", "run"])
+            .arg(
+                json!({"command": format!("exec -a {mark} sleep 1000"), "timeout_ms": 120_000})
+                    .to_string(),
+            )
+            .args(["--provider", "remote", "--config"])
+            .arg(&config)
+            .arg("--root")
+            .arg(&root)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    wait_for("the far command starts", Duration::from_secs(30), || {
+        !processes_with(&mark).is_empty()
+    });
+    // `cubby call` prints its result, then ends its run (the far sandbox's
+    // destroy, waited for briefly once the far side was seen lost): the
+    // result is timed as it arrives, the exit bounded apart.
+    let mut stdout = call.0.stdout.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut first = [0u8; 1];
+        let n = stdout.read(&mut first).unwrap();
+        let at = Instant::now();
+        let mut text = String::from_utf8_lossy(&first[..n]).into_owned();
+        stdout.read_to_string(&mut text).unwrap();
+        (text, at)
+    });
+    let cut = Instant::now();
+    ip(&["-n", &hosts.far, "link", "set", &hosts.far_link, "down"]);
+    let mut status = None;
+    wait_for("the partitioned call ends", EXIT_AFTER_PARTITION, || {
+        status = call.0.try_wait().unwrap();
+        status.is_some()
+    });
+    let (text, answered) = reader.join().unwrap();
+    assert!(text.starts_with("ERROR network:"), "{text}");
+    let took = answered - cut;
+    assert!(
+        took < NETWORK_ERROR_WITHIN,
+        "the partitioned call answered after {took:?}"
+    );
+    // The far side lost its client: the command's tree is killed there.
+    wait_for("the far command ends", Duration::from_secs(30), || {
+        processes_with(&mark).is_empty()
+    });
+}
+
+/// Starts `script` (bash) in far sandbox `id` by a raw `exec` request and
+/// returns the connection once the answer's head has arrived (its body,
+/// the command's frames, still streaming).
+fn exec_raw(far: &Far, id: &str, script: &str) -> TcpStream {
+    let body = json!({
+        "argv": ["/bin/bash", "-c", script],
+        "cwd": "",
+        "env": [],
+        "stdin": false,
+        "output_dir": null,
+    })
+    .to_string();
+    let mut s = TcpStream::connect(&far.addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let req = format!(
+        "POST /v1/sandboxes/{id}/exec HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {}\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        far.addr,
+        far.token,
+        body.len()
+    );
+    s.write_all(req.as_bytes()).unwrap();
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        assert_eq!(s.read(&mut byte).unwrap(), 1, "the exec answer broke off");
+        head.push(byte[0]);
+    }
+    let head = String::from_utf8_lossy(&head);
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    s
+}
+
+#[test]
+fn a_dropped_client_and_a_destroy_leave_no_process_behind() {
+    let far = Far::start(&[], "127.0.0.1", &["--provider", "linux"]);
+    let good = format!("Bearer {}", far.token);
+    let (status, body) = http(&far.addr, "POST", "/v1/sandboxes", Some(&good), "{}");
+    assert_eq!(status, 201, "{body}");
+    let created: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let id = created["id"].as_str().unwrap().to_string();
+
+    // A client that goes away mid-command: the command's tree is killed,
+    // a daemon it left in the background too.
+    let (fore, daemon) = (marker("dropped"), marker("dropped-daemon"));
+    let stream = exec_raw(
+        &far,
+        &id,
+        &format!("(setsid bash -c 'exec -a {daemon} sleep 1000' &); exec -a {fore} sleep 1000"),
+    );
+    wait_for("the far command starts", Duration::from_secs(30), || {
+        !processes_with(&fore).is_empty() && !processes_with(&daemon).is_empty()
+    });
+    drop(stream);
+    wait_for(
+        "the dropped client's command and its daemon end",
+        NETWORK_ERROR_WITHIN,
+        || processes_with(&fore).is_empty() && processes_with(&daemon).is_empty(),
+    );
+    // The sandbox lives on: a second command runs.
+    let (fore, daemon) = (marker("destroyed"), marker("destroyed-daemon"));
+    let _stream = exec_raw(
+        &far,
+        &id,
+        &format!("(setsid bash -c 'exec -a {daemon} sleep 1000' &); exec -a {fore} sleep 1000"),
+    );
+    wait_for("the second command starts", Duration::from_secs(30), || {
+        !processes_with(&fore).is_empty() && !processes_with(&daemon).is_empty()
+    });
+    // Its destroy answers once everything in it is gone.
+    let (status, body) = http(
+        &far.addr,
+        "DELETE",
+        &format!("/v1/sandboxes/{id}"),
+        Some(&good),
+        "",
+    );
+    assert_eq!(status, 204, "{body}");
+    assert_eq!(processes_with(&fore), Vec::<String>::new());
+    assert_eq!(processes_with(&daemon), Vec::<String>::new());
+    let (status, body) = http(&far.addr, "GET", "/v1/sandboxes", Some(&good), "");
+    assert_eq!((status, body.as_str()), (200, "[]"));
+}
+
+/// `/v1/sandboxes/{id}/fs/{op}?path=` of a workspace path.
+fn fs_path(id: &str, op: &str, path: &str) -> String {
+    format!(
+        "/v1/sandboxes/{id}/fs/{op}?path={}",
+        cubby::remote::wire::encode_bytes(path.as_bytes())
+    )
+}
+
+#[test]
+fn the_host_applies_its_own_policy_to_file_calls() {
+    // A far server whose config denies reading a file (and protects, as
+    // always, git's surface and the skills directory), in a workspace it
+    // lets the caller adopt.
+    let shared = tempfile::tempdir().unwrap();
+    let workspace = shared.path().canonicalize().unwrap().join("ws");
+    std::fs::create_dir(&workspace).unwrap();
+    std::fs::write(workspace.join("secret.env"), "KEY=1\n").unwrap();
+    std::fs::write(workspace.join("plain.txt"), "plain\n").unwrap();
+    let config = shared.path().join("far.toml");
+    std::fs::write(
+        &config,
+        "deny_read = [\"secret.env\"]\n[limits.write_file]\nmax_bytes = 100\n\
+         [limits.edit_file]\nmax_bytes = 100\n",
+    )
+    .unwrap();
+    let far = Far::start(
+        &[],
+        "127.0.0.1",
+        &[
+            "--provider",
+            "linux",
+            "--config",
+            config.to_str().unwrap(),
+            "--host-adopt",
+            shared.path().to_str().unwrap(),
+        ],
+    );
+    let good = format!("Bearer {}", far.token);
+    let body = json!({"root": workspace.to_str().unwrap()}).to_string();
+    let (status, body) = http(&far.addr, "POST", "/v1/sandboxes", Some(&good), &body);
+    assert_eq!(status, 201, "{body}");
+    let created: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let id = created["id"].as_str().unwrap();
+    let put = |path: &str| {
+        http(
+            &far.addr,
+            "PUT",
+            &fs_path(id, "file", path),
+            Some(&good),
+            "x",
+        )
+    };
+    // What the file tools may do, the API may do; no more than they may.
+    assert_eq!(put("a.txt").0, 204);
+    let (status, body) = http(
+        &far.addr,
+        "PUT",
+        &fs_path(id, "file", "big.txt"),
+        Some(&good),
+        &"y".repeat(101),
+    );
+    assert_eq!(status, 413, "{body}");
+    assert!(body.contains("too_large"), "{body}");
+    assert!(!workspace.join("big.txt").exists());
+    let (status, body) = http(
+        &far.addr,
+        "GET",
+        &fs_path(id, "file", "plain.txt"),
+        Some(&good),
+        "",
+    );
+    // (chunked: the content streams)
+    assert!(status == 200 && body.contains("plain\n"), "{status} {body}");
+    // What they may not, it may not: git's executable surface, a protected
+    // path, a denied one (read or written).
+    for path in [
+        ".git/config",
+        ".git/hooks/pre-commit",
+        "skills/a/SKILL.md",
+        "secret.env",
+    ] {
+        let (status, body) = put(path);
+        assert_eq!(status, 403, "{path}: {body}");
+        assert!(body.contains("\"denied\""), "{body}");
+    }
+    let (status, _) = http(
+        &far.addr,
+        "POST",
+        &fs_path(id, "mkdir", ".git/hooks"),
+        Some(&good),
+        "",
+    );
+    assert_eq!(status, 403);
+    let (status, body) = http(
+        &far.addr,
+        "GET",
+        &fs_path(id, "file", "secret.env"),
+        Some(&good),
+        "",
+    );
+    assert_eq!(status, 403, "{body}");
+    assert!(!body.contains("KEY=1"), "{body}");
+    assert!(!workspace.join(".git").exists() && !workspace.join("skills").exists());
+    assert_eq!(
+        std::fs::read_to_string(workspace.join("secret.env")).unwrap(),
+        "KEY=1\n"
+    );
+
+    // A far server in mode read-only changes nothing through the API.
+    let far = Far::start(
+        &[],
+        "127.0.0.1",
+        &["--provider", "linux", "--mode", "read-only"],
+    );
+    let good = format!("Bearer {}", far.token);
+    let (status, body) = http(&far.addr, "POST", "/v1/sandboxes", Some(&good), "{}");
+    assert_eq!(status, 201, "{body}");
+    let created: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let id = created["id"].as_str().unwrap();
+    let (status, body) = http(
+        &far.addr,
+        "PUT",
+        &fs_path(id, "file", "a.txt"),
+        Some(&good),
+        "x",
+    );
+    assert_eq!(status, 403, "{body}");
+    assert!(body.contains("read-only"), "{body}");
+    let (status, _) = http(
+        &far.addr,
+        "POST",
+        &fs_path(id, "mkdir", "d"),
+        Some(&good),
+        "",
+    );
+    assert_eq!(status, 403);
+    let (status, _) = http(
+        &far.addr,
+        "GET",
+        &fs_path(id, "metadata", "a.txt"),
+        Some(&good),
+        "",
+    );
+    assert_eq!(status, 404);
+}

@@ -1,0 +1,684 @@
+//! `cubby serve` as a sandbox host (SPEC §7): many sandboxes in one
+//! process, each with a workspace of its own, driven over the `/v1` API
+//! ([`http`]; its wire format is the `remote` provider's,
+//! `remote/wire.rs`).
+//!
+//! A [`Host`] holds the sandboxes by id. Each is opened from the host's one
+//! config (provider, policy and limits are the server's, never the
+//! caller's) over a directory of its own under [`HostOptions::dir`] (or an
+//! existing one under [`HostOptions::adopt`], when the operator allows it),
+//! with a toolset of the server's policy whose `changes` baseline is the
+//! workspace at creation. An idle sandbox holds no thread and no process:
+//! its provider starts lazily, and a command's reader thread lives as long
+//! as the command.
+//!
+//! Destroying a sandbox kills every command it runs (and waits until each
+//! is reaped), ends its toolset's run and removes the directory it made.
+
+pub mod http;
+
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::config::{Config, Mode};
+use crate::error::{Error, ErrorKind, Result};
+use crate::host_env::HostEnv;
+use crate::path::WorkspacePath;
+use crate::remote::wire;
+use crate::sandbox::{DirEntry, ExecSpec, ExitStatus, Metadata, OpenFile, ProcessHandle, Sandbox};
+use crate::sync::lock;
+use crate::toolset::Toolset;
+use crate::workspace::Workspace;
+
+/// Default cap on the sandboxes one host holds at once.
+pub const MAX_SANDBOXES: usize = 10_000;
+/// Bytes read from a command's output at a time.
+pub const OUTPUT_CHUNK_BYTES: usize = 64 * 1024;
+/// Longest a stdin write waits for the command to read.
+pub const STDIN_WAIT: Duration = Duration::from_secs(30);
+/// Longest a destroy waits for the commands it killed to be reaped.
+pub const DESTROY_WAIT: Duration = Duration::from_secs(10);
+
+/// What a host is made of.
+#[derive(Clone, Debug)]
+pub struct HostOptions {
+    /// Where new workspaces are made (one directory per sandbox).
+    pub dir: PathBuf,
+    /// Existing directories under this one may be adopted as workspaces
+    /// (`None`: callers may not name a directory).
+    pub adopt: Option<PathBuf>,
+    /// Most sandboxes held at once (default [`MAX_SANDBOXES`]).
+    pub max_sandboxes: usize,
+    /// The config every sandbox is opened under.
+    pub config: Config,
+    /// The environment snapshot.
+    pub env: HostEnv,
+}
+
+/// The sandboxes of one server.
+pub struct Host {
+    options: HostOptions,
+    sandboxes: Mutex<HashMap<String, Arc<Hosted>>>,
+    next: AtomicU64,
+    /// A per-process prefix of ids (random), so ids are not guessed.
+    salt: u64,
+}
+
+/// One hosted sandbox.
+pub struct Hosted {
+    root: PathBuf,
+    adopted: bool,
+    sandbox: Arc<dyn Sandbox>,
+    toolset: Toolset,
+    commands: Mutex<HashMap<u64, Arc<Running>>>,
+    reaped: Condvar,
+    next_command: AtomicU64,
+    destroyed: AtomicBool,
+}
+
+/// A command running in a hosted sandbox.
+pub struct Running {
+    handle: Box<dyn ProcessHandle>,
+    stdin: Mutex<Option<Box<dyn Write + Send>>>,
+    argv: Vec<String>,
+    started: Instant,
+    ended: AtomicBool,
+}
+
+impl Running {
+    /// Kills the command's tree unless it has ended (a dropped client).
+    pub fn kill_unless_ended(&self) {
+        if !self.ended.load(Ordering::SeqCst) {
+            self.handle.kill_tree();
+        }
+    }
+}
+
+/// A command just started: its number, its shown id, and what
+/// [`Started::pump`] drains.
+pub struct Started {
+    /// Its number in the sandbox.
+    pub command: u64,
+    /// The id its provider shows (a pid).
+    pub pid: u32,
+    /// The command (for a kill when the client goes).
+    pub running: Arc<Running>,
+    output: Box<dyn Read + Send>,
+    on_exit: Option<Box<dyn FnOnce() + Send>>,
+    hosted: Arc<Hosted>,
+}
+
+impl Started {
+    /// Reads the output to its end, handing each chunk to `sink` (false:
+    /// nobody listens any more, the tree is killed and the rest drained),
+    /// then waits for the command, releases it and returns its status.
+    pub fn pump(mut self, mut sink: impl FnMut(&[u8]) -> bool) -> ExitStatus {
+        let mut buf = vec![0u8; OUTPUT_CHUNK_BYTES];
+        let mut listening = true;
+        loop {
+            match self.output.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => {
+                    if listening && !sink(&buf[..n]) {
+                        listening = false;
+                        self.running.handle.kill_tree();
+                    }
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(_) => break,
+            }
+        }
+        let status = self.running.handle.wait();
+        self.running.ended.store(true, Ordering::SeqCst);
+        *lock(&self.running.stdin) = None;
+        if let Some(release) = self.on_exit.take() {
+            release();
+        }
+        lock(&self.hosted.commands).remove(&self.command);
+        self.hosted.reaped.notify_all();
+        status
+    }
+}
+
+fn random_u64() -> u64 {
+    let mut bytes = [0u8; 8];
+    if std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut bytes))
+        .is_err()
+    {
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        bytes = ((t as u64) ^ u64::from(std::process::id()).rotate_left(32)).to_le_bytes();
+    }
+    u64::from_le_bytes(bytes)
+}
+
+fn not_found(id: &str) -> Error {
+    Error::new(
+        ErrorKind::NotFound,
+        format!(
+            "no sandbox `{}` on this host (destroyed, or never made); create one with POST /v1/sandboxes",
+            crate::path::escape_name(id.as_bytes())
+        ),
+    )
+}
+
+impl Host {
+    /// A host making workspaces under `options.dir` (made if missing,
+    /// private to the user).
+    ///
+    /// # Errors
+    ///
+    /// `invalid_input` when the directories cannot be made or resolved.
+    pub fn new(mut options: HostOptions) -> Result<Host> {
+        use std::os::unix::fs::DirBuilderExt;
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&options.dir)
+            .map_err(|e| {
+                Error::invalid_input(format!(
+                    "cannot make the sandboxes' directory {}: {e}",
+                    options.dir.display()
+                ))
+            })?;
+        options.dir = options.dir.canonicalize().map_err(|e| {
+            Error::invalid_input(format!("cannot resolve {}: {e}", options.dir.display()))
+        })?;
+        if let Some(adopt) = &options.adopt {
+            options.adopt = Some(adopt.canonicalize().map_err(|e| {
+                Error::invalid_input(format!(
+                    "cannot resolve the adoptable directory {}: {e}",
+                    adopt.display()
+                ))
+            })?);
+        }
+        if options.max_sandboxes == 0 {
+            options.max_sandboxes = MAX_SANDBOXES;
+        }
+        Ok(Host {
+            options,
+            sandboxes: Mutex::new(HashMap::new()),
+            next: AtomicU64::new(1),
+            salt: random_u64(),
+        })
+    }
+
+    /// The sandboxes held now.
+    pub fn len(&self) -> usize {
+        lock(&self.sandboxes).len()
+    }
+
+    /// True when no sandbox is held.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The ids of the sandboxes held, sorted.
+    pub fn ids(&self) -> Vec<String> {
+        let mut ids: Vec<String> = lock(&self.sandboxes).keys().cloned().collect();
+        ids.sort();
+        ids
+    }
+
+    fn get(&self, id: &str) -> Result<Arc<Hosted>> {
+        lock(&self.sandboxes)
+            .get(id)
+            .cloned()
+            .ok_or_else(|| not_found(id))
+    }
+
+    /// The directory `requested` names, when the operator lets callers
+    /// adopt directories under [`HostOptions::adopt`].
+    fn adoptable(&self, requested: &str) -> Result<PathBuf> {
+        let Some(allowed) = &self.options.adopt else {
+            return Err(Error::new(
+                ErrorKind::Denied,
+                "this host makes every workspace itself; create the sandbox without `root` \
+                 (the operator allows adopting directories with `serve --host-adopt DIR`)",
+            ));
+        };
+        let path = Path::new(requested);
+        if !path.is_absolute() {
+            return Err(Error::invalid_input(format!(
+                "root `{}` must be an absolute path",
+                crate::path::escape_name(requested.as_bytes())
+            )));
+        }
+        let resolved = path
+            .canonicalize()
+            .map_err(|e| Error::from_io(&e, requested))?;
+        if resolved == *allowed || !resolved.starts_with(allowed) || !resolved.is_dir() {
+            return Err(Error::new(
+                ErrorKind::Denied,
+                format!(
+                    "root `{}` is not a directory under {}, the one this host lets callers adopt",
+                    crate::path::escape_name(requested.as_bytes()),
+                    allowed.display()
+                ),
+            ));
+        }
+        Ok(resolved)
+    }
+
+    /// Creates a sandbox: a new empty workspace, or the adopted `root`.
+    ///
+    /// # Errors
+    ///
+    /// `limit` at [`HostOptions::max_sandboxes`]; `denied` for a root that
+    /// may not be adopted; the provider's own errors.
+    pub fn create(&self, request: &wire::CreateRequest) -> Result<wire::Created> {
+        if self.len() >= self.options.max_sandboxes {
+            return Err(Error::new(
+                ErrorKind::Limit,
+                format!(
+                    "this host holds {} sandboxes, its limit; destroy one first",
+                    self.options.max_sandboxes
+                ),
+            ));
+        }
+        let n = self.next.fetch_add(1, Ordering::Relaxed);
+        let id = format!("{n}-{:016x}", self.salt ^ random_u64());
+        let (root, adopted) = match &request.root {
+            Some(requested) => (self.adoptable(requested)?, true),
+            None => {
+                let root = self.options.dir.join(&id);
+                use std::os::unix::fs::DirBuilderExt;
+                std::fs::DirBuilder::new()
+                    .mode(0o700)
+                    .create(&root)
+                    .map_err(|e| Error::internal(format!("cannot make a workspace: {e}")))?;
+                (root, false)
+            }
+        };
+        let made = (|| {
+            let workspace =
+                Workspace::from_config(&root, &self.options.config, None, &self.options.env)?;
+            let sandbox = workspace.open_sandbox()?;
+            let toolset = workspace.factory_over(sandbox.clone(), true)?()?;
+            Ok::<_, Error>((sandbox, toolset))
+        })();
+        let (sandbox, toolset) = match made {
+            Ok(made) => made,
+            Err(e) => {
+                if !adopted {
+                    let _ = std::fs::remove_dir_all(&root);
+                }
+                return Err(e);
+            }
+        };
+        let commands = sandbox.supports_commands();
+        let ws_root = WorkspacePath::root();
+        let created = wire::Created {
+            id: id.clone(),
+            provider: sandbox.kind().as_str().to_string(),
+            commands,
+            command_root: sandbox
+                .command_path(&ws_root)
+                .map(|p| wire::encode_os(p.as_os_str())),
+            shown_root: sandbox.show_cwd(&ws_root),
+        };
+        let hosted = Arc::new(Hosted {
+            root,
+            adopted,
+            sandbox,
+            toolset,
+            commands: Mutex::new(HashMap::new()),
+            reaped: Condvar::new(),
+            next_command: AtomicU64::new(1),
+            destroyed: AtomicBool::new(false),
+        });
+        let mut sandboxes = lock(&self.sandboxes);
+        // Checked again where it counts: creates running side by side
+        // never hold more than the cap.
+        if sandboxes.len() >= self.options.max_sandboxes {
+            drop(sandboxes);
+            hosted.destroy();
+            return Err(Error::new(
+                ErrorKind::Limit,
+                format!(
+                    "this host holds {} sandboxes, its limit; destroy one first",
+                    self.options.max_sandboxes
+                ),
+            ));
+        }
+        sandboxes.insert(id, hosted);
+        Ok(created)
+    }
+
+    /// Destroys a sandbox: every command killed and reaped, its run ended,
+    /// the workspace it made removed.
+    ///
+    /// # Errors
+    ///
+    /// `not_found` for an unknown id.
+    pub fn destroy(&self, id: &str) -> Result<()> {
+        let hosted = lock(&self.sandboxes)
+            .remove(id)
+            .ok_or_else(|| not_found(id))?;
+        hosted.destroy();
+        Ok(())
+    }
+
+    /// Destroys every sandbox (the server is ending).
+    pub fn destroy_all(&self) {
+        let all: Vec<Arc<Hosted>> = lock(&self.sandboxes).drain().map(|(_, h)| h).collect();
+        for hosted in all {
+            hosted.destroy();
+        }
+    }
+
+    /// Starts a command in sandbox `id`.
+    ///
+    /// # Errors
+    ///
+    /// `not_found`; `invalid_input` for a malformed request; the
+    /// provider's errors.
+    pub fn exec(&self, id: &str, request: wire::ExecRequest) -> Result<Started> {
+        let hosted = self.get(id)?;
+        if request.argv.is_empty() {
+            return Err(Error::invalid_input("argv is empty; name a program"));
+        }
+        let env = request
+            .env
+            .iter()
+            .map(|(k, v)| {
+                Ok((
+                    wire::decode_os(k, "an env name")?,
+                    wire::decode_os(v, "an env value")?,
+                ))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let spec = ExecSpec {
+            argv: request.argv,
+            cwd: wire::decode_path(&request.cwd)?,
+            env,
+            stdin: request.stdin,
+            output_dir: request
+                .output_dir
+                .as_deref()
+                .map(wire::decode_path)
+                .transpose()?,
+        };
+        // Registered before the start, so that a destroy racing with it
+        // either refuses the start or kills what started.
+        let mut commands = lock(&hosted.commands);
+        if hosted.destroyed.load(Ordering::SeqCst) {
+            return Err(not_found(id));
+        }
+        let spawned = hosted.sandbox.exec(&spec)?;
+        let command = hosted.next_command.fetch_add(1, Ordering::Relaxed);
+        let pid = spawned.handle.id();
+        let running = Arc::new(Running {
+            handle: spawned.handle,
+            stdin: Mutex::new(spawned.stdin),
+            argv: spec.argv,
+            started: Instant::now(),
+            ended: AtomicBool::new(false),
+        });
+        commands.insert(command, running.clone());
+        drop(commands);
+        Ok(Started {
+            command,
+            pid,
+            running,
+            output: spawned.output,
+            on_exit: spawned.on_exit,
+            hosted,
+        })
+    }
+
+    fn running(&self, id: &str, command: u64) -> Result<Arc<Running>> {
+        self.get(id)?
+            .commands
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(&command)
+            .cloned()
+            .ok_or_else(|| {
+                Error::new(
+                    ErrorKind::NotFound,
+                    format!("no running command {command} in sandbox `{id}`; it has ended"),
+                )
+            })
+    }
+
+    /// Stops (`SIGTERM`) or kills (the whole tree) a command.
+    ///
+    /// # Errors
+    ///
+    /// `not_found` for an unknown sandbox or an ended command.
+    pub fn signal(&self, id: &str, command: u64, kill: bool) -> Result<()> {
+        let running = self.running(id, command)?;
+        if kill {
+            running.handle.kill_tree();
+        } else {
+            running.handle.stop();
+        }
+        Ok(())
+    }
+
+    /// Writes `input` to a command's stdin, waiting up to [`STDIN_WAIT`]
+    /// for it to read; the bytes written.
+    ///
+    /// # Errors
+    ///
+    /// `not_found`; `invalid_input` for a command without stdin or one
+    /// that no longer reads.
+    pub fn write_stdin(&self, id: &str, command: u64, input: &[u8]) -> Result<usize> {
+        let running = self.running(id, command)?;
+        let deadline = Instant::now() + STDIN_WAIT;
+        let mut written = 0;
+        while written < input.len() {
+            let mut sink = lock(&running.stdin);
+            let Some(stdin) = sink.as_mut() else {
+                return Err(Error::invalid_input(format!(
+                    "command {command} has no stdin (started without it, or closed)"
+                )));
+            };
+            match stdin.write(&input[written..]) {
+                Ok(0) => {}
+                Ok(n) => written += n,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                Err(e) => {
+                    return Err(Error::invalid_input(format!(
+                        "command {command} no longer reads its stdin: {e}"
+                    )));
+                }
+            }
+            drop(sink);
+            if written < input.len() {
+                if Instant::now() >= deadline {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        }
+        Ok(written)
+    }
+
+    /// Ends a command's input.
+    ///
+    /// # Errors
+    ///
+    /// `not_found`.
+    pub fn close_stdin(&self, id: &str, command: u64) -> Result<()> {
+        *lock(&self.running(id, command)?.stdin) = None;
+        Ok(())
+    }
+
+    /// The live commands of a sandbox, by number.
+    ///
+    /// # Errors
+    ///
+    /// `not_found`.
+    pub fn commands(&self, id: &str) -> Result<Vec<wire::CommandInfo>> {
+        let hosted = self.get(id)?;
+        let mut list: Vec<wire::CommandInfo> = lock(&hosted.commands)
+            .iter()
+            .map(|(n, r)| wire::CommandInfo {
+                id: *n,
+                pid: r.handle.id(),
+                argv: r.argv.clone(),
+                seconds: r.started.elapsed().as_secs_f64(),
+            })
+            .collect();
+        list.sort_by_key(|c| c.id);
+        Ok(list)
+    }
+
+    /// Metadata of a path of sandbox `id`.
+    ///
+    /// # Errors
+    ///
+    /// `not_found`, and the file system's.
+    pub fn metadata(&self, id: &str, path: &WorkspacePath) -> Result<Metadata> {
+        self.get(id)?.sandbox.fs().metadata(path)
+    }
+
+    /// Opens a regular file of sandbox `id`.
+    ///
+    /// # Errors
+    ///
+    /// `denied` for a path the server's `deny_read` covers; as
+    /// [`crate::FileSystem::open`].
+    pub fn open(&self, id: &str, path: &WorkspacePath) -> Result<OpenFile> {
+        let hosted = self.get(id)?;
+        hosted.toolset.policy().check_read(path)?;
+        hosted.sandbox.fs().open(path)
+    }
+
+    /// At most `max` entries of a directory of sandbox `id`.
+    ///
+    /// # Errors
+    ///
+    /// As [`crate::FileSystem::read_dir_bounded`].
+    pub fn read_dir(
+        &self,
+        id: &str,
+        path: &WorkspacePath,
+        max: usize,
+    ) -> Result<(Vec<DirEntry>, bool)> {
+        self.get(id)?.sandbox.fs().read_dir_bounded(path, max)
+    }
+
+    /// Sandbox `id`, when the server's policy lets a caller change `path`
+    /// in it: not in mode `read-only`, not git's executable surface, a
+    /// protected path or a `deny_read` one (as the file tools).
+    fn writable(&self, id: &str, path: &WorkspacePath) -> Result<Arc<Hosted>> {
+        let hosted = self.get(id)?;
+        let policy = hosted.toolset.policy();
+        if policy.mode() == Mode::ReadOnly {
+            return Err(Error::denied(format!(
+                "changing `{path}` is not allowed: this host serves its sandboxes read-only \
+                 (mode read-only); read instead, or use a host that allows writes"
+            )));
+        }
+        policy.check_write(path)?;
+        Ok(hosted)
+    }
+
+    /// Writes a file of sandbox `id` atomically.
+    ///
+    /// # Errors
+    ///
+    /// `denied` where the server's policy refuses it ([`Host::writable`]);
+    /// `too_large` past the server's `write_file`/`edit_file` limits (the
+    /// larger: the near side's `edit_file` writes a whole file); as
+    /// [`crate::FileSystem::write_atomic`].
+    pub fn write(&self, id: &str, path: &WorkspacePath, content: &[u8]) -> Result<()> {
+        let hosted = self.writable(id, path)?;
+        let limits = hosted.toolset.policy().limits();
+        let max = limits.write_file.max_bytes.max(limits.edit_file.max_bytes);
+        if content.len() as u64 > max {
+            return Err(Error::new(
+                ErrorKind::TooLarge,
+                format!(
+                    "{} bytes for `{path}` is over this host's limit of {max} bytes a file \
+                     (limits.write_file.max_bytes); write less",
+                    content.len()
+                ),
+            ));
+        }
+        hosted.sandbox.fs().write_atomic(path, content)
+    }
+
+    /// Makes a directory (and its parents) in sandbox `id`.
+    ///
+    /// # Errors
+    ///
+    /// `denied` where the server's policy refuses it; as
+    /// [`crate::FileSystem::create_dir_all`].
+    pub fn mkdir(&self, id: &str, path: &WorkspacePath) -> Result<()> {
+        self.writable(id, path)?.sandbox.fs().create_dir_all(path)
+    }
+
+    /// Removes an empty directory of sandbox `id`.
+    ///
+    /// # Errors
+    ///
+    /// `denied` where the server's policy refuses it; as
+    /// [`crate::FileSystem::remove_empty_dir`].
+    pub fn rmdir(&self, id: &str, path: &WorkspacePath) -> Result<bool> {
+        self.writable(id, path)?.sandbox.fs().remove_empty_dir(path)
+    }
+
+    /// Calls tool `name` of sandbox `id`'s toolset (the server's policy):
+    /// `{"text", "structured", "is_error"}`.
+    ///
+    /// # Errors
+    ///
+    /// `not_found` for an unknown sandbox.
+    pub fn call_tool(&self, id: &str, name: &str, arguments: Value) -> Result<Value> {
+        let out = self.get(id)?.toolset.call(name, arguments);
+        Ok(serde_json::json!({
+            "text": out.text,
+            "structured": out.structured,
+            "is_error": out.is_error,
+        }))
+    }
+}
+
+impl Hosted {
+    fn destroy(&self) {
+        let mut commands = lock(&self.commands);
+        self.destroyed.store(true, Ordering::SeqCst);
+        for running in commands.values() {
+            running.handle.kill_tree();
+        }
+        let deadline = Instant::now() + DESTROY_WAIT;
+        while !commands.is_empty() {
+            let now = Instant::now();
+            if now >= deadline {
+                tracing::warn!(
+                    "{} commands of a destroyed sandbox were not reaped within {:?}",
+                    commands.len(),
+                    DESTROY_WAIT
+                );
+                break;
+            }
+            for running in commands.values() {
+                running.handle.kill_tree();
+            }
+            commands = self
+                .reaped
+                .wait_timeout(commands, (deadline - now).min(Duration::from_millis(100)))
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .0;
+        }
+        drop(commands);
+        let _ = self.toolset.end();
+        if !self.adopted {
+            if let Err(e) = std::fs::remove_dir_all(&self.root) {
+                tracing::warn!("cannot remove the workspace {}: {e}", self.root.display());
+            }
+        }
+    }
+}
