@@ -274,7 +274,8 @@ impl Workspace {
     ///
     /// # Errors
     ///
-    /// As [`Workspace::factory_over`].
+    /// `invalid_input` for a bad `[env]` (as [`Workspace::command_env`]);
+    /// a run fails as `extra` does for it.
     pub fn factory_with(
         &self,
         sandbox: Arc<dyn Sandbox>,
@@ -436,7 +437,8 @@ impl Workspace {
 
     /// A factory of toolsets over `sandbox` (opened from this workspace's
     /// policy: a toolset refuses one that enforces another), each a new run
-    /// with the config's secrets (their values from the snapshot).
+    /// with the config's secrets (their values from the snapshot) and the
+    /// upstream servers' `env.secrets` redacted.
     ///
     /// # Errors
     ///
@@ -446,18 +448,7 @@ impl Workspace {
         sandbox: Arc<dyn Sandbox>,
         track_changes: bool,
     ) -> Result<ToolsetFactory> {
-        self.command_env()?;
-        let secrets = self.secrets();
-        let this = self.clone();
-        Ok(Arc::new(move || {
-            let mut builder = this
-                .toolset_builder(sandbox.clone())
-                .track_changes(track_changes);
-            for (name, value) in &secrets {
-                builder = builder.secret(name.clone(), value.clone());
-            }
-            builder.build()
-        }))
+        self.factory_with(sandbox, track_changes, Arc::new(|_| Ok(Vec::new())))
     }
 }
 
