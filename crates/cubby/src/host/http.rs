@@ -85,8 +85,6 @@ pub type HostBody = UnsyncBoxBody<Bytes, std::io::Error>;
 
 /// Random bytes in a token [`HostApi::allow_bind`] hands out.
 pub const BOUND_TOKEN_RANDOM_BYTES: usize = 32;
-/// Where a bindable API is bound (after [`wire::PREFIX`]).
-pub const BIND_PATH: &str = "/bind";
 
 /// What a handler needs: the host and its token.
 #[derive(Clone)]
@@ -102,13 +100,6 @@ struct Auth {
     bindable: bool,
     /// The token was exchanged: a bind answers 409.
     bound: bool,
-}
-
-/// A bound token: `cubby-claim-<64 hex digits>`.
-#[derive(serde::Serialize, serde::Deserialize)]
-pub struct Bound {
-    /// The token every request must carry from now on.
-    pub token: String,
 }
 
 impl std::fmt::Debug for HostApi {
@@ -181,7 +172,7 @@ impl HostApi {
         let token = format!("cubby-claim-{random}");
         auth.token = Arc::from(token.as_bytes());
         auth.bound = true;
-        json(StatusCode::OK, &Bound { token })
+        json(StatusCode::OK, &wire::Bound { token })
     }
 
     /// The host.
@@ -321,7 +312,9 @@ where
     if !api.accepts(given) {
         return unauthorized();
     }
-    if req.uri().path() == format!("{}{BIND_PATH}", wire::PREFIX) && req.method() == Method::POST {
+    if req.uri().path() == format!("{}{}", wire::PREFIX, wire::BIND_PATH)
+        && req.method() == Method::POST
+    {
         return api.bind();
     }
     match route(api, req).await {

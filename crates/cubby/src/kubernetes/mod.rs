@@ -523,10 +523,7 @@ async fn pod_host(api: &Api, name: &str, claim: &serde_json::Value) -> Result<St
 
 /// Exchanges the pool key for the claim's token at `url`.
 async fn bind(url: &str, pool_key: &str, claim: &str) -> Result<String> {
-    let http = reqwest::Client::builder()
-        .no_proxy()
-        .redirect(reqwest::redirect::Policy::none())
-        .pool_max_idle_per_host(0)
+    let http = crate::web::client_builder()?
         .connect_timeout(CONNECT_TIMEOUT)
         .timeout(REQUEST_TIMEOUT)
         .build()
@@ -538,7 +535,7 @@ async fn bind(url: &str, pool_key: &str, claim: &str) -> Result<String> {
         .post(format!(
             "{url}{}{}",
             crate::remote::wire::PREFIX,
-            crate::host::http::BIND_PATH
+            crate::remote::wire::BIND_PATH
         ))
         .header(reqwest::header::AUTHORIZATION, auth)
         .send()
@@ -573,7 +570,7 @@ async fn bind(url: &str, pool_key: &str, claim: &str) -> Result<String> {
             format!("the pod of claim {claim} broke off the bind ({e})"),
         )
     })?;
-    let bound: crate::host::http::Bound = serde_json::from_slice(&body).map_err(|e| {
+    let bound: crate::remote::wire::Bound = serde_json::from_slice(&body).map_err(|e| {
         Error::new(
             ErrorKind::Network,
             format!("the pod of claim {claim} sent a malformed bind answer ({e})"),
