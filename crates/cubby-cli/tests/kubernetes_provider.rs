@@ -147,6 +147,9 @@ struct State {
     version: u64,
     /// The bodies of the claims as created.
     created: Vec<Value>,
+    /// Claims someone watches (the controller adopts a pod for a claim
+    /// only once it is watched, so every case goes through the watch).
+    watched: std::collections::BTreeSet<String>,
 }
 
 struct Shared {
@@ -413,6 +416,12 @@ fn create(shared: &Arc<Shared>, conn: &mut TcpStream, body: &[u8]) {
                 std::thread::sleep(WATCH_TICK);
             }
             let mut state = shared.state.lock().unwrap();
+            while !state.watched.contains(&name) {
+                if Instant::now() > deadline || shared.stop.load(Ordering::SeqCst) {
+                    return;
+                }
+                state = shared.changed.wait_timeout(state, WATCH_TICK).unwrap().0;
+            }
             state.version += 1;
             let version = state.version.to_string();
             if let Some(claim) = state.claims.get_mut(&name) {
@@ -465,6 +474,8 @@ fn watch(shared: &Arc<Shared>, conn: &mut TcpStream, query: &str) {
     }
     let mut seen = 0u64;
     let mut state = shared.state.lock().unwrap();
+    state.watched.insert(name.clone());
+    shared.changed.notify_all();
     loop {
         if shared.stop.load(Ordering::SeqCst) {
             return;
