@@ -34,6 +34,9 @@ const NETWORK_ERROR_WITHIN: Duration = Duration::from_secs(10);
 /// How long a watch waits for a change before it looks at the stand-in's
 /// stop flag again.
 const WATCH_TICK: Duration = Duration::from_millis(100);
+/// How long a deleted pod's server has to end after SIGTERM (the kubelet's
+/// default grace period is 30 s).
+const POD_GRACE: Duration = Duration::from_secs(30);
 /// Longest a request to the stand-in may take to arrive whole.
 const REQUEST_READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// The bearer token the stand-in wants for its API.
@@ -116,15 +119,31 @@ impl Pod {
         format!("127.0.0.1:{}", self.port)
     }
 
+    /// A node lost: SIGKILL.
     fn kill(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+
+    /// A pod deleted: SIGTERM, as the kubelet sends, then SIGKILL after the
+    /// grace period.
+    fn delete(&mut self) {
+        let pid = rustix::process::Pid::from_child(&self.child);
+        let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
+        let deadline = Instant::now() + POD_GRACE;
+        while Instant::now() < deadline {
+            if matches!(self.child.try_wait(), Ok(Some(_))) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        self.kill();
     }
 }
 
 impl Drop for Pod {
     fn drop(&mut self) {
-        self.kill();
+        self.delete();
     }
 }
 
@@ -362,7 +381,7 @@ fn serve_one(shared: &Arc<Shared>, mut conn: TcpStream) {
                 Some(c) => {
                     // The claim's pod goes with it (shutdownPolicy Delete).
                     if let Some(mut pod) = shared.pod.lock().unwrap().take() {
-                        pod.kill();
+                        pod.delete();
                     }
                     respond(&mut conn, 200, &c);
                 }
