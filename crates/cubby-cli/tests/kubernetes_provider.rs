@@ -635,6 +635,11 @@ fn a_bound_pod_takes_only_its_claims_token_and_binds_once() {
     assert_eq!(http(&pod_addr, "POST", "/v1/bind", &key).0, 401);
     assert_eq!(http(&pod_addr, "GET", "/v1/sandboxes", &token).0, 200);
     assert_eq!(http(&pod_addr, "POST", "/v1/bind", &token).0, 409);
+    // /mcp on the same listener follows: the key refused, the token let in
+    // (to rmcp, which wants more of a request than this one has).
+    assert_eq!(http(&pod_addr, "POST", "/mcp", &key).0, 401);
+    let (status, _) = http(&pod_addr, "POST", "/mcp", &token);
+    assert!(status != 401 && status != 0, "{status}");
     // A claim of the provider on a pod bound before fails with a clear
     // error, and its claim is deleted.
     let err = cubby::kubernetes::open(&stand_in.options(Duration::from_secs(60)))
