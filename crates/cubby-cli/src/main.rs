@@ -69,6 +69,10 @@ enum Command {
         /// Most sandboxes held at once.
         #[arg(long, requires = "host", default_value_t = cubby::host::MAX_SANDBOXES)]
         host_max: usize,
+        /// Let one caller exchange the token, once, for a fresh one of its
+        /// own (`POST /v1/bind`; a warm pool's pods).
+        #[arg(long, requires = "host")]
+        host_bind: bool,
         #[command(flatten)]
         common: Common,
     },
@@ -267,6 +271,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             host_dir,
             host_adopt,
             host_max,
+            host_bind,
             common,
         } => {
             let (factory, mcp) = setup::served(&common)?;
@@ -280,7 +285,11 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                         "--host needs a bearer token: set CUBBY_TOKEN or pass --token-file"
                     );
                 };
-                Some(setup::host(&common, host_dir, host_adopt, host_max, token)?)
+                let hosting = setup::host(&common, host_dir, host_adopt, host_max, token)?;
+                if host_bind {
+                    hosting.api.allow_bind();
+                }
+                Some(hosting)
             } else {
                 None
             };

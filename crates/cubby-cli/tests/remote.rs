@@ -253,6 +253,12 @@ fn the_host_api_needs_the_token() {
         "",
     );
     assert_eq!(status, 204);
+    // Without `--host-bind` there is no bind, and the token stays.
+    let (status, body) = http(&far.addr, "POST", "/v1/bind", Some(&good), "");
+    assert_eq!(status, 404, "{body}");
+    assert!(!body.contains("cubby-claim-"), "{body}");
+    let (status, _) = http(&far.addr, "GET", "/v1/sandboxes", Some(&good), "");
+    assert_eq!(status, 200);
     // The client says what went wrong, and never the token.
     let wrong = RemoteSandbox::open(&RemoteOptions {
         url: far.url(),

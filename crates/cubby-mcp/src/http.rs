@@ -111,8 +111,16 @@ fn same(a: &[u8], b: &[u8]) -> bool {
     diff == 0
 }
 
+/// The token a request must carry.
+enum Bearer {
+    /// The one the server started with.
+    Fixed(Arc<String>),
+    /// The sandbox host API's, which a bind may change.
+    Host(cubby::host::http::HostApi),
+}
+
 async fn require_bearer(
-    token: Arc<String>,
+    check: Arc<Bearer>,
     req: Request,
     next: Next,
 ) -> Result<Response, StatusCode> {
@@ -122,7 +130,11 @@ async fn require_bearer(
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
         .unwrap_or("");
-    if same(given.as_bytes(), token.as_bytes()) {
+    let accepted = match check.as_ref() {
+        Bearer::Fixed(token) => same(given.as_bytes(), token.as_bytes()),
+        Bearer::Host(api) => api.accepts(given.as_bytes()),
+    };
+    if accepted {
         Ok(next.run(req).await)
     } else {
         Err(StatusCode::UNAUTHORIZED)
@@ -227,9 +239,15 @@ pub async fn serve_http(
     let token = options.token.filter(|t| !t.is_empty());
     let same_user = token.is_none();
     if let Some(token) = token {
-        let token = Arc::new(token);
+        // With the host API, its token is the one in force: a bindable API
+        // (`serve --host-bind`) exchanges it once, for /mcp too.
+        let check = match options.host.clone() {
+            Some(api) => Bearer::Host(api),
+            None => Bearer::Fixed(Arc::new(token)),
+        };
+        let check = Arc::new(check);
         app = app.layer(middleware::from_fn(move |req: Request, next: Next| {
-            require_bearer(Arc::clone(&token), req, next)
+            require_bearer(Arc::clone(&check), req, next)
         }));
     }
     // Added after the token's layer, which therefore does not cover it.

@@ -37,6 +37,8 @@ pub enum ProviderKind {
     Linux,
     /// Another cubby over HTTP.
     Remote,
+    /// A cubby pod claimed from an agent-sandbox warm pool, then as `remote`.
+    Kubernetes,
 }
 
 impl ProviderKind {
@@ -47,6 +49,7 @@ impl ProviderKind {
             ProviderKind::Local => "local",
             ProviderKind::Linux => "linux",
             ProviderKind::Remote => "remote",
+            ProviderKind::Kubernetes => "kubernetes",
         }
     }
 }
@@ -59,8 +62,10 @@ impl std::str::FromStr for ProviderKind {
             "local" => Ok(ProviderKind::Local),
             "linux" => Ok(ProviderKind::Linux),
             "remote" => Ok(ProviderKind::Remote),
+            "kubernetes" => Ok(ProviderKind::Kubernetes),
             other => Err(Error::invalid_input(format!(
-                "unknown provider `{other}`; expected one of: virtual, local, linux, remote"
+                "unknown provider `{other}`; expected one of: virtual, local, linux, remote, \
+                 kubernetes"
             ))),
         }
     }
@@ -843,6 +848,155 @@ pub struct Config {
     pub upstream: std::collections::BTreeMap<String, UpstreamConfig>,
     /// Where the `remote` provider's sandbox lives (`[remote]`).
     pub remote: Option<RemoteConfig>,
+    /// Where the `kubernetes` provider claims its pod (`[kubernetes]`).
+    pub kubernetes: Option<KubernetesConfig>,
+}
+
+/// Default of `[kubernetes] ready_timeout`, in seconds.
+pub const KUBERNETES_READY_TIMEOUT_SECS: u64 = 60;
+/// Default of `[kubernetes] shutdown_after`, in seconds: the claim's
+/// `shutdownTime` is this far ahead, so a claim a crashed cubby never
+/// deleted ends by itself.
+pub const KUBERNETES_SHUTDOWN_AFTER_SECS: u64 = 3_600;
+/// Longest `ready_timeout`, in seconds.
+pub const KUBERNETES_MAX_READY_TIMEOUT_SECS: u64 = 3_600;
+/// Longest `shutdown_after`, in seconds (a week).
+pub const KUBERNETES_MAX_SHUTDOWN_AFTER_SECS: u64 = 7 * 24 * 3_600;
+/// Default of `[kubernetes] port`: where the template's `cubby serve` listens.
+pub const KUBERNETES_POD_PORT: u16 = 8765;
+
+/// `[kubernetes]`: the warm pool of `provider = "kubernetes"` (SPEC §7).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KubernetesConfig {
+    /// The namespace of the warm pool and the claims.
+    #[serde(default = "KubernetesConfig::default_namespace")]
+    pub namespace: String,
+    /// The SandboxWarmPool claims come from.
+    #[serde(default = "KubernetesConfig::default_warm_pool")]
+    pub warm_pool: String,
+    /// A file holding the pool key (the pods' `cubby serve` token, exchanged
+    /// once per claim for a token of its own): absolute or `~/`.
+    pub pool_key_file: String,
+    /// The API server's URL; default: in the cluster
+    /// (`KUBERNETES_SERVICE_HOST`), else `http://127.0.0.1:8001` (`kubectl
+    /// proxy`, which brings the kubeconfig's credentials).
+    #[serde(default)]
+    pub api_server: Option<String>,
+    /// A file holding a bearer token for the API server; default in the
+    /// cluster: the service account's.
+    #[serde(default)]
+    pub token_file: Option<String>,
+    /// The API server's CA bundle (PEM); default in the cluster: the
+    /// service account's, else the platform's roots.
+    #[serde(default)]
+    pub ca_file: Option<String>,
+    /// The port the pods' `cubby serve` listens on.
+    #[serde(default = "KubernetesConfig::default_port")]
+    pub port: u16,
+    /// Seconds to wait for the claim to be Ready (default
+    /// [`KUBERNETES_READY_TIMEOUT_SECS`]).
+    #[serde(default)]
+    pub ready_timeout: Option<u64>,
+    /// Seconds after which the cluster ends the claim by itself
+    /// (`shutdownTime`; default [`KUBERNETES_SHUTDOWN_AFTER_SECS`]).
+    #[serde(default)]
+    pub shutdown_after: Option<u64>,
+}
+
+impl KubernetesConfig {
+    fn default_namespace() -> String {
+        "cubby".to_string()
+    }
+    fn default_warm_pool() -> String {
+        "cubby".to_string()
+    }
+    fn default_port() -> u16 {
+        KUBERNETES_POD_PORT
+    }
+
+    /// Checks the section's values.
+    ///
+    /// # Errors
+    ///
+    /// `invalid_input` naming `origin` and the key.
+    pub(crate) fn check(&self, origin: &str) -> Result<()> {
+        for (key, value) in [
+            ("namespace", &self.namespace),
+            ("warm_pool", &self.warm_pool),
+        ] {
+            if !is_dns_label(value) {
+                return Err(Error::invalid_input(format!(
+                    "config `{origin}`: [kubernetes] {key} `{value}` is not a Kubernetes name \
+                     (lowercase letters, digits and `-`, at most 63, starting and ending with \
+                     a letter or digit)"
+                )));
+            }
+        }
+        if self.pool_key_file.is_empty() {
+            return Err(Error::invalid_input(format!(
+                "config `{origin}`: [kubernetes] pool_key_file is empty; name the file holding \
+                 the pool key"
+            )));
+        }
+        if self.port == 0 {
+            return Err(Error::invalid_input(format!(
+                "config `{origin}`: [kubernetes] port must not be 0"
+            )));
+        }
+        for (key, value, max) in [
+            (
+                "ready_timeout",
+                self.ready_timeout,
+                KUBERNETES_MAX_READY_TIMEOUT_SECS,
+            ),
+            (
+                "shutdown_after",
+                self.shutdown_after,
+                KUBERNETES_MAX_SHUTDOWN_AFTER_SECS,
+            ),
+        ] {
+            if let Some(v) = value
+                && !(1..=max).contains(&v)
+            {
+                return Err(Error::invalid_input(format!(
+                    "config `{origin}`: [kubernetes] {key} = {v} is out of range; give 1 to \
+                     {max} seconds"
+                )));
+            }
+        }
+        if let Some(url) = &self.api_server
+            && !(url.starts_with("http://") || url.starts_with("https://"))
+        {
+            return Err(Error::invalid_input(format!(
+                "config `{origin}`: [kubernetes] api_server `{url}` must start with http:// or \
+                 https://"
+            )));
+        }
+        Ok(())
+    }
+
+    /// Seconds to wait for Ready.
+    pub fn ready_timeout_secs(&self) -> u64 {
+        self.ready_timeout.unwrap_or(KUBERNETES_READY_TIMEOUT_SECS)
+    }
+
+    /// Seconds until the claim's `shutdownTime`.
+    pub fn shutdown_after_secs(&self) -> u64 {
+        self.shutdown_after
+            .unwrap_or(KUBERNETES_SHUTDOWN_AFTER_SECS)
+    }
+}
+
+/// A DNS-1123 label (what Kubernetes accepts as a namespace or a name).
+fn is_dns_label(s: &str) -> bool {
+    const MAX_LABEL: usize = 63;
+    !s.is_empty()
+        && s.len() <= MAX_LABEL
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !s.starts_with('-')
+        && !s.ends_with('-')
 }
 
 /// `[remote]`: the far cubby of `provider = "remote"` (SPEC §7).
@@ -869,6 +1023,15 @@ impl Config {
     ///
     /// `invalid_input` naming `origin`, the key and what to do instead.
     pub(crate) fn check_consistency(&self, origin: &str) -> Result<()> {
+        if let Some(kubernetes) = &self.kubernetes {
+            kubernetes.check(origin)?;
+        }
+        if self.provider == Some(ProviderKind::Kubernetes) && self.kubernetes.is_none() {
+            return Err(Error::invalid_input(format!(
+                "config `{origin}`: provider = \"kubernetes\" needs a [kubernetes] section with \
+                 at least `pool_key_file`"
+            )));
+        }
         for entry in &self.host_deny_read {
             if !(entry.starts_with('/') || entry.starts_with("~/")) {
                 return Err(Error::invalid_input(format!(

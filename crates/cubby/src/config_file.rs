@@ -61,6 +61,56 @@ mod tests {
     use crate::policy::Mode;
 
     #[test]
+    fn the_kubernetes_section_has_defaults_and_errors_name_the_key() {
+        let config = Config::from_toml(
+            "provider = \"kubernetes\"\n[kubernetes]\npool_key_file = \"/k\"\n",
+            "t.toml",
+        )
+        .unwrap();
+        assert_eq!(config.provider, Some(ProviderKind::Kubernetes));
+        let k = config.kubernetes.unwrap();
+        assert_eq!(
+            (k.namespace.as_str(), k.warm_pool.as_str(), k.port),
+            ("cubby", "cubby", KUBERNETES_POD_PORT)
+        );
+        assert_eq!(k.ready_timeout_secs(), KUBERNETES_READY_TIMEOUT_SECS);
+        assert_eq!(k.shutdown_after_secs(), KUBERNETES_SHUTDOWN_AFTER_SECS);
+        assert_eq!(k.api_server, None);
+        for (text, key) in [
+            ("provider = \"kubernetes\"\n", "[kubernetes]"),
+            ("[kubernetes]\nnamespace = \"x\"\n", "pool_key_file"),
+            (
+                "[kubernetes]\npool_key_file = \"/k\"\nnamespace = \"Bad_NS\"\n",
+                "namespace",
+            ),
+            (
+                "[kubernetes]\npool_key_file = \"/k\"\nwarm_pool = \"-x\"\n",
+                "warm_pool",
+            ),
+            (
+                "[kubernetes]\npool_key_file = \"/k\"\nready_timeout = 0\n",
+                "ready_timeout",
+            ),
+            (
+                "[kubernetes]\npool_key_file = \"/k\"\nshutdown_after = 9999999\n",
+                "shutdown_after",
+            ),
+            ("[kubernetes]\npool_key_file = \"/k\"\nport = 0\n", "port"),
+            (
+                "[kubernetes]\npool_key_file = \"/k\"\napi_server = \"ftp://x\"\n",
+                "api_server",
+            ),
+            (
+                "[kubernetes]\npool_key_file = \"/k\"\nwarmpool = \"x\"\n",
+                "warmpool",
+            ),
+        ] {
+            let err = Config::from_toml(text, "t.toml").unwrap_err();
+            assert!(err.message().contains(key), "{text}: {}", err.message());
+        }
+    }
+
+    #[test]
     fn parses_the_spec_example() {
         let text = r#"
 mode = "workspace-write"

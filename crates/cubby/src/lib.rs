@@ -57,6 +57,7 @@ pub mod exec_policy;
 pub mod git;
 pub mod host;
 mod host_env;
+pub mod kubernetes;
 mod net;
 pub mod output;
 mod path;

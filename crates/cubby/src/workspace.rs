@@ -338,6 +338,7 @@ impl Workspace {
             }
             ProviderKind::Linux => Ok(Arc::new(self.open_linux()?)),
             ProviderKind::Remote => Ok(Arc::new(self.open_remote()?)),
+            ProviderKind::Kubernetes => Ok(Arc::new(self.open_kubernetes()?)),
         }
     }
 
@@ -355,33 +356,108 @@ impl Workspace {
                 "provider `remote` needs a [remote] section with `url` and `token_file`",
             ));
         };
-        let file = match remote.token_file.strip_prefix("~/") {
+        let token = self.secret_file("[remote] token_file", &remote.token_file)?;
+        RemoteSandbox::open(&RemoteOptions {
+            url: remote.url.clone(),
+            token,
+            root: remote.root.as_ref().map(PathBuf::from),
+        })
+    }
+
+    /// The trimmed content of `file` (absolute or `~/`), which holds a
+    /// secret: errors name `key` and the file, never the content.
+    fn secret_file(&self, key: &str, file: &str) -> Result<String> {
+        let file = match file.strip_prefix("~/") {
             Some(rest) => self
                 .host
                 .var_os("HOME")
                 .map(|home| PathBuf::from(home).join(rest))
                 .ok_or_else(|| {
-                    Error::invalid_input("token_file starts with `~/` and HOME is not set")
+                    Error::invalid_input(format!("{key} starts with `~/` and HOME is not set"))
                 })?,
-            None => PathBuf::from(&remote.token_file),
+            None => PathBuf::from(file),
         };
-        let token = std::fs::read_to_string(&file).map_err(|e| {
+        let text = std::fs::read_to_string(&file).map_err(|e| {
             Error::invalid_input(format!(
-                "cannot read the remote token_file {}: {e}; give a readable file holding the token",
+                "cannot read the {key} {}: {e}; give a readable file holding it",
                 file.display()
             ))
         })?;
-        let token = token.trim();
-        if token.is_empty() {
+        let text = text.trim();
+        if text.is_empty() {
             return Err(Error::invalid_input(format!(
-                "the remote token_file {} is empty",
+                "the {key} {} is empty",
                 file.display()
             )));
         }
-        RemoteSandbox::open(&RemoteOptions {
-            url: remote.url.clone(),
-            token: token.to_string(),
-            root: remote.root.as_ref().map(PathBuf::from),
+        Ok(text.to_string())
+    }
+
+    /// Claims a pod from the warm pool `[kubernetes]` names and opens a
+    /// sandbox there (see [`crate::kubernetes`]). Without `api_server`: in
+    /// a cluster (`KUBERNETES_SERVICE_HOST`) its API with the service
+    /// account's token and CA, else `kubectl proxy`'s default address.
+    ///
+    /// # Errors
+    ///
+    /// `invalid_input` without a `[kubernetes]` section or with an
+    /// unreadable key or token file (naming the key); then as
+    /// [`crate::kubernetes::open`].
+    pub fn open_kubernetes(&self) -> Result<RemoteSandbox> {
+        const SERVICE_ACCOUNT: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
+        const KUBECTL_PROXY: &str = "http://127.0.0.1:8001";
+        let Some(k) = &self.config.kubernetes else {
+            return Err(Error::invalid_input(
+                "provider `kubernetes` needs a [kubernetes] section with at least `pool_key_file`",
+            ));
+        };
+        let pool_key = self.secret_file("[kubernetes] pool_key_file", &k.pool_key_file)?;
+        let in_cluster = self.host.non_empty("KUBERNETES_SERVICE_HOST").map(|host| {
+            let port = self
+                .host
+                .non_empty("KUBERNETES_SERVICE_PORT")
+                .unwrap_or_else(|| "443".to_string());
+            let host = if host.contains(':') {
+                format!("[{host}]")
+            } else {
+                host
+            };
+            format!("https://{host}:{port}")
+        });
+        let (api_server, token_file, ca_file) = match (&k.api_server, in_cluster) {
+            (Some(url), _) => (url.clone(), k.token_file.clone(), k.ca_file.clone()),
+            (None, Some(url)) => (
+                url,
+                Some(
+                    k.token_file
+                        .clone()
+                        .unwrap_or(format!("{SERVICE_ACCOUNT}/token")),
+                ),
+                Some(
+                    k.ca_file
+                        .clone()
+                        .unwrap_or(format!("{SERVICE_ACCOUNT}/ca.crt")),
+                ),
+            ),
+            (None, None) => (
+                KUBECTL_PROXY.to_string(),
+                k.token_file.clone(),
+                k.ca_file.clone(),
+            ),
+        };
+        let api_token = token_file
+            .map(|f| self.secret_file("[kubernetes] token_file", &f))
+            .transpose()?;
+        crate::kubernetes::open(&crate::kubernetes::ClaimOptions {
+            api_server,
+            api_token,
+            ca_file,
+            namespace: k.namespace.clone(),
+            warm_pool: k.warm_pool.clone(),
+            pool_key,
+            port: k.port,
+            ready_timeout: std::time::Duration::from_secs(k.ready_timeout_secs()),
+            shutdown_after: std::time::Duration::from_secs(k.shutdown_after_secs()),
         })
     }
 

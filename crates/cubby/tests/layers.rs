@@ -34,6 +34,7 @@ const LAYERS: &[&str] = &[
     "web",
     "upstream",
     "remote",
+    "kubernetes",
     "config_file",
     "tools",
     "toolset",

@@ -27,6 +27,15 @@
 //!
 //! A command's answer ends with its exit frame; closing it earlier kills
 //! the command's tree.
+//!
+//! # Binding (a warm pool's pods)
+//!
+//! An API made [`HostApi::allow_bind`] also answers `POST /v1/bind`, once: the
+//! caller, holding the starting token (a warm pool's key), gets a fresh
+//! random token (`{"token": …}`), and from then on only that token is
+//! accepted ([`HostApi::accepts`]; the key is dead for this server). A
+//! second bind answers 409. So a pod of a pool waits warm with the shared
+//! key and serves one claim with a token of that claim's own.
 
 use std::convert::Infallible;
 use std::io::Read;
@@ -74,11 +83,23 @@ const STREAM_CHUNKS: usize = 8;
 /// The body of every answer.
 pub type HostBody = UnsyncBoxBody<Bytes, std::io::Error>;
 
+/// Random bytes in a token [`HostApi::allow_bind`] hands out.
+pub const BOUND_TOKEN_RANDOM_BYTES: usize = 32;
+
 /// What a handler needs: the host and its token.
 #[derive(Clone)]
 pub struct HostApi {
     host: Arc<Host>,
+    auth: Arc<std::sync::Mutex<Auth>>,
+}
+
+/// The token in force and whether it may still be exchanged.
+struct Auth {
     token: Arc<[u8]>,
+    /// `POST /v1/bind` is answered (set by [`HostApi::allow_bind`]).
+    bindable: bool,
+    /// The token was exchanged: a bind answers 409.
+    bound: bool,
 }
 
 impl std::fmt::Debug for HostApi {
@@ -104,8 +125,54 @@ impl HostApi {
         }
         Ok(HostApi {
             host,
-            token: Arc::from(token.as_bytes()),
+            auth: Arc::new(std::sync::Mutex::new(Auth {
+                token: Arc::from(token.as_bytes()),
+                bindable: false,
+                bound: false,
+            })),
         })
+    }
+
+    /// Makes this API (and its clones) answer `POST /v1/bind` once (see
+    /// the module's docs).
+    pub fn allow_bind(&self) {
+        crate::sync::lock(&self.auth).bindable = true;
+    }
+
+    /// Whether `given` (a bearer token) is the one in force, compared in
+    /// constant time (what `/mcp` on the same listener checks too).
+    pub fn accepts(&self, given: &[u8]) -> bool {
+        let token = crate::sync::lock(&self.auth).token.clone();
+        same(given, &token)
+    }
+
+    /// Exchanges the token in force (already checked) for a fresh one: the
+    /// answer (200 with [`Bound`]; 404 when not bindable; 409 when bound).
+    fn bind(&self) -> Response<HostBody> {
+        let mut auth = crate::sync::lock(&self.auth);
+        if !auth.bindable {
+            return error(&Error::new(
+                ErrorKind::NotFound,
+                "this server was not started to be bound (serve --host-bind)",
+            ));
+        }
+        if auth.bound {
+            return json(
+                StatusCode::CONFLICT,
+                &wire::WireError {
+                    kind: "denied".into(),
+                    message: "this server is bound already; a claim binds it once".into(),
+                },
+            );
+        }
+        let random = match crate::artifact::store::random_hex(BOUND_TOKEN_RANDOM_BYTES) {
+            Ok(random) => random,
+            Err(e) => return error(&Error::internal(format!("cannot read /dev/urandom: {e}"))),
+        };
+        let token = format!("cubby-claim-{random}");
+        auth.token = Arc::from(token.as_bytes());
+        auth.bound = true;
+        json(StatusCode::OK, &wire::Bound { token })
     }
 
     /// The host.
@@ -242,8 +309,13 @@ where
         .get(hyper::header::AUTHORIZATION)
         .and_then(|v| v.as_bytes().strip_prefix(b"Bearer "))
         .unwrap_or(b"");
-    if !same(given, &api.token) {
+    if !api.accepts(given) {
         return unauthorized();
+    }
+    if req.uri().path() == format!("{}{}", wire::PREFIX, wire::BIND_PATH)
+        && req.method() == Method::POST
+    {
+        return api.bind();
     }
     match route(api, req).await {
         Ok(resp) => resp,

@@ -13,7 +13,7 @@
 //! - `gateway/`: the scoped gateway (`[gateway.<name>]`, SPEC §5.5).
 
 mod address;
-mod gateway;
+pub(crate) mod gateway;
 mod proxy;
 mod rules;
 

@@ -265,6 +265,12 @@ pub struct RemoteSandbox {
     commands: bool,
     command_root: Option<PathBuf>,
     shown_root: String,
+    /// The provider it is shown as (`remote`, or `kubernetes` for a claimed
+    /// pod).
+    kind: ProviderKind,
+    /// What else ends with it, after the far sandbox is destroyed (fields
+    /// drop in order: [`RemoteFs`] first): a Kubernetes claim.
+    _lease: Option<Box<dyn Send + Sync>>,
 }
 
 /// The file half of a [`RemoteSandbox`].
@@ -371,7 +377,19 @@ impl RemoteSandbox {
             commands: created.commands,
             command_root,
             shown_root: created.shown_root,
+            kind: ProviderKind::Remote,
+            _lease: None,
         })
+    }
+
+    /// This sandbox shown as `kind`, with `lease` ending after it (after
+    /// the far sandbox's destroy): how the `kubernetes` provider keeps its
+    /// claim for as long as the sandbox lives.
+    #[must_use]
+    pub fn leased(mut self, kind: ProviderKind, lease: Box<dyn Send + Sync>) -> RemoteSandbox {
+        self.kind = kind;
+        self._lease = Some(lease);
+        self
     }
 
     /// The far sandbox's URL (`<url>/v1/sandboxes/<id>`).
@@ -748,7 +766,7 @@ async fn pump_output(
 
 impl Sandbox for RemoteSandbox {
     fn kind(&self) -> ProviderKind {
-        ProviderKind::Remote
+        self.kind
     }
     fn fs(&self) -> &dyn FileSystem {
         &self.fs

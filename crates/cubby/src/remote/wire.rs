@@ -27,6 +27,15 @@ use crate::sandbox::{DirEntry, EntryKind, ExitStatus, Metadata};
 
 /// The API's version prefix.
 pub const PREFIX: &str = "/v1";
+/// Where a bindable host is bound (after [`PREFIX`]; `serve --host-bind`).
+pub const BIND_PATH: &str = "/bind";
+
+/// The answer to a bind: `cubby-claim-<64 hex digits>`.
+#[derive(serde::Serialize, serde::Deserialize)]
+pub struct Bound {
+    /// The token every request must carry from now on.
+    pub token: String,
+}
 /// Header of an exec answer: the command's number on the serving side.
 pub const COMMAND_HEADER: &str = "x-cubby-command";
 /// Header of an exec answer: the id the serving side shows for it (a pid).

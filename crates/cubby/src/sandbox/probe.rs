@@ -64,6 +64,18 @@ pub fn probe(kind: ProviderKind) -> Probe {
             ),
             instead: String::new(),
         },
+        ProviderKind::Kubernetes => Probe {
+            kind,
+            facts: Vec::new(),
+            missing: Vec::new(),
+            commands: Some(
+                "in a cubby pod claimed from the warm pool named in [kubernetes] \
+                 (agent-sandbox), under that pod's provider and policy; this machine needs \
+                 only a way to the API server and the pods"
+                    .to_string(),
+            ),
+            instead: String::new(),
+        },
     }
 }
 

@@ -328,7 +328,9 @@ impl Gateway {
 
 /// rustls with the ring provider: the roots of `ca_file` only, or the
 /// platform's.
-fn tls_config(ca_file: Option<&str>) -> std::result::Result<rustls::ClientConfig, String> {
+pub(crate) fn tls_config(
+    ca_file: Option<&str>,
+) -> std::result::Result<rustls::ClientConfig, String> {
     use rustls::pki_types::CertificateDer;
     use rustls::pki_types::pem::PemObject;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
