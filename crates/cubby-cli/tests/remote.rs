@@ -61,6 +61,8 @@ impl Far {
         let token = token();
         let token_file = dir.path().join("token");
         std::fs::write(&token_file, format!("{token}\n")).unwrap();
+        let tmp = dir.path().join("tmp");
+        std::fs::create_dir(&tmp).unwrap();
         let mut cmd = match wrap.split_first() {
             Some((first, rest)) => {
                 let mut c = Command::new(first);
@@ -83,6 +85,9 @@ impl Far {
             .arg(&root)
             .args(extra)
             .env_remove("CUBBY_TOKEN")
+            // Its temporary files (the placeholder stash a SIGKILLed server
+            // leaves for the next start to reclaim) in the test's directory.
+            .env("TMPDIR", &tmp)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
