@@ -56,6 +56,9 @@ fn a_gibibyte_of_output_through_remote_keeps_both_sides_bounded() {
         .arg("--root")
         .arg(&root)
         .env_remove("RUST_LOG")
+        // Its temporary files (the placeholder stash a SIGKILLed server
+        // leaves for the next start to reclaim) in the test's directory.
+        .env("TMPDIR", dir.path())
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
