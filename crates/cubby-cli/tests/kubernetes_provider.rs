@@ -15,6 +15,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -86,27 +88,7 @@ impl Pod {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        let stderr = child.stderr.take().unwrap();
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let mut tx = Some(tx);
-            for line in BufReader::new(stderr).lines() {
-                let Ok(line) = line else { break };
-                if let Some(addr) = line
-                    .strip_prefix("cubby: listening on http://")
-                    .and_then(|rest| rest.strip_suffix("/mcp"))
-                    && let Some(tx) = tx.take()
-                {
-                    let _ = tx.send(addr.to_string());
-                }
-                eprintln!("[pod] {line}");
-            }
-        });
-        let Ok(addr) = rx.recv_timeout(START_WAIT) else {
-            let _ = child.kill();
-            let status = child.wait();
-            panic!("the pod's cubby did not say where it listens ({status:?})");
-        };
+        let (addr, _reader) = common::listening_address(&mut child, "pod", START_WAIT, None);
         let port = addr.rsplit_once(':').unwrap().1.parse().unwrap();
         Pod {
             child,

@@ -7,7 +7,9 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::io::{BufRead, BufReader, Read, Write};
+mod common;
+
+use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -93,33 +95,9 @@ impl Far {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        let stderr = child.stderr.take().unwrap();
-        let (tx, rx) = std::sync::mpsc::channel();
         let log = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
-        let logged = log.clone();
-        let reader = std::thread::spawn(move || {
-            let mut tx = Some(tx);
-            for line in BufReader::new(stderr).lines() {
-                let Ok(line) = line else { break };
-                let mut all = logged.lock().unwrap();
-                all.push_str(&line);
-                all.push('\n');
-                drop(all);
-                if let Some(addr) = line
-                    .strip_prefix("cubby: listening on http://")
-                    .and_then(|rest| rest.strip_suffix("/mcp"))
-                    && let Some(tx) = tx.take()
-                {
-                    let _ = tx.send(addr.to_string());
-                }
-                eprintln!("[far cubby] {line}");
-            }
-        });
-        let Ok(addr) = rx.recv_timeout(START_WAIT) else {
-            let _ = child.kill();
-            let status = child.wait();
-            panic!("the far cubby did not say where it listens ({status:?})");
-        };
+        let (addr, reader) =
+            common::listening_address(&mut child, "far cubby", START_WAIT, Some(log.clone()));
         Far {
             child,
             addr,

@@ -5,7 +5,9 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::io::{BufRead, BufReader, Read};
+mod common;
+
+use std::io::Read;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -65,23 +67,8 @@ fn a_gibibyte_of_output_through_remote_keeps_both_sides_bounded() {
         .spawn()
         .unwrap();
     let far_pid = far.id().to_string();
-    let stderr = far.stderr.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let mut tx = Some(tx);
-        for line in BufReader::new(stderr).lines() {
-            let Ok(line) = line else { break };
-            if let Some(addr) = line
-                .strip_prefix("cubby: listening on http://")
-                .and_then(|r| r.strip_suffix("/mcp"))
-                && let Some(tx) = tx.take()
-            {
-                let _ = tx.send(addr.to_string());
-            }
-            eprintln!("[far cubby] {line}");
-        }
-    });
-    let addr = rx.recv_timeout(Duration::from_secs(60)).unwrap();
+    let (addr, _reader) =
+        common::listening_address(&mut far, "far cubby", Duration::from_secs(60), None);
     let result = std::panic::catch_unwind(|| {
         let sandbox = RemoteSandbox::open(&RemoteOptions {
             url: format!("http://{addr}"),

@@ -63,35 +63,11 @@ impl Serve {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        let stderr = child.stderr.take().unwrap();
-        let (tx, rx) = std::sync::mpsc::channel();
-        // Reads stderr to its end (the server must never block on a full
-        // pipe), passing it on to the test's own stderr; the first address
-        // goes back to the test.
-        std::thread::spawn(move || {
-            let mut tx = Some(tx);
-            for line in BufReader::new(stderr).lines() {
-                let Ok(line) = line else { break };
-                if let Some(rest) = line.strip_prefix(SERVING_AT)
-                    && let Some(port) = rest
-                        .strip_suffix("/mcp")
-                        .and_then(|addr| addr.rsplit_once(':'))
-                        .and_then(|(_, port)| port.parse::<u16>().ok())
-                    && let Some(tx) = tx.take()
-                {
-                    let _ = tx.send(port);
-                }
-                eprintln!("[cubby serve] {line}");
-            }
-        });
-        let port = match rx.recv_timeout(SERVE_START_WAIT) {
-            Ok(port) => port,
-            Err(_) => {
-                let _ = child.kill();
-                let status = child.wait();
-                panic!("cubby serve did not say where it listens ({status:?})");
-            }
-        };
+        let (addr, _reader) = listening_address(&mut child, "cubby serve", SERVE_START_WAIT, None);
+        let port = addr
+            .rsplit_once(':')
+            .and_then(|(_, port)| port.parse::<u16>().ok())
+            .unwrap_or_else(|| panic!("cubby serve printed no port: {addr}"));
         Serve { child, port }
     }
 
@@ -168,6 +144,49 @@ pub fn request_to(
         .and_then(|c| c.parse().ok())
         .unwrap_or(0);
     (status, head.to_string(), body.to_string())
+}
+
+/// Where the `cubby serve` `child` (its stderr piped) listens: its stderr
+/// is read to the end on a thread of its own (the server must never block
+/// on a full pipe), each line passed on to the test's stderr after `[tag]`
+/// and appended to `log` when one is given; the `ip:port` of the first
+/// listening line comes back, with the reading thread. When none comes
+/// within `wait`, the child is killed and the test fails.
+pub fn listening_address(
+    child: &mut Child,
+    tag: &'static str,
+    wait: Duration,
+    log: Option<std::sync::Arc<std::sync::Mutex<String>>>,
+) -> (String, std::thread::JoinHandle<()>) {
+    let stderr = child.stderr.take().expect("the server's stderr is piped");
+    let (tx, rx) = std::sync::mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        let mut tx = Some(tx);
+        for line in BufReader::new(stderr).lines() {
+            let Ok(line) = line else { break };
+            if let Some(log) = &log {
+                let mut all = log.lock().unwrap();
+                all.push_str(&line);
+                all.push('\n');
+            }
+            if let Some(addr) = line
+                .strip_prefix(SERVING_AT)
+                .and_then(|rest| rest.strip_suffix("/mcp"))
+                && let Some(tx) = tx.take()
+            {
+                let _ = tx.send(addr.to_string());
+            }
+            eprintln!("[{tag}] {line}");
+        }
+    });
+    match rx.recv_timeout(wait) {
+        Ok(addr) => (addr, reader),
+        Err(_) => {
+            let _ = child.kill();
+            let status = child.wait();
+            panic!("{tag} did not say where it listens ({status:?})");
+        }
+    }
 }
 
 /// Pauses before each retry of a package install: the registries (npm's
