@@ -124,6 +124,9 @@ struct Inner {
     /// Progress tokens of the calls in flight → their latest progress.
     progress: Mutex<HashMap<String, Arc<Mutex<Option<String>>>>>,
     ended: AtomicBool,
+    /// One per stdio server started: disconnected when its reader thread
+    /// has reaped the server and dropped its sandbox.
+    readers: Mutex<Vec<std::sync::mpsc::Receiver<()>>>,
 }
 
 #[derive(Default)]
@@ -171,6 +174,7 @@ impl Upstream {
             watchers: Mutex::default(),
             progress: Mutex::default(),
             ended: AtomicBool::new(false),
+            readers: Mutex::new(Vec::new()),
         });
         if !start {
             return Ok(Arc::new(Upstream { inner }));
@@ -295,7 +299,7 @@ impl Inner {
             };
             let spawned = sandbox.exec(&spec)?;
             let handle: Arc<dyn ProcessHandle> = Arc::from(spawned.handle);
-            let transport = PipeTransport::start(
+            let (transport, reaped) = PipeTransport::start(
                 &self.label,
                 spawned.output,
                 spawned.stdin,
@@ -303,6 +307,16 @@ impl Inner {
                 spawned.on_exit,
                 sandbox,
             )?;
+            {
+                let mut readers = lock(&self.readers);
+                readers.retain(|r| {
+                    !matches!(
+                        r.try_recv(),
+                        Err(std::sync::mpsc::TryRecvError::Disconnected)
+                    )
+                });
+                readers.push(reaped);
+            }
             let started = run_bounded(rt, timeout, async move { handler.serve(transport).await });
             match started {
                 Ok(Ok(client)) => (client, Some(handle)),
@@ -663,8 +677,21 @@ impl Inner {
         if let Some(conn) = conn {
             close(conn);
         }
+        // Each server's sandbox is dropped on its reader thread once its
+        // tree is reaped (the last one's, and those of servers that died or
+        // never answered): an ended run waits for them (bounded), so that
+        // nothing of a server's sandbox outlives the run (its placeholder
+        // stash, were the process to exit next).
+        let deadline = Instant::now() + END_WAIT;
+        for reaped in std::mem::take(&mut *lock(&self.readers)) {
+            let _ = reaped.recv_timeout(deadline.saturating_duration_since(Instant::now()));
+        }
     }
 }
+
+/// How long [`ToolSource::end`] waits for a stdio server's tree to be
+/// reaped and its sandbox dropped.
+const END_WAIT: Duration = Duration::from_secs(5);
 
 /// Stops a connection: the client's service, then the server's whole tree.
 fn close(conn: Conn) {
@@ -1124,7 +1151,7 @@ impl PipeTransport {
         handle: Arc<dyn ProcessHandle>,
         on_exit: Option<Box<dyn FnOnce() + Send>>,
         sandbox: Arc<dyn cubby::Sandbox>,
-    ) -> cubby::Result<PipeTransport> {
+    ) -> cubby::Result<(PipeTransport, std::sync::mpsc::Receiver<()>)> {
         let stdin = stdin.ok_or_else(|| {
             Error::new(ErrorKind::Internal, "the server was started without stdin")
         })?;
@@ -1144,6 +1171,7 @@ impl PipeTransport {
                 .map_err(|e| Error::new(ErrorKind::Internal, format!("cannot start a thread: {e}")))
         };
         let reader_label = label.to_string();
+        let (reaped_tx, reaped) = std::sync::mpsc::channel::<()>();
         spawn(
             format!("upstream-{label}-out"),
             Box::new(move || {
@@ -1155,17 +1183,21 @@ impl PipeTransport {
                 }
                 // The sandbox lives as long as its server.
                 drop(sandbox);
+                drop(reaped_tx);
             }),
         )?;
         spawn(
             format!("upstream-{label}-in"),
             Box::new(move || write_messages(&writer_stdin, &out_rx)),
         )?;
-        Ok(PipeTransport {
-            incoming: in_rx,
-            stdin,
-            queue: out_tx,
-        })
+        Ok((
+            PipeTransport {
+                incoming: in_rx,
+                stdin,
+                queue: out_tx,
+            },
+            reaped,
+        ))
     }
 }
 

@@ -38,6 +38,12 @@ pub const ATTACKS: &[Attack] = &[
         run: protected_missing_after_a_sharing_command_ends,
     },
     Attack {
+        name: "create missing protected paths after another sandbox opens on the workspace",
+        expect: "no protected path left; the other sandbox's open swept no live placeholder",
+        control: None,
+        run: protected_missing_after_another_sandbox_opens,
+    },
+    Attack {
         name: "write other agents' and editors' project configs",
         expect: "none created, the existing ones unchanged; the file tools denied",
         control: Some("the same command on the host creates every one"),
@@ -140,6 +146,41 @@ fn protected_missing_after_a_sharing_command_ends(l: &Lab) -> Verdict {
          mkdir -p .claude && echo pwned > .claude/settings.json; echo pwned > cubby.toml");
     for p in [".codex", ".mcp.json", ".claude", "cubby.toml"] {
         absent(&l.ws.join(p)).map_err(|e| format!("{e}: {}", out.text))?;
+    }
+    Ok(())
+}
+
+fn protected_missing_after_another_sandbox_opens(l: &Lab) -> Verdict {
+    // A second sandbox of the process opened on the workspace (another MCP
+    // session, an upstream server's) sweeps the placeholders a killed cubby
+    // left at open: it must not take the ones a running command holds (a
+    // mount point in another mount namespace can be removed, which detaches
+    // the command's read-only mount).
+    let started = l.tools.call(
+        "start_process",
+        json!({"name": "waits", "command": "while [ ! -e go ]; do sleep 0.02; done; \
+             mkdir -p .codex/x; echo pwned > .mcp.json; echo pwned > cubby.toml; \
+             mkdir -p .claude && echo pwned > .claude/settings.json; echo > finished"}),
+    );
+    if started.is_error {
+        return Err(started.text);
+    }
+    let policy = cubby::Policy::builder()
+        .build()
+        .map_err(|e| e.to_string())?;
+    let second = cubby::LinuxSandbox::open(&l.ws, &policy, &cubby::HostEnv::capture())
+        .map_err(|e| e.to_string())?;
+    std::fs::write(l.ws.join("go"), "").map_err(|e| e.to_string())?;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !l.ws.join("finished").exists() {
+        if std::time::Instant::now() > deadline {
+            return Err("the command never finished".into());
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    drop(second);
+    for p in [".codex", ".mcp.json", ".claude", "cubby.toml"] {
+        absent(&l.ws.join(p))?;
     }
     Ok(())
 }

@@ -6,7 +6,7 @@
 
 use super::LinuxSandbox;
 use super::client::Lease;
-use super::placeholder::{PLACEHOLDER_FILE_MODE, Placeholders};
+use super::placeholder::PLACEHOLDER_FILE_MODE;
 use super::reserve::Kind;
 use crate::config::Mode;
 use crate::error::{Error, ErrorKind, Result};
@@ -18,7 +18,9 @@ use crate::sync::lock;
 impl LinuxSandbox {
     /// Removes empty placeholder directories (no mode bit but the owner's
     /// read and write ones) at protected paths: reservations left by a
-    /// cubby that was killed while a command ran. `read`: git's surface as
+    /// cubby that was killed while a command ran — never one that a
+    /// command of another sandbox of this process on the workspace holds
+    /// now ([`Reservations::remove_leftover`](super::reserve::Reservations::remove_leftover)). `read`: git's surface as
     /// the caller read it, used when it is fresh.
     pub(super) fn sweep_placeholders(&self, read: Option<crate::git::SurfaceRead>) {
         let root = self.fs.root_path();
@@ -58,7 +60,7 @@ impl LinuxSandbox {
                     _ => false,
                 };
                 if leftover {
-                    self.fs.remove_placeholder(&prefix, meta.ino);
+                    self.reservations.remove_leftover(&prefix, meta.ino);
                 } else if meta.kind == EntryKind::Dir {
                     kept.push(prefix.clone());
                 }
@@ -235,6 +237,44 @@ mod tests {
         );
         drop(lease);
         assert!(!root.join("tools").exists(), "released with the lease");
+    }
+
+    /// A second sandbox opened on the workspace while a command of the
+    /// first holds a reservation leaves that placeholder alone: its sweep
+    /// takes only what a killed cubby left. (The sweep removed it: the
+    /// running command's read-only mount detached, a starting one failed
+    /// with `ENOENT`.)
+    #[test]
+    fn a_second_sandbox_keeps_the_reservations_of_the_first() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        let mut policy = Policy::builder();
+        policy.protect("tools/release/");
+        let first = open(root, policy);
+        let (_, lease) = first.protect_plan().unwrap();
+        assert!(
+            lease.reserved.iter().any(|(p, _)| p.to_string() == "tools"),
+            "{:?}",
+            lease.reserved
+        );
+        let mut policy = Policy::builder();
+        policy.protect("tools/release/");
+        let second = open(root, policy);
+        assert!(root.join("tools").is_dir(), "the first's placeholder kept");
+        // A leftover of a killed cubby is still swept at an open.
+        drop(lease);
+        drop(first);
+        drop(second);
+        std::fs::create_dir(root.join("tools")).unwrap();
+        std::fs::set_permissions(
+            root.join("tools"),
+            std::os::unix::fs::PermissionsExt::from_mode(crate::sandbox::local::PLACEHOLDER_MODE),
+        )
+        .unwrap();
+        let mut policy = Policy::builder();
+        policy.protect("tools/release/");
+        let _third = open(root, policy);
+        assert!(!root.join("tools").exists(), "a leftover swept");
     }
 
     /// In read-only mode nothing in the workspace is writable for

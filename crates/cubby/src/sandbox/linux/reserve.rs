@@ -347,6 +347,21 @@ impl Reservations {
         Ok(ino)
     }
 
+    /// Removes the placeholder `ino` at `path` that a killed cubby left
+    /// (the sweep at a sandbox's open), unless a command of any sandbox of
+    /// this process on the workspace holds `path` now: that placeholder is
+    /// a live reservation, and removing it would detach the read-only
+    /// mount of the running command (a mount point in another mount
+    /// namespace can be removed) and fail one being set up (`ENOENT`).
+    /// Under the table's lock, so no reservation is made meanwhile.
+    pub(crate) fn remove_leftover(&self, path: &WorkspacePath, ino: u64) {
+        let inner = lock(&self.inner);
+        if inner.map.contains_key(path) {
+            return;
+        }
+        self.fs.remove_placeholder(path, ino);
+    }
+
     /// Lets go of one use of each `(path, inode)`; a placeholder nobody
     /// uses any more leaves the workspace: into the stash, or removed where
     /// there is none.
