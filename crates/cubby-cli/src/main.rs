@@ -274,7 +274,16 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             host_bind,
             common,
         } => {
-            let (factory, mcp) = setup::served(&common)?;
+            // Commands (the served workspace's and every hosted sandbox's)
+            // never read the token's file nor the hosted workspaces but
+            // their own.
+            let mut hidden = setup::Hidden::default();
+            hidden.deny_read.extend(token_file.clone());
+            if host {
+                hidden.private_dirs.extend(host_dir.clone());
+                hidden.private_dirs.extend(host_adopt.clone());
+            }
+            let (factory, mcp) = setup::served_hiding(&common, &hidden)?;
             let token = match &token_file {
                 Some(file) => Some(setup::read_token(file)?),
                 None => std::env::var("CUBBY_TOKEN").ok().filter(|t| !t.is_empty()),
@@ -285,7 +294,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                         "--host needs a bearer token: set CUBBY_TOKEN or pass --token-file"
                     );
                 };
-                let hosting = setup::host(&common, host_dir, host_adopt, host_max, token)?;
+                let hosting = setup::host(&common, &hidden, host_dir, host_adopt, host_max, token)?;
                 if host_bind {
                     hosting.api.allow_bind();
                 }

@@ -27,9 +27,43 @@ pub fn toolset(common: &Common, track_changes: bool) -> anyhow::Result<Toolset> 
     factory().map_err(|e| anyhow::anyhow!("{}", e.message()))
 }
 
+/// What a server keeps from every command it runs, on top of its config:
+/// the file its token came from, and the directories of its hosted
+/// sandboxes' workspaces (each command sees its own only).
+#[derive(Debug, Default)]
+pub struct Hidden {
+    /// Masked (added to `host_deny_read`).
+    pub deny_read: Vec<PathBuf>,
+    /// Covered (added to `host_private_dirs`).
+    pub private_dirs: Vec<PathBuf>,
+}
+
+impl Hidden {
+    fn apply(&self, config: &mut Config) -> anyhow::Result<()> {
+        let text = |p: &PathBuf| {
+            std::path::absolute(p)
+                .ok()
+                .and_then(|p| p.to_str().map(str::to_string))
+                .with_context(|| format!("`{}` is not a UTF-8 path; choose another", p.display()))
+        };
+        for p in &self.deny_read {
+            config.host_deny_read.push(text(p)?);
+        }
+        for p in &self.private_dirs {
+            config.host_private_dirs.push(text(p)?);
+        }
+        Ok(())
+    }
+}
+
 /// Resolves the root and loads the config (flags win over the file) into a
 /// [`Workspace`], whose environment is this process's.
 pub fn resolve(common: &Common) -> anyhow::Result<Workspace> {
+    resolve_hiding(common, &Hidden::default())
+}
+
+/// [`resolve`], with what `hidden` names kept from commands.
+pub fn resolve_hiding(common: &Common, hidden: &Hidden) -> anyhow::Result<Workspace> {
     let root = match &common.root {
         Some(r) => r.clone(),
         None => std::env::current_dir().context("cannot read the current directory")?,
@@ -40,6 +74,7 @@ pub fn resolve(common: &Common) -> anyhow::Result<Workspace> {
         bail!("workspace root `{}` is not a directory", root.display());
     }
     let (mut config, config_path) = load_config(common, &root)?;
+    hidden.apply(&mut config)?;
     if let Some(m) = &common.mode {
         let mode = m
             .parse::<Mode>()
@@ -80,7 +115,15 @@ pub fn factory(common: &Common, track_changes: bool) -> anyhow::Result<ToolsetFa
 /// What the MCP fronts serve: the factory of [`factory`] (changes tracked)
 /// and the config's `[mcp]` options.
 pub fn served(common: &Common) -> anyhow::Result<(ToolsetFactory, cubby_mcp::McpOptions)> {
-    let workspace = resolve(common)?;
+    served_hiding(common, &Hidden::default())
+}
+
+/// [`served`], with what `hidden` names kept from commands.
+pub fn served_hiding(
+    common: &Common,
+    hidden: &Hidden,
+) -> anyhow::Result<(ToolsetFactory, cubby_mcp::McpOptions)> {
+    let workspace = resolve_hiding(common, hidden)?;
     let options = cubby_mcp::McpOptions::from_config(&workspace.config().mcp);
     Ok((factory_of(&workspace, true)?, options))
 }
@@ -152,12 +195,13 @@ impl Drop for Hosting {
 /// limits: the server's, never a caller's).
 pub fn host(
     common: &Common,
+    hidden: &Hidden,
     dir: Option<PathBuf>,
     adopt: Option<PathBuf>,
     max: usize,
     token: &str,
 ) -> anyhow::Result<Hosting> {
-    let workspace = resolve(common)?;
+    let workspace = resolve_hiding(common, hidden)?;
     let env = HostEnv::capture();
     let (dir, made_dir) = match dir {
         Some(dir) => (dir, None),

@@ -604,7 +604,15 @@ fn a_bound_pod_takes_only_its_claims_token_and_binds_once() {
     let pod_addr = stand_in.shared.pod.lock().unwrap().as_ref().unwrap().addr();
     let key = stand_in.pool_key.clone();
     assert_eq!(http(&pod_addr, "POST", "/v1/bind", "wrong").0, 401);
-    assert_eq!(http(&pod_addr, "GET", "/v1/sandboxes", &key).0, 200);
+    // Before the bind the key opens the bind alone (red-team pass 6, F2:
+    // a sandbox, command or MCP session made with it outlived the bind and
+    // watched the claim's work).
+    assert_eq!(http(&pod_addr, "GET", "/v1/sandboxes", &key).0, 403);
+    let (status, body) = http(&pod_addr, "POST", "/v1/sandboxes", &key);
+    assert_eq!(status, 403, "{body}");
+    assert!(body.contains("POST /v1/bind"), "{body}");
+    assert_eq!(http(&pod_addr, "POST", "/mcp", &key).0, 403);
+    assert_eq!(http(&pod_addr, "GET", "/v1/sandboxes", "wrong").0, 401);
     let (status, body) = http(&pod_addr, "POST", "/v1/bind", &key);
     assert_eq!(status, 200, "{body}");
     let bound: Value = serde_json::from_str(&body).unwrap();
@@ -631,6 +639,50 @@ fn a_bound_pod_takes_only_its_claims_token_and_binds_once() {
     assert!(err.message().contains("401"), "{}", err.message());
     assert!(!err.message().contains(&key));
     assert!(stand_in.claims().is_empty());
+}
+
+/// A pod that answers the bind but holds a sandbox already (one a cubby
+/// pod no longer lets the pool key make): the claim is refused and deleted.
+/// The pod is a stand-in of a far server (an outer edge): a real one cannot
+/// be brought to this state.
+#[test]
+fn a_pod_holding_sandboxes_before_the_bind_is_refused() {
+    let stand_in = StandIn::start(Behaviour::Adopt);
+    let fake = TcpListener::bind("127.0.0.1:0").unwrap();
+    let fake_port = fake.local_addr().unwrap().port();
+    let answering = std::thread::spawn(move || {
+        // The bind, then the listing.
+        for _ in 0..2 {
+            let Ok((mut conn, _)) = fake.accept() else {
+                return;
+            };
+            let Some(req) = read_request(&mut conn) else {
+                return;
+            };
+            if req.target.ends_with("/bind") {
+                respond(
+                    &mut conn,
+                    200,
+                    &json!({"token": "cubby-claim-from-a-lying-pod"}),
+                );
+            } else {
+                respond(&mut conn, 200, &json!(["1-made-before-the-bind"]));
+            }
+        }
+    });
+    let mut options = stand_in.options(Duration::from_secs(60));
+    options.port = fake_port;
+    let err = cubby::kubernetes::open(&options)
+        .err()
+        .expect("a pod holding sandboxes is refused");
+    assert_eq!(err.kind(), cubby::ErrorKind::Denied, "{}", err.message());
+    assert!(
+        err.message().contains("made before the bind"),
+        "{}",
+        err.message()
+    );
+    assert!(stand_in.claims().is_empty());
+    answering.join().unwrap();
 }
 
 #[test]

@@ -27,6 +27,9 @@ const NETWORK_ERROR_WITHIN: Duration = Duration::from_secs(10);
 /// seen lost).
 const EXIT_AFTER_PARTITION: Duration = Duration::from_secs(15);
 
+/// Where far servers' directories are made: a directory commands see.
+const FAR_BASE: &str = "/var/tmp";
+
 /// A far `cubby serve --host`, on port 0 of `ip` (its address read from
 /// its stderr), run under `wrap` (e.g. `ip netns exec NS`); killed when
 /// dropped.
@@ -57,7 +60,13 @@ impl Far {
 
     /// As [`Far::start`], with `RUST_LOG` set to `log` when given.
     fn start_logging(wrap: &[&str], ip: &str, extra: &[&str], log: Option<&str>) -> Far {
-        let dir = tempfile::tempdir().unwrap();
+        // Outside `/tmp`, which is private to the `linux` provider's
+        // commands: the host's directory and token file are on the host's
+        // tree commands see, as an operator's would be.
+        let dir = tempfile::Builder::new()
+            .prefix("cubby-far-")
+            .tempdir_in(FAR_BASE)
+            .unwrap();
         let root = dir.path().join("root");
         std::fs::create_dir(&root).unwrap();
         let token = token();
@@ -656,6 +665,106 @@ fn a_dropped_client_and_a_destroy_leave_no_process_behind() {
     assert_eq!(processes_with(&daemon), Vec::<String>::new());
     let (status, body) = http(&far.addr, "GET", "/v1/sandboxes", Some(&good), "");
     assert_eq!((status, body.as_str()), (200, "[]"));
+}
+
+/// Red-team pass 6, F1: with `read_scope = "host"` a command of one
+/// hosted sandbox read every other sandbox's workspace under `--host-dir`,
+/// the adoptable directories and the server's `--token-file`. It sees its
+/// own workspace only; the same script on the host reads all of it.
+#[test]
+fn a_hosted_command_reads_no_other_sandbox_nor_the_token() {
+    let adopt = tempfile::Builder::new()
+        .prefix("cubby-adopt-")
+        .tempdir_in(FAR_BASE)
+        .unwrap();
+    let adopt_dir = adopt.path().canonicalize().unwrap();
+    std::fs::create_dir(adopt_dir.join("a")).unwrap();
+    std::fs::create_dir(adopt_dir.join("other")).unwrap();
+    std::fs::write(adopt_dir.join("other/adopted.txt"), "ADOPTED-SECRET\n").unwrap();
+    let far = Far::start(
+        &[],
+        "127.0.0.1",
+        &[
+            "--provider",
+            "linux",
+            "--host-adopt",
+            adopt_dir.to_str().unwrap(),
+        ],
+    );
+    let good = format!("Bearer {}", far.token);
+    let create = |body: &str| {
+        let (status, body) = http(&far.addr, "POST", "/v1/sandboxes", Some(&good), body);
+        assert_eq!(status, 201, "{body}");
+        let created: serde_json::Value = serde_json::from_str(&body).unwrap();
+        created["id"].as_str().unwrap().to_string()
+    };
+    let a = create("{}");
+    let b = create("{}");
+    let adopted = create(&json!({"root": adopt_dir.join("a").to_str().unwrap()}).to_string());
+    let (status, body) = http(
+        &far.addr,
+        "PUT",
+        &fs_path(&b, "file", "secret.txt"),
+        Some(&good),
+        "SANDBOX-B-SECRET",
+    );
+    assert_eq!(status, 204, "{body}");
+    let host_dir = far._dir.path().canonicalize().unwrap().join("sandboxes");
+    let token_file = far._dir.path().canonicalize().unwrap().join("token");
+    let script = format!(
+        "cat {hd}/{b}/secret.txt; cat {tok}; echo \"HD:$(ls {hd} | tr '\\n' ,)\"; \
+         echo \"AD:$(ls {ad} | tr '\\n' ,)\"; cat {ad}/other/adopted.txt; \
+         echo own > mine.txt; cat mine.txt",
+        hd = host_dir.display(),
+        tok = token_file.display(),
+        ad = adopt_dir.display(),
+    );
+    let leaks = |out: &str| -> Vec<String> {
+        let listed = |tag: &str| {
+            out.split(tag)
+                .nth(1)
+                .and_then(|rest| rest.lines().next())
+                .unwrap_or_default()
+                .to_string()
+        };
+        let mut found = Vec::new();
+        for secret in ["SANDBOX-B-SECRET", far.token.as_str(), "ADOPTED-SECRET"] {
+            if out.contains(secret) {
+                found.push(secret.to_string());
+            }
+        }
+        if listed("HD:").contains(b.as_str()) {
+            found.push(format!("{b} listed"));
+        }
+        if listed("AD:").contains("other") {
+            found.push("other listed".to_string());
+        }
+        found
+    };
+    // The control: on the host, from A's workspace, the script reads all.
+    let control = Command::new("bash")
+        .args(["-c", &script])
+        .current_dir(host_dir.join(&a))
+        .output()
+        .unwrap();
+    let control = String::from_utf8_lossy(&control.stdout).into_owned();
+    assert_eq!(leaks(&control).len(), 5, "{control}");
+    std::fs::remove_file(host_dir.join(&a).join("mine.txt")).unwrap();
+    for id in [&a, &adopted] {
+        let mut stream = exec_raw(&far, id, &script);
+        // The chunked body to its last chunk (the connection stays open).
+        let mut raw = Vec::new();
+        let mut buf = [0u8; 4096];
+        while !raw.ends_with(b"\r\n0\r\n\r\n") {
+            let n = stream.read(&mut buf).unwrap();
+            assert!(n > 0, "the exec answer broke off");
+            raw.extend_from_slice(&buf[..n]);
+        }
+        let out = String::from_utf8_lossy(&raw).into_owned();
+        assert_eq!(leaks(&out), Vec::<String>::new(), "{out}");
+        assert!(out.contains("own"), "its own workspace is there: {out}");
+        assert!(out.contains("exited"), "{out}");
+    }
 }
 
 /// `/v1/sandboxes/{id}/fs/{op}?path=` of a workspace path.

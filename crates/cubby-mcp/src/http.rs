@@ -132,7 +132,18 @@ async fn require_bearer(
         .unwrap_or("");
     let accepted = match check.as_ref() {
         Bearer::Fixed(token) => same(given.as_bytes(), token.as_bytes()),
-        Bearer::Host(api) => api.accepts(given.as_bytes()),
+        Bearer::Host(api) => {
+            // A pool's key opens `/v1/bind` and nothing else (the host API
+            // checks that itself): no MCP session made with it survives
+            // the bind.
+            if api.awaits_bind()
+                && api.accepts(given.as_bytes())
+                && !req.uri().path().starts_with(cubby::remote::wire::PREFIX)
+            {
+                return Err(StatusCode::FORBIDDEN);
+            }
+            api.accepts(given.as_bytes())
+        }
     };
     if accepted {
         Ok(next.run(req).await)

@@ -818,6 +818,11 @@ pub struct Config {
     /// Host paths (absolute, or `~/` for the user's home) commands may not
     /// read, on top of the built-in list of credential stores.
     pub host_deny_read: Vec<String>,
+    /// Host directories (absolute, or `~/`) whose content commands never
+    /// see but for the sandbox's own roots beneath them (a directory of
+    /// many sandboxes' workspaces; see
+    /// [`PolicyBuilder::host_private_dirs`](crate::PolicyBuilder::host_private_dirs)).
+    pub host_private_dirs: Vec<String>,
     /// What of the host commands read: `host` (all but the credential
     /// stores) or `system` (see [`ReadScope`]).
     pub read_scope: ReadScope,
@@ -1037,6 +1042,14 @@ impl Config {
                 return Err(Error::invalid_input(format!(
                     "config `{origin}`: host_deny_read entry `{entry}` must be an absolute path \
                      or start with `~/` (paths in the workspace go in `deny_read`)"
+                )));
+            }
+        }
+        for entry in &self.host_private_dirs {
+            if !(entry.starts_with('/') || entry.starts_with("~/")) {
+                return Err(Error::invalid_input(format!(
+                    "config `{origin}`: host_private_dirs entry `{entry}` must be an absolute \
+                     path or start with `~/`"
                 )));
             }
         }

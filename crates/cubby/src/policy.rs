@@ -345,6 +345,7 @@ pub struct Policy {
     configured_protected: usize,
     writable_roots: Vec<PathBuf>,
     host_deny_read: Vec<PathBuf>,
+    host_private_dirs: Vec<PathBuf>,
     read_scope: ReadScope,
     readable_roots: Vec<PathBuf>,
     network: Option<NetworkConfig>,
@@ -400,6 +401,7 @@ struct DigestFacts<'a> {
     deny_read: ShownRules<'a>,
     writable_roots: PathBytes<'a>,
     host_deny_read: PathBytes<'a>,
+    host_private_dirs: PathBytes<'a>,
     read_scope: ReadScope,
     readable_roots: PathBytes<'a>,
     network: NetworkMode,
@@ -625,6 +627,13 @@ impl Policy {
         &self.host_deny_read
     }
 
+    /// Host directories whose content commands never see but for the
+    /// sandbox's own roots beneath them (see
+    /// [`PolicyBuilder::host_private_dirs`]).
+    pub fn host_private_dirs(&self) -> &[PathBuf] {
+        &self.host_private_dirs
+    }
+
     /// What commands read of the host.
     pub fn read_scope(&self) -> ReadScope {
         self.read_scope
@@ -697,6 +706,7 @@ impl Policy {
             deny_read: ShownRules(&self.deny_read),
             writable_roots: PathBytes(&self.writable_roots),
             host_deny_read: PathBytes(&self.host_deny_read),
+            host_private_dirs: PathBytes(&self.host_private_dirs),
             read_scope: self.read_scope,
             readable_roots: PathBytes(&self.readable_roots),
             network: self.command_network,
@@ -800,6 +810,7 @@ pub struct PolicyBuilder {
     git_root: Option<(PathBuf, HostEnv)>,
     writable_roots: Vec<PathBuf>,
     host_deny_read: Vec<PathBuf>,
+    host_private_dirs: Vec<PathBuf>,
     read_scope: ReadScope,
     readable_roots: Vec<PathBuf>,
     network: Option<NetworkConfig>,
@@ -835,6 +846,7 @@ impl PolicyBuilder {
             git,
             writable_roots: self.writable_roots.clone(),
             host_deny_read: self.host_deny_read.clone(),
+            host_private_dirs: self.host_private_dirs.clone(),
             read_scope: self.read_scope,
             readable_roots: self.readable_roots.clone(),
             network: self.network.clone(),
@@ -926,6 +938,24 @@ impl PolicyBuilder {
         P: Into<PathBuf>,
     {
         self.host_deny_read
+            .extend(paths.into_iter().map(Into::into));
+        self
+    }
+
+    /// Host directories (absolute, or `~/` for `$HOME`) whose content
+    /// commands never see, except the sandbox's own workspace and writable
+    /// and readable roots beneath them: a directory where many sandboxes'
+    /// workspaces live side by side (`serve --host`'s). The `linux`
+    /// provider covers each with an empty directory of the sandbox's own
+    /// and binds those roots back at their paths; one that is missing, or
+    /// lies in the private `/tmp` (hidden there already) or in the
+    /// workspace, is left as it is. Default: none.
+    pub fn host_private_dirs<I, P>(&mut self, paths: I) -> &mut PolicyBuilder
+    where
+        I: IntoIterator<Item = P>,
+        P: Into<PathBuf>,
+    {
+        self.host_private_dirs
             .extend(paths.into_iter().map(Into::into));
         self
     }
@@ -1237,6 +1267,10 @@ mod tests {
             Policy::builder().mode(Mode::ReadOnly).build().unwrap(),
             Policy::builder().writable_roots(["/srv"]).build().unwrap(),
             Policy::builder().host_deny_read(["~/x"]).build().unwrap(),
+            Policy::builder()
+                .host_private_dirs(["/srv/sandboxes"])
+                .build()
+                .unwrap(),
             Policy::builder()
                 .read_scope(ReadScope::System)
                 .build()

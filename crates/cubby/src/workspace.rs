@@ -149,6 +149,7 @@ impl Workspace {
             .git_of(root, host)
             .writable_roots(config.writable_roots.iter().map(PathBuf::from))
             .host_deny_read(config.host_deny_read.iter().map(PathBuf::from))
+            .host_private_dirs(config.host_private_dirs.iter().map(PathBuf::from))
             .read_scope(config.read_scope)
             .readable_roots(config.readable_roots.iter().map(PathBuf::from))
             .network(config.network.clone())

@@ -35,7 +35,11 @@
 //! random token (`{"token": …}`), and from then on only that token is
 //! accepted ([`HostApi::accepts`]; the key is dead for this server). A
 //! second bind answers 409. So a pod of a pool waits warm with the shared
-//! key and serves one claim with a token of that claim's own.
+//! key and serves one claim with a token of that claim's own. Until the
+//! bind, the key opens nothing else (every other route answers 403, and
+//! `/mcp` beside it too, [`HostApi::awaits_bind`]): whoever holds the
+//! shared key could otherwise leave a sandbox, a command or a stream behind
+//! that outlives the bind and watches the claim's work.
 
 use std::convert::Infallible;
 use std::io::Read;
@@ -146,6 +150,14 @@ impl HostApi {
         same(given, &token)
     }
 
+    /// Whether this API waits for its bind ([`HostApi::allow_bind`], not
+    /// bound yet): then only `POST /v1/bind` is answered, the rest of `/v1`
+    /// and `/mcp` refused.
+    pub fn awaits_bind(&self) -> bool {
+        let auth = crate::sync::lock(&self.auth);
+        auth.bindable && !auth.bound
+    }
+
     /// Exchanges the token in force (already checked) for a fresh one: the
     /// answer (200 with [`Bound`]; 404 when not bindable; 409 when bound).
     fn bind(&self) -> Response<HostBody> {
@@ -235,6 +247,15 @@ fn error(e: &Error) -> Response<HostBody> {
     json(status_of(e.kind()), &wire::WireError::from(e))
 }
 
+/// What a server waiting for its bind answers to all but the bind.
+pub fn awaiting_bind() -> Error {
+    Error::new(
+        ErrorKind::Denied,
+        "this server waits for its claim: POST /v1/bind with the pool key first, then use \
+         the token it answers",
+    )
+}
+
 fn unauthorized() -> Response<HostBody> {
     let mut resp = json(
         StatusCode::UNAUTHORIZED,
@@ -316,6 +337,9 @@ where
         && req.method() == Method::POST
     {
         return api.bind();
+    }
+    if api.awaits_bind() {
+        return error(&awaiting_bind());
     }
     match route(api, req).await {
         Ok(resp) => resp,

@@ -12,6 +12,10 @@
 //! its provider starts lazily, and a command's reader thread lives as long
 //! as the command.
 //!
+//! The host's directory and the adoptable one are `host_private_dirs` of
+//! every sandbox it opens: a command sees its own workspace there, never
+//! another sandbox's.
+//!
 //! Destroying a sandbox kills every command it runs (and waits until each
 //! is reaped), ends its toolset's run and removes the directory it made.
 
@@ -203,6 +207,16 @@ impl Host {
         if options.max_sandboxes == 0 {
             options.max_sandboxes = MAX_SANDBOXES;
         }
+        // A command sees its own workspace of these, never the others'.
+        for dir in std::iter::once(&options.dir).chain(options.adopt.as_ref()) {
+            let text = dir.to_str().ok_or_else(|| {
+                Error::invalid_input(format!(
+                    "the sandboxes' directory {} is not UTF-8; choose another",
+                    dir.display()
+                ))
+            })?;
+            options.config.host_private_dirs.push(text.to_string());
+        }
         Ok(Host {
             options,
             sandboxes: Mutex::new(HashMap::new()),
@@ -252,18 +266,25 @@ impl Host {
                 crate::path::escape_name(requested.as_bytes())
             )));
         }
-        let resolved = path
-            .canonicalize()
-            .map_err(|e| Error::from_io(&e, requested))?;
-        if resolved == *allowed || !resolved.starts_with(allowed) || !resolved.is_dir() {
-            return Err(Error::new(
+        // One answer for every refusal, and nothing looked at outside the
+        // adoptable directory: whether a host path exists, or is a
+        // directory, is not the caller's to learn (red-team pass 6, F4).
+        let refused = || {
+            Error::new(
                 ErrorKind::Denied,
                 format!(
-                    "root `{}` is not a directory under {}, the one this host lets callers adopt",
-                    crate::path::escape_name(requested.as_bytes()),
-                    allowed.display()
+                    "root `{}` is not a directory this host lets callers adopt; name one the \
+                     operator offers (serve --host-adopt), or create the sandbox without `root`",
+                    crate::path::escape_name(requested.as_bytes())
                 ),
-            ));
+            )
+        };
+        if !path.starts_with(allowed) {
+            return Err(refused());
+        }
+        let resolved = path.canonicalize().map_err(|_| refused())?;
+        if resolved == *allowed || !resolved.starts_with(allowed) || !resolved.is_dir() {
+            return Err(refused());
         }
         Ok(resolved)
     }
@@ -680,5 +701,59 @@ impl Hosted {
                 tracing::warn!("cannot remove the workspace {}: {e}", self.root.display());
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Red-team pass 6, F4: `root` told whether a host path exists (404
+    /// for a missing one, 403 for one outside). Every refusal is now the
+    /// same `denied`, whatever is there.
+    #[test]
+    fn every_refused_root_gets_the_same_answer() {
+        let dir = tempfile::tempdir().unwrap();
+        let adopt = dir.path().join("adopt");
+        std::fs::create_dir_all(adopt.join("a")).unwrap();
+        std::fs::write(adopt.join("file"), "").unwrap();
+        let host = Host::new(HostOptions {
+            dir: dir.path().join("sandboxes"),
+            adopt: Some(adopt.clone()),
+            max_sandboxes: 0,
+            config: Config::default(),
+            env: HostEnv::default(),
+        })
+        .unwrap();
+        let adopt = adopt.canonicalize().unwrap();
+        let answers: Vec<(ErrorKind, String)> = [
+            "/nonexistent-cubby-path".to_string(),
+            "/etc".to_string(),
+            "/etc/passwd".to_string(),
+            format!("{}/../../etc", adopt.display()),
+            format!("{}/missing", adopt.display()),
+            format!("{}/file", adopt.display()),
+            adopt.display().to_string(),
+        ]
+        .iter()
+        .map(|root| {
+            let err = host
+                .create(&wire::CreateRequest {
+                    root: Some(root.clone()),
+                })
+                .expect_err("refused");
+            let message = err.message().replace(root.as_str(), "ROOT");
+            (err.kind(), message)
+        })
+        .collect();
+        for answer in &answers {
+            assert_eq!(answer, &answers[0], "{answers:#?}");
+        }
+        assert_eq!(answers[0].0, ErrorKind::Denied);
+        assert!(
+            !answers[0].1.contains(&adopt.display().to_string()),
+            "{answers:?}"
+        );
+        assert!(host.is_empty());
     }
 }

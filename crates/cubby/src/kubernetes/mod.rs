@@ -579,6 +579,51 @@ async fn bind(url: &str, pool_key: &str, claim: &str) -> Result<String> {
     Ok(bound.token)
 }
 
+/// Checks that the pod just bound at `url` holds no sandbox: one made
+/// before the bind (by whoever else holds the pool's key; a cubby pod
+/// refuses that, red-team pass 6 F2) would outlive it beside the claim's.
+async fn holds_nothing(url: &str, token: &str, claim: &str) -> Result<()> {
+    let http = crate::web::client_builder()?
+        .connect_timeout(CONNECT_TIMEOUT)
+        .timeout(REQUEST_TIMEOUT)
+        .build()
+        .map_err(|e| Error::internal(format!("cannot build an HTTP client: {e}")))?;
+    let mut auth =
+        reqwest::header::HeaderValue::from_str(&format!("Bearer {token}")).map_err(|_| {
+            Error::new(
+                ErrorKind::Network,
+                "the pod answered a token a header cannot carry",
+            )
+        })?;
+    auth.set_sensitive(true);
+    let listed = async {
+        let resp = http
+            .get(format!("{url}{}/sandboxes", crate::remote::wire::PREFIX))
+            .header(reqwest::header::AUTHORIZATION, auth)
+            .send()
+            .await
+            .and_then(reqwest::Response::error_for_status)
+            .map_err(|e| crate::web::describe(&e))?;
+        let body = resp.bytes().await.map_err(|e| e.to_string())?;
+        serde_json::from_slice::<Vec<String>>(&body).map_err(|e| e.to_string())
+    };
+    match listed.await {
+        Ok(ids) if ids.is_empty() => Ok(()),
+        Ok(ids) => Err(Error::new(
+            ErrorKind::Denied,
+            format!(
+                "the pod of claim {claim} at {url} held {} sandbox(es) made before the bind; \
+                 it is not used (check who holds the pool's key)",
+                ids.len()
+            ),
+        )),
+        Err(why) => Err(Error::new(
+            ErrorKind::Network,
+            format!("the pod of claim {claim} at {url} did not list its sandboxes ({why})"),
+        )),
+    }
+}
+
 /// Claims a pod from the warm pool and opens a sandbox on it (see the
 /// module's docs); the claim is deleted when the sandbox is dropped.
 ///
@@ -617,6 +662,7 @@ pub fn open(options: &ClaimOptions) -> Result<RemoteSandbox> {
         let host = pod_host(&api, &name, &ready).await?;
         let url = format!("http://{}:{port}", url_host(&host));
         let token = bind(&url, &pool_key, &name).await?;
+        holds_nothing(&url, &token, &name).await?;
         Ok((url, token))
     })?;
     let sandbox = RemoteSandbox::open(&RemoteOptions {

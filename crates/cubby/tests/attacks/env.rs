@@ -50,6 +50,12 @@ pub const ATTACKS: &[Attack] = &[
         run: read_scope_system,
     },
     Attack {
+        name: "read the neighbours of the workspace in a host_private_dirs directory",
+        expect: "only the workspace's own name listed there, the neighbour unread; the workspace works",
+        control: Some("the default policy lists and reads the neighbour"),
+        run: private_dir_neighbours,
+    },
+    Attack {
         name: "read cluster, VPN and database credentials in /etc and /var/lib",
         expect: "no planted secret read; made before and after the start",
         control: Some("as root, the host reads each planted file"),
@@ -813,6 +819,60 @@ fn deny_read_created_after_start(l: &Lab) -> Verdict {
     let out = l.sh("cat .env");
     not_in(&out, &m2)?;
     unchanged(&l.ws.join(".env"), &m2)
+}
+
+fn private_dir_neighbours(l: &Lab) -> Verdict {
+    // The lab's base holds the workspace and a neighbour (`ws-outside`),
+    // as a sandbox host's directory holds many sandboxes' workspaces.
+    let base = l.base.path().canonicalize().map_err(|e| e.to_string())?;
+    let m = marker("neighbour");
+    std::fs::write(l.outside.join("neighbour.txt"), &m).unwrap();
+    let script = format!(
+        "cat '{}'; echo \"LISTED:$(ls -a '{}' | tr '\\n' ,)\"; echo mine > own.txt; cat own.txt",
+        l.outside.join("neighbour.txt").display(),
+        base.display()
+    );
+    let control = l.sh(&script);
+    if !control.text.contains(&m) || !control.text.contains("ws-outside") {
+        return Err(format!(
+            "control: the default policy does not read it: {}",
+            control.text
+        ));
+    }
+    let private = lab_with(|p, _, ws| {
+        p.host_private_dirs([ws.parent().unwrap().to_path_buf()]);
+    });
+    let base = private
+        .base
+        .path()
+        .canonicalize()
+        .map_err(|e| e.to_string())?;
+    std::fs::write(private.outside.join("neighbour.txt"), &m).unwrap();
+    let script = format!(
+        "cat '{}'; echo \"LISTED:$(ls -a '{}' | tr '\\n' ,)\"; echo mine > own.txt; cat own.txt",
+        private.outside.join("neighbour.txt").display(),
+        base.display()
+    );
+    let out = private.sh(&script);
+    not_in(&out, &m)?;
+    let listed = out
+        .text
+        .split("LISTED:")
+        .nth(1)
+        .and_then(|r| r.lines().next());
+    if listed != Some(".,..,ws,") {
+        return Err(format!(
+            "the private directory shows more than the workspace: {}",
+            out.text
+        ));
+    }
+    if !out.text.contains("mine") || !private.ws.join("own.txt").is_file() {
+        return Err(format!(
+            "the workspace does not work beneath it: {}",
+            out.text
+        ));
+    }
+    Ok(())
 }
 
 fn read_scope_system(l: &Lab) -> Verdict {

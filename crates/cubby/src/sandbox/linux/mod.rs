@@ -222,6 +222,12 @@ fn output_binds(protect: &mut Vec<(String, bool)>, dir: &WorkspacePath) {
     protect.push((shown(&parent), false));
 }
 
+/// What a `host_private_dirs` entry may not hold: the sandbox's own
+/// directories and the system's, which commands need.
+const NOT_PRIVATE: [&str; 10] = [
+    "/tmp", "/dev", "/proc", "/sys", "/run", "/var/run", "/usr", "/etc", "/bin", "/lib",
+];
+
 fn start_error(what: impl std::fmt::Display) -> Error {
     Error::new(
         ErrorKind::Unsupported,
@@ -386,6 +392,10 @@ impl LinuxSandbox {
             layer_roots,
             enforced,
         };
+        if sandbox.options.mode != Mode::FullAccess {
+            // Refused at the open rather than at the first command.
+            sandbox.private_dirs()?;
+        }
         sandbox.sweep_placeholders(git_read);
         Ok(sandbox)
     }
@@ -646,6 +656,8 @@ impl LinuxSandbox {
             .chain(self.writable_roots.iter().map(PathBuf::as_path))
             .collect();
         let mut facts = probe::machine_facts(&dirs);
+        // Covered as the run directories are, the roots beneath bound back.
+        facts.run_dirs.extend(self.private_dirs()?);
         for path in &self.options.deny_read {
             if self.deny_read_exists(path)? {
                 facts.deny_read_present.push(path.clone());
@@ -655,6 +667,59 @@ impl LinuxSandbox {
         // those that appear later (`mask_plan`).
         facts.stores = self.stores.current();
         Ok(facts)
+    }
+
+    /// The `host_private_dirs` to cover now: canonical, existing
+    /// directories, outermost first, without those hidden already (in the
+    /// private `/tmp`, in a run directory or another private directory) and
+    /// those of the sandbox's own (the workspace, a writable root, or one
+    /// beneath them).
+    ///
+    /// # Errors
+    ///
+    /// `unsupported` for one that holds a directory commands need
+    /// ([`NOT_PRIVATE`]), or a path that is not absolute.
+    fn private_dirs(&self) -> Result<Vec<PathBuf>> {
+        let mut dirs: Vec<PathBuf> = Vec::new();
+        for entry in &self.options.host_private_dirs {
+            let path = read_view::expand_home(entry, &self.options.host);
+            if !path.is_absolute() {
+                return Err(start_error(format!(
+                    "host_private_dirs entry `{}` must be an absolute path or start with `~/`",
+                    entry.display()
+                )));
+            }
+            let Ok(dir) = std::fs::canonicalize(&path) else {
+                continue;
+            };
+            if !dir.is_dir() {
+                continue;
+            }
+            if let Some(held) = NOT_PRIVATE.iter().find(|p| Path::new(p).starts_with(&dir)) {
+                return Err(start_error(format!(
+                    "host_private_dirs entry `{}` holds {held}, which commands need; name the \
+                     directory the sandboxes' workspaces are made in",
+                    entry.display()
+                )));
+            }
+            let own = std::iter::once(self.fs.root_path())
+                .chain(self.writable_roots.iter().map(PathBuf::as_path))
+                .any(|r| dir.starts_with(r));
+            let hidden = (dir.starts_with(plan::SANDBOX_TMP)
+                && self.fs.root_path() != Path::new(plan::SANDBOX_TMP))
+                || plan::RUN_DIRS.iter().any(|r| dir.starts_with(r));
+            if !own && !hidden {
+                dirs.push(dir);
+            }
+        }
+        dirs.sort_by_key(|d| d.components().count());
+        let mut out: Vec<PathBuf> = Vec::with_capacity(dirs.len());
+        for dir in dirs {
+            if !out.iter().any(|o| dir.starts_with(o)) {
+                out.push(dir);
+            }
+        }
+        Ok(out)
     }
 
     /// Whether a `deny_read` path is there to hide now.

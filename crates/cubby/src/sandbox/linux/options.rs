@@ -35,6 +35,11 @@ pub struct LinuxOptions {
     /// read, on top of the built-in credential stores (SPEC §4; see
     /// `read_view.rs`). Default: none.
     pub host_deny_read: Vec<PathBuf>,
+    /// Host directories (absolute, or `~/`) covered by an empty directory
+    /// of the sandbox's own, the sandbox's roots beneath them bound back
+    /// ([`PolicyBuilder::host_private_dirs`](crate::PolicyBuilder::host_private_dirs)).
+    /// Default: none.
+    pub host_private_dirs: Vec<PathBuf>,
     /// `Host` (default): commands read the whole host but the credential
     /// stores; `System`: only the system directories, `PATH`'s toolchains,
     /// the workspace, the writable roots and [`readable_roots`].
@@ -110,6 +115,7 @@ impl LinuxOptions {
             protected: policy.protected_paths().cloned().collect(),
             deny_read: policy.deny_read_paths().cloned().collect(),
             host_deny_read: policy.host_deny_read().to_vec(),
+            host_private_dirs: policy.host_private_dirs().to_vec(),
             read_scope: policy.read_scope(),
             readable_roots: policy.readable_roots().to_vec(),
             limits: policy.limits().sandbox.clone(),

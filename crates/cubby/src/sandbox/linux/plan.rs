@@ -188,7 +188,8 @@ pub(super) struct Facts {
     pub devices: Vec<Device>,
     /// The hard limit of each of [`RLIMIT_RESOURCES`] for this process.
     pub hard_limits: [libc::rlim_t; RLIMIT_RESOURCES.len()],
-    /// Of [`RUN_DIRS`], those that are directories (not links).
+    /// Of [`RUN_DIRS`], those that are directories (not links); then the
+    /// sandbox's `host_private_dirs` to cover the same way.
     pub run_dirs: Vec<PathBuf>,
     /// What commands need from the run directories and the machine has
     /// (canonical directories): [`RUN_KEEPS`] and the directory of
