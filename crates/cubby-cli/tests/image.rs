@@ -162,52 +162,6 @@ fn random_token() -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// The body of an HTTP answer without its chunked framing.
-fn dechunk(head: &str, body: &str) -> String {
-    if !head
-        .to_ascii_lowercase()
-        .contains("transfer-encoding: chunked")
-    {
-        return body.to_string();
-    }
-    let mut out = String::new();
-    let mut rest = body;
-    while let Some((size, after)) = rest.split_once("\r\n") {
-        let Ok(n) = usize::from_str_radix(size.trim(), 16) else {
-            break;
-        };
-        if n == 0 || after.len() < n {
-            break;
-        }
-        out.push_str(&after[..n]);
-        rest = after[n..].trim_start_matches("\r\n");
-    }
-    out
-}
-
-/// The JSON-RPC message of an answer to a POST (plain JSON, or the
-/// `data:` line of an event stream).
-fn message(head: &str, body: &str) -> Value {
-    let body = dechunk(head, body);
-    let json = body
-        .lines()
-        .find_map(|l| {
-            l.strip_prefix("data:")
-                .map(str::trim)
-                .filter(|d| d.starts_with('{'))
-        })
-        .unwrap_or(body.trim());
-    serde_json::from_str(json).unwrap_or_else(|e| panic!("not JSON ({e}): {body}"))
-}
-
-/// The header `name` of an answer.
-fn header<'a>(head: &'a str, name: &str) -> Option<&'a str> {
-    head.lines().find_map(|l| {
-        let (k, v) = l.split_once(':')?;
-        k.eq_ignore_ascii_case(name).then(|| v.trim())
-    })
-}
-
 fn chown(path: &Path, uid: u32) {
     let status = Command::new("chown")
         .arg(format!("{uid}:{uid}"))
@@ -392,13 +346,13 @@ fn the_image_serves_mcp_as_non_root_with_the_linux_sandbox() {
         &[("Authorization", bearer.as_str())],
     );
     assert_eq!(status, 200, "{head}\n{body}");
-    let answer = message(&head, &body);
+    let answer = common::mcp_message(&head, &body);
     assert_eq!(
         answer["result"]["serverInfo"]["name"],
         json!("cubby"),
         "{answer}"
     );
-    let session = header(&head, "mcp-session-id")
+    let session = common::header(&head, "mcp-session-id")
         .expect("a session id")
         .to_string();
     let headers = [
@@ -414,7 +368,7 @@ fn the_image_serves_mcp_as_non_root_with_the_linux_sandbox() {
     };
     post(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
     let (head, body) = post(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}));
-    let tools = message(&head, &body);
+    let tools = common::mcp_message(&head, &body);
     let names: Vec<&str> = tools["result"]["tools"]
         .as_array()
         .unwrap_or_else(|| panic!("{tools}"))
@@ -429,7 +383,7 @@ fn the_image_serves_mcp_as_non_root_with_the_linux_sandbox() {
     let call = |id: u32, name: &str, arguments: Value| {
         let (head, body) = post(json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
             "params": {"name": name, "arguments": arguments}}));
-        let answer = message(&head, &body);
+        let answer = common::mcp_message(&head, &body);
         let text = answer["result"]["content"][0]["text"]
             .as_str()
             .unwrap_or_else(|| panic!("{answer}"))

@@ -16,7 +16,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use cubby::remote::{RemoteOptions, RemoteSandbox};
-use serde_json::json;
+use serde_json::{Value, json};
 
 /// Longest wait for a far server to say where it listens.
 const START_WAIT: Duration = Duration::from_secs(60);
@@ -765,6 +765,210 @@ fn a_hosted_command_reads_no_other_sandbox_nor_the_token() {
         assert!(out.contains("own"), "its own workspace is there: {out}");
         assert!(out.contains("exited"), "{out}");
     }
+}
+
+/// An MCP session at `/v1/sandboxes/{id}/mcp` of `far`: (port, headers
+/// with the session) once initialized.
+fn bound_session(far: &Far, id: &str) -> (u16, String) {
+    let port: u16 = far.addr.rsplit_once(':').unwrap().1.parse().unwrap();
+    let bearer = format!("Bearer {}", far.token);
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {},
+        "clientInfo": {"name": "bound-test", "version": "1"}}})
+    .to_string();
+    let path = format!("/v1/sandboxes/{id}/mcp");
+    let (status, head, body) = common::request_to(
+        port,
+        "POST",
+        &path,
+        init.as_bytes(),
+        &[("Authorization", bearer.as_str())],
+    );
+    assert_eq!(status, 200, "{head}\n{body}");
+    let answer = common::mcp_message(&head, &body);
+    assert_eq!(
+        answer["result"]["serverInfo"]["name"],
+        json!("cubby"),
+        "{answer}"
+    );
+    let session = common::header(&head, "mcp-session-id")
+        .expect("a session id")
+        .to_string();
+    let (status, head, body) = common::request_to(
+        port,
+        "POST",
+        &path,
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"})
+            .to_string()
+            .as_bytes(),
+        &[
+            ("Authorization", bearer.as_str()),
+            ("Mcp-Session-Id", session.as_str()),
+            ("MCP-Protocol-Version", "2025-11-25"),
+        ],
+    );
+    assert!(status == 200 || status == 202, "{status} {head}\n{body}");
+    (port, session)
+}
+
+/// A `tools/call` on a bound session: (HTTP status, is_error, text).
+fn bound_call(
+    far: &Far,
+    id: &str,
+    session: &str,
+    name: &str,
+    arguments: Value,
+) -> (u16, bool, String) {
+    let port: u16 = far.addr.rsplit_once(':').unwrap().1.parse().unwrap();
+    let bearer = format!("Bearer {}", far.token);
+    let (status, head, body) = common::request_to(
+        port,
+        "POST",
+        &format!("/v1/sandboxes/{id}/mcp"),
+        json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
+            "params": {"name": name, "arguments": arguments}})
+        .to_string()
+        .as_bytes(),
+        &[
+            ("Authorization", bearer.as_str()),
+            ("Mcp-Session-Id", session),
+            ("MCP-Protocol-Version", "2025-11-25"),
+        ],
+    );
+    if status != 200 {
+        return (status, true, body);
+    }
+    let answer = common::mcp_message(&head, &body);
+    let text = answer["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    (status, answer["result"]["isError"] == json!(true), text)
+}
+
+/// Issue 18: MCP sessions bound to one sandbox each
+/// (`/v1/sandboxes/{id}/mcp`): the tools act in that sandbox alone, the
+/// host's token is needed, and destroying the sandbox ends the session's
+/// processes and the session.
+#[test]
+fn an_mcp_session_bound_to_a_sandbox_acts_in_it_alone() {
+    let far = Far::start(&[], "127.0.0.1", &["--provider", "linux"]);
+    let good = format!("Bearer {}", far.token);
+    let create = || {
+        let (status, body) = http(&far.addr, "POST", "/v1/sandboxes", Some(&good), "{}");
+        assert_eq!(status, 201, "{body}");
+        let created: Value = serde_json::from_str(&body).unwrap();
+        created["id"].as_str().unwrap().to_string()
+    };
+    let (a, b) = (create(), create());
+    let port: u16 = far.addr.rsplit_once(':').unwrap().1.parse().unwrap();
+    // The token is needed; an unknown sandbox is not found.
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {},
+        "clientInfo": {"name": "bound-test", "version": "1"}}})
+    .to_string();
+    let path_a = format!("/v1/sandboxes/{a}/mcp");
+    let (status, head, _) = common::request_to(port, "POST", &path_a, init.as_bytes(), &[]);
+    assert_eq!(status, 401, "{head}");
+    let (status, head, _) = common::request_to(
+        port,
+        "POST",
+        "/v1/sandboxes/1-0000000000000000/mcp",
+        init.as_bytes(),
+        &[("Authorization", good.as_str())],
+    );
+    assert_eq!(status, 404, "{head}");
+
+    let (_, session_a) = bound_session(&far, &a);
+    let (_, session_b) = bound_session(&far, &b);
+    let (status, failed, text) = bound_call(
+        &far,
+        &a,
+        &session_a,
+        "write_file",
+        json!({"path": "note.txt", "content": "from a's session\n"}),
+    );
+    assert!(status == 200 && !failed, "{status} {text}");
+    let (_, failed, text) = bound_call(
+        &far,
+        &b,
+        &session_b,
+        "run",
+        json!({"command": "ls; cat note.txt"}),
+    );
+    assert!(
+        !text.contains("from a's session"),
+        "b sees a's file: {failed} {text}"
+    );
+    let (_, failed, text) = bound_call(
+        &far,
+        &a,
+        &session_a,
+        "run",
+        json!({"command": "cat note.txt"}),
+    );
+    assert!(!failed && text.contains("from a's session"), "{text}");
+    // Through /v1: the file is in a's workspace, not in b's nor the root.
+    let (status, body) = http(
+        &far.addr,
+        "GET",
+        &fs_path(&a, "file", "note.txt"),
+        Some(&good),
+        "",
+    );
+    assert!(status == 200 && body.contains("from a's session\n"), "{status} {body}");
+    let (status, _) = http(
+        &far.addr,
+        "GET",
+        &fs_path(&b, "file", "note.txt"),
+        Some(&good),
+        "",
+    );
+    assert_eq!(status, 404);
+    assert!(!far._dir.path().join("root/note.txt").exists());
+
+    // A process the session started dies with the sandbox; the session ends.
+    let daemon = marker("bound-session");
+    let (_, failed, text) = bound_call(
+        &far,
+        &a,
+        &session_a,
+        "start_process",
+        json!({"name": "bg", "command": format!("exec -a {daemon} sleep 1000")}),
+    );
+    assert!(!failed, "{text}");
+    wait_for(
+        "the session's process starts",
+        Duration::from_secs(30),
+        || !processes_with(&daemon).is_empty(),
+    );
+    let (status, body) = http(
+        &far.addr,
+        "DELETE",
+        &format!("/v1/sandboxes/{a}"),
+        Some(&good),
+        "",
+    );
+    assert_eq!(status, 204, "{body}");
+    assert_eq!(processes_with(&daemon), Vec::<String>::new());
+    let (status, failed, text) = bound_call(
+        &far,
+        &a,
+        &session_a,
+        "run",
+        json!({"command": "echo still"}),
+    );
+    assert!(status != 200 || failed, "{status} {text}");
+    assert!(!text.contains("still"), "{text}");
+    // The other sandbox's session goes on.
+    let (_, failed, text) = bound_call(
+        &far,
+        &b,
+        &session_b,
+        "run",
+        json!({"command": "echo alive"}),
+    );
+    assert!(!failed && text.contains("alive"), "{text}");
 }
 
 /// `/v1/sandboxes/{id}/fs/{op}?path=` of a workspace path.

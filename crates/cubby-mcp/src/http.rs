@@ -18,7 +18,9 @@
 //!
 //! With [`HttpOptions::host`], the sandbox host API (`/v1/…`,
 //! `cubby::host::http`) is served on the same listener; it needs the token
-//! (the server refuses to start without one) and checks it itself.
+//! (the server refuses to start without one) and checks it itself. So do
+//! the MCP endpoints bound to one hosted sandbox each,
+//! `/v1/sandboxes/{id}/mcp` (`bound.rs`).
 //!
 //! Each MCP session is its own run; sessions idle for
 //! [`SESSION_IDLE`] are closed, which stops their processes. A `DELETE`
@@ -219,6 +221,7 @@ pub async fn serve_http(
         .enforce_origin_validation()
         .with_max_request_body_bytes(MAX_BODY_BYTES)
         .with_cancellation_token(shutdown.child_token());
+    let bound_config = config.clone();
     let factory_shared = Arc::clone(&shared);
     let service = StreamableHttpService::new(
         move || Ok(CubbyHandler::new(Arc::clone(&factory_shared), false)),
@@ -235,6 +238,17 @@ pub async fn serve_http(
                     .into(),
             ));
         }
+        // MCP sessions bound to one hosted sandbox each.
+        let bound = crate::bound::Bound::new(api.clone(), bound_config, options.mcp, SESSION_IDLE);
+        app = app.route(
+            "/v1/sandboxes/{id}/mcp",
+            axum::routing::any(
+                move |axum::extract::Path(id): axum::extract::Path<String>, req: Request| {
+                    let bound = Arc::clone(&bound);
+                    async move { bound.handle(id, req).await }
+                },
+            ),
+        );
         app = app.route(
             "/v1/{*rest}",
             axum::routing::any(move |req: Request| {

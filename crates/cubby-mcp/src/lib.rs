@@ -25,6 +25,7 @@
 
 #![deny(missing_docs)]
 
+mod bound;
 mod direct;
 mod handler;
 mod http;

@@ -355,3 +355,49 @@ pub fn run_in_group(mut cmd: Command, deadline: Duration, grace: Duration) -> Gr
         lingered,
     }
 }
+
+/// The body of an HTTP answer without its chunked framing.
+pub fn dechunk(head: &str, body: &str) -> String {
+    if !head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
+        return body.to_string();
+    }
+    let mut out = String::new();
+    let mut rest = body;
+    while let Some((size, after)) = rest.split_once("\r\n") {
+        let Ok(n) = usize::from_str_radix(size.trim(), 16) else {
+            break;
+        };
+        if n == 0 || after.len() < n {
+            break;
+        }
+        out.push_str(&after[..n]);
+        rest = after[n..].trim_start_matches("\r\n");
+    }
+    out
+}
+
+/// The JSON-RPC message of an answer to a POST (plain JSON, or the
+/// `data:` line of an event stream).
+pub fn mcp_message(head: &str, body: &str) -> serde_json::Value {
+    let body = dechunk(head, body);
+    let json = body
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("data:")
+                .map(str::trim)
+                .filter(|d| d.starts_with('{'))
+        })
+        .unwrap_or(body.trim());
+    serde_json::from_str(json).unwrap_or_else(|e| panic!("not JSON ({e}): {body}"))
+}
+
+/// The header `name` of an answer.
+pub fn header<'a>(head: &'a str, name: &str) -> Option<&'a str> {
+    head.lines().find_map(|l| {
+        let (k, v) = l.split_once(':')?;
+        k.eq_ignore_ascii_case(name).then(|| v.trim())
+    })
+}

@@ -24,6 +24,7 @@
 //! | `POST /sandboxes/{id}/fs/mkdir?path=` · `/fs/rmdir?path=` | make · remove when empty |
 //! | `GET /sandboxes/{id}/changes` | the `changes` tool's result |
 //! | `POST /sandboxes/{id}/tools/{name}` | any tool of the sandbox's toolset |
+//! | `/sandboxes/{id}/mcp` | MCP sessions bound to the sandbox (served by `cubby-mcp`) |
 //!
 //! A command's answer ends with its exit frame; closing it earlier kills
 //! the command's tree.

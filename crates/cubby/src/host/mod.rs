@@ -38,7 +38,7 @@ use crate::remote::wire;
 use crate::sandbox::{DirEntry, ExecSpec, ExitStatus, Metadata, OpenFile, ProcessHandle, Sandbox};
 use crate::sync::lock;
 use crate::toolset::Toolset;
-use crate::workspace::Workspace;
+use crate::workspace::{ToolsetFactory, Workspace};
 
 /// Default cap on the sandboxes one host holds at once.
 pub const MAX_SANDBOXES: usize = 10_000;
@@ -72,13 +72,20 @@ pub struct Host {
     next: AtomicU64,
     /// A per-process prefix of ids (random), so ids are not guessed.
     salt: u64,
+    /// Told the id of each sandbox about to be destroyed ([`Host::on_destroy`]).
+    on_destroy: Mutex<Vec<DestroyHook>>,
 }
+
+/// What [`Host::on_destroy`] registers.
+pub type DestroyHook = Arc<dyn Fn(&str) + Send + Sync>;
 
 /// One hosted sandbox.
 pub struct Hosted {
     root: PathBuf,
     adopted: bool,
     sandbox: Arc<dyn Sandbox>,
+    /// Fresh runs on the sandbox (the MCP sessions bound to it).
+    factory: ToolsetFactory,
     toolset: Toolset,
     commands: Mutex<HashMap<u64, Arc<Running>>>,
     reaped: Condvar,
@@ -222,6 +229,7 @@ impl Host {
             sandboxes: Mutex::new(HashMap::new()),
             next: AtomicU64::new(1),
             salt: random_u64(),
+            on_destroy: Mutex::new(Vec::new()),
         })
     }
 
@@ -323,10 +331,11 @@ impl Host {
             let workspace =
                 Workspace::from_config(&root, &self.options.config, None, &self.options.env)?;
             let sandbox = workspace.open_sandbox()?;
-            let toolset = workspace.factory_over(sandbox.clone(), true)?()?;
-            Ok::<_, Error>((sandbox, toolset))
+            let factory = workspace.factory_over(sandbox.clone(), true)?;
+            let toolset = factory()?;
+            Ok::<_, Error>((sandbox, factory, toolset))
         })();
-        let (sandbox, toolset) = match made {
+        let (sandbox, factory, toolset) = match made {
             Ok(made) => made,
             Err(e) => {
                 if !adopted {
@@ -350,6 +359,7 @@ impl Host {
             root,
             adopted,
             sandbox,
+            factory,
             toolset,
             commands: Mutex::new(HashMap::new()),
             reaped: Condvar::new(),
@@ -384,16 +394,51 @@ impl Host {
         let hosted = lock(&self.sandboxes)
             .remove(id)
             .ok_or_else(|| not_found(id))?;
+        // Refuses new runs from now on, then ends those bound to it.
+        hosted.destroyed.store(true, Ordering::SeqCst);
+        self.tell_destroyed(id);
         hosted.destroy();
         Ok(())
     }
 
     /// Destroys every sandbox (the server is ending).
     pub fn destroy_all(&self) {
-        let all: Vec<Arc<Hosted>> = lock(&self.sandboxes).drain().map(|(_, h)| h).collect();
-        for hosted in all {
+        let all: Vec<(String, Arc<Hosted>)> = lock(&self.sandboxes).drain().collect();
+        for (id, hosted) in all {
+            hosted.destroyed.store(true, Ordering::SeqCst);
+            self.tell_destroyed(&id);
             hosted.destroy();
         }
+    }
+
+    /// Calls `hook` with the id of every sandbox about to be destroyed
+    /// (before its commands are killed and its workspace removed): what
+    /// holds runs of its own on it (MCP sessions bound to it) ends them.
+    pub fn on_destroy(&self, hook: DestroyHook) {
+        lock(&self.on_destroy).push(hook);
+    }
+
+    fn tell_destroyed(&self, id: &str) {
+        let hooks: Vec<DestroyHook> = lock(&self.on_destroy).clone();
+        for hook in hooks {
+            hook(id);
+        }
+    }
+
+    /// A factory of fresh runs (toolsets) on sandbox `id`, under the
+    /// host's policy, for an MCP session bound to it; once the sandbox is
+    /// destroyed, it answers `not_found`.
+    ///
+    /// # Errors
+    ///
+    /// `not_found` for an unknown id.
+    pub fn factory(&self, id: &str) -> Result<ToolsetFactory> {
+        let hosted = Arc::downgrade(&self.get(id)?);
+        let id = id.to_string();
+        Ok(Arc::new(move || match hosted.upgrade() {
+            Some(h) if !h.destroyed.load(Ordering::SeqCst) => (h.factory)(),
+            _ => Err(not_found(&id)),
+        }))
     }
 
     /// Starts a command in sandbox `id`.
