@@ -159,6 +159,9 @@ struct Shared {
     stop: AtomicBool,
     pod: Mutex<Option<Pod>>,
     behaviour: Behaviour,
+    /// The next watches that expire at once (410 Gone): the first as an
+    /// HTTP 410, the next as an `ERROR` event in the stream.
+    gone: std::sync::atomic::AtomicUsize,
 }
 
 /// The Kubernetes API stand-in.
@@ -183,6 +186,7 @@ impl StandIn {
             stop: AtomicBool::new(false),
             pod: Mutex::new(pod),
             behaviour,
+            gone: std::sync::atomic::AtomicUsize::new(0),
         });
         let accepting = shared.clone();
         let acceptor = std::thread::spawn(move || {
@@ -465,6 +469,25 @@ fn watch(shared: &Arc<Shared>, conn: &mut TcpStream, query: &str) {
         respond(conn, 400, &status_object(400, "a watch by name only"));
         return;
     };
+    let gone = shared
+        .gone
+        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+        .ok();
+    if gone == Some(2) {
+        respond(conn, 410, &status_object(410, "too old resource version"));
+        return;
+    }
+    if gone == Some(1) {
+        let event =
+            json!({"type": "ERROR", "object": status_object(410, "too old resource version")});
+        let _ = conn.write_all(
+            format!(
+                "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n\r\n{event}\n"
+            )
+            .as_bytes(),
+        );
+        return;
+    }
     if conn
         .write_all(
             b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n\r\n",
@@ -683,6 +706,25 @@ fn a_pod_holding_sandboxes_before_the_bind_is_refused() {
     );
     assert!(stand_in.claims().is_empty());
     answering.join().unwrap();
+}
+
+/// A watch that expires (410 Gone: as an HTTP status, then as an `ERROR`
+/// event) is taken up again from a fresh read of the claim, not failed.
+#[test]
+fn an_expired_watch_is_watched_anew() {
+    let stand_in = StandIn::start(Behaviour::Adopt);
+    stand_in.shared.gone.store(2, Ordering::SeqCst);
+    let sandbox = cubby::kubernetes::open(&stand_in.options(Duration::from_secs(60)))
+        .expect("the claim is bound after the expired watches");
+    let watches = stand_in
+        .log()
+        .iter()
+        .filter(|l| **l == format!("GET {CLAIMS}"))
+        .count();
+    assert!(watches >= 3, "{:?}", stand_in.log());
+    assert_eq!(stand_in.shared.gone.load(Ordering::SeqCst), 0);
+    drop(sandbox);
+    assert!(stand_in.claims().is_empty(), "{:?}", stand_in.claims());
 }
 
 #[test]

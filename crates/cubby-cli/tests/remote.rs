@@ -916,7 +916,10 @@ fn an_mcp_session_bound_to_a_sandbox_acts_in_it_alone() {
         Some(&good),
         "",
     );
-    assert!(status == 200 && body.contains("from a's session\n"), "{status} {body}");
+    assert!(
+        status == 200 && body.contains("from a's session\n"),
+        "{status} {body}"
+    );
     let (status, _) = http(
         &far.addr,
         "GET",

@@ -409,6 +409,11 @@ async fn wait_ready(
                 .send()
                 .await
                 .map_err(|e| api.network("watching the claim", &e))?;
+            // The version read is too old for a watch (410 Gone, after a
+            // compaction): read the claim again and watch from there.
+            if resp.status() == reqwest::StatusCode::GONE {
+                return Ok(None);
+            }
             if !resp.status().is_success() {
                 return Err(Error::new(
                     ErrorKind::Network,
@@ -452,6 +457,31 @@ async fn wait_ready(
                                 }
                                 last = why;
                             }
+                        }
+                        // The watch expired (a Status of code 410 Gone):
+                        // read the claim again and watch anew.
+                        Some("ERROR")
+                            if event
+                                .pointer("/object/code")
+                                .and_then(serde_json::Value::as_u64)
+                                == Some(410) =>
+                        {
+                            return Ok(None);
+                        }
+                        Some("ERROR") => {
+                            let message = event
+                                .pointer("/object/message")
+                                .and_then(serde_json::Value::as_str)
+                                .unwrap_or("no message");
+                            return Err(Error::new(
+                                ErrorKind::Network,
+                                format!(
+                                    "the Kubernetes API at {} ended the watch of claim {name} \
+                                     with an error: {}",
+                                    api.base,
+                                    crate::path::escape_name(message.as_bytes())
+                                ),
+                            ));
                         }
                         _ => {}
                     }
