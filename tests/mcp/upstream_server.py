@@ -1,7 +1,11 @@
 """A scripted MCP server over stdio (newline-delimited JSON-RPC) for the
 upstream tests: well-behaved and misbehaving tools, standard library only.
 
-Usage: upstream_server.py [hang-init]
+Usage: upstream_server.py [hang-init | modern] [log]
+`modern` speaks only the 2026-07-28 revision (`server/discover`, no
+`initialize`); otherwise it speaks only the handshake (`initialize`). With
+`log`, each request's method and the protocol version its `_meta` names
+are appended to `methods.log` in the working directory.
 It reads `desc.txt` in its working directory (the workspace) for the
 description of `echo`, and adds a property to `echo`'s schema when
 `schema.txt` is there, so a test can change a definition between runs.
@@ -146,10 +150,32 @@ def call(mid, params, meta):
     return None
 
 
+MODERN = "modern" in sys.argv[1:]
+LOG = "log" in sys.argv[1:]
+
+
+def log_method(msg):
+    meta = (msg.get("params") or {}).get("_meta") or {}
+    version = meta.get("io.modelcontextprotocol/protocolVersion", "-")
+    with open("methods.log", "a") as f:
+        f.write("%s %s\n" % (msg.get("method"), version))
+
+
 def handle(msg):
     mid = msg.get("id")
     method = msg.get("method")
-    if method == "initialize":
+    if LOG and method is not None:
+        log_method(msg)
+    if MODERN and method == "server/discover":
+        send({"jsonrpc": "2.0", "id": mid, "result": {
+            "resultType": "complete",
+            "supportedVersions": ["2026-07-28"],
+            "capabilities": {"tools": {"listChanged": True}},
+            "ttlMs": 0, "cacheScope": "private",
+            "_meta": {"io.modelcontextprotocol/serverInfo": {"name": "scripted", "version": "1"}}}})
+    elif MODERN and method == "initialize":
+        send({"jsonrpc": "2.0", "id": mid, "error": {"code": -32601, "message": "unknown"}})
+    elif method == "initialize":
         if len(sys.argv) > 1 and sys.argv[1] == "hang-init":
             return
         send({"jsonrpc": "2.0", "id": mid, "result": {

@@ -574,6 +574,68 @@ fn another_cubby_is_an_http_upstream_under_the_network_rules() {
     t.end();
 }
 
+/// A section running the scripted server with `args` (`modern`, `log`).
+fn scripted_with(label: &str, args: &[&str], tools: &[&str], extra: &str) -> String {
+    let mut argv = vec![
+        "/usr/bin/python3".to_string(),
+        script().display().to_string(),
+    ];
+    argv.extend(args.iter().map(|a| a.to_string()));
+    format!("[upstream.{label}]\ncommand = {argv:?}\ntools = {tools:?}\n{extra}\n")
+}
+
+/// Issue 17: both MCP protocol generations of an upstream, each driven on
+/// its own: `protocol = "2026-07-28"` (`server/discover`, per-request
+/// metadata, no handshake) against a server that speaks only that,
+/// `"2025-11-25"` (the `initialize` handshake) against one that speaks only
+/// that, and `auto` (the default) against each; a generation the server
+/// does not speak is a clear error.
+#[test]
+fn both_protocol_generations_are_spoken_each_on_its_own() {
+    let cases: [(&str, &[&str], Option<&str>, bool, bool); 5] = [
+        // (server args, protocol, discover seen, initialize seen)
+        (
+            "modern",
+            &["modern", "log"],
+            Some("2026-07-28"),
+            true,
+            false,
+        ),
+        ("handshake", &["log"], Some("2025-11-25"), false, true),
+        ("auto-modern", &["modern", "log"], None, true, false),
+        // Probes with server/discover, told it is unknown, shakes hands.
+        ("auto-handshake", &["log"], None, true, true),
+        ("wrong", &["log"], Some("2026-07-28"), true, false),
+    ];
+    for (case, args, protocol, discover, initialize) in cases {
+        let dir = tmp();
+        let ws = root(&dir);
+        let extra = protocol.map_or(String::new(), |p| format!("protocol = {p:?}"));
+        let t = toolset(&ws, &scripted_with("s", args, &["echo"], &extra));
+        let out = t.call("s__echo", json!({"text": "hi"}));
+        if case == "wrong" {
+            // A 2026-07-28-only client and a handshake-only server.
+            assert!(out.is_error, "{case}: {out:?}");
+            assert!(out.text.starts_with("ERROR"), "{case}: {out:?}");
+        } else {
+            assert_eq!(out.text, "echo: hi", "{case}");
+        }
+        t.end();
+        let log = std::fs::read_to_string(ws.join("methods.log")).unwrap_or_default();
+        assert_eq!(log.contains("server/discover"), discover, "{case}: {log}");
+        assert_eq!(log.contains("initialize "), initialize, "{case}: {log}");
+        if case != "wrong" {
+            let call = log
+                .lines()
+                .find(|l| l.starts_with("tools/call "))
+                .unwrap_or_else(|| panic!("{case}: no call in {log}"));
+            // The 2026-07-28 generation names its revision in every request.
+            let modern = args.contains(&"modern");
+            assert_eq!(call == "tools/call 2026-07-28", modern, "{case}: {log}");
+        }
+    }
+}
+
 fn npm_dir() -> PathBuf {
     static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
     let _guard = LOCK.lock().unwrap_or_else(|p| p.into_inner());

@@ -41,12 +41,13 @@ use cubby::{
     Annotations, Attachment, Cost, Describe, Error, ErrorKind, Family, Modes, SourceCall,
     SourcesMaker, ToolFacts, ToolOutput, ToolSource, ToolSpec, Workspace, WorkspacePath,
 };
+use rmcp::ClientHandler;
 use rmcp::model::{
     ClientJsonRpcMessage, ClientRequest, ProgressNotificationParam, ServerJsonRpcMessage,
     ServerResult,
 };
+use rmcp::service::{ClientLifecycleMode, ClientServiceExt};
 use rmcp::service::{NotificationContext, PeerRequestOptions, RoleClient, RunningService};
-use rmcp::{ClientHandler, ServiceExt};
 use serde_json::{Value, json};
 
 /// Longest message read from a stdio server, in bytes.
@@ -317,7 +318,10 @@ impl Inner {
                 });
                 readers.push(reaped);
             }
-            let started = run_bounded(rt, timeout, async move { handler.serve(transport).await });
+            let lifecycle = lifecycle(self.config.protocol);
+            let started = run_bounded(rt, timeout, async move {
+                handler.serve_with_lifecycle(transport, lifecycle).await
+            });
             match started {
                 Ok(Ok(client)) => (client, Some(handle)),
                 Ok(Err(e)) => {
@@ -348,11 +352,12 @@ impl Inner {
                 rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig::with_uri(
                     url.clone(),
                 );
+            let lifecycle = lifecycle(self.config.protocol);
             // Made on the runtime: the transport spawns its worker there.
             let started = run_bounded(rt, timeout, async move {
                 let transport =
                     rmcp::transport::StreamableHttpClientTransport::with_client(http, config);
-                handler.serve(transport).await
+                handler.serve_with_lifecycle(transport, lifecycle).await
             });
             match started {
                 Ok(Ok(client)) => (client, None),
@@ -693,6 +698,25 @@ impl Inner {
 /// reaped and its sandbox dropped.
 const END_WAIT: Duration = Duration::from_secs(5);
 
+/// How a session with an upstream starts, by its `protocol`: `auto`
+/// probes with `server/discover` (2026-07-28) and falls back to the
+/// `initialize` handshake (2025-11-25) when the server says it does not
+/// know it.
+fn lifecycle(protocol: cubby::config::UpstreamProtocol) -> ClientLifecycleMode {
+    use cubby::config::UpstreamProtocol;
+    use rmcp::model::ProtocolVersion;
+    match protocol {
+        UpstreamProtocol::Auto => ClientLifecycleMode::Auto {
+            preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+            legacy_version: Some(ProtocolVersion::V_2025_11_25),
+        },
+        UpstreamProtocol::Handshake => ClientLifecycleMode::Initialize,
+        UpstreamProtocol::Discover => ClientLifecycleMode::Discover {
+            preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+        },
+    }
+}
+
 /// Stops a connection: the client's service, then the server's whole tree.
 fn close(conn: Conn) {
     if let Some(process) = &conn.process {
@@ -1015,6 +1039,16 @@ struct Client {
 }
 
 impl ClientHandler for Client {
+    /// What the handshake announces: the last revision that has one
+    /// (2025-11-25; rmcp's default is the newest revision, 2026-07-28,
+    /// which has no handshake, and a server that echoes it back would take
+    /// the session for that revision).
+    fn get_info(&self) -> rmcp::model::ClientConfig {
+        let mut info = rmcp::model::ClientConfig::default();
+        info.protocol_version = rmcp::model::ProtocolVersion::V_2025_11_25;
+        info
+    }
+
     fn on_progress(
         &self,
         params: ProgressNotificationParam,

@@ -792,6 +792,25 @@ pub struct UpstreamConfig {
     /// the `[network]` domain lists.
     #[serde(default)]
     pub network: Option<NetworkMode>,
+    /// Which MCP protocol generation to speak (default `auto`).
+    #[serde(default)]
+    pub protocol: UpstreamProtocol,
+}
+
+/// How cubby starts its session with an upstream MCP server.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum UpstreamProtocol {
+    /// `server/discover` (2026-07-28) first; the `initialize` handshake
+    /// (2025-11-25) when the server says it does not know it.
+    #[default]
+    #[serde(rename = "auto")]
+    Auto,
+    /// The `initialize` handshake only (revisions up to 2025-11-25).
+    #[serde(rename = "2025-11-25")]
+    Handshake,
+    /// `server/discover` and per-request metadata only (2026-07-28).
+    #[serde(rename = "2026-07-28")]
+    Discover,
 }
 
 /// The whole config file (SPEC §6).
