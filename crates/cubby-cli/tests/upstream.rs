@@ -592,8 +592,9 @@ fn scripted_with(label: &str, args: &[&str], tools: &[&str], extra: &str) -> Str
 /// does not speak is a clear error.
 #[test]
 fn both_protocol_generations_are_spoken_each_on_its_own() {
-    let cases: [(&str, &[&str], Option<&str>, bool, bool); 5] = [
-        // (server args, protocol, discover seen, initialize seen)
+    /// Case, server args, protocol, discover seen, initialize seen.
+    type Case<'a> = (&'a str, &'a [&'a str], Option<&'a str>, bool, bool);
+    let cases: [Case; 5] = [
         (
             "modern",
             &["modern", "log"],
