@@ -695,6 +695,17 @@ impl LinuxSandbox {
             if !dir.is_dir() {
                 continue;
             }
+            let own = std::iter::once(self.fs.root_path())
+                .chain(self.writable_roots.iter().map(PathBuf::as_path))
+                .any(|r| dir.starts_with(r));
+            // In (or being) the private `/tmp` or a run directory: covered
+            // by the sandbox's own already.
+            let hidden = (dir.starts_with(plan::SANDBOX_TMP)
+                && self.fs.root_path() != Path::new(plan::SANDBOX_TMP))
+                || plan::RUN_DIRS.iter().any(|r| dir.starts_with(r));
+            if own || hidden {
+                continue;
+            }
             if let Some(held) = NOT_PRIVATE.iter().find(|p| Path::new(p).starts_with(&dir)) {
                 return Err(start_error(format!(
                     "host_private_dirs entry `{}` holds {held}, which commands need; name the \
@@ -702,15 +713,7 @@ impl LinuxSandbox {
                     entry.display()
                 )));
             }
-            let own = std::iter::once(self.fs.root_path())
-                .chain(self.writable_roots.iter().map(PathBuf::as_path))
-                .any(|r| dir.starts_with(r));
-            let hidden = (dir.starts_with(plan::SANDBOX_TMP)
-                && self.fs.root_path() != Path::new(plan::SANDBOX_TMP))
-                || plan::RUN_DIRS.iter().any(|r| dir.starts_with(r));
-            if !own && !hidden {
-                dirs.push(dir);
-            }
+            dirs.push(dir);
         }
         dirs.sort_by_key(|d| d.components().count());
         let mut out: Vec<PathBuf> = Vec::with_capacity(dirs.len());
