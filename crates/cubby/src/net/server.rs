@@ -78,9 +78,9 @@ impl ConnectionLimits {
         ConnectionLimits::fitting(soft)
     }
 
-    /// The standard limits under an open-files limit of `soft` (`None`:
+    /// The standard limits under a soft open-files limit of `soft` (`None`:
     /// unlimited).
-    fn fitting(soft: Option<u64>) -> ConnectionLimits {
+    pub fn fitting(soft: Option<u64>) -> ConnectionLimits {
         let share = soft.map_or(usize::MAX, |soft| {
             usize::try_from(soft / CONNECTION_FD_SHARE).unwrap_or(usize::MAX)
         });
