@@ -200,6 +200,7 @@ pub async fn serve_http1<S, B>(
         if !admit(&stream, peer) {
             continue;
         }
+        tracing::trace!("accepted a connection from {peer}");
         tune(&stream);
         tokio::spawn(connection(
             stream,
