@@ -341,7 +341,7 @@ mod tests {
     use std::time::Instant;
 
     use bytes::Bytes;
-    use http_body_util::Full;
+    use http_body_util::{BodyExt, Full};
 
     use super::*;
 
@@ -430,7 +430,16 @@ mod tests {
                         enter.send_replace(true);
                         let _ = release.wait_for(|go| *go).await;
                     }
-                    Ok::<_, std::convert::Infallible>(Response::new(Full::new(Bytes::from("ok\n"))))
+                    let body = if req.uri().path() == "/trickle" {
+                        Trickle {
+                            left: TRICKLE_CHUNKS,
+                            pause: Box::pin(tokio::time::sleep(TRICKLE_PAUSE)),
+                        }
+                        .boxed_unsync()
+                    } else {
+                        Full::new(Bytes::from("ok\n")).boxed_unsync()
+                    };
+                    Ok::<_, std::convert::Infallible>(Response::new(body))
                 }
             });
             rt.spawn(async move {
@@ -448,6 +457,56 @@ mod tests {
                 entered,
             }
         }
+    }
+
+    /// Chunks of `/trickle`'s answer, one each [`TRICKLE_PAUSE`]: it lasts
+    /// longer than the header timeout.
+    const TRICKLE_CHUNKS: u32 = 6;
+    const TRICKLE_PAUSE: Duration = Duration::from_millis(250);
+
+    /// An answer that comes slowly: `x` after each pause.
+    struct Trickle {
+        left: u32,
+        pause: std::pin::Pin<Box<tokio::time::Sleep>>,
+    }
+
+    impl Body for Trickle {
+        type Data = Bytes;
+        type Error = std::convert::Infallible;
+
+        fn poll_frame(
+            mut self: std::pin::Pin<&mut Self>,
+            cx: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<Option<Result<hyper::body::Frame<Bytes>, Self::Error>>> {
+            if self.left == 0 {
+                return std::task::Poll::Ready(None);
+            }
+            std::task::ready!(self.pause.as_mut().poll(cx));
+            self.left -= 1;
+            let next = tokio::time::Instant::now() + TRICKLE_PAUSE;
+            self.pause.as_mut().reset(next);
+            std::task::Poll::Ready(Some(Ok(hyper::body::Frame::data(Bytes::from("x")))))
+        }
+    }
+
+    #[test]
+    fn an_answer_longer_than_the_header_timeout_is_not_cut() {
+        let limits = ConnectionLimits {
+            max_connections: 8,
+            max_per_peer: 8,
+            header_read_timeout: TIMEOUT,
+        };
+        assert!(TRICKLE_PAUSE * TRICKLE_CHUNKS > TIMEOUT);
+        let (_release, held) = watch::channel(true);
+        let server = TestServer::start(limits, held);
+        let mut s = connect_from(peer(1), server.addr);
+        s.write_all(b"GET /trickle HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            .unwrap();
+        let mut answer = String::new();
+        s.read_to_string(&mut answer).unwrap();
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        assert_eq!(answer.matches("\r\nx\r\n").count(), 6, "{answer}");
+        assert!(answer.ends_with("0\r\n\r\n"), "{answer}");
     }
 
     fn peer(n: u8) -> Ipv4Addr {
