@@ -21,7 +21,7 @@
 //! | `POST /sandboxes/{id}/exec` | start a command; the answer streams frames |
 //! | `GET /sandboxes/{id}/commands` | live commands |
 //! | `POST /sandboxes/{id}/commands/{n}/stop` · `/kill` | TERM · kill the tree → 204 |
-//! | `POST /sandboxes/{id}/commands/{n}/stdin` | write the body → `{"written": N}` |
+//! | `POST /sandboxes/{id}/commands/{n}/stdin` | write the body → `{"written": N}` (409 while another waits) |
 //! | `DELETE /sandboxes/{id}/commands/{n}/stdin` | close stdin → 204 |
 //! | `GET /sandboxes/{id}/fs/metadata?path=` | metadata |
 //! | `GET /sandboxes/{id}/fs/file?path=` | content (streamed), metadata in a header |
@@ -33,6 +33,10 @@
 //!
 //! A command's answer ends with its exit frame; closing it earlier kills
 //! the command's tree.
+//!
+//! [`serve`] and `cubby serve` run the same accept loop ([`serve_http1`],
+//! `crate::net`'s): a header read timeout, caps on connections in all and
+//! per peer, and a graceful end.
 //!
 //! # Binding (a warm pool's pods)
 //!
