@@ -835,6 +835,95 @@ pub fn serve_within(
 mod tests {
     use super::*;
 
+    /// A body of chunks, its length not told (as a chunked request's).
+    struct Chunks(std::collections::VecDeque<Bytes>);
+
+    impl Body for Chunks {
+        type Data = Bytes;
+        type Error = std::io::Error;
+
+        fn poll_frame(
+            mut self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+        ) -> Poll<Option<std::result::Result<Frame<Bytes>, std::io::Error>>> {
+            Poll::Ready(self.0.pop_front().map(|chunk| Ok(Frame::data(chunk))))
+        }
+    }
+
+    fn chunks(n: usize, size: usize) -> Chunks {
+        Chunks((0..n).map(|_| Bytes::from(vec![b'x'; size])).collect())
+    }
+
+    /// A body that declares its length and must not be read.
+    struct Declared(u64);
+
+    impl Body for Declared {
+        type Data = Bytes;
+        type Error = std::io::Error;
+
+        fn poll_frame(
+            self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+        ) -> Poll<Option<std::result::Result<Frame<Bytes>, std::io::Error>>> {
+            panic!("a body refused by its declared length was read")
+        }
+
+        fn size_hint(&self) -> hyper::body::SizeHint {
+            hyper::body::SizeHint::with_exact(self.0)
+        }
+    }
+
+    fn run<T>(fut: impl std::future::Future<Output = T>) -> T {
+        tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap()
+            .block_on(fut)
+    }
+
+    #[test]
+    fn bodies_are_read_within_their_limit_and_the_budget() {
+        let budget = BodyBudget::new(100);
+        // Within both: held in the budget until the reservation goes.
+        let (bytes, held) = run(read_body(chunks(3, 10), 100, BODY_LIMIT, &budget)).unwrap();
+        assert_eq!(bytes.len(), 30);
+        assert_eq!(budget.available(), 70);
+        drop(held);
+        assert_eq!(budget.available(), 100);
+        // A length told over the limit: refused unread.
+        let e = run(read_body(Declared(101), 100, "the file limit", &budget)).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::TooLarge);
+        assert!(e.to_string().contains("the file limit of 100 bytes"), "{e}");
+        // A length told that does not fit in the budget now: refused unread.
+        let other = budget.reserve(50).unwrap();
+        let e = run(read_body(Declared(60), 100, BODY_LIMIT, &budget)).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Limit);
+        assert!(e.to_string().contains("retry in a moment"), "{e}");
+        // Untold lengths are counted as they come: over the limit, over the
+        // budget; what they held is free again.
+        let e = run(read_body(chunks(3, 10), 25, BODY_LIMIT, &budget)).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::TooLarge);
+        let e = run(read_body(chunks(6, 10), 100, BODY_LIMIT, &budget)).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Limit);
+        assert_eq!(budget.available(), 50);
+        drop(other);
+        // Larger than the whole budget: too large, not "retry".
+        let e = run(read_body(Declared(101), 200, BODY_LIMIT, &budget)).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::TooLarge);
+    }
+
+    #[test]
+    fn one_stdin_write_waits_per_command() {
+        let pending = Arc::default();
+        let first = StdinSlot::take(&pending, "a", 1).unwrap();
+        assert!(StdinSlot::take(&pending, "a", 1).is_none());
+        let other = StdinSlot::take(&pending, "a", 2).unwrap();
+        let elsewhere = StdinSlot::take(&pending, "b", 1).unwrap();
+        drop(first);
+        assert!(StdinSlot::take(&pending, "a", 1).is_some());
+        drop((other, elsewhere));
+        assert!(crate::sync::lock(&pending).is_empty());
+    }
+
     #[test]
     fn tokens_compare_in_constant_time_and_never_empty() {
         assert!(same(b"secret", b"secret"));
