@@ -367,7 +367,36 @@ pub async fn serve_http(
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
+
     use super::*;
+
+    fn budgeted(content: &'static [u8], budget: &BodyBudget) -> Body {
+        Body::new(Budgeted {
+            inner: Body::from(content),
+            held: budget.reserve(0).unwrap(),
+            seen: 0,
+            budget: budget.clone(),
+        })
+    }
+
+    #[test]
+    fn an_mcp_body_is_counted_in_the_budget_while_it_is_read() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let budget = BodyBudget::new(16);
+        let read = rt.block_on(axum::body::to_bytes(budgeted(b"0123456789", &budget), 100));
+        assert_eq!(read.unwrap().as_ref(), b"0123456789");
+        assert_eq!(budget.available(), 16);
+        let other = budget.reserve(10).unwrap();
+        let read = rt.block_on(axum::body::to_bytes(budgeted(b"0123456789", &budget), 100));
+        let e = read.unwrap_err().to_string();
+        assert!(e.contains("retry in a moment"), "{e}");
+        assert_eq!(budget.available(), 6);
+        drop(other);
+        assert_eq!(budget.available(), 16);
+    }
 
     #[test]
     fn constant_time_comparison() {
