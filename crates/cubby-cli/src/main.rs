@@ -318,6 +318,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     token,
                     mcp,
                     host: api,
+                    limits: cubby::host::http::ConnectionLimits::for_this_process(),
                 };
                 let (ready, bound) = tokio::sync::oneshot::channel();
                 tokio::spawn(async move {

@@ -1119,3 +1119,329 @@ fn the_host_applies_its_own_policy_to_file_calls() {
     );
     assert_eq!(status, 404);
 }
+
+/// Sends a request head (and no body) to the far server from `source`:
+/// `headers` are added to `Host` and the token.
+fn head_only(
+    far: &Far,
+    source: std::net::Ipv4Addr,
+    method: &str,
+    path: &str,
+    headers: &str,
+) -> TcpStream {
+    let mut s = common::connect_from(source, far.addr.parse().unwrap());
+    s.set_read_timeout(Some(ANSWER_WAIT)).unwrap();
+    let head = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {}\r\n{headers}\r\n",
+        far.addr, far.token
+    );
+    s.write_all(head.as_bytes()).unwrap();
+    s
+}
+
+/// Reads an answer's head (up to its blank line): the status and the head.
+fn read_head(s: &mut TcpStream) -> (u16, String) {
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        match s.read(&mut byte) {
+            Ok(1) => head.push(byte[0]),
+            other => panic!(
+                "the answer broke off ({other:?}) after {:?}",
+                String::from_utf8_lossy(&head)
+            ),
+        }
+    }
+    let head = String::from_utf8_lossy(&head).into_owned();
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    (status, head)
+}
+
+/// Reads a whole answer (`Connection: close` or a body of known length):
+/// the status and the text.
+fn read_answer(s: &mut TcpStream) -> (u16, String) {
+    let (status, head) = read_head(s);
+    let length = head
+        .lines()
+        .find_map(|l| {
+            l.to_ascii_lowercase()
+                .strip_prefix("content-length:")
+                .map(|v| v.trim().to_string())
+        })
+        .and_then(|v| v.parse::<usize>().ok());
+    let mut body = vec![0u8; length.unwrap_or(0)];
+    s.read_exact(&mut body).unwrap();
+    (status, format!("{head}{}", String::from_utf8_lossy(&body)))
+}
+
+/// Longest wait for an answer the server should give at once.
+const ANSWER_WAIT: Duration = Duration::from_secs(10);
+
+/// Waits for the server to close `s` (what it says first is read); the
+/// time from `since`.
+fn closed_after(s: &mut TcpStream, since: Instant) -> Duration {
+    let mut buf = [0u8; 4096];
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) => return since.elapsed(),
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return since.elapsed(),
+            Err(e) => panic!("the server kept the connection open: {e}"),
+        }
+    }
+}
+
+fn loopback(n: u8) -> std::net::Ipv4Addr {
+    std::net::Ipv4Addr::new(127, 0, 0, n)
+}
+
+/// Red-team pass 6, F3: connections that never finish their request head
+/// (no token needed) took every descriptor of the server. Now one address
+/// holds at most its share (a connection past it is closed at once), the
+/// server stays reachable to others (`/healthz`, the token holder), and a
+/// half-sent head is closed after the header timeout.
+#[test]
+fn half_sent_heads_cannot_take_the_server() {
+    use cubby::host::http::{ConnectionLimits, HEADER_READ_TIMEOUT};
+    let far = Far::start(&[], "127.0.0.1", &["--provider", "local"]);
+    let addr: std::net::SocketAddr = far.addr.parse().unwrap();
+    // `cubby serve` raises its open-files limit to the hard one.
+    let hard = rustix::process::getrlimit(rustix::process::Resource::Nofile).maximum;
+    let per_peer = ConnectionLimits::fitting(hard).max_per_peer;
+    let start = Instant::now();
+    let mut halves: Vec<TcpStream> = (0..per_peer)
+        .map(|_| {
+            let mut s = common::connect_from(loopback(1), addr);
+            s.set_read_timeout(Some(HEADER_READ_TIMEOUT + ANSWER_WAIT))
+                .unwrap();
+            s.write_all(b"GET /v1/sandboxes HTTP/1.1\r\nHost: x\r\n")
+                .unwrap();
+            s
+        })
+        .collect();
+    let mut extra = common::connect_from(loopback(1), addr);
+    extra.set_read_timeout(Some(HEADER_READ_TIMEOUT)).unwrap();
+    let since = Instant::now();
+    let took = closed_after(&mut extra, since);
+    assert!(took < HEADER_READ_TIMEOUT / 2, "closed after {took:?}");
+    // Others are served meanwhile: the probe without a token, and the API.
+    let mut probe = common::connect_from(loopback(2), addr);
+    probe.set_read_timeout(Some(ANSWER_WAIT)).unwrap();
+    probe
+        .write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let (status, text) = read_answer(&mut probe);
+    assert_eq!(status, 200, "{text}");
+    let mut list = head_only(&far, loopback(2), "GET", "/v1/sandboxes", "");
+    let (status, text) = read_answer(&mut list);
+    assert_eq!(status, 200, "{text}");
+    // The half-sent heads are closed once their time is up.
+    for s in &mut halves {
+        let took = closed_after(s, start);
+        assert!(
+            took < HEADER_READ_TIMEOUT + ANSWER_WAIT,
+            "closed after {took:?}"
+        );
+    }
+}
+
+/// A far server whose sandboxes write files of at most `max` bytes, with a
+/// sandbox: the server and the sandbox's id.
+fn far_with_file_limit(max: Option<u64>) -> (Far, String, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut extra = vec!["--provider".to_string(), "local".to_string()];
+    if let Some(max) = max {
+        let config = dir.path().join("far.toml");
+        std::fs::write(
+            &config,
+            format!(
+                "[limits.write_file]\nmax_bytes = {max}\n[limits.edit_file]\nmax_bytes = {max}\n"
+            ),
+        )
+        .unwrap();
+        extra.push("--config".into());
+        extra.push(config.to_str().unwrap().into());
+    }
+    let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+    let far = Far::start(&[], "127.0.0.1", &extra);
+    let good = format!("Bearer {}", far.token);
+    let (status, body) = http(&far.addr, "POST", "/v1/sandboxes", Some(&good), "{}");
+    assert_eq!(status, 201, "{body}");
+    let created: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let id = created["id"].as_str().unwrap().to_string();
+    (far, id, dir)
+}
+
+/// Red-team pass 6, F5: a file body was read (up to 64 MiB) before the
+/// sandbox's write limit was checked. Now a `Content-Length` over the
+/// limit is answered 413 at once, without the body.
+#[test]
+fn a_file_longer_than_the_limit_is_refused_before_its_body() {
+    let (far, id, _dir) = far_with_file_limit(Some(1000));
+    let mut put = head_only(
+        &far,
+        loopback(1),
+        "PUT",
+        &fs_path(&id, "file", "big.txt"),
+        "Content-Length: 1001\r\n",
+    );
+    let (status, text) = read_answer(&mut put);
+    assert_eq!(status, 413, "{text}");
+    assert!(
+        text.contains("too_large") && text.contains("limits.write_file.max_bytes"),
+        "{text}"
+    );
+}
+
+/// Red-team pass 6, F5: nothing capped the bodies held at once (four
+/// 60 MiB bodies in flight took 254 MB). Now every body is counted in
+/// the server's budget from its head: a request that does not fit is
+/// answered 429 at once (`/v1` and `/mcp` share the budget), and the
+/// budget is free again when the held bodies go.
+#[test]
+fn bodies_in_flight_are_bounded_by_the_servers_budget() {
+    use cubby::host::http::MAX_BODY_BUDGET_BYTES;
+    const BODY: usize = 30 * 1024 * 1024;
+    const SENT: usize = 1024 * 1024;
+    let (far, id, _dir) = far_with_file_limit(None);
+    let path = fs_path(&id, "file", "big.bin");
+    let length = format!("Content-Length: {BODY}\r\nExpect: 100-continue\r\n");
+    // Each body is reserved when the server asks for it (100 Continue).
+    let held: Vec<TcpStream> = (0..MAX_BODY_BUDGET_BYTES / BODY)
+        .map(|_| {
+            let mut s = head_only(&far, loopback(1), "PUT", &path, &length);
+            let (status, head) = read_head(&mut s);
+            assert_eq!(status, 100, "{head}");
+            s.write_all(&vec![b'x'; SENT]).unwrap();
+            s
+        })
+        .collect();
+    let mut refused = head_only(&far, loopback(2), "PUT", &path, &length);
+    let (status, text) = read_answer(&mut refused);
+    assert_eq!(status, 429, "{text}");
+    assert!(text.contains("limit") && text.contains("retry"), "{text}");
+    let mut mcp = head_only(
+        &far,
+        loopback(2),
+        "POST",
+        "/mcp",
+        &format!(
+            "Content-Type: application/json\r\nAccept: application/json, text/event-stream\r\n{length}"
+        ),
+    );
+    let (status, text) = read_answer(&mut mcp);
+    assert_eq!(status, 429, "{text}");
+    drop(held);
+    let good = format!("Bearer {}", far.token);
+    wait_for("the held bodies' bytes are free", ANSWER_WAIT, || {
+        http(&far.addr, "PUT", &path, Some(&good), &"y".repeat(SENT)).0 == 204
+    });
+}
+
+/// Starts `sleep` with stdin (never read) in far sandbox `id`: the
+/// answer's connection (the command lives while it is open) and the
+/// command's number.
+fn exec_never_reading(far: &Far, id: &str) -> (TcpStream, u64) {
+    let body = json!({
+        "argv": ["/bin/sleep", "300"],
+        "cwd": "",
+        "env": [],
+        "stdin": true,
+        "output_dir": null,
+    })
+    .to_string();
+    let mut s = head_only(
+        far,
+        loopback(1),
+        "POST",
+        &format!("/v1/sandboxes/{id}/exec"),
+        &format!(
+            "Content-Type: application/json\r\nContent-Length: {}\r\n",
+            body.len()
+        ),
+    );
+    s.write_all(body.as_bytes()).unwrap();
+    let (status, head) = read_head(&mut s);
+    assert_eq!(status, 200, "{head}");
+    let command = head
+        .lines()
+        .find_map(|l| l.strip_prefix("x-cubby-command: "))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no command number in {head}"));
+    (s, command)
+}
+
+/// Red-team pass 6, F6: each stdin write to a command that does not read
+/// held a thread of tokio's blocking pool for 30 s; 560 of them stalled
+/// every sandbox's file calls for 20 s. Now a command takes one write at
+/// a time (the others: 409 at once), on a thread of its own, and another
+/// sandbox's file call answers at once.
+#[test]
+fn stdin_writes_to_a_command_that_never_reads_hold_up_nothing() {
+    /// Writes sent at once: more than tokio's blocking pool (512 threads).
+    const WRITES: usize = 600;
+    /// Addresses they come from: 75 each, under the per-peer cap even
+    /// under an open-files limit of 1,024 (128).
+    const FLOOD_ADDRESSES: usize = 8;
+    let (far, id, _dir) = far_with_file_limit(None);
+    let good = format!("Bearer {}", far.token);
+    let (status, body) = http(&far.addr, "POST", "/v1/sandboxes", Some(&good), "{}");
+    assert_eq!(status, 201, "{body}");
+    let created: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let other = created["id"].as_str().unwrap().to_string();
+    let (_command_stream, n) = exec_never_reading(&far, &id);
+    let stdin = format!("/v1/sandboxes/{id}/commands/{n}/stdin");
+    let write = |source: std::net::Ipv4Addr, size: usize| {
+        let mut s = head_only(
+            &far,
+            source,
+            "POST",
+            &stdin,
+            &format!("Content-Length: {size}\r\nConnection: close\r\n"),
+        );
+        s.write_all(&vec![b'i'; size]).unwrap();
+        s
+    };
+    // More than the pipe holds: this write waits for the command.
+    let _pending = write(loopback(1), 256 * 1024);
+    wait_for("a second write is refused", ANSWER_WAIT, || {
+        read_answer(&mut write(loopback(1), 10)).0 == 409
+    });
+    // Many at once, from a few addresses (each under its connection cap).
+    let mut flood: Vec<TcpStream> = (0..WRITES)
+        .map(|i| write(loopback(2 + (i % FLOOD_ADDRESSES) as u8), 10))
+        .collect();
+    let started = Instant::now();
+    let (status, body) = http(
+        &far.addr,
+        "GET",
+        &fs_path(&other, "metadata", "."),
+        Some(&good),
+        "",
+    );
+    let took = started.elapsed();
+    assert_eq!(status, 200, "{body}");
+    assert!(took < FILE_CALL_WITHIN, "the file call took {took:?}");
+    let mut busy = 0;
+    for s in &mut flood {
+        let (status, text) = read_answer(s);
+        assert!(status == 409 || status == 200, "{text}");
+        if status == 409 {
+            assert!(
+                text.contains("\"kind\":\"limit\"") && text.contains("stdin write waiting"),
+                "{text}"
+            );
+            busy += 1;
+        }
+    }
+    // The pending write may end (after 30 s) while they are answered.
+    assert!(busy >= WRITES - 2, "{busy} of {WRITES} refused");
+}
+
+/// Longest a file call may take while stdin writes wait (generous: it
+/// took 21.7 s with the pool full, 0.00 s without).
+const FILE_CALL_WITHIN: Duration = Duration::from_secs(5);

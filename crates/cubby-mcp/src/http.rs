@@ -10,7 +10,16 @@
 //!    closed at once): the tools act with the server's rights.
 //! 2. `Host` must name an address the server serves and `Origin`, when
 //!    present, a loopback or served origin (DNS-rebinding protection; 403).
-//! 3. Bodies over [`MAX_BODY_BYTES`] are refused (413).
+//! 3. Bodies over [`MAX_BODY_BYTES`] are refused (413), and every body is
+//!    counted, while it is read, in one budget of the server's
+//!    ([`cubby::host::http::BodyBudget`], shared with `/v1`): a body that
+//!    does not fit now is refused (429).
+//!
+//! Connections are served by cubby's own accept loop
+//! ([`cubby::host::http::serve_http1`]): a complete request head within
+//! [`cubby::host::http::HEADER_READ_TIMEOUT`] (idle connections are closed
+//! after it too), and caps on connections, in all and per peer address, so
+//! a client without a token cannot hold the server's descriptors.
 //!
 //! One route needs none of this: `GET` [`HEALTH_PATH`] answers `200 ok`
 //! to anyone who reaches the socket (a kubelet's probe carries no token),
@@ -27,15 +36,19 @@
 //! that ends a session answers 204 (see [`session_end_is_no_content`]).
 
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::Router;
+use axum::body::{Body, Bytes, HttpBody};
 use axum::extract::Request;
 use axum::http::{Method, StatusCode};
 use axum::middleware::{self, Next};
-use axum::response::Response;
-use axum::serve::ListenerExt;
+use axum::response::{IntoResponse, Response};
+use cubby::host::http::{BodyBudget, BodyReservation, ConnectionLimits};
+use hyper::body::{Frame, SizeHint};
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use tokio_util::sync::CancellationToken;
@@ -62,41 +75,111 @@ pub struct HttpOptions {
     /// The sandbox host API (`/v1/…`, SPEC §7) served beside `/mcp`, when
     /// on; it checks its own token on every request.
     pub host: Option<cubby::host::http::HostApi>,
+    /// The connection caps and the header timeout
+    /// ([`ConnectionLimits::for_this_process`] by default).
+    pub limits: ConnectionLimits,
 }
 
-/// A loopback listener that lets in only the connections whose client
-/// socket belongs to `uid` (found in the kernel's socket tables,
-/// [`crate::peer`]); the others are closed unanswered.
-struct SameUser {
-    inner: tokio::net::TcpListener,
-    uid: u32,
+/// On loopback without a token: whether the client socket of `io` belongs
+/// to `uid` (found in the kernel's socket tables, [`crate::peer`]); the
+/// others are closed unanswered.
+fn same_user_socket(io: &tokio::net::TcpStream, peer: SocketAddr, uid: u32) -> bool {
+    let owner = io
+        .local_addr()
+        .ok()
+        .and_then(|local| crate::peer::uid_of_peer(peer, local));
+    if owner == Some(uid) {
+        return true;
+    }
+    tracing::warn!(
+        "refused a connection from {peer}: its socket belongs to {} (not uid {uid}); \
+         set CUBBY_TOKEN to let other users in",
+        owner.map_or_else(|| "no user found".to_string(), |u| format!("uid {u}")),
+    );
+    false
 }
 
-impl axum::serve::Listener for SameUser {
-    type Io = tokio::net::TcpStream;
-    type Addr = SocketAddr;
+/// A plain-text refusal.
+fn refusal(status: StatusCode, message: String) -> Response {
+    (status, message).into_response()
+}
 
-    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
-        loop {
-            let (io, peer) = axum::serve::Listener::accept(&mut self.inner).await;
-            let owner = io
-                .local_addr()
-                .ok()
-                .and_then(|local| crate::peer::uid_of_peer(peer, local));
-            if owner == Some(self.uid) {
-                return (io, peer);
+/// Counts an `/mcp` request's body in the server's `budget` while it is
+/// read: a declared length (`Content-Length`) over [`MAX_BODY_BYTES`] is
+/// refused at once (413), one that does not fit in the budget now too
+/// (429); a body without one reserves as it arrives and breaks off when
+/// the budget is full.
+async fn count_body(budget: BodyBudget, req: Request, next: Next) -> Response {
+    let declared = usize::try_from(req.body().size_hint().lower()).unwrap_or(usize::MAX);
+    if declared > MAX_BODY_BYTES {
+        return refusal(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!(
+                "the request body is {declared} bytes, over the limit of {MAX_BODY_BYTES}; \
+                 send less at once"
+            ),
+        );
+    }
+    let Some(held) = budget.reserve(declared) else {
+        return refusal(StatusCode::TOO_MANY_REQUESTS, budget_full(&budget));
+    };
+    let req = req.map(|inner| {
+        Body::new(Budgeted {
+            inner,
+            held,
+            seen: 0,
+            budget,
+        })
+    });
+    next.run(req).await
+}
+
+/// What a request whose body does not fit in `budget` is told.
+fn budget_full(budget: &BodyBudget) -> String {
+    format!(
+        "the server holds {} bytes of request bodies at once and is full; retry in a moment",
+        budget.total()
+    )
+}
+
+/// A request body whose bytes are counted in the server's budget until it
+/// is dropped (once read).
+struct Budgeted {
+    inner: Body,
+    held: BodyReservation,
+    /// Bytes of the body seen so far.
+    seen: usize,
+    budget: BodyBudget,
+}
+
+impl HttpBody for Budgeted {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, axum::Error>>> {
+        let this = &mut *self;
+        let polled = Pin::new(&mut this.inner).poll_frame(cx);
+        if let Poll::Ready(Some(Ok(frame))) = &polled {
+            if let Some(data) = frame.data_ref() {
+                this.seen = this.seen.saturating_add(data.len());
+                let beyond = this.seen.saturating_sub(this.held.bytes());
+                if !this.held.grow(beyond) {
+                    return Poll::Ready(Some(Err(axum::Error::new(budget_full(&this.budget)))));
+                }
             }
-            tracing::warn!(
-                "refused a connection from {peer}: its socket belongs to {} (not uid {}); \
-                 set CUBBY_TOKEN to let other users in",
-                owner.map_or_else(|| "no user found".to_string(), |u| format!("uid {u}")),
-                self.uid
-            );
         }
+        polled
     }
 
-    fn local_addr(&self) -> std::io::Result<Self::Addr> {
-        self.inner.local_addr()
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
     }
 }
 
@@ -228,9 +311,17 @@ pub async fn serve_http(
         Arc::new(sessions),
         config,
     );
+    // One budget of body bytes for the server: the host API's when on.
+    let budget = options
+        .host
+        .as_ref()
+        .map_or_else(BodyBudget::default, |api| api.body_budget().clone());
     let mut app = Router::new()
         .nest_service("/mcp", service)
-        .layer(middleware::from_fn(session_end_is_no_content));
+        .layer(middleware::from_fn(session_end_is_no_content))
+        .layer(middleware::from_fn(move |req: Request, next: Next| {
+            count_body(budget.clone(), req, next)
+        }));
     if let Some(api) = options.host.clone() {
         if token_missing(options.token.as_deref()) {
             return Err(ServeError(
@@ -281,34 +372,56 @@ pub async fn serve_http(
     if let Some(ready) = ready {
         let _ = ready.send(local);
     }
-    let stop = shutdown.clone();
     // Without a token (loopback only, above), the socket's owner decides.
-    let served = if same_user {
-        let listener = SameUser {
-            inner: listener,
-            uid: rustix::process::geteuid().as_raw(),
-        }
-        .tap_io(|io| cubby::host::http::tune_accepted(io));
-        axum::serve(listener, app)
-            .with_graceful_shutdown(async move { stop.cancelled().await })
-            .await
-    } else {
-        let listener = listener.tap_io(|io| cubby::host::http::tune_accepted(io));
-        axum::serve(listener, app)
-            .with_graceful_shutdown(async move { stop.cancelled().await })
-            .await
-    };
+    let uid = same_user.then(|| rustix::process::geteuid().as_raw());
+    cubby::host::http::serve_http1(
+        listener,
+        options.limits,
+        move |io, peer| uid.is_none_or(|uid| same_user_socket(io, peer, uid)),
+        cubby::host::http::tune_accepted,
+        hyper_util::service::TowerToHyperService::new(app),
+        shutdown.cancelled_owned(),
+    )
+    .await;
     // Every run ends before the server returns: the sessions still open,
     // the server-wide run, and the ends of sessions closed before.
     let ending = Arc::clone(&shared);
     let _ = tokio::task::spawn_blocking(move || ending.end_runs()).await;
-    served.map_err(|e| ServeError(format!("the HTTP server failed: {e}")))?;
     Ok(())
 }
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
+
     use super::*;
+
+    fn budgeted(content: &'static [u8], budget: &BodyBudget) -> Body {
+        Body::new(Budgeted {
+            inner: Body::from(content),
+            held: budget.reserve(0).unwrap(),
+            seen: 0,
+            budget: budget.clone(),
+        })
+    }
+
+    #[test]
+    fn an_mcp_body_is_counted_in_the_budget_while_it_is_read() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let budget = BodyBudget::new(16);
+        let read = rt.block_on(axum::body::to_bytes(budgeted(b"0123456789", &budget), 100));
+        assert_eq!(read.unwrap().as_ref(), b"0123456789");
+        assert_eq!(budget.available(), 16);
+        let other = budget.reserve(10).unwrap();
+        let read = rt.block_on(axum::body::to_bytes(budgeted(b"0123456789", &budget), 100));
+        let e = read.unwrap_err().to_string();
+        assert!(e.contains("retry in a moment"), "{e}");
+        assert_eq!(budget.available(), 6);
+        drop(other);
+        assert_eq!(budget.available(), 16);
+    }
 
     #[test]
     fn constant_time_comparison() {

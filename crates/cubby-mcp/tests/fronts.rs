@@ -268,6 +268,7 @@ async fn over_http(options: McpOptions) -> (Answers, u16) {
             token: None,
             mcp: options,
             host: None,
+            limits: cubby::host::http::ConnectionLimits::for_this_process(),
         },
         shutdown.clone(),
         Some(ready),

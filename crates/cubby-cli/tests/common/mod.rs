@@ -401,3 +401,17 @@ pub fn header<'a>(head: &'a str, name: &str) -> Option<&'a str> {
         k.eq_ignore_ascii_case(name).then(|| v.trim())
     })
 }
+
+/// A TCP connection to `to` from `source`, a loopback address of its own
+/// (127.0.0.2, …), so a server counts it as another peer than 127.0.0.1.
+pub fn connect_from(source: std::net::Ipv4Addr, to: std::net::SocketAddr) -> TcpStream {
+    use rustix::net::{AddressFamily, SocketType, bind, connect, socket};
+    let fd = socket(AddressFamily::INET, SocketType::STREAM, None).unwrap();
+    bind(
+        &fd,
+        &std::net::SocketAddr::from(std::net::SocketAddrV4::new(source, 0)),
+    )
+    .unwrap();
+    connect(&fd, &to).unwrap();
+    TcpStream::from(fd)
+}

@@ -4,7 +4,13 @@
 //!
 //! Every request needs `Authorization: Bearer <token>`, compared in constant
 //! time (401 otherwise, before anything else is read). Bodies are capped at
-//! [`MAX_BODY_BYTES`]. The endpoints (all under `/v1`; `{p}` is a workspace
+//! [`MAX_BODY_BYTES`], a file written at the sandbox's own limit
+//! (`limits.write_file.max_bytes`; a longer `Content-Length` is refused
+//! before any of the body is read, 413), and every body is counted in the
+//! server's [`BodyBudget`] while it is held (full: 429). A command takes one
+//! stdin write at a time (a second while one waits: 409), written on a
+//! thread of its own, so a command that never reads holds no thread the
+//! file calls need. The endpoints (all under `/v1`; `{p}` is a workspace
 //! path as unpadded URL-safe base64 in `?path=`):
 //!
 //! | method and path | what |
@@ -15,7 +21,7 @@
 //! | `POST /sandboxes/{id}/exec` | start a command; the answer streams frames |
 //! | `GET /sandboxes/{id}/commands` | live commands |
 //! | `POST /sandboxes/{id}/commands/{n}/stop` · `/kill` | TERM · kill the tree → 204 |
-//! | `POST /sandboxes/{id}/commands/{n}/stdin` | write the body → `{"written": N}` |
+//! | `POST /sandboxes/{id}/commands/{n}/stdin` | write the body → `{"written": N}` (409 while another waits) |
 //! | `DELETE /sandboxes/{id}/commands/{n}/stdin` | close stdin → 204 |
 //! | `GET /sandboxes/{id}/fs/metadata?path=` | metadata |
 //! | `GET /sandboxes/{id}/fs/file?path=` | content (streamed), metadata in a header |
@@ -28,6 +34,10 @@
 //!
 //! A command's answer ends with its exit frame; closing it earlier kills
 //! the command's tree.
+//!
+//! [`serve`] and `cubby serve` run the same accept loop ([`serve_http1`],
+//! `crate::net`'s): a header read timeout, caps on connections in all and
+//! per peer, and a graceful end.
 //!
 //! # Binding (a warm pool's pods)
 //!
@@ -42,21 +52,27 @@
 //! shared key could otherwise leave a sandbox, a command or a stream behind
 //! that outlives the bind and watches the claim's work.
 
+use std::collections::HashSet;
 use std::convert::Infallible;
 use std::io::Read;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use http_body_util::combinators::UnsyncBoxBody;
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::{BodyExt, Full};
 use hyper::body::{Body, Frame};
 use hyper::{Method, Request, Response, StatusCode};
 
 use super::{Host, Running};
 use crate::error::{Error, ErrorKind, Result};
 use crate::remote::wire;
+
+pub use crate::net::{
+    BodyBudget, BodyReservation, CONNECTION_FD_SHARE, ConnectionLimits, HEADER_READ_TIMEOUT,
+    MAX_BODY_BUDGET_BYTES, MAX_CONNECTIONS, MAX_CONNECTIONS_PER_PEER, serve_http1,
+};
 
 /// Largest request body (a file written, stdin, a tool's arguments).
 pub const MAX_BODY_BYTES: usize = 64 * 1024 * 1024;
@@ -96,6 +112,11 @@ pub const BOUND_TOKEN_RANDOM_BYTES: usize = 32;
 pub struct HostApi {
     host: Arc<Host>,
     auth: Arc<std::sync::Mutex<Auth>>,
+    /// The bytes of request bodies held at once (shared with `/mcp` on
+    /// the same server).
+    budget: BodyBudget,
+    /// Commands with a stdin write waiting (sandbox id, command number).
+    stdin_pending: Arc<Mutex<HashSet<(String, u64)>>>,
 }
 
 /// The token in force and whether it may still be exchanged.
@@ -135,7 +156,16 @@ impl HostApi {
                 bindable: false,
                 bound: false,
             })),
+            budget: BodyBudget::default(),
+            stdin_pending: Arc::default(),
         })
+    }
+
+    /// The budget of request body bytes this API counts its bodies in
+    /// ([`MAX_BODY_BUDGET_BYTES`]); a server serving other routes beside it
+    /// counts theirs in the same.
+    pub fn body_budget(&self) -> &BodyBudget {
+        &self.budget
     }
 
     /// Makes this API (and its clones) answer `POST /v1/bind` once (see
@@ -281,31 +311,138 @@ async fn blocking<T: Send + 'static>(
         .unwrap_or_else(|e| Err(Error::internal(format!("a host task failed: {e}"))))
 }
 
-/// Reads a request body whole, up to [`MAX_BODY_BYTES`].
-async fn read_body<B>(body: B) -> Result<Bytes>
+/// Runs blocking work that may wait long (a stdin write) on a thread of
+/// its own, not tokio's blocking pool, where it would hold up the file
+/// calls of every sandbox.
+async fn on_own_thread<T: Send + 'static>(
+    name: &str,
+    work: impl FnOnce() -> Result<T> + Send + 'static,
+) -> Result<T> {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    std::thread::Builder::new()
+        .name(name.into())
+        .spawn(move || {
+            let _ = tx.send(work());
+        })
+        .map_err(|e| Error::internal(format!("cannot start a thread: {e}")))?;
+    rx.await
+        .unwrap_or_else(|_| Err(Error::internal("a host thread failed")))
+}
+
+/// A body over `limit` bytes (`what` names the limit).
+fn too_large(size: impl std::fmt::Display, limit: usize, what: &str) -> Error {
+    Error::new(
+        ErrorKind::TooLarge,
+        format!(
+            "the request body is {size} bytes, over {what} of {limit} bytes; send less at once"
+        ),
+    )
+}
+
+/// Reads a request body whole: refused before any byte is read when its
+/// declared length (`Content-Length`) is over `limit` (413) or does not fit
+/// in `budget` now (429); counted in `budget` as it arrives, until the
+/// returned reservation is dropped (after the request's work). `what`
+/// names the limit in messages.
+async fn read_body<B>(
+    body: B,
+    limit: usize,
+    what: &str,
+    budget: &BodyBudget,
+) -> Result<(Bytes, BodyReservation)>
 where
     B: Body<Data = Bytes> + Send + 'static,
     B::Error:
         std::fmt::Display + Send + Sync + 'static + Into<Box<dyn std::error::Error + Send + Sync>>,
 {
-    match Limited::new(body, MAX_BODY_BYTES).collect().await {
-        Ok(collected) => Ok(collected.to_bytes()),
-        Err(e) => {
-            if e.downcast_ref::<http_body_util::LengthLimitError>()
-                .is_some()
-            {
-                Err(Error::new(
-                    ErrorKind::TooLarge,
-                    format!("the request body is over {MAX_BODY_BYTES} bytes; send less at once"),
-                ))
-            } else {
-                Err(Error::new(
-                    ErrorKind::Network,
-                    format!("the request body broke off: {e}"),
-                ))
-            }
-        }
+    let declared = usize::try_from(body.size_hint().lower()).unwrap_or(usize::MAX);
+    if declared > limit {
+        return Err(too_large(declared, limit, what));
     }
+    let full = |wanted: usize| {
+        if wanted > budget.total() {
+            too_large(
+                format!("at least {wanted}"),
+                budget.total(),
+                "the server's budget of request bytes",
+            )
+        } else {
+            Error::new(
+                ErrorKind::Limit,
+                format!(
+                    "the server holds {} bytes of request bodies at once and is full; \
+                     retry in a moment",
+                    budget.total()
+                ),
+            )
+        }
+    };
+    let mut held = budget.reserve(declared).ok_or_else(|| full(declared))?;
+    let mut collected = BytesMut::with_capacity(declared);
+    let mut body = std::pin::pin!(body);
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|e| {
+            Error::new(
+                ErrorKind::Network,
+                format!("the request body broke off: {e}"),
+            )
+        })?;
+        let Ok(data) = frame.into_data() else {
+            continue;
+        };
+        let size = collected.len().saturating_add(data.len());
+        if size > limit {
+            return Err(too_large(format!("over {limit}"), limit, what));
+        }
+        if size > held.bytes() && !held.grow(size - held.bytes()) {
+            return Err(full(size));
+        }
+        collected.extend_from_slice(&data);
+    }
+    Ok((collected.freeze(), held))
+}
+
+/// The limit of a body that is not a file.
+const BODY_LIMIT: &str = "the limit of a request";
+
+/// A command's pending stdin write, until dropped.
+struct StdinSlot {
+    pending: Arc<Mutex<HashSet<(String, u64)>>>,
+    key: (String, u64),
+}
+
+impl StdinSlot {
+    /// The slot of command `n` of sandbox `id`, unless a write holds it.
+    fn take(pending: &Arc<Mutex<HashSet<(String, u64)>>>, id: &str, n: u64) -> Option<StdinSlot> {
+        let key = (id.to_string(), n);
+        crate::sync::lock(pending)
+            .insert(key.clone())
+            .then(|| StdinSlot {
+                pending: pending.clone(),
+                key,
+            })
+    }
+}
+
+impl Drop for StdinSlot {
+    fn drop(&mut self) {
+        crate::sync::lock(&self.pending).remove(&self.key);
+    }
+}
+
+/// The answer to a stdin write while another to the same command waits.
+fn stdin_busy(command: u64) -> Response<HostBody> {
+    json(
+        StatusCode::CONFLICT,
+        &wire::WireError {
+            kind: ErrorKind::Limit.as_str().into(),
+            message: format!(
+                "command {command} has a stdin write waiting already (up to {} s for the \
+                 command to read); send the next one after its answer",
+                super::STDIN_WAIT.as_secs()
+            ),
+        },
+    )
 }
 
 /// A query parameter's raw value.
@@ -366,6 +503,7 @@ where
     };
     let segments: Vec<&str> = rest.split('/').filter(|s| !s.is_empty()).collect();
     let host = api.host.clone();
+    let budget = &api.budget;
     let method = parts.method.clone();
     let unknown = || {
         Error::new(
@@ -379,7 +517,7 @@ where
     };
     match (parts.method.clone(), segments.as_slice()) {
         (Method::POST, ["sandboxes"]) => {
-            let body = read_body(body).await?;
+            let (body, _held) = read_body(body, MAX_BODY_BYTES, BODY_LIMIT, budget).await?;
             let request: wire::CreateRequest = if body.iter().all(u8::is_ascii_whitespace) {
                 wire::CreateRequest::default()
             } else {
@@ -397,7 +535,7 @@ where
             Ok(no_content())
         }
         (Method::POST, ["sandboxes", id, "exec"]) => {
-            let body = read_body(body).await?;
+            let (body, _held) = read_body(body, MAX_BODY_BYTES, BODY_LIMIT, budget).await?;
             let request: wire::ExecRequest = serde_json::from_slice(&body)
                 .map_err(|e| Error::invalid_input(format!("the exec request is malformed: {e}")))?;
             let id = id.to_string();
@@ -418,8 +556,16 @@ where
         }
         (Method::POST, ["sandboxes", id, "commands", n, "stdin"]) => {
             let (id, n) = (id.to_string(), command_no(n)?);
-            let input = read_body(body).await?;
-            let written = blocking(move || host.write_stdin(&id, n, &input)).await?;
+            let Some(slot) = StdinSlot::take(&api.stdin_pending, &id, n) else {
+                return Ok(stdin_busy(n));
+            };
+            let (input, held) = read_body(body, MAX_BODY_BYTES, BODY_LIMIT, budget).await?;
+            let written = on_own_thread("cubby-host-stdin", move || {
+                let written = host.write_stdin(&id, n, &input);
+                drop((slot, held));
+                written
+            })
+            .await?;
             Ok(json(
                 StatusCode::OK,
                 &serde_json::json!({ "written": written }),
@@ -442,8 +588,20 @@ where
         }
         (Method::PUT, ["sandboxes", id, "fs", "file"]) => {
             let (id, p) = (id.to_string(), path_param(q)?);
-            let content = read_body(body).await?;
-            blocking(move || host.write(&id, &p, &content)).await?;
+            let limit = usize::try_from(host.write_limit(&id)?).unwrap_or(usize::MAX);
+            let (content, held) = read_body(
+                body,
+                limit,
+                "this host's limit of a file (limits.write_file.max_bytes)",
+                budget,
+            )
+            .await?;
+            blocking(move || {
+                let written = host.write(&id, &p, &content);
+                drop(held);
+                written
+            })
+            .await?;
             Ok(no_content())
         }
         (Method::GET, ["sandboxes", id, "fs", "dir"]) => {
@@ -479,7 +637,7 @@ where
         }
         (Method::POST, ["sandboxes", id, "tools", name]) => {
             let (id, name) = (id.to_string(), name.to_string());
-            let body = read_body(body).await?;
+            let (body, _held) = read_body(body, MAX_BODY_BYTES, BODY_LIMIT, budget).await?;
             let args: serde_json::Value = if body.is_empty() {
                 serde_json::json!({})
             } else {
@@ -643,12 +801,28 @@ impl Drop for Served {
 static RUNTIME: crate::net::RuntimeSlot = std::sync::OnceLock::new();
 
 /// Serves `api` on `listener` (HTTP/1.1) on a runtime of the process until
-/// the returned [`Served`] is dropped.
+/// the returned [`Served`] is dropped, within the standard
+/// [`ConnectionLimits::for_this_process`].
 ///
 /// # Errors
 ///
 /// `internal` when the runtime or the listener cannot be set up.
 pub fn serve(listener: std::net::TcpListener, api: HostApi) -> Result<Served> {
+    serve_within(listener, api, ConnectionLimits::for_this_process())
+}
+
+/// [`serve`] within `limits` (the connection caps and the header timeout).
+/// When the [`Served`] is dropped, the server stops accepting and each
+/// connection finishes the request it is answering.
+///
+/// # Errors
+///
+/// `internal` when the runtime or the listener cannot be set up.
+pub fn serve_within(
+    listener: std::net::TcpListener,
+    api: HostApi,
+    limits: ConnectionLimits,
+) -> Result<Served> {
     let rt = crate::net::service_runtime(&RUNTIME, 2, "cubby-host", "the sandbox host")?;
     let addr = listener
         .local_addr()
@@ -656,33 +830,25 @@ pub fn serve(listener: std::net::TcpListener, api: HostApi) -> Result<Served> {
     listener
         .set_nonblocking(true)
         .map_err(|e| Error::internal(format!("cannot set up the listener: {e}")))?;
-    let (stop, alive) = tokio::sync::watch::channel(());
+    let (stop, mut alive) = tokio::sync::watch::channel(());
     let served_api = api.clone();
     let listener = {
         let _guard = rt.enter();
         tokio::net::TcpListener::from_std(listener)
             .map_err(|e| Error::internal(format!("cannot set up the listener: {e}")))?
     };
-    rt.spawn(crate::net::until_closed(alive.clone(), async move {
-        loop {
-            let Ok((stream, _)) = listener.accept().await else {
-                continue;
-            };
-            tune_accepted(&stream);
-            let api = served_api.clone();
-            let alive = alive.clone();
-            tokio::spawn(crate::net::until_closed(alive, async move {
-                let service =
-                    hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
-                        let api = api.clone();
-                        async move { Ok::<_, Infallible>(handle(api, req).await) }
-                    });
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
-                    .await;
-            }));
-        }
-    }));
+    let service = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
+        let api = served_api.clone();
+        async move { Ok::<_, Infallible>(handle(api, req).await) }
+    });
+    rt.spawn(serve_http1(
+        listener,
+        limits,
+        |_, _| true,
+        tune_accepted,
+        service,
+        async move { while alive.changed().await.is_ok() {} },
+    ));
     Ok(Served {
         addr,
         stop: Some(stop),
@@ -693,6 +859,95 @@ pub fn serve(listener: std::net::TcpListener, api: HostApi) -> Result<Served> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A body of chunks, its length not told (as a chunked request's).
+    struct Chunks(std::collections::VecDeque<Bytes>);
+
+    impl Body for Chunks {
+        type Data = Bytes;
+        type Error = std::io::Error;
+
+        fn poll_frame(
+            mut self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+        ) -> Poll<Option<std::result::Result<Frame<Bytes>, std::io::Error>>> {
+            Poll::Ready(self.0.pop_front().map(|chunk| Ok(Frame::data(chunk))))
+        }
+    }
+
+    fn chunks(n: usize, size: usize) -> Chunks {
+        Chunks((0..n).map(|_| Bytes::from(vec![b'x'; size])).collect())
+    }
+
+    /// A body that declares its length and must not be read.
+    struct Declared(u64);
+
+    impl Body for Declared {
+        type Data = Bytes;
+        type Error = std::io::Error;
+
+        fn poll_frame(
+            self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+        ) -> Poll<Option<std::result::Result<Frame<Bytes>, std::io::Error>>> {
+            panic!("a body refused by its declared length was read")
+        }
+
+        fn size_hint(&self) -> hyper::body::SizeHint {
+            hyper::body::SizeHint::with_exact(self.0)
+        }
+    }
+
+    fn run<T>(fut: impl std::future::Future<Output = T>) -> T {
+        tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap()
+            .block_on(fut)
+    }
+
+    #[test]
+    fn bodies_are_read_within_their_limit_and_the_budget() {
+        let budget = BodyBudget::new(100);
+        // Within both: held in the budget until the reservation goes.
+        let (bytes, held) = run(read_body(chunks(3, 10), 100, BODY_LIMIT, &budget)).unwrap();
+        assert_eq!(bytes.len(), 30);
+        assert_eq!(budget.available(), 70);
+        drop(held);
+        assert_eq!(budget.available(), 100);
+        // A length told over the limit: refused unread.
+        let e = run(read_body(Declared(101), 100, "the file limit", &budget)).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::TooLarge);
+        assert!(e.to_string().contains("the file limit of 100 bytes"), "{e}");
+        // A length told that does not fit in the budget now: refused unread.
+        let other = budget.reserve(50).unwrap();
+        let e = run(read_body(Declared(60), 100, BODY_LIMIT, &budget)).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Limit);
+        assert!(e.to_string().contains("retry in a moment"), "{e}");
+        // Untold lengths are counted as they come: over the limit, over the
+        // budget; what they held is free again.
+        let e = run(read_body(chunks(3, 10), 25, BODY_LIMIT, &budget)).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::TooLarge);
+        let e = run(read_body(chunks(6, 10), 100, BODY_LIMIT, &budget)).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Limit);
+        assert_eq!(budget.available(), 50);
+        drop(other);
+        // Larger than the whole budget: too large, not "retry".
+        let e = run(read_body(Declared(101), 200, BODY_LIMIT, &budget)).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::TooLarge);
+    }
+
+    #[test]
+    fn one_stdin_write_waits_per_command() {
+        let pending = Arc::default();
+        let first = StdinSlot::take(&pending, "a", 1).unwrap();
+        assert!(StdinSlot::take(&pending, "a", 1).is_none());
+        let other = StdinSlot::take(&pending, "a", 2).unwrap();
+        let elsewhere = StdinSlot::take(&pending, "b", 1).unwrap();
+        drop(first);
+        assert!(StdinSlot::take(&pending, "a", 1).is_some());
+        drop((other, elsewhere));
+        assert!(crate::sync::lock(&pending).is_empty());
+    }
 
     #[test]
     fn tokens_compare_in_constant_time_and_never_empty() {

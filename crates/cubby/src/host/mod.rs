@@ -661,8 +661,7 @@ impl Host {
     /// [`crate::FileSystem::write_atomic`].
     pub fn write(&self, id: &str, path: &WorkspacePath, content: &[u8]) -> Result<()> {
         let hosted = self.writable(id, path)?;
-        let limits = hosted.toolset.policy().limits();
-        let max = limits.write_file.max_bytes.max(limits.edit_file.max_bytes);
+        let max = Host::file_limit(&hosted);
         if content.len() as u64 > max {
             return Err(Error::new(
                 ErrorKind::TooLarge,
@@ -674,6 +673,22 @@ impl Host {
             ));
         }
         hosted.sandbox.fs().write_atomic(path, content)
+    }
+
+    /// The largest file [`Host::write`] takes in sandbox `id`, in bytes.
+    ///
+    /// # Errors
+    ///
+    /// `not_found`.
+    pub fn write_limit(&self, id: &str) -> Result<u64> {
+        Ok(Host::file_limit(&*self.get(id)?))
+    }
+
+    /// The larger of a sandbox's `write_file` and `edit_file` limits (the
+    /// near side's `edit_file` writes a whole file).
+    fn file_limit(hosted: &Hosted) -> u64 {
+        let limits = hosted.toolset.policy().limits();
+        limits.write_file.max_bytes.max(limits.edit_file.max_bytes)
     }
 
     /// Makes a directory (and its parents) in sandbox `id`.

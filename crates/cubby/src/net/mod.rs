@@ -11,11 +11,14 @@
 //!   denied domains, refused address ranges, `allowed_cidrs`).
 //! - `proxy.rs`: the egress proxy and its secret injection.
 //! - `gateway/`: the scoped gateway (`[gateway.<name>]`, SPEC §5.5).
+//! - `server.rs`: the accept loop of cubby's own HTTP servers (`serve`'s
+//!   `/mcp` and `/v1`): header timeout, connection caps, body budget.
 
 mod address;
 pub(crate) mod gateway;
 mod proxy;
 mod rules;
+mod server;
 
 use std::net::{IpAddr, ToSocketAddrs};
 use std::sync::Arc;
@@ -32,6 +35,10 @@ pub(crate) use gateway::{GatewayServers, check_gateway};
 pub(crate) use proxy::{Egress, EgressProxy, check_injection};
 pub use proxy::{EgressOptions, Injection, MAX_EGRESS_CONNECTIONS};
 pub(crate) use rules::NetRules;
+pub use server::{
+    BodyBudget, BodyReservation, CONNECTION_FD_SHARE, ConnectionLimits, HEADER_READ_TIMEOUT,
+    MAX_BODY_BUDGET_BYTES, MAX_CONNECTIONS, MAX_CONNECTIONS_PER_PEER, serve_http1,
+};
 
 /// The slot of a service's runtime: made at its first use, kept by the
 /// process (or why it could not start).

@@ -66,6 +66,11 @@ pub const LOST_REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
 /// Longest time of one ordinary request (not a command's stream nor a
 /// file's content, which are bounded by [`READ_TIMEOUT`] between reads).
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
+/// Longest a connection to the far cubby waits idle for reuse: below the
+/// far server's [`crate::net::HEADER_READ_TIMEOUT`], after which it closes
+/// an idle connection (a request sent just as it does would fail).
+pub const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(5);
+const _: () = assert!(POOL_IDLE_TIMEOUT.as_millis() < crate::net::HEADER_READ_TIMEOUT.as_millis());
 /// Largest error body read from the far cubby.
 pub const MAX_ERROR_BODY_BYTES: usize = 64 * 1024;
 /// Largest JSON answer read from the far cubby (a directory listing).
@@ -328,6 +333,7 @@ impl RemoteSandbox {
             .connect_timeout(CONNECT_TIMEOUT)
             .read_timeout(READ_TIMEOUT)
             .tcp_user_timeout(READ_TIMEOUT)
+            .pool_idle_timeout(POOL_IDLE_TIMEOUT)
             .build()
             .map_err(|e| {
                 Error::internal(format!(
