@@ -10,6 +10,7 @@
 //! | method and path | what |
 //! |---|---|
 //! | `POST /sandboxes` | create (`{}` or `{"root": DIR}`) → 201 `Created` |
+//! | `POST /sandboxes` with a tar body ([`is_tar`]) | create, the workspace unpacked from it ([`super::unpack`]) → 201 |
 //! | `GET /sandboxes` | the ids |
 //! | `DELETE /sandboxes/{id}` | destroy → 204 |
 //! | `POST /sandboxes/{id}/exec` | start a command; the answer streams frames |
@@ -307,6 +308,23 @@ where
     }
 }
 
+/// Whether a create's body is a tar (`application/x-tar`, `application/tar`)
+/// or a gzipped one (`application/gzip`, `application/x-gzip`; a tar type
+/// whose body starts with gzip's magic is unpacked as gzip too), rather
+/// than the JSON [`wire::CreateRequest`].
+pub fn is_tar(headers: &hyper::HeaderMap) -> bool {
+    let Some(value) = headers
+        .get(hyper::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+    else {
+        return false;
+    };
+    let essence = value.split(';').next().unwrap_or("").trim();
+    wire::TAR_TYPES
+        .iter()
+        .any(|t| essence.eq_ignore_ascii_case(t))
+}
+
 /// A query parameter's raw value.
 fn query<'a>(req_query: Option<&'a str>, name: &str) -> Option<&'a str> {
     req_query?
@@ -378,7 +396,12 @@ where
     };
     match (parts.method.clone(), segments.as_slice()) {
         (Method::POST, ["sandboxes"]) => {
+            let tar = is_tar(&parts.headers);
             let body = read_body(body).await?;
+            if tar {
+                let created = blocking(move || host.create_from_tar(&body)).await?;
+                return Ok(json(StatusCode::CREATED, &created));
+            }
             let request: wire::CreateRequest = if body.iter().all(u8::is_ascii_whitespace) {
                 wire::CreateRequest::default()
             } else {

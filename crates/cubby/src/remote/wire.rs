@@ -71,6 +71,16 @@ pub struct CreateRequest {
     pub root: Option<String>,
 }
 
+/// Content types of a `POST /v1/sandboxes` body that is a tar to unpack
+/// into the new workspace (the first: what the `remote` provider sends,
+/// gzipped; the server tells gzip by its magic bytes).
+pub const TAR_TYPES: [&str; 4] = [
+    "application/gzip",
+    "application/x-gzip",
+    "application/x-tar",
+    "application/tar",
+];
+
 /// The answer to `POST /v1/sandboxes`.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Created {
