@@ -1223,3 +1223,55 @@ fn a_tar_that_breaks_a_rule_makes_no_workspace() {
     let (status, body) = http_bytes(&far, "/v1/sandboxes", "application/gzip", &ok);
     assert_eq!(status, 201, "{body}");
 }
+
+/// Issue 18: `[remote] upload = "DIR"` (relative to the near workspace's
+/// root) starts the far workspace with that directory's tree, through
+/// `cubby call`.
+#[test]
+fn the_remote_config_uploads_a_directory_at_create() {
+    let far = Far::start(&[], "127.0.0.1", &["--provider", "linux"]);
+    let near = tempfile::tempdir().unwrap();
+    let seed = near.path().join("seed");
+    std::fs::create_dir_all(seed.join("sub")).unwrap();
+    std::fs::write(seed.join("sub/a.txt"), "seeded by the config\n").unwrap();
+    let token_file = near.path().join("token");
+    std::fs::write(&token_file, &far.token).unwrap();
+    let config = near.path().join("near.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[remote]\nurl = \"{}\"\ntoken_file = \"{}\"\nupload = \"seed\"\n",
+            far.url(),
+            token_file.display()
+        ),
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_cubby"))
+        .args([
+            "call",
+            "run",
+            &json!({"command": "cat sub/a.txt; ls"}).to_string(),
+            "--provider",
+            "remote",
+            "--config",
+        ])
+        .arg(&config)
+        .arg("--root")
+        .arg(near.path())
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("seeded by the config"), "{stdout}");
+    // The tree of `seed`, not the near root: no `seed/` nor the token.
+    assert!(
+        !stdout.contains("token") && !stdout.contains("seed\n"),
+        "{stdout}"
+    );
+}

@@ -14,13 +14,20 @@
 //!   with `O_NOFOLLOW` from the root's descriptor, so an entry through a
 //!   link the tar made earlier (`a -> /etc`, then `a/x`) is refused
 //!   (`denied`), and nothing is ever written outside the root.
-//! - **Links**: a symbolic link's target must be relative and stay inside
-//!   the workspace read lexically from the link's directory (`denied`
-//!   otherwise). (A command in the sandbox can make any link it likes, so
-//!   the file tools and the sandbox confine every resolution anyway; this
-//!   keeps the caller's tree from starting out pointing outside.) A hard
-//!   link must name an entry already unpacked, reached without following
-//!   links; it is made with `linkat` without `AT_SYMLINK_FOLLOW`.
+//! - **Links**: a symbolic link's target must be relative, its `..`
+//!   components all leading (`../../lib/x`, not `a/../x`), and climb no
+//!   higher than the link's own directory is deep (`denied` otherwise).
+//!   The link's directory is a real one (nothing is unpacked through a
+//!   link), so the climb is real, and the names after it lead down through
+//!   entries whose own links obey the same rule: every link of the tree
+//!   resolves inside it (a `..` after a name could climb out of where a link
+//!   on the way led). (A command in the sandbox can make any link it
+//!   likes, so the file tools and the sandbox confine every resolution
+//!   anyway; this keeps the caller's tree from starting out pointing
+//!   outside.) A hard link must name an entry already unpacked, reached
+//!   without following links, that is a regular file (a hard link to a
+//!   symbolic link would move it, target and all, to another directory);
+//!   it is made with `linkat` without `AT_SYMLINK_FOLLOW`.
 //! - **Kinds**: regular files, directories, symbolic and hard links only;
 //!   devices, FIFOs, sparse files and anything else are refused
 //!   (`invalid_input`). Owners, extended attributes and directory times
@@ -284,6 +291,30 @@ fn unpack_from(
                     )));
                 };
                 let target_parent = walk(root, target_parents, &target, false)?;
+                // Only a regular file: a hard link to a symbolic link would
+                // move it, and its target with it, to another directory.
+                match rustix::fs::statat(&target_parent, *target_last, AtFlags::SYMLINK_NOFOLLOW) {
+                    Ok(st)
+                        if rustix::fs::FileType::from_raw_mode(st.st_mode)
+                            == rustix::fs::FileType::RegularFile => {}
+                    Ok(_) => {
+                        return Err(Error::denied(format!(
+                            "tar entry `{}` is a hard link to `{}`, which is not a regular \
+                             file; hard links in the tar must name files",
+                            shown(&raw),
+                            shown(&target)
+                        )));
+                    }
+                    Err(Errno::NOENT) => {
+                        return Err(Error::invalid_input(format!(
+                            "tar entry `{}` is a hard link to `{}`, which the tar does not hold \
+                             before it",
+                            shown(&raw),
+                            shown(&target)
+                        )));
+                    }
+                    Err(e) => return Err(fs_error(&raw, "reach the target of", e)),
+                }
                 replace_non_dir(&parent, last, &raw)?;
                 rustix::fs::linkat(
                     &target_parent,
@@ -526,11 +557,21 @@ fn check_link_target(target: &[u8], parents: &[&[u8]], raw: &[u8], caps: &Caps) 
         return Err(escapes());
     }
     let mut depth = parents.len();
+    let mut named = false;
     for name in target.split(|b| *b == b'/') {
         match name {
             b"" | b"." => {}
+            b".." if named => {
+                return Err(Error::denied(format!(
+                    "tar entry `{}` is a link to `{}`, with a `..` after a name; a link's `..` \
+                     must all come first (`../../x`), so that it cannot climb out through \
+                     another link",
+                    shown(raw),
+                    shown(target)
+                )));
+            }
             b".." => depth = depth.checked_sub(1).ok_or_else(escapes)?,
-            _ => depth += 1,
+            _ => named = true,
         }
     }
     Ok(())
@@ -667,6 +708,23 @@ mod tests {
             (
                 "link abs",
                 tar_of(&[("l", T::Symlink, "/etc", 0o777)]),
+                ErrorKind::Denied,
+            ),
+            (
+                "hard link to a link",
+                tar_of(&[
+                    ("a/b/l1", T::Symlink, "../..", 0o777),
+                    ("h", T::Link, "a/b/l1", 0o777),
+                ]),
+                ErrorKind::Denied,
+            ),
+            (
+                // Lexically `a/b`, but `l1` is the root: `l2` would be its parent.
+                "link chain",
+                tar_of(&[
+                    ("a/b/l1", T::Symlink, "../..", 0o777),
+                    ("l2", T::Symlink, "a/b/l1/..", 0o777),
+                ]),
                 ErrorKind::Denied,
             ),
             (
