@@ -994,8 +994,11 @@ fn a_workspace_from_a_tar_the_caller_sends() {
     use tar::EntryType as T;
     let far = Far::start(&[], "127.0.0.1", &["--provider", "linux"]);
     let good = format!("Bearer {}", far.token);
+    // Over the 2 MB a web framework's extractors take by default.
+    let big: Vec<u8> = (0..3 * 1024 * 1024).map(|i| (i % 251) as u8).collect();
     let archive = raw_tar(&[
         ("./", T::Directory, b"", 0o755),
+        ("big.bin", T::Regular, &big, 0o644),
         ("src/", T::Directory, b"", 0o755),
         ("src/main.rs", T::Regular, b"fn main() {}\n", 0o644),
         (
@@ -1025,9 +1028,10 @@ fn a_workspace_from_a_tar_the_caller_sends() {
     let out = exec_output(
         &far,
         &id,
-        "cat link; stat -c '%a %n' bin/run.sh empty; ./bin/run.sh",
+        "cat link; stat -c '%a %n' bin/run.sh empty; ./bin/run.sh; wc -c < big.bin",
     );
     for expected in [
+        "3145728",
         "fn main() {}",
         "755 bin/run.sh",
         "750 empty",
