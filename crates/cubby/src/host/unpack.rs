@@ -44,6 +44,10 @@
 //!   content is read) or more than [`Caps::max_entries`] entries is
 //!   `too_large`.
 //! - A truncated or malformed archive is `invalid_input` naming what broke.
+//!   GNU long names and pax `path`/`linkpath` are honoured, each such
+//!   header read up to [`MAX_EXTENSION_BYTES`] (the crate's own handling
+//!   reads one whole into memory, whatever its size); pax global headers
+//!   and other pax records (a pax `size` among them) are ignored.
 //!
 //! A gzip-compressed tar is recognised by its magic bytes.
 
@@ -68,6 +72,8 @@ pub const MAX_ENTRIES: usize = 100_000;
 pub const MAX_DEPTH: usize = 64;
 /// Default cap on the bytes of an entry's path (and a link's target).
 pub const MAX_PATH_BYTES: usize = crate::path::MAX_PATH_BYTES;
+/// Largest GNU long-name or pax header entry read.
+pub const MAX_EXTENSION_BYTES: u64 = 64 * 1024;
 /// Mode of the directories made on an entry's way (none of its own).
 const IMPLICIT_DIR_MODE: u32 = 0o755;
 /// Permission bits kept from an entry's mode.
@@ -176,7 +182,13 @@ fn unpack_from(
 ) -> Result<Unpacked> {
     let mut archive = tar::Archive::new(reader);
     let mut done = Unpacked::default();
-    for entry in archive.entries().map_err(|e| malformed(&e))? {
+    // Raw: the crate's own handling reads a long name or a pax header
+    // whole into memory, however large its header says it is (a gzip bomb
+    // of one name); here each is read up to [`MAX_EXTENSION_BYTES`].
+    let mut long_name: Option<Vec<u8>> = None;
+    let mut long_link: Option<Vec<u8>> = None;
+    let mut pax: Option<Vec<u8>> = None;
+    for entry in archive.entries().map_err(|e| malformed(&e))?.raw(true) {
         let mut entry = entry.map_err(|e| malformed(&e))?;
         done.entries += 1;
         if done.entries > caps.max_entries {
@@ -186,10 +198,34 @@ fn unpack_from(
             )));
         }
         let kind = entry.header().entry_type();
-        if kind == tar::EntryType::XGlobalHeader {
+        let slot = match kind {
+            tar::EntryType::XGlobalHeader => continue,
+            tar::EntryType::GNULongName => Some(&mut long_name),
+            tar::EntryType::GNULongLink => Some(&mut long_link),
+            tar::EntryType::XHeader => Some(&mut pax),
+            _ => None,
+        };
+        if let Some(slot) = slot {
+            if slot.is_some() {
+                return Err(Error::invalid_input(
+                    "the tar is malformed: two long-name or pax headers for one entry; send a \
+                     tar made by a standard tool",
+                ));
+            }
+            *slot = Some(read_extension(&mut entry)?);
             continue;
         }
-        let raw = entry.path_bytes().into_owned();
+        let pax_data = pax.take();
+        let raw = long_name
+            .take()
+            .map(strip_nul)
+            .or_else(|| pax_value(pax_data.as_deref(), b"path"))
+            .unwrap_or_else(|| entry.header().path_bytes().into_owned());
+        let link = long_link
+            .take()
+            .map(strip_nul)
+            .or_else(|| pax_value(pax_data.as_deref(), b"linkpath"))
+            .or_else(|| entry.header().link_name_bytes().map(|c| c.into_owned()));
         let names = entry_names(&raw, caps)?;
         let is_dir = kind.is_dir();
         check_policy(policy, &names, &raw)?;
@@ -236,8 +272,16 @@ fn unpack_from(
                 )
                 .map_err(|e| fs_error(&raw, "create", e))?;
                 let mut file = std::fs::File::from(fd);
-                let written = std::io::copy(&mut (&mut entry).take(size), &mut file)
-                    .map_err(|e| malformed(&e))?;
+                let written =
+                    std::io::copy(&mut (&mut entry).take(size), &mut file).map_err(|e| match e
+                        .raw_os_error()
+                    {
+                        Some(libc::ENOSPC | libc::EDQUOT | libc::EFBIG) => too_large(format!(
+                            "no room to write tar entry `{}` in the new workspace: {e}",
+                            shown(&raw)
+                        )),
+                        _ => malformed(&e),
+                    })?;
                 if written != size {
                     return Err(Error::invalid_input(format!(
                         "the tar is truncated inside entry `{}`; send a complete tar",
@@ -274,14 +318,14 @@ fn unpack_from(
                     .map_err(|e| fs_error(&raw, "set the mode of", e))?;
             }
             tar::EntryType::Symlink => {
-                let target = link_target(&entry, &raw)?;
+                let target = link_target(link, &raw)?;
                 check_link_target(&target, parents, &raw, caps)?;
                 replace_non_dir(&parent, last, &raw)?;
                 rustix::fs::symlinkat(OsStr::from_bytes(&target), &parent, *last)
                     .map_err(|e| fs_error(&raw, "make the link", e))?;
             }
             tar::EntryType::Link => {
-                let target = link_target(&entry, &raw)?;
+                let target = link_target(link, &raw)?;
                 let target_names = entry_names(&target, caps)?;
                 let Some((target_last, target_parents)) = target_names.split_last() else {
                     return Err(Error::invalid_input(format!(
@@ -343,7 +387,52 @@ fn unpack_from(
             }
         }
     }
+    if long_name.is_some() || long_link.is_some() || pax.is_some() {
+        return Err(Error::invalid_input(
+            "the tar is malformed or truncated: it ends after a long-name or pax header; send \
+             a complete tar",
+        ));
+    }
     Ok(done)
+}
+
+/// The content of a long-name or pax header entry, at most
+/// [`MAX_EXTENSION_BYTES`].
+fn read_extension<R: Read>(entry: &mut tar::Entry<'_, R>) -> Result<Vec<u8>> {
+    let size = entry.header().size().map_err(|e| malformed(&e))?;
+    if size > MAX_EXTENSION_BYTES {
+        return Err(Error::invalid_input(format!(
+            "the tar has a long-name or pax header of {size} bytes, over this host's limit of \
+             {MAX_EXTENSION_BYTES}; send a tar with shorter names"
+        )));
+    }
+    let mut data = Vec::new();
+    entry
+        .take(MAX_EXTENSION_BYTES)
+        .read_to_end(&mut data)
+        .map_err(|e| malformed(&e))?;
+    if data.len() as u64 != size {
+        return Err(Error::invalid_input(
+            "the tar is truncated inside a long-name or pax header; send a complete tar",
+        ));
+    }
+    Ok(data)
+}
+
+/// A GNU long name without its terminating NUL.
+fn strip_nul(mut name: Vec<u8>) -> Vec<u8> {
+    if name.last() == Some(&0) {
+        name.pop();
+    }
+    name
+}
+
+/// The value of record `key` of pax header `data`.
+fn pax_value(data: Option<&[u8]>, key: &[u8]) -> Option<Vec<u8>> {
+    tar::PaxExtensions::new(data?)
+        .filter_map(std::result::Result::ok)
+        .find(|f| f.key_bytes() == key)
+        .map(|f| f.value_bytes().to_vec())
 }
 
 fn kind_name(kind: tar::EntryType) -> &'static str {
@@ -526,9 +615,9 @@ fn replace_non_dir(parent: &OwnedFd, name: &[u8], raw: &[u8]) -> Result<()> {
     }
 }
 
-fn link_target<R: Read>(entry: &tar::Entry<'_, R>, raw: &[u8]) -> Result<Vec<u8>> {
-    match entry.link_name_bytes() {
-        Some(target) if !target.is_empty() => Ok(target.into_owned()),
+fn link_target(link: Option<Vec<u8>>, raw: &[u8]) -> Result<Vec<u8>> {
+    match link {
+        Some(target) if !target.is_empty() => Ok(target),
         _ => Err(Error::invalid_input(format!(
             "tar entry `{}` is a link without a target; fix the tar",
             shown(raw)
@@ -667,6 +756,69 @@ mod tests {
             std::fs::metadata(ws.join("run.sh")).unwrap().mtime(),
             1_700_000_000
         );
+    }
+
+    #[test]
+    fn long_names_and_pax_paths_are_honoured_and_bounded() {
+        let long_dir = "d123456789/".repeat(12);
+        let long_file = format!("{long_dir}file.txt");
+        let mut builder = tar::Builder::new(Vec::new());
+        let mut header = tar::Header::new_gnu();
+        header.set_mode(0o644);
+        header.set_size(5);
+        builder
+            .append_data(&mut header, &long_file, &b"long\n"[..])
+            .unwrap();
+        let mut header = tar::Header::new_gnu();
+        header.set_entry_type(T::Symlink);
+        header.set_mode(0o777);
+        header.set_size(0);
+        builder
+            .append_link(&mut header, "l", format!("{long_dir}file.txt"))
+            .unwrap();
+        // A pax header naming the next entry, whose own name differs.
+        let record = "pax/named.txt";
+        let line_len = record.len() + " path=\n".len();
+        let line = format!("{} path={record}\n", line_len + 2);
+        let mut header = tar::Header::new_ustar();
+        header.set_entry_type(T::XHeader);
+        header.set_size(line.len() as u64);
+        header.set_path("PaxHeader").unwrap();
+        header.set_cksum();
+        builder.append(&header, line.as_bytes()).unwrap();
+        let mut header = tar::Header::new_ustar();
+        header.set_mode(0o644);
+        header.set_size(4);
+        header.set_path("ignored.txt").unwrap();
+        header.set_cksum();
+        builder.append(&header, &b"pax\n"[..]).unwrap();
+        let archive = builder.into_inner().unwrap();
+        let (dir, result) = run(&archive, &caps());
+        result.unwrap();
+        let ws = dir.path().join("ws");
+        assert_eq!(
+            std::fs::read_to_string(ws.join(&long_file)).unwrap(),
+            "long\n"
+        );
+        assert_eq!(std::fs::read_to_string(ws.join("l")).unwrap(), "long\n");
+        assert_eq!(
+            std::fs::read_to_string(ws.join("pax/named.txt")).unwrap(),
+            "pax\n"
+        );
+        assert!(!ws.join("ignored.txt").exists());
+
+        // A long name of 1 MiB (a gzip bomb's), refused before it is read.
+        let name = vec![b'a'; 1024 * 1024];
+        let mut header = tar::Header::new_gnu();
+        header.set_entry_type(T::GNULongName);
+        header.set_size(name.len() as u64);
+        header.as_old_mut().name[..13].copy_from_slice(b"././@LongLink");
+        header.set_cksum();
+        let mut builder = tar::Builder::new(Vec::new());
+        builder.append(&header, &name[..]).unwrap();
+        let err = run(&builder.into_inner().unwrap(), &caps()).1.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InvalidInput, "{err}");
+        assert!(err.message().contains("long-name or pax header"), "{err}");
     }
 
     #[test]
