@@ -72,6 +72,9 @@ pub const MAX_ENTRIES: usize = 100_000;
 pub const MAX_DEPTH: usize = 64;
 /// Default cap on the bytes of an entry's path (and a link's target).
 pub const MAX_PATH_BYTES: usize = crate::path::MAX_PATH_BYTES;
+// What the `remote` provider sends at create, the host reads.
+const _: () = assert!(crate::remote::wire::MAX_UPLOAD_BYTES <= super::http::MAX_BODY_BYTES);
+
 /// Largest GNU long-name or pax header entry read.
 pub const MAX_EXTENSION_BYTES: u64 = 64 * 1024;
 /// Mode of the directories made on an entry's way (none of its own).

@@ -265,9 +265,8 @@ async fn read_capped(
     Ok(body)
 }
 
-/// Largest upload a create carries (gzipped): what the far server reads
-/// of one request body.
-pub const MAX_UPLOAD_BYTES: usize = crate::host::http::MAX_BODY_BYTES;
+/// Largest upload a create carries (gzipped).
+pub use wire::MAX_UPLOAD_BYTES;
 
 /// A writer into memory that refuses to hold more than [`MAX_UPLOAD_BYTES`].
 struct CappedBuffer(Vec<u8>);

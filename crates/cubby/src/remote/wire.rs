@@ -81,6 +81,11 @@ pub const TAR_TYPES: [&str; 4] = [
     "application/tar",
 ];
 
+/// Largest tar body of a create the `remote` provider sends: what a far
+/// server reads of one request body (`host::http::MAX_BODY_BYTES`, checked
+/// at compile time in `host/unpack.rs`).
+pub const MAX_UPLOAD_BYTES: usize = 64 * 1024 * 1024;
+
 /// The answer to `POST /v1/sandboxes`.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Created {
