@@ -913,6 +913,24 @@ fn the_host_applies_its_own_policy_to_file_calls() {
         "",
     );
     assert_eq!(status, 404);
+    // The caller's tar is the workspace's start, not a change by the
+    // tools: a read-only host takes it (under the same path rules).
+    let archive = raw_tar(&[("seed.txt", tar::EntryType::Regular, b"seed\n", 0o644)]);
+    let (status, body) = http_bytes(&far, "/v1/sandboxes", "application/x-tar", &archive);
+    assert_eq!(status, 201, "{body}");
+    let created: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let id = created["id"].as_str().unwrap();
+    let (status, body) = http(
+        &far.addr,
+        "GET",
+        &fs_path(id, "file", "seed.txt"),
+        Some(&good),
+        "",
+    );
+    assert!(status == 200 && body.contains("seed\n"), "{status} {body}");
+    let archive = raw_tar(&[(".git/config", tar::EntryType::Regular, b"x", 0o644)]);
+    let (status, body) = http_bytes(&far, "/v1/sandboxes", "application/x-tar", &archive);
+    assert_eq!(status, 403, "{body}");
 }
 
 /// One raw HTTP/1.1 request with a binary body of `content_type`:
@@ -1075,6 +1093,21 @@ fn a_workspace_from_a_tar_the_caller_sends() {
     );
     let out = t.call("changes", json!({}));
     assert!(out.text.contains("No changes"), "{}", out.text);
+
+    // An upload holding a link out of its tree is refused by the far side,
+    // and says why.
+    std::os::unix::fs::symlink("/etc", near.path().join("etc")).unwrap();
+    let refused = RemoteSandbox::open(&RemoteOptions {
+        url: far.url(),
+        token: far.token.clone(),
+        root: None,
+        upload: Some(near.path().to_path_buf()),
+    });
+    let message = refused.err().unwrap().to_string();
+    assert!(
+        message.starts_with("ERROR denied:") && message.contains("outside the workspace"),
+        "{message}"
+    );
 }
 
 /// Issue 18: every tar that breaks an unpacking rule fails the create
