@@ -74,6 +74,7 @@ fn a_gibibyte_of_output_through_remote_keeps_both_sides_bounded() {
             url: format!("http://{addr}"),
             token: token.clone(),
             root: None,
+            upload: None,
         })
         .unwrap();
         let t = cubby::Toolset::builder(std::sync::Arc::new(sandbox))

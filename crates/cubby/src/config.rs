@@ -1036,6 +1036,11 @@ pub struct RemoteConfig {
     /// far cubby must allow it, `serve --host-adopt`); default: a new one.
     #[serde(default)]
     pub root: Option<String>,
+    /// A directory on this side (absolute, `~/`, or relative to the
+    /// workspace root) whose tree the new far workspace starts with, sent
+    /// as a tar at create; default: none (an empty workspace).
+    #[serde(default)]
+    pub upload: Option<String>,
 }
 
 impl Config {

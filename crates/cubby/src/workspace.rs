@@ -358,10 +358,27 @@ impl Workspace {
             ));
         };
         let token = self.secret_file("[remote] token_file", &remote.token_file)?;
+        let upload = match remote.upload.as_deref() {
+            Some(dir) => Some(match dir.strip_prefix("~/") {
+                Some(rest) => self
+                    .host
+                    .var_os("HOME")
+                    .map(|home| PathBuf::from(home).join(rest))
+                    .ok_or_else(|| {
+                        Error::invalid_input(
+                            "[remote] upload starts with `~/` and HOME is not set; give an \
+                             absolute path",
+                        )
+                    })?,
+                None => self.root.join(dir),
+            }),
+            None => None,
+        };
         RemoteSandbox::open(&RemoteOptions {
             url: remote.url.clone(),
             token,
             root: remote.root.as_ref().map(PathBuf::from),
+            upload,
         })
     }
 

@@ -16,6 +16,7 @@
 //! | method and path | what |
 //! |---|---|
 //! | `POST /sandboxes` | create (`{}` or `{"root": DIR}`) → 201 `Created` |
+//! | `POST /sandboxes` with a tar body ([`is_tar`]) | create, the workspace unpacked from it ([`super::unpack`]) → 201 |
 //! | `GET /sandboxes` | the ids |
 //! | `DELETE /sandboxes/{id}` | destroy → 204 |
 //! | `POST /sandboxes/{id}/exec` | start a command; the answer streams frames |
@@ -445,6 +446,23 @@ fn stdin_busy(command: u64) -> Response<HostBody> {
     )
 }
 
+/// Whether a create's body is a tar (`application/x-tar`, `application/tar`)
+/// or a gzipped one (`application/gzip`, `application/x-gzip`; a tar type
+/// whose body starts with gzip's magic is unpacked as gzip too), rather
+/// than the JSON [`wire::CreateRequest`].
+pub fn is_tar(headers: &hyper::HeaderMap) -> bool {
+    let Some(value) = headers
+        .get(hyper::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+    else {
+        return false;
+    };
+    let essence = value.split(';').next().unwrap_or("").trim();
+    wire::TAR_TYPES
+        .iter()
+        .any(|t| essence.eq_ignore_ascii_case(t))
+}
+
 /// A query parameter's raw value.
 fn query<'a>(req_query: Option<&'a str>, name: &str) -> Option<&'a str> {
     req_query?
@@ -517,7 +535,12 @@ where
     };
     match (parts.method.clone(), segments.as_slice()) {
         (Method::POST, ["sandboxes"]) => {
+            let tar = is_tar(&parts.headers);
             let (body, _held) = read_body(body, MAX_BODY_BYTES, BODY_LIMIT, budget).await?;
+            if tar {
+                let created = blocking(move || host.create_from_tar(&body)).await?;
+                return Ok(json(StatusCode::CREATED, &created));
+            }
             let request: wire::CreateRequest = if body.iter().all(u8::is_ascii_whitespace) {
                 wire::CreateRequest::default()
             } else {

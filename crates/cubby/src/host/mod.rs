@@ -6,7 +6,8 @@
 //! A [`Host`] holds the sandboxes by id. Each is opened from the host's one
 //! config (provider, policy and limits are the server's, never the
 //! caller's) over a directory of its own under [`HostOptions::dir`] (or an
-//! existing one under [`HostOptions::adopt`], when the operator allows it),
+//! existing one under [`HostOptions::adopt`], when the operator allows it;
+//! or a new one the caller's tar is unpacked into, [`unpack`]),
 //! with a toolset of the server's policy whose `changes` baseline is the
 //! workspace at creation. An idle sandbox holds no thread and no process:
 //! its provider starts lazily, and a command's reader thread lives as long
@@ -20,6 +21,7 @@
 //! is reaped), ends its toolset's run and removes the directory it made.
 
 pub mod http;
+pub mod unpack;
 
 use std::collections::HashMap;
 use std::io::{Read, Write};
@@ -297,13 +299,42 @@ impl Host {
         Ok(resolved)
     }
 
-    /// Creates a sandbox: a new empty workspace, or the adopted `root`.
+    /// Creates a sandbox: a new empty workspace, or the adopted `root`
+    /// (see also [`Host::create_from_tar`]).
     ///
     /// # Errors
     ///
     /// `limit` at [`HostOptions::max_sandboxes`]; `denied` for a root that
     /// may not be adopted; the provider's own errors.
     pub fn create(&self, request: &wire::CreateRequest) -> Result<wire::Created> {
+        self.create_with(request, None)
+    }
+
+    /// Creates a sandbox whose new workspace holds `archive` (a tar,
+    /// optionally gzipped), unpacked under [`unpack`]'s rules before the
+    /// sandbox opens (so its `changes` baseline is the unpacked tree).
+    /// Files are capped at the server's `write_file` limit (as a `PUT` of
+    /// one), the archive at [`unpack::Caps`]' defaults.
+    ///
+    /// # Errors
+    ///
+    /// As [`Host::create`]; `invalid_input`, `path_escape`, `denied` or
+    /// `too_large` for an archive the rules refuse (the whole create
+    /// fails, the workspace is removed).
+    pub fn create_from_tar(&self, archive: &[u8]) -> Result<wire::Created> {
+        self.create_with(&wire::CreateRequest::default(), Some(archive))
+    }
+
+    fn create_with(
+        &self,
+        request: &wire::CreateRequest,
+        archive: Option<&[u8]>,
+    ) -> Result<wire::Created> {
+        if archive.is_some() && request.root.is_some() {
+            return Err(Error::invalid_input(
+                "a sandbox is made from a tar or over an adopted `root`, not both",
+            ));
+        }
         if self.len() >= self.options.max_sandboxes {
             return Err(Error::new(
                 ErrorKind::Limit,
@@ -330,6 +361,13 @@ impl Host {
         let made = (|| {
             let workspace =
                 Workspace::from_config(&root, &self.options.config, None, &self.options.env)?;
+            if let Some(archive) = archive {
+                let limits = workspace.policy().limits();
+                let caps = unpack::Caps::with_file_limit(
+                    limits.write_file.max_bytes.max(limits.edit_file.max_bytes),
+                );
+                unpack::unpack(archive, &root, workspace.policy(), &caps)?;
+            }
             let sandbox = workspace.open_sandbox()?;
             let factory = workspace.factory_over(sandbox.clone(), true)?;
             let toolset = factory()?;

@@ -699,6 +699,7 @@ pub fn open(options: &ClaimOptions) -> Result<RemoteSandbox> {
         url,
         token,
         root: None,
+        upload: None,
     })?;
     Ok(sandbox.leased(ProviderKind::Kubernetes, Box::new(claim)))
 }

@@ -97,6 +97,11 @@ pub struct RemoteOptions {
     /// An existing directory on the far side to serve as the workspace
     /// (it must allow it: `serve --host-adopt`); `None`: a new, empty one.
     pub root: Option<PathBuf>,
+    /// A directory on this side whose tree the new far workspace starts
+    /// with: sent at create as a gzipped tar (links stored as links, never
+    /// followed), unpacked there under the far server's rules
+    /// (`host/unpack.rs`); `None`: nothing is sent.
+    pub upload: Option<PathBuf>,
 }
 
 impl std::fmt::Debug for RemoteOptions {
@@ -105,6 +110,7 @@ impl std::fmt::Debug for RemoteOptions {
             .field("url", &self.url)
             .field("token", &"[REDACTED]")
             .field("root", &self.root)
+            .field("upload", &self.upload)
             .finish()
     }
 }
@@ -264,6 +270,60 @@ async fn read_capped(
     Ok(body)
 }
 
+/// Largest upload a create carries (gzipped).
+pub use wire::MAX_UPLOAD_BYTES;
+
+/// A writer into memory that refuses to hold more than [`MAX_UPLOAD_BYTES`].
+struct CappedBuffer(Vec<u8>);
+
+impl Write for CappedBuffer {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if self.0.len() + buf.len() > MAX_UPLOAD_BYTES {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::FileTooLarge,
+                "over the upload limit",
+            ));
+        }
+        self.0.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// `dir`'s tree as a gzipped tar (paths relative to it, links stored as
+/// links), at most [`MAX_UPLOAD_BYTES`].
+fn tar_of(dir: &std::path::Path) -> Result<Vec<u8>> {
+    let failed = |e: std::io::Error| {
+        if e.kind() == std::io::ErrorKind::FileTooLarge {
+            Error::new(
+                ErrorKind::TooLarge,
+                format!(
+                    "the upload {} is over {MAX_UPLOAD_BYTES} bytes gzipped, what a far cubby \
+                     accepts at create; upload less and send the rest with file calls",
+                    dir.display()
+                ),
+            )
+        } else {
+            Error::invalid_input(format!("cannot upload {}: {e}", dir.display()))
+        }
+    };
+    if !dir.is_dir() {
+        return Err(Error::invalid_input(format!(
+            "the upload {} is not a directory; name the directory the far workspace starts with",
+            dir.display()
+        )));
+    }
+    let gz = flate2::write::GzEncoder::new(CappedBuffer(Vec::new()), flate2::Compression::fast());
+    let mut builder = tar::Builder::new(gz);
+    builder.follow_symlinks(false);
+    builder.append_dir_all(".", dir).map_err(failed)?;
+    let gz = builder.into_inner().map_err(failed)?;
+    Ok(gz.finish().map_err(failed)?.0)
+}
+
 /// A sandbox held by another cubby.
 pub struct RemoteSandbox {
     fs: RemoteFs,
@@ -347,10 +407,26 @@ impl RemoteSandbox {
             shown: shown.clone(),
             lost: Arc::default(),
         };
-        let body = wire::CreateRequest {
-            root: options.root.as_ref().map(|p| p.display().to_string()),
+        let req = match &options.upload {
+            Some(dir) => {
+                if options.root.is_some() {
+                    return Err(Error::invalid_input(
+                        "the remote provider either adopts a far `root` or uploads a \
+                         directory, not both; drop one",
+                    ));
+                }
+                creator
+                    .request(reqwest::Method::POST, "")
+                    .header(reqwest::header::CONTENT_TYPE, wire::TAR_TYPES[0])
+                    .body(tar_of(dir)?)
+            }
+            None => {
+                let body = wire::CreateRequest {
+                    root: options.root.as_ref().map(|p| p.display().to_string()),
+                };
+                with_json(creator.request(reqwest::Method::POST, ""), &body)
+            }
         };
-        let req = with_json(creator.request(reqwest::Method::POST, ""), &body);
         let created: wire::Created = creator.json("creating a sandbox", req)?;
         if created.id.is_empty()
             || !created

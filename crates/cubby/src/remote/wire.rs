@@ -71,6 +71,21 @@ pub struct CreateRequest {
     pub root: Option<String>,
 }
 
+/// Content types of a `POST /v1/sandboxes` body that is a tar to unpack
+/// into the new workspace (the first: what the `remote` provider sends,
+/// gzipped; the server tells gzip by its magic bytes).
+pub const TAR_TYPES: [&str; 4] = [
+    "application/gzip",
+    "application/x-gzip",
+    "application/x-tar",
+    "application/tar",
+];
+
+/// Largest tar body of a create the `remote` provider sends: what a far
+/// server reads of one request body (`host::http::MAX_BODY_BYTES`, checked
+/// at compile time in `host/unpack.rs`).
+pub const MAX_UPLOAD_BYTES: usize = 64 * 1024 * 1024;
+
 /// The answer to `POST /v1/sandboxes`.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Created {

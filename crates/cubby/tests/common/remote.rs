@@ -57,6 +57,7 @@ impl Far {
                 url: self.url(),
                 token: self.token.clone(),
                 root: Some(dir.canonicalize().unwrap()),
+                upload: None,
             })
             .unwrap(),
         )
