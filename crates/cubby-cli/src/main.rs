@@ -277,24 +277,45 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             // Commands (the served workspace's and every hosted sandbox's)
             // never read the token's file nor the hosted workspaces but
             // their own.
-            let mut hidden = setup::Hidden::default();
-            hidden.deny_read.extend(token_file.clone());
-            if host {
-                hidden.private_dirs.extend(host_dir.clone());
-                hidden.private_dirs.extend(host_adopt.clone());
-            }
-            let (factory, mcp) = setup::served_hiding(&common, &hidden)?;
             let token = match &token_file {
                 Some(file) => Some(setup::read_token(file)?),
                 None => std::env::var("CUBBY_TOKEN").ok().filter(|t| !t.is_empty()),
             };
-            let hosted = if host {
+            if host && token.is_none() {
+                anyhow::bail!("--host needs a bearer token: set CUBBY_TOKEN or pass --token-file");
+            }
+            let mut hidden = setup::Hidden::default();
+            hidden.deny_read.extend(token_file.clone());
+            let layout = if host {
+                let layout =
+                    setup::HostLayout::new(&common, host_dir, host_adopt, token_file.as_deref())?;
+                // The served root too: a hosted sandbox's commands do not
+                // read the `/mcp` workspace (the served one's skip it as
+                // their own).
+                hidden
+                    .private_dirs
+                    .extend([layout.dir.clone(), layout.root.clone()]);
+                hidden.private_dirs.extend(layout.adopt.clone());
+                Some(layout)
+            } else {
+                None
+            };
+            let (factory, mcp) = match setup::served_hiding(&common, &hidden) {
+                Ok(served) => served,
+                Err(e) => {
+                    if let Some(layout) = &layout {
+                        layout.discard();
+                    }
+                    return Err(e);
+                }
+            };
+            let hosted = if let Some(layout) = layout {
                 let Some(token) = token.as_deref() else {
                     anyhow::bail!(
                         "--host needs a bearer token: set CUBBY_TOKEN or pass --token-file"
                     );
                 };
-                let hosting = setup::host(&common, &hidden, host_dir, host_adopt, host_max, token)?;
+                let hosting = setup::host(&common, &hidden, layout, host_max, token)?;
                 if host_bind {
                     hosting.api.allow_bind();
                 }

@@ -173,6 +173,130 @@ pub fn read_token(file: &Path) -> anyhow::Result<String> {
     Ok(token.to_string())
 }
 
+/// Where `serve --host` keeps what: the served root, the directory of the
+/// hosted workspaces (made now: `--host-dir`, or one of its own in the
+/// temporary directory), the adoptable directory, the token's file; all
+/// canonical, and none inside another (red-team pass 7, G3: a token file
+/// in the served root was the file tools' to read, a host directory in the
+/// root or in the adoptable one put every hosted workspace in one model's
+/// reach).
+#[derive(Debug)]
+pub struct HostLayout {
+    /// The `/mcp` workspace's root.
+    pub root: PathBuf,
+    /// The hosted workspaces' directory.
+    pub dir: PathBuf,
+    /// The server made `dir` (removed at exit).
+    made: bool,
+    /// `--host-adopt`.
+    pub adopt: Option<PathBuf>,
+}
+
+impl HostLayout {
+    /// Removes the directory the server made, when it is still empty (a
+    /// start that failed after the layout).
+    pub fn discard(&self) {
+        if self.made {
+            let _ = std::fs::remove_dir(&self.dir);
+        }
+    }
+
+    /// Resolves and checks the layout; makes the hosted workspaces'
+    /// directory (mode 0700) when missing.
+    pub fn new(
+        common: &Common,
+        dir: Option<PathBuf>,
+        adopt: Option<PathBuf>,
+        token_file: Option<&Path>,
+    ) -> anyhow::Result<HostLayout> {
+        use std::os::unix::fs::DirBuilderExt;
+        let root = match &common.root {
+            Some(r) => r.clone(),
+            None => std::env::current_dir().context("cannot read the current directory")?,
+        };
+        let root = std::fs::canonicalize(&root)
+            .with_context(|| format!("workspace root `{}` does not exist", root.display()))?;
+        let (dir, made) = match dir {
+            Some(dir) => (dir, false),
+            None => (
+                cubby::artifact::temp_dir(&HostEnv::capture()).join(format!(
+                    "cubby-host-{}-{}",
+                    std::process::id(),
+                    std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .map_or(0, |d| d.subsec_nanos())
+                )),
+                true,
+            ),
+        };
+        let existed = dir.exists();
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&dir)
+            .with_context(|| format!("--host-dir: cannot make `{}`", dir.display()))?;
+        let layout = (|| {
+            let dir = std::fs::canonicalize(&dir)
+                .with_context(|| format!("--host-dir: cannot resolve `{}`", dir.display()))?;
+            let adopt = adopt
+                .map(|a| {
+                    std::fs::canonicalize(&a)
+                        .with_context(|| format!("--host-adopt `{}` does not exist", a.display()))
+                })
+                .transpose()?;
+            let token = token_file
+                .map(|t| {
+                    std::fs::canonicalize(t)
+                        .with_context(|| format!("the token file `{}` does not exist", t.display()))
+                })
+                .transpose()?;
+            let overlap = |a: &Path, b: &Path| a.starts_with(b) || b.starts_with(a);
+            if overlap(&dir, &root) {
+                bail!(
+                    "--host-dir `{}` and the workspace root `{}` lie one inside the other: the \
+                     served workspace's tools would reach the hosted sandboxes' workspaces; \
+                     choose directories apart",
+                    dir.display(),
+                    root.display()
+                );
+            }
+            if let Some(adopt) = &adopt {
+                for (what, path) in [("--host-dir", &dir), ("the workspace root", &root)] {
+                    if overlap(path, adopt) {
+                        bail!(
+                            "{what} `{}` and --host-adopt `{}` lie one inside the other: a \
+                             caller could adopt it; choose directories apart",
+                            path.display(),
+                            adopt.display()
+                        );
+                    }
+                }
+            }
+            if let Some(token) = &token {
+                let holders = [Some(&root), Some(&dir), adopt.as_ref()];
+                if let Some(holder) = holders.into_iter().flatten().find(|h| token.starts_with(h)) {
+                    bail!(
+                        "the token file `{}` lies in `{}`, where a sandbox's tools reach it; \
+                         keep it outside the workspace root, --host-dir and --host-adopt",
+                        token.display(),
+                        holder.display()
+                    );
+                }
+            }
+            Ok(HostLayout {
+                root: root.clone(),
+                dir,
+                made,
+                adopt,
+            })
+        })();
+        if layout.is_err() && !existed {
+            let _ = std::fs::remove_dir(&dir);
+        }
+        layout
+    }
+}
+
 /// The sandbox host of `cubby serve --host`, and the directory of its
 /// workspaces when the server made it (removed when this drops, after
 /// every sandbox is destroyed).
@@ -196,29 +320,22 @@ impl Drop for Hosting {
 pub fn host(
     common: &Common,
     hidden: &Hidden,
-    dir: Option<PathBuf>,
-    adopt: Option<PathBuf>,
+    layout: HostLayout,
     max: usize,
     token: &str,
 ) -> anyhow::Result<Hosting> {
-    let workspace = resolve_hiding(common, hidden)?;
-    let env = HostEnv::capture();
-    let (dir, made_dir) = match dir {
-        Some(dir) => (dir, None),
-        None => {
-            let dir = cubby::artifact::temp_dir(&env).join(format!(
-                "cubby-host-{}-{}",
-                std::process::id(),
-                std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map_or(0, |d| d.subsec_nanos())
-            ));
-            (dir.clone(), Some(dir))
+    let workspace = match resolve_hiding(common, hidden) {
+        Ok(workspace) => workspace,
+        Err(e) => {
+            layout.discard();
+            return Err(e);
         }
     };
+    let env = HostEnv::capture();
+    let made_dir = layout.made.then(|| layout.dir.clone());
     let host = cubby::host::Host::new(cubby::host::HostOptions {
-        dir,
-        adopt,
+        dir: layout.dir,
+        adopt: layout.adopt,
         max_sandboxes: max,
         config: workspace.config().clone(),
         env,

@@ -60,6 +60,18 @@ impl Far {
 
     /// As [`Far::start`], with `RUST_LOG` set to `log` when given.
     fn start_logging(wrap: &[&str], ip: &str, extra: &[&str], log: Option<&str>) -> Far {
+        Far::start_full(wrap, ip, extra, log, true)
+    }
+
+    /// As [`Far::start_logging`]; without `host_dir`, the server makes its
+    /// own directory of workspaces (in its `TMPDIR`, outside `/tmp`).
+    fn start_full(
+        wrap: &[&str],
+        ip: &str,
+        extra: &[&str],
+        log: Option<&str>,
+        host_dir: bool,
+    ) -> Far {
         // Outside `/tmp`, which is private to the `linux` provider's
         // commands: the host's directory and token file are on the host's
         // tree commands see, as an operator's would be.
@@ -86,12 +98,13 @@ impl Far {
             Some(filter) => cmd.env("RUST_LOG", filter),
             None => cmd.env_remove("RUST_LOG"),
         };
+        cmd.args(["serve", "--host", "--listen", &format!("{ip}:0")]);
+        if host_dir {
+            cmd.arg("--host-dir").arg(dir.path().join("sandboxes"));
+        }
         let mut child = cmd
-            .args(["serve", "--host", "--listen", &format!("{ip}:0")])
             .arg("--token-file")
             .arg(&token_file)
-            .arg("--host-dir")
-            .arg(dir.path().join("sandboxes"))
             .arg("--root")
             .arg(&root)
             .args(extra)
@@ -713,13 +726,17 @@ fn a_hosted_command_reads_no_other_sandbox_nor_the_token() {
     assert_eq!(status, 204, "{body}");
     let host_dir = far._dir.path().canonicalize().unwrap().join("sandboxes");
     let token_file = far._dir.path().canonicalize().unwrap().join("token");
+    // The served `/mcp` workspace too (red-team pass 7, G2).
+    let served_root = far._dir.path().canonicalize().unwrap().join("root");
+    std::fs::write(served_root.join("main.txt"), "MAIN-ROOT-SECRET\n").unwrap();
     let script = format!(
         "cat {hd}/{b}/secret.txt; cat {tok}; echo \"HD:$(ls {hd} | tr '\\n' ,)\"; \
          echo \"AD:$(ls {ad} | tr '\\n' ,)\"; cat {ad}/other/adopted.txt; \
-         echo own > mine.txt; cat mine.txt",
+         cat {root}/main.txt; echo own > mine.txt; cat mine.txt",
         hd = host_dir.display(),
         tok = token_file.display(),
         ad = adopt_dir.display(),
+        root = served_root.display(),
     );
     let leaks = |out: &str| -> Vec<String> {
         let listed = |tag: &str| {
@@ -730,7 +747,12 @@ fn a_hosted_command_reads_no_other_sandbox_nor_the_token() {
                 .to_string()
         };
         let mut found = Vec::new();
-        for secret in ["SANDBOX-B-SECRET", far.token.as_str(), "ADOPTED-SECRET"] {
+        for secret in [
+            "SANDBOX-B-SECRET",
+            far.token.as_str(),
+            "ADOPTED-SECRET",
+            "MAIN-ROOT-SECRET",
+        ] {
             if out.contains(secret) {
                 found.push(secret.to_string());
             }
@@ -750,7 +772,7 @@ fn a_hosted_command_reads_no_other_sandbox_nor_the_token() {
         .output()
         .unwrap();
     let control = String::from_utf8_lossy(&control.stdout).into_owned();
-    assert_eq!(leaks(&control).len(), 5, "{control}");
+    assert_eq!(leaks(&control).len(), 6, "{control}");
     std::fs::remove_file(host_dir.join(&a).join("mine.txt")).unwrap();
     for id in [&a, &adopted] {
         let mut stream = exec_raw(&far, id, &script);
@@ -769,20 +791,183 @@ fn a_hosted_command_reads_no_other_sandbox_nor_the_token() {
     }
 }
 
+/// Red-team pass 7, G1: without `--host-dir` the server makes its own
+/// directory of workspaces (in `TMPDIR`, here outside `/tmp`); the served
+/// `/mcp` workspace's commands must not read it either.
+#[test]
+fn the_default_host_dir_is_hidden_from_the_served_workspace() {
+    let far = Far::start_full(&[], "127.0.0.1", &["--provider", "linux"], None, false);
+    let good = format!("Bearer {}", far.token);
+    let (status, body) = http(&far.addr, "POST", "/v1/sandboxes", Some(&good), "{}");
+    assert_eq!(status, 201, "{body}");
+    let created: Value = serde_json::from_str(&body).unwrap();
+    let b = created["id"].as_str().unwrap().to_string();
+    let (status, body) = http(
+        &far.addr,
+        "PUT",
+        &fs_path(&b, "file", "secret.txt"),
+        Some(&good),
+        "SANDBOX-B-SECRET",
+    );
+    assert_eq!(status, 204, "{body}");
+    let tmp = far._dir.path().canonicalize().unwrap().join("tmp");
+    let script = format!(
+        "echo \"LISTED:$(ls {t}/cubby-host-*/ | tr '\\n' ,)\"; cat {t}/cubby-host-*/{b}/secret.txt",
+        t = tmp.display()
+    );
+    // The control: on the host, the script reads it.
+    let control = Command::new("bash").args(["-c", &script]).output().unwrap();
+    let control = String::from_utf8_lossy(&control.stdout).into_owned();
+    assert!(
+        control.contains("SANDBOX-B-SECRET") && control.contains(&b),
+        "{control}"
+    );
+    let (_, session) = mcp_session(&far, "/mcp");
+    let (status, _, text) = mcp_call(&far, "/mcp", &session, "run", json!({"command": script}));
+    assert_eq!(status, 200, "{text}");
+    // cat's complaint names the path it was given (b's id in it), so only
+    // the listing is checked for the id.
+    let listed = text
+        .lines()
+        .find_map(|l| l.split_once("LISTED:").map(|(_, rest)| rest.to_string()))
+        .unwrap_or_else(|| panic!("no LISTED line: {text}"));
+    assert!(!listed.contains(&b), "{text}");
+    assert!(!text.contains("SANDBOX-B-SECRET"), "{text}");
+}
+
+/// Red-team pass 7, G3: a layout that puts the token's file or the hosted
+/// workspaces in another workspace's reach is refused at start, with what
+/// to do, and leaves nothing behind.
+#[test]
+fn a_host_layout_with_one_directory_inside_another_is_refused() {
+    let base = tempfile::Builder::new()
+        .prefix("cubby-layout-")
+        .tempdir_in(FAR_BASE)
+        .unwrap();
+    let b = base.path().canonicalize().unwrap();
+    for d in ["root", "adopt", "elsewhere"] {
+        std::fs::create_dir(b.join(d)).unwrap();
+    }
+    std::fs::write(b.join("root/tok"), "t0ken\n").unwrap();
+    std::fs::write(b.join("tok"), "t0ken\n").unwrap();
+    let s = |p: &str| b.join(p).display().to_string();
+    let cases: [(&[String], &str); 4] = [
+        (
+            &[
+                "--token-file".into(),
+                s("root/tok"),
+                "--host-dir".into(),
+                s("hd"),
+            ],
+            "the token file",
+        ),
+        (
+            &[
+                "--token-file".into(),
+                s("tok"),
+                "--host-dir".into(),
+                s("root/hd"),
+            ],
+            "--host-dir",
+        ),
+        (
+            &[
+                "--token-file".into(),
+                s("tok"),
+                "--host-dir".into(),
+                s("adopt/hd"),
+                "--host-adopt".into(),
+                s("adopt"),
+            ],
+            "--host-adopt",
+        ),
+        (
+            &[
+                "--token-file".into(),
+                s("tok"),
+                "--host-dir".into(),
+                s("hd"),
+                "--host-adopt".into(),
+                s("root"),
+            ],
+            "--host-adopt",
+        ),
+    ];
+    for (args, names) in cases {
+        let out = Command::new(env!("CARGO_BIN_EXE_cubby"))
+            .args([
+                "serve",
+                "--host",
+                "--listen",
+                "127.0.0.1:0",
+                "--provider",
+                "local",
+            ])
+            .args(["--root", &s("root")])
+            .args(args)
+            .env_remove("CUBBY_TOKEN")
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?} started: {err}");
+        assert!(
+            err.contains(names) && err.contains("choose") || err.contains("keep it outside"),
+            "{args:?}: {err}"
+        );
+        assert!(!err.contains("t0ken"), "{err}");
+    }
+    // Nothing made: neither `hd` here nor in the root or the adoptable one.
+    assert!(!b.join("hd").exists() && !b.join("root/hd").exists() && !b.join("adopt/hd").exists());
+    // The control: the same flags apart start.
+    let mut ok = Command::new(env!("CARGO_BIN_EXE_cubby"))
+        .args([
+            "serve",
+            "--host",
+            "--listen",
+            "127.0.0.1:0",
+            "--provider",
+            "local",
+        ])
+        .args([
+            "--root",
+            &s("root"),
+            "--token-file",
+            &s("tok"),
+            "--host-dir",
+            &s("hd"),
+        ])
+        .args(["--host-adopt", &s("adopt")])
+        .env_remove("CUBBY_TOKEN")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (_addr, reader) = common::listening_address(&mut ok, "layout", START_WAIT, None);
+    let _ = ok.kill();
+    let _ = ok.wait();
+    let _ = reader.join();
+}
+
 /// An MCP session at `/v1/sandboxes/{id}/mcp` of `far`: (port, headers
 /// with the session) once initialized.
 fn bound_session(far: &Far, id: &str) -> (u16, String) {
+    mcp_session(far, &format!("/v1/sandboxes/{id}/mcp"))
+}
+
+/// An MCP session at `path` of `far` (`/mcp`, or a sandbox's).
+fn mcp_session(far: &Far, path: &str) -> (u16, String) {
     let port: u16 = far.addr.rsplit_once(':').unwrap().1.parse().unwrap();
     let bearer = format!("Bearer {}", far.token);
     let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
         "protocolVersion": "2025-11-25", "capabilities": {},
         "clientInfo": {"name": "bound-test", "version": "1"}}})
     .to_string();
-    let path = format!("/v1/sandboxes/{id}/mcp");
     let (status, head, body) = common::request_to(
         port,
         "POST",
-        &path,
+        path,
         init.as_bytes(),
         &[("Authorization", bearer.as_str())],
     );
@@ -799,7 +984,7 @@ fn bound_session(far: &Far, id: &str) -> (u16, String) {
     let (status, head, body) = common::request_to(
         port,
         "POST",
-        &path,
+        path,
         json!({"jsonrpc": "2.0", "method": "notifications/initialized"})
             .to_string()
             .as_bytes(),
@@ -821,12 +1006,29 @@ fn bound_call(
     name: &str,
     arguments: Value,
 ) -> (u16, bool, String) {
+    mcp_call(
+        far,
+        &format!("/v1/sandboxes/{id}/mcp"),
+        session,
+        name,
+        arguments,
+    )
+}
+
+/// A `tools/call` on an MCP session at `path`: (HTTP status, is_error, text).
+fn mcp_call(
+    far: &Far,
+    path: &str,
+    session: &str,
+    name: &str,
+    arguments: Value,
+) -> (u16, bool, String) {
     let port: u16 = far.addr.rsplit_once(':').unwrap().1.parse().unwrap();
     let bearer = format!("Bearer {}", far.token);
     let (status, head, body) = common::request_to(
         port,
         "POST",
-        &format!("/v1/sandboxes/{id}/mcp"),
+        path,
         json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
             "params": {"name": name, "arguments": arguments}})
         .to_string()
@@ -974,6 +1176,39 @@ fn an_mcp_session_bound_to_a_sandbox_acts_in_it_alone() {
         json!({"command": "echo alive"}),
     );
     assert!(!failed && text.contains("alive"), "{text}");
+
+    // Sessions on one sandbox are bounded (red-team pass 7, G5): b has
+    // one; the cap's worth opens, the next is refused with 429 until one
+    // ends.
+    let port: u16 = far.addr.rsplit_once(':').unwrap().1.parse().unwrap();
+    let path_b = format!("/v1/sandboxes/{b}/mcp");
+    let mut opened = vec![session_b];
+    while opened.len() < cubby_mcp::MAX_SESSIONS_PER_SANDBOX {
+        opened.push(bound_session(&far, &b).1);
+    }
+    let (status, head, body) = common::request_to(
+        port,
+        "POST",
+        &path_b,
+        init.as_bytes(),
+        &[("Authorization", good.as_str())],
+    );
+    assert_eq!(status, 429, "{head}\n{body}");
+    assert!(body.contains("limit"), "{body}");
+    let last = opened.pop().unwrap();
+    let (status, head, _) = common::request_to(
+        port,
+        "DELETE",
+        &path_b,
+        b"",
+        &[
+            ("Authorization", good.as_str()),
+            ("Mcp-Session-Id", last.as_str()),
+            ("MCP-Protocol-Version", "2025-11-25"),
+        ],
+    );
+    assert!(status == 200 || status == 204, "{head}");
+    bound_session(&far, &b);
 }
 
 /// `/v1/sandboxes/{id}/fs/{op}?path=` of a workspace path.

@@ -25,9 +25,16 @@ use tokio_util::sync::CancellationToken;
 use crate::McpOptions;
 use crate::handler::{CubbyHandler, Shared};
 
+/// Most MCP sessions open at once on one sandbox's endpoint (a new one
+/// past it: 429); each holds a run until it ends or idles out (red-team
+/// pass 7, G5: ~68 KB a session, unbounded before).
+pub const MAX_SESSIONS_PER_SANDBOX: usize = 64;
+
 /// The MCP endpoint of one hosted sandbox.
 struct Endpoint {
     service: StreamableHttpService<CubbyHandler, LocalSessionManager>,
+    /// The service's sessions (counted against [`MAX_SESSIONS_PER_SANDBOX`]).
+    sessions: Arc<LocalSessionManager>,
     shared: Arc<Shared>,
     /// Closes the endpoint's sessions.
     closed: CancellationToken,
@@ -106,15 +113,17 @@ impl Bound {
         let closed = self.config.cancellation_token.child_token();
         let mut sessions = LocalSessionManager::default();
         sessions.session_config.keep_alive = Some(self.session_idle);
+        let sessions = Arc::new(sessions);
         let config = self.config.clone().with_cancellation_token(closed.clone());
         let for_sessions = Arc::clone(&shared);
         let service = StreamableHttpService::new(
             move || Ok(CubbyHandler::new(Arc::clone(&for_sessions), false)),
-            Arc::new(sessions),
+            Arc::clone(&sessions),
             config,
         );
         let made = Arc::new(Endpoint {
             service,
+            sessions,
             shared,
             closed,
         });
@@ -149,12 +158,29 @@ impl Bound {
             return refusal(StatusCode::FORBIDDEN, &cubby::host::http::awaiting_bind());
         }
         match self.endpoint(&id).await {
-            Ok(endpoint) => endpoint
-                .service
-                .handle(req)
-                .await
-                .map(axum::body::Body::new)
-                .into_response(),
+            Ok(endpoint) => {
+                // A request that opens a session (a POST without one).
+                let opens = req.method() == axum::http::Method::POST
+                    && !req.headers().contains_key("mcp-session-id");
+                if opens
+                    && endpoint.sessions.sessions.read().await.len() >= MAX_SESSIONS_PER_SANDBOX
+                {
+                    let e = cubby::Error::new(
+                        cubby::ErrorKind::Limit,
+                        format!(
+                            "sandbox `{id}` has {MAX_SESSIONS_PER_SANDBOX} MCP sessions open, its \
+                             limit; end one (HTTP DELETE with its Mcp-Session-Id) first"
+                        ),
+                    );
+                    return refusal(StatusCode::TOO_MANY_REQUESTS, &e);
+                }
+                endpoint
+                    .service
+                    .handle(req)
+                    .await
+                    .map(axum::body::Body::new)
+                    .into_response()
+            }
             Err(e) => {
                 let status = if e.kind() == cubby::ErrorKind::NotFound {
                     StatusCode::NOT_FOUND

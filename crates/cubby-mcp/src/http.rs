@@ -218,16 +218,30 @@ async fn require_bearer(
     let accepted = match check.as_ref() {
         Bearer::Fixed(token) => same(given.as_bytes(), token.as_bytes()),
         Bearer::Host(api) => {
-            // A pool's key opens `/v1/bind` and nothing else (the host API
-            // checks that itself): no MCP session made with it survives
-            // the bind.
-            if api.awaits_bind()
-                && api.accepts(given.as_bytes())
-                && !req.uri().path().starts_with(cubby::remote::wire::PREFIX)
-            {
-                return Err(StatusCode::FORBIDDEN);
+            // A pool's key opens `/v1/bind` and nothing else: no MCP
+            // session or sandbox made with it survives the bind. One look
+            // at the token and the bind state (`admit`).
+            use cubby::host::http::Admission;
+            let bind = format!(
+                "{}{}",
+                cubby::remote::wire::PREFIX,
+                cubby::remote::wire::BIND_PATH
+            );
+            match api.admit(given.as_bytes()) {
+                Admission::Refused => false,
+                Admission::BindOnly if req.uri().path() != bind => {
+                    let e = cubby::host::http::awaiting_bind();
+                    let body =
+                        serde_json::json!({"kind": e.kind().as_str(), "message": e.message()});
+                    return Ok((
+                        StatusCode::FORBIDDEN,
+                        [(axum::http::header::CONTENT_TYPE, "application/json")],
+                        body.to_string(),
+                    )
+                        .into_response());
+                }
+                Admission::BindOnly | Admission::Full => true,
             }
-            api.accepts(given.as_bytes())
         }
     };
     if accepted {
@@ -316,12 +330,7 @@ pub async fn serve_http(
         .host
         .as_ref()
         .map_or_else(BodyBudget::default, |api| api.body_budget().clone());
-    let mut app = Router::new()
-        .nest_service("/mcp", service)
-        .layer(middleware::from_fn(session_end_is_no_content))
-        .layer(middleware::from_fn(move |req: Request, next: Next| {
-            count_body(budget.clone(), req, next)
-        }));
+    let mut app = Router::new().nest_service("/mcp", service);
     if let Some(api) = options.host.clone() {
         if token_missing(options.token.as_deref()) {
             return Err(ServeError(
@@ -340,6 +349,16 @@ pub async fn serve_http(
                 },
             ),
         );
+    }
+    // The MCP routes (/mcp and the bound sessions) count their bodies in the
+    // budget and end sessions with 204; the host API's routes, added after,
+    // count their own bodies as they read them.
+    app = app
+        .layer(middleware::from_fn(session_end_is_no_content))
+        .layer(middleware::from_fn(move |req: Request, next: Next| {
+            count_body(budget.clone(), req, next)
+        }));
+    if let Some(api) = options.host.clone() {
         app = app.route(
             "/v1/{*rest}",
             axum::routing::any(move |req: Request| {

@@ -34,6 +34,7 @@ mod pool;
 mod stdio;
 mod upstream;
 
+pub use bound::MAX_SESSIONS_PER_SANDBOX;
 pub use handler::{CubbyHandler, MAX_INSTRUCTIONS_CHARS, tool_definition};
 pub use http::{HttpOptions, serve_http};
 pub use stdio::{serve_stdio, serve_stdio_until};

@@ -182,6 +182,21 @@ impl HostApi {
         same(given, &token)
     }
 
+    /// What a request carrying `given` may do, the token and the bind
+    /// state read under one lock: with two looks, a pool-key request let
+    /// in just before the bind and looked at again just after it would
+    /// reach every route (red-team pass 7).
+    pub fn admit(&self, given: &[u8]) -> Admission {
+        let auth = crate::sync::lock(&self.auth);
+        if !same(given, &auth.token) {
+            Admission::Refused
+        } else if auth.bindable && !auth.bound {
+            Admission::BindOnly
+        } else {
+            Admission::Full
+        }
+    }
+
     /// Whether this API waits for its bind ([`HostApi::allow_bind`], not
     /// bound yet): then only `POST /v1/bind` is answered, the rest of `/v1`
     /// and `/mcp` refused.
@@ -223,6 +238,18 @@ impl HostApi {
     pub fn host(&self) -> &Arc<Host> {
         &self.host
     }
+}
+
+/// What [`HostApi::admit`] lets a request do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Admission {
+    /// Not the token in force: 401.
+    Refused,
+    /// The pool's key of a server waiting for its bind: `POST /v1/bind`
+    /// alone.
+    BindOnly,
+    /// Every route.
+    Full,
 }
 
 /// Constant-time comparison of two byte strings.
@@ -486,7 +513,8 @@ where
         .get(hyper::header::AUTHORIZATION)
         .and_then(|v| v.as_bytes().strip_prefix(b"Bearer "))
         .unwrap_or(b"");
-    if !api.accepts(given) {
+    let admission = api.admit(given);
+    if admission == Admission::Refused {
         return unauthorized();
     }
     if req.uri().path() == format!("{}{}", wire::PREFIX, wire::BIND_PATH)
@@ -494,7 +522,7 @@ where
     {
         return api.bind();
     }
-    if api.awaits_bind() {
+    if admission == Admission::BindOnly {
         return error(&awaiting_bind());
     }
     match route(api, req).await {

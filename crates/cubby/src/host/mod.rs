@@ -289,11 +289,49 @@ impl Host {
                 ),
             )
         };
-        if !path.starts_with(allowed) {
+        // Resolved beneath the adoptable directory only (`openat2` with
+        // `RESOLVE_BENEATH`): a `..` or a link that leads out fails before
+        // anything outside is looked at (`canonicalize` walked a detour such
+        // as `DIR/../../etc/../DIR/a` on the host's tree, and answered
+        // whether `/etc` exists: red-team pass 7, G4).
+        let Ok(rel) = path.strip_prefix(allowed) else {
+            return Err(refused());
+        };
+        if rel.as_os_str().is_empty()
+            || rel
+                .components()
+                .any(|c| !matches!(c, std::path::Component::Normal(_)))
+        {
             return Err(refused());
         }
-        let resolved = path.canonicalize().map_err(|_| refused())?;
-        if resolved == *allowed || !resolved.starts_with(allowed) || !resolved.is_dir() {
+        use rustix::fs::{Mode, OFlags, ResolveFlags};
+        let base = rustix::fs::open(
+            allowed.as_path(),
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|_| refused())?;
+        let dir = rustix::fs::openat2(
+            &base,
+            rel,
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+            ResolveFlags::BENEATH | ResolveFlags::NO_MAGICLINKS,
+        )
+        .map_err(|_| refused())?;
+        let resolved = std::fs::read_link(format!(
+            "/proc/self/fd/{}",
+            std::os::fd::AsRawFd::as_raw_fd(&dir)
+        ))
+        .map_err(|_| refused())?;
+        // Never the host's own directory of workspaces, nor one holding it
+        // (another sandbox's workspace, or all of them).
+        let made = &self.options.dir;
+        if resolved == *allowed
+            || !resolved.starts_with(allowed)
+            || resolved.starts_with(made)
+            || made.starts_with(&resolved)
+        {
             return Err(refused());
         }
         Ok(resolved)
@@ -815,6 +853,19 @@ mod tests {
         let adopt = dir.path().join("adopt");
         std::fs::create_dir_all(adopt.join("a")).unwrap();
         std::fs::write(adopt.join("file"), "").unwrap();
+        // Links planted in the adoptable directory that lead out and back
+        // in, through a directory that exists and one that does not.
+        let canonical = adopt.canonicalize().unwrap();
+        std::os::unix::fs::symlink(
+            format!("/etc/..{}", canonical.display()),
+            adopt.join("escape"),
+        )
+        .unwrap();
+        std::os::unix::fs::symlink(
+            format!("/nonexistent/..{}", canonical.display()),
+            adopt.join("gone"),
+        )
+        .unwrap();
         let host = Host::new(HostOptions {
             dir: dir.path().join("sandboxes"),
             adopt: Some(adopt.clone()),
@@ -832,6 +883,21 @@ mod tests {
             format!("{}/missing", adopt.display()),
             format!("{}/file", adopt.display()),
             adopt.display().to_string(),
+            // Detours that come back in (red-team pass 7, G4): one through
+            // a directory that exists, one through one that does not.
+            format!(
+                "{}/../../../../etc/..{}/a",
+                adopt.display(),
+                adopt.display()
+            ),
+            format!(
+                "{}/../../../../nonexistent/..{}/a",
+                adopt.display(),
+                adopt.display()
+            ),
+            format!("{}/a/../a", adopt.display()),
+            format!("{}/escape/a", adopt.display()),
+            format!("{}/gone/a", adopt.display()),
         ]
         .iter()
         .map(|root| {
@@ -852,6 +918,35 @@ mod tests {
             !answers[0].1.contains(&adopt.display().to_string()),
             "{answers:?}"
         );
+        assert!(host.is_empty());
+    }
+
+    /// The host's own directory of workspaces, inside the adoptable one,
+    /// is never adopted, nor a directory holding it (red-team pass 7, G3:
+    /// a sandbox adopting it read and wrote every other's workspace).
+    #[test]
+    fn the_hosts_own_directory_is_never_adopted() {
+        let dir = tempfile::tempdir().unwrap();
+        let adopt = dir.path().join("adopt");
+        std::fs::create_dir_all(adopt.join("a")).unwrap();
+        let host = Host::new(HostOptions {
+            dir: adopt.join("a/hd"),
+            adopt: Some(adopt.clone()),
+            max_sandboxes: 0,
+            config: Config::default(),
+            env: HostEnv::default(),
+        })
+        .unwrap();
+        std::fs::create_dir_all(adopt.join("a/hd/1-x")).unwrap();
+        let adopt = adopt.canonicalize().unwrap();
+        for root in ["a/hd", "a/hd/1-x", "a"] {
+            let err = host
+                .create(&wire::CreateRequest {
+                    root: Some(format!("{}/{root}", adopt.display())),
+                })
+                .expect_err("refused");
+            assert_eq!(err.kind(), ErrorKind::Denied, "{root}: {}", err.message());
+        }
         assert!(host.is_empty());
     }
 }
