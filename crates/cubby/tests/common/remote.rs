@@ -2,7 +2,8 @@
 //! sandbox host API (`cubby::host`) served on a loopback listener of port 0
 //! in this process, with the same handler `cubby serve --host` mounts at
 //! `/v1`. Its workspaces are the tests' own directories (adopted: the host
-//! lets callers name directories under the temporary directory), so a
+//! lets callers name directories under the temporary directory; its own
+//! directory of workspaces is elsewhere), so a
 //! fixture sets up and inspects them as it does for `local`.
 
 use std::path::Path;
@@ -24,8 +25,13 @@ impl Far {
     pub fn start(config: Config) -> Far {
         let token = format!("test-token-{}-{:x}", std::process::id(), rand_u64());
         let tmp = std::env::temp_dir().canonicalize().unwrap();
+        // The host's own directory lies outside the adoptable one (the host
+        // refuses to adopt a directory holding its own workspaces), in the
+        // build's scratch space rather than the temporary directory: the
+        // far cubby is never dropped, so nothing would remove it there.
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("far-host");
         let host = Host::new(HostOptions {
-            dir: tmp.clone(),
+            dir,
             adopt: Some(tmp),
             max_sandboxes: 0,
             config,
