@@ -296,6 +296,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     .private_dirs
                     .extend([layout.dir.clone(), layout.root.clone()]);
                 hidden.private_dirs.extend(layout.adopt.clone());
+                hidden.stores = Some(layout.stores());
                 Some(layout)
             } else {
                 None

@@ -36,6 +36,9 @@ pub struct Hidden {
     pub deny_read: Vec<PathBuf>,
     /// Covered (added to `host_private_dirs`).
     pub private_dirs: Vec<PathBuf>,
+    /// Where the served workspace keeps its private artifact store (with
+    /// `--host`: beside the hosted sandboxes' stores, covered for all).
+    pub stores: Option<PathBuf>,
 }
 
 impl Hidden {
@@ -87,9 +90,14 @@ pub fn resolve_hiding(common: &Common, hidden: &Hidden) -> anyhow::Result<Worksp
             .map_err(|e| anyhow::anyhow!("--provider: {}", e.message()))?;
         config.provider = Some(provider);
     }
-    let workspace =
+    let mut workspace =
         Workspace::from_config(&root, &config, config_path.as_deref(), &HostEnv::capture())
             .map_err(|e| anyhow::anyhow!("config: {}", e.message()))?;
+    if let Some(stores) = &hidden.stores {
+        workspace
+            .keep_store_in(stores)
+            .map_err(|e| anyhow::anyhow!("--host: {}", e.message()))?;
+    }
     // `allow`/`deny` name built-in tools (the CLI adds no other source):
     // refused here, before any command or toolset, as a config error.
     let mut known: Vec<&str> = cubby::builtin_tools().map(|(name, _)| name).collect();
@@ -196,9 +204,17 @@ impl HostLayout {
     /// Removes the directory the server made, when it is still empty (a
     /// start that failed after the layout).
     pub fn discard(&self) {
+        let _ = std::fs::remove_dir(self.stores());
         if self.made {
             let _ = std::fs::remove_dir(&self.dir);
         }
+    }
+
+    /// Where every artifact store of the server is kept (the served
+    /// workspace's and the hosted sandboxes'): in `dir`, covered for every
+    /// command.
+    pub fn stores(&self) -> PathBuf {
+        self.dir.join(cubby::host::STORES_DIR)
     }
 
     /// Resolves and checks the layout; makes the hosted workspaces'
@@ -283,6 +299,15 @@ impl HostLayout {
                     );
                 }
             }
+            let stores = dir.join(cubby::host::STORES_DIR);
+            match std::fs::DirBuilder::new().mode(0o700).create(&stores) {
+                Ok(()) => {}
+                Err(e)
+                    if e.kind() == std::io::ErrorKind::AlreadyExists
+                        && !stores.is_symlink()
+                        && stores.is_dir() => {}
+                Err(e) => bail!("--host-dir: cannot make `{}`: {e}", stores.display()),
+            }
             Ok(HostLayout {
                 root: root.clone(),
                 dir,
@@ -309,6 +334,7 @@ pub struct Hosting {
 impl Drop for Hosting {
     fn drop(&mut self) {
         self.api.host().destroy_all();
+        let _ = std::fs::remove_dir(self.api.host().stores_dir());
         if let Some(dir) = &self.made_dir {
             let _ = std::fs::remove_dir(dir);
         }

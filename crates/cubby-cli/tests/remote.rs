@@ -835,6 +835,143 @@ fn the_default_host_dir_is_hidden_from_the_served_workspace() {
     assert!(!text.contains("SANDBOX-B-SECRET"), "{text}");
 }
 
+/// Red-team pass 8, M1: each run's artifact store was in `$TMPDIR`, and
+/// each workspace hid only its own, so with `TMPDIR` outside `/tmp` a
+/// hosted sandbox's commands read another's published files and the
+/// `/mcp` workspace's, and the other way round. Every store of the server
+/// now lies in the host's directory, which every command has covered.
+#[test]
+fn no_command_reads_another_runs_artifacts() {
+    let far = Far::start_full(&[], "127.0.0.1", &["--provider", "linux"], None, false);
+    let good = format!("Bearer {}", far.token);
+    let mut ids = Vec::new();
+    for _ in 0..2 {
+        let (status, body) = http(&far.addr, "POST", "/v1/sandboxes", Some(&good), "{}");
+        assert_eq!(status, 201, "{body}");
+        let created: Value = serde_json::from_str(&body).unwrap();
+        ids.push(created["id"].as_str().unwrap().to_string());
+    }
+    let (a, b) = (&ids[0], &ids[1]);
+    let (_, session_b) = bound_session(&far, b);
+    let (status, is_error, text) = bound_call(
+        &far,
+        b,
+        &session_b,
+        "run",
+        json!({"command": "echo ARTIFACT-SECRET-B > \"$CUBBY_OUTPUT_DIR/b.txt\""}),
+    );
+    assert!(status == 200 && !is_error, "{text}");
+    let (_, session) = mcp_session(&far, "/mcp");
+    let (status, is_error, text) = mcp_call(
+        &far,
+        "/mcp",
+        &session,
+        "run",
+        json!({"command": "echo ARTIFACT-SECRET-MCP > \"$CUBBY_OUTPUT_DIR/m.txt\""}),
+    );
+    assert!(status == 200 && !is_error, "{text}");
+    let tmp = far._dir.path().canonicalize().unwrap().join("tmp");
+    let script = format!(
+        "grep -rhs ARTIFACT-SECRET {} ; echo SEARCHED",
+        tmp.display()
+    );
+    // The control: on the host, both stores hold their published file.
+    let control = Command::new("bash").args(["-c", &script]).output().unwrap();
+    let control = String::from_utf8_lossy(&control.stdout).into_owned();
+    assert!(
+        control.contains("ARTIFACT-SECRET-B") && control.contains("ARTIFACT-SECRET-MCP"),
+        "{control}"
+    );
+    let from_a = exec_output(&far, a, &script);
+    assert!(from_a.contains("SEARCHED"), "{from_a}");
+    assert!(!from_a.contains("ARTIFACT-SECRET-"), "{from_a}");
+    let (_, _, from_mcp) = mcp_call(&far, "/mcp", &session, "run", json!({"command": script}));
+    assert!(from_mcp.contains("SEARCHED"), "{from_mcp}");
+    assert!(!from_mcp.contains("ARTIFACT-SECRET-B"), "{from_mcp}");
+    let (_, _, from_b) = bound_call(&far, b, &session_b, "run", json!({"command": script}));
+    assert!(from_b.contains("SEARCHED"), "{from_b}");
+    assert!(!from_b.contains("ARTIFACT-SECRET-MCP"), "{from_b}");
+}
+
+/// Red-team pass 8, L1: the cap on a sandbox's MCP sessions was read,
+/// then the session made after an await; `initialize` requests arriving
+/// together all saw room (750 sessions past a cap of 64). A request that
+/// may open a session now takes a slot first.
+#[test]
+fn a_burst_of_initializes_opens_no_more_sessions_than_the_cap() {
+    const BURST: usize = 160;
+    let far = Far::start_full(&[], "127.0.0.1", &["--provider", "linux"], None, false);
+    let good = format!("Bearer {}", far.token);
+    let (status, body) = http(&far.addr, "POST", "/v1/sandboxes", Some(&good), "{}");
+    assert_eq!(status, 201, "{body}");
+    let created: Value = serde_json::from_str(&body).unwrap();
+    let id = created["id"].as_str().unwrap().to_string();
+    // The endpoint made by a first session, so the burst races on sessions
+    // alone.
+    bound_session(&far, &id);
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {},
+        "clientInfo": {"name": "burst", "version": "1"}}})
+    .to_string();
+    let request = format!(
+        "POST /v1/sandboxes/{id}/mcp HTTP/1.1\r\nHost: {addr}\r\nAuthorization: {good}\r\n\
+         Content-Type: application/json\r\nAccept: application/json, text/event-stream\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n{init}",
+        init.len(),
+        addr = far.addr,
+    );
+    let (most, last) = request.as_bytes().split_at(request.len() - 1);
+    // Every request but its last byte, then the last bytes together.
+    let mut streams: Vec<TcpStream> = (0..BURST)
+        .map(|_| {
+            let mut s = TcpStream::connect(&far.addr).unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+            s.write_all(most).unwrap();
+            s
+        })
+        .collect();
+    for s in &mut streams {
+        s.write_all(last).unwrap();
+    }
+    let mut opened = 0;
+    let mut refused = 0;
+    for mut s in streams {
+        let (status, _) = read_head(&mut s);
+        match status {
+            200 => opened += 1,
+            429 => refused += 1,
+            other => panic!("status {other}"),
+        }
+    }
+    // One session was open before the burst; a slot is counted before the
+    // sessions are, which errs on the side of the cap.
+    assert!(
+        (1..cubby_mcp::MAX_SESSIONS_PER_SANDBOX).contains(&opened),
+        "{opened} opened, {refused} refused"
+    );
+    assert_eq!(refused, BURST - opened);
+    // One by one, the rest of the cap opens, and no more.
+    let port: u16 = far.addr.rsplit_once(':').unwrap().1.parse().unwrap();
+    let path = format!("/v1/sandboxes/{id}/mcp");
+    let mut total = 1 + opened;
+    loop {
+        let (status, head, _) = common::request_to(
+            port,
+            "POST",
+            &path,
+            init.as_bytes(),
+            &[("Authorization", good.as_str())],
+        );
+        if status == 429 {
+            break;
+        }
+        assert_eq!(status, 200, "{head}");
+        total += 1;
+        assert!(total <= cubby_mcp::MAX_SESSIONS_PER_SANDBOX, "{total} open");
+    }
+    assert_eq!(total, cubby_mcp::MAX_SESSIONS_PER_SANDBOX);
+}
+
 /// Red-team pass 7, G3: a layout that puts the token's file or the hosted
 /// workspaces in another workspace's reach is refused at start, with what
 /// to do, and leaves nothing behind.
@@ -1688,7 +1825,11 @@ fn a_tar_that_breaks_a_rule_makes_no_workspace() {
             "{what}: written outside"
         );
         assert_eq!(
-            std::fs::read_dir(&host_dir).unwrap().count(),
+            std::fs::read_dir(&host_dir)
+                .unwrap()
+                .flatten()
+                .filter(|e| e.file_name() != ".stores")
+                .count(),
             0,
             "{what}: a workspace was left behind"
         );

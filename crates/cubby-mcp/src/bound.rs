@@ -23,6 +23,7 @@ use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, Stream
 use tokio_util::sync::CancellationToken;
 
 use crate::McpOptions;
+use crate::gate::{SessionGate, too_many};
 use crate::handler::{CubbyHandler, Shared};
 
 /// Most MCP sessions open at once on one sandbox's endpoint (a new one
@@ -33,8 +34,8 @@ pub const MAX_SESSIONS_PER_SANDBOX: usize = 64;
 /// The MCP endpoint of one hosted sandbox.
 struct Endpoint {
     service: StreamableHttpService<CubbyHandler, LocalSessionManager>,
-    /// The service's sessions (counted against [`MAX_SESSIONS_PER_SANDBOX`]).
-    sessions: Arc<LocalSessionManager>,
+    /// The service's sessions, at most [`MAX_SESSIONS_PER_SANDBOX`].
+    gate: Arc<SessionGate>,
     shared: Arc<Shared>,
     /// Closes the endpoint's sessions.
     closed: CancellationToken,
@@ -123,7 +124,7 @@ impl Bound {
         );
         let made = Arc::new(Endpoint {
             service,
-            sessions,
+            gate: SessionGate::new(sessions, MAX_SESSIONS_PER_SANDBOX),
             shared,
             closed,
         });
@@ -159,21 +160,22 @@ impl Bound {
         }
         match self.endpoint(&id).await {
             Ok(endpoint) => {
-                // A request that opens a session (a POST without one).
-                let opens = req.method() == axum::http::Method::POST
-                    && !req.headers().contains_key("mcp-session-id");
-                if opens
-                    && endpoint.sessions.sessions.read().await.len() >= MAX_SESSIONS_PER_SANDBOX
-                {
-                    let e = cubby::Error::new(
-                        cubby::ErrorKind::Limit,
-                        format!(
-                            "sandbox `{id}` has {MAX_SESSIONS_PER_SANDBOX} MCP sessions open, its \
-                             limit; end one (HTTP DELETE with its Mcp-Session-Id) first"
-                        ),
-                    );
-                    return refusal(StatusCode::TOO_MANY_REQUESTS, &e);
-                }
+                // A request that opens a session holds a slot until it is
+                // answered.
+                let _slot = if SessionGate::opens(&req) {
+                    match endpoint.gate.admit().await {
+                        Some(slot) => Some(slot),
+                        None => {
+                            return too_many(format!(
+                                "sandbox `{id}` has {} MCP sessions open, its limit; end one \
+                                 (HTTP DELETE with its Mcp-Session-Id) first",
+                                endpoint.gate.max()
+                            ));
+                        }
+                    }
+                } else {
+                    None
+                };
                 endpoint
                     .service
                     .handle(req)

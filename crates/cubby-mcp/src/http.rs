@@ -50,6 +50,8 @@ use axum::response::{IntoResponse, Response};
 use cubby::host::http::{BodyBudget, BodyReservation, ConnectionLimits};
 use hyper::body::{Frame, SizeHint};
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+
+use crate::gate::{SessionGate, too_many};
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use tokio_util::sync::CancellationToken;
 
@@ -251,6 +253,11 @@ async fn require_bearer(
     }
 }
 
+/// Most MCP sessions open at once at `/mcp` (a new one past it: 429);
+/// each holds a run (about 68 KB, more with its processes) until it ends
+/// or idles out after [`SESSION_IDLE`] (red-team pass 7, G5).
+pub const MAX_MCP_SESSIONS: usize = 1024;
+
 /// rmcp answers the `DELETE` that ends a session with 202 Accepted; the
 /// session is closed by then, and SPEC §6 (like the Python SDK, which logs
 /// "Session termination failed: 202") wants 200 or 204: 204 No Content, the
@@ -312,6 +319,8 @@ pub async fn serve_http(
     }
     let mut sessions = LocalSessionManager::default();
     sessions.session_config.keep_alive = Some(SESSION_IDLE);
+    let sessions = Arc::new(sessions);
+    let gate = SessionGate::new(Arc::clone(&sessions), MAX_MCP_SESSIONS);
     let config = StreamableHttpServerConfig::default()
         .with_allowed_hosts(hosts)
         .with_allowed_origins(origins)
@@ -322,7 +331,7 @@ pub async fn serve_http(
     let factory_shared = Arc::clone(&shared);
     let service = StreamableHttpService::new(
         move || Ok(CubbyHandler::new(Arc::clone(&factory_shared), false)),
-        Arc::new(sessions),
+        sessions,
         config,
     );
     // One budget of body bytes for the server: the host API's when on.
@@ -330,7 +339,28 @@ pub async fn serve_http(
         .host
         .as_ref()
         .map_or_else(BodyBudget::default, |api| api.body_budget().clone());
-    let mut app = Router::new().nest_service("/mcp", service);
+    let mut app = Router::new()
+        .nest_service("/mcp", service)
+        .layer(middleware::from_fn(move |req: Request, next: Next| {
+            let gate = Arc::clone(&gate);
+            async move {
+                let _slot = if SessionGate::opens(&req) {
+                    match gate.admit().await {
+                        Some(slot) => Some(slot),
+                        None => {
+                            return too_many(format!(
+                                "this server has {} MCP sessions open, its limit; end one (HTTP \
+                                 DELETE with its Mcp-Session-Id) first",
+                                gate.max()
+                            ));
+                        }
+                    }
+                } else {
+                    None
+                };
+                next.run(req).await
+            }
+        }));
     if let Some(api) = options.host.clone() {
         if token_missing(options.token.as_deref()) {
             return Err(ServeError(

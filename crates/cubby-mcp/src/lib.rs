@@ -27,6 +27,7 @@
 
 mod bound;
 mod direct;
+mod gate;
 mod handler;
 mod http;
 mod peer;
@@ -36,7 +37,7 @@ mod upstream;
 
 pub use bound::MAX_SESSIONS_PER_SANDBOX;
 pub use handler::{CubbyHandler, MAX_INSTRUCTIONS_CHARS, tool_definition};
-pub use http::{HttpOptions, serve_http};
+pub use http::{HttpOptions, MAX_MCP_SESSIONS, serve_http};
 pub use stdio::{serve_stdio, serve_stdio_until};
 pub use upstream::{
     CANCEL_POLL, MAX_MESSAGE_BYTES, MAX_RESTARTS_PER_MINUTE, PROGRESS_EVERY, RESTART_BACKOFF,

@@ -178,6 +178,34 @@ impl Workspace {
         })
     }
 
+    /// Keeps the private artifact store in `parent` rather than the
+    /// temporary directory (no effect with `state_dir`, whose store is the
+    /// user's). A server holding many sandboxes puts every store in one
+    /// directory that all of them have covered (`host_private_dirs`): each
+    /// hides only its own store, and with `TMPDIR` outside `/tmp` the
+    /// others' were readable (red-team pass 8, M1).
+    ///
+    /// # Errors
+    ///
+    /// `invalid_input` for a `parent` that does not resolve, or lies in the
+    /// workspace.
+    pub fn keep_store_in(&mut self, parent: &Path) -> Result<()> {
+        if self.state_dir.is_some() {
+            return Ok(());
+        }
+        let parent = resolve_dir(parent, "the artifact stores' directory")?;
+        if parent.starts_with(&self.root) {
+            return Err(Error::invalid_input(format!(
+                "the artifact stores' directory {} is inside the workspace {}; choose one \
+                 outside it",
+                parent.display(),
+                self.root.display()
+            )));
+        }
+        self.store = Arc::new(Store::private(&parent));
+        Ok(())
+    }
+
     /// Commands get `network` whatever the mode and the config say
     /// (`cubby exec --network`).
     pub fn set_command_network(&mut self, network: NetworkMode) {

@@ -50,6 +50,9 @@ pub const OUTPUT_CHUNK_BYTES: usize = 64 * 1024;
 pub const STDIN_WAIT: Duration = Duration::from_secs(30);
 /// Longest a destroy waits for the commands it killed to be reaped.
 pub const DESTROY_WAIT: Duration = Duration::from_secs(10);
+/// The directory, in a host's [`HostOptions::dir`], that holds its
+/// sandboxes' private artifact stores (no sandbox id starts with a dot).
+pub const STORES_DIR: &str = ".stores";
 
 /// What a host is made of.
 #[derive(Clone, Debug)]
@@ -205,6 +208,22 @@ impl Host {
         options.dir = options.dir.canonicalize().map_err(|e| {
             Error::invalid_input(format!("cannot resolve {}: {e}", options.dir.display()))
         })?;
+        let stores = options.dir.join(STORES_DIR);
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&stores)
+            .or_else(|e| match e.kind() {
+                std::io::ErrorKind::AlreadyExists if stores.is_dir() && !stores.is_symlink() => {
+                    Ok(())
+                }
+                _ => Err(e),
+            })
+            .map_err(|e| {
+                Error::invalid_input(format!(
+                    "cannot make the artifact stores' directory {}: {e}",
+                    stores.display()
+                ))
+            })?;
         if let Some(adopt) = &options.adopt {
             options.adopt = Some(adopt.canonicalize().map_err(|e| {
                 Error::invalid_input(format!(
@@ -235,6 +254,13 @@ impl Host {
         })
     }
 
+    /// Where the sandboxes' private artifact stores are kept: in the
+    /// host's directory, which every sandbox's commands have covered, so
+    /// none reads another's (nor its own) published files.
+    pub fn stores_dir(&self) -> PathBuf {
+        self.options.dir.join(STORES_DIR)
+    }
+
     /// The sandboxes held now.
     pub fn len(&self) -> usize {
         lock(&self.sandboxes).len()
@@ -261,7 +287,7 @@ impl Host {
 
     /// The directory `requested` names, when the operator lets callers
     /// adopt directories under [`HostOptions::adopt`].
-    fn adoptable(&self, requested: &str) -> Result<PathBuf> {
+    fn adoptable(&self, requested: &str) -> Result<(PathBuf, (u64, u64))> {
         let Some(allowed) = &self.options.adopt else {
             return Err(Error::new(
                 ErrorKind::Denied,
@@ -324,6 +350,9 @@ impl Host {
             std::os::fd::AsRawFd::as_raw_fd(&dir)
         ))
         .map_err(|_| refused())?;
+        let identity = rustix::fs::fstat(&dir)
+            .map(|st| (st.st_dev, st.st_ino))
+            .map_err(|_| refused())?;
         // Never the host's own directory of workspaces, nor one holding it
         // (another sandbox's workspace, or all of them).
         let made = &self.options.dir;
@@ -331,10 +360,23 @@ impl Host {
             || !resolved.starts_with(allowed)
             || resolved.starts_with(made)
             || made.starts_with(&resolved)
+            || Self::nests_with_a_live_one(&lock(&self.sandboxes), &resolved)
         {
             return Err(refused());
         }
-        Ok(resolved)
+        Ok((resolved, identity))
+    }
+
+    /// Whether `root` lies strictly inside a live sandbox's adopted
+    /// workspace, or holds one. Such a root is refused: the outer
+    /// sandbox's commands write the inner one's workspace, and can swap
+    /// a directory on the way to it for a link between the check and the
+    /// open (red-team pass 8, H1). The same directory adopted twice is
+    /// one workspace, and is allowed.
+    fn nests_with_a_live_one(sandboxes: &HashMap<String, Arc<Hosted>>, root: &Path) -> bool {
+        sandboxes.values().any(|h| {
+            h.adopted && h.root != root && (root.starts_with(&h.root) || h.root.starts_with(root))
+        })
     }
 
     /// Creates a sandbox: a new empty workspace, or the adopted `root`
@@ -384,8 +426,11 @@ impl Host {
         }
         let n = self.next.fetch_add(1, Ordering::Relaxed);
         let id = format!("{n}-{:016x}", self.salt ^ random_u64());
-        let (root, adopted) = match &request.root {
-            Some(requested) => (self.adoptable(requested)?, true),
+        let (root, adopted, identity) = match &request.root {
+            Some(requested) => {
+                let (root, identity) = self.adoptable(requested)?;
+                (root, true, Some(identity))
+            }
             None => {
                 let root = self.options.dir.join(&id);
                 use std::os::unix::fs::DirBuilderExt;
@@ -393,12 +438,13 @@ impl Host {
                     .mode(0o700)
                     .create(&root)
                     .map_err(|e| Error::internal(format!("cannot make a workspace: {e}")))?;
-                (root, false)
+                (root, false, None)
             }
         };
         let made = (|| {
-            let workspace =
+            let mut workspace =
                 Workspace::from_config(&root, &self.options.config, None, &self.options.env)?;
+            workspace.keep_store_in(&self.stores_dir())?;
             if let Some(archive) = archive {
                 let limits = workspace.policy().limits();
                 let caps = unpack::Caps::with_file_limit(
@@ -407,6 +453,20 @@ impl Host {
                 unpack::unpack(archive, &root, workspace.policy(), &caps)?;
             }
             let sandbox = workspace.open_sandbox()?;
+            // The directory opened is the one checked: a path is resolved
+            // again by the open, and a link swapped in meanwhile would move
+            // it (red-team pass 8, H1).
+            if let Some(checked) = identity {
+                if sandbox.fs().root_identity() != Some(checked) {
+                    return Err(Error::new(
+                        ErrorKind::Denied,
+                        format!(
+                            "root `{}` changed while the sandbox was being made; try again",
+                            root.display()
+                        ),
+                    ));
+                }
+            }
             let factory = workspace.factory_over(sandbox.clone(), true)?;
             let toolset = factory()?;
             Ok::<_, Error>((sandbox, factory, toolset))
@@ -443,6 +503,20 @@ impl Host {
             destroyed: AtomicBool::new(false),
         });
         let mut sandboxes = lock(&self.sandboxes);
+        // Adopted roots nest with no live one's: checked again where it
+        // counts, against creates running side by side.
+        if adopted && Self::nests_with_a_live_one(&sandboxes, &hosted.root) {
+            drop(sandboxes);
+            hosted.destroy();
+            return Err(Error::new(
+                ErrorKind::Denied,
+                format!(
+                    "root `{}` lies inside another sandbox's workspace, or holds one; adopt \
+                     directories apart",
+                    hosted.root.display()
+                ),
+            ));
+        }
         // Checked again where it counts: creates running side by side
         // never hold more than the cap.
         if sandboxes.len() >= self.options.max_sandboxes {
@@ -948,5 +1022,71 @@ mod tests {
             assert_eq!(err.kind(), ErrorKind::Denied, "{root}: {}", err.message());
         }
         assert!(host.is_empty());
+    }
+
+    /// Red-team pass 8, H1: a sandbox whose workspace was adopted could
+    /// swap a directory in it for a link while a nested one was adopted,
+    /// and the open followed the link (another sandbox's workspace, the
+    /// token's directory). A root inside a live adopted workspace, or
+    /// holding one, is refused; apart, or once the other is destroyed, it
+    /// is taken.
+    #[test]
+    fn a_root_nested_with_a_live_adopted_one_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let adopt = dir.path().join("adopt");
+        for d in ["a/r", "b", "c/d"] {
+            std::fs::create_dir_all(adopt.join(d)).unwrap();
+        }
+        let host = Host::new(HostOptions {
+            dir: dir.path().join("hd"),
+            adopt: Some(adopt.clone()),
+            max_sandboxes: 0,
+            config: Config::default(),
+            env: HostEnv::default(),
+        })
+        .unwrap();
+        let adopt = adopt.canonicalize().unwrap();
+        let create = |root: &str| {
+            host.create(&wire::CreateRequest {
+                root: Some(format!("{}/{root}", adopt.display())),
+            })
+        };
+        let outer = create("a").unwrap();
+        let err = create("a/r").expect_err("inside a live one");
+        assert_eq!(err.kind(), ErrorKind::Denied, "{}", err.message());
+        create("c/d").unwrap();
+        let err = create("c").expect_err("holding a live one");
+        assert_eq!(err.kind(), ErrorKind::Denied, "{}", err.message());
+        // Apart, and the same directory again (one workspace), are taken.
+        create("b").unwrap();
+        create("a").unwrap();
+        host.destroy(&outer.id).unwrap();
+        // Another sandbox over `a` is still there.
+        assert_eq!(create("a/r").unwrap_err().kind(), ErrorKind::Denied);
+        host.destroy_all();
+        create("a/r").unwrap();
+        host.destroy_all();
+    }
+
+    /// The open is checked against the directory the check resolved: a
+    /// root whose path names another directory by the time the sandbox is
+    /// opened is refused (the identity the file system reports).
+    #[test]
+    fn a_local_root_reports_the_identity_of_the_directory_it_opened() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("one")).unwrap();
+        let fs = crate::sandbox::LocalFs::open(&dir.path().join("one")).unwrap();
+        let st = rustix::fs::stat(dir.path().join("one")).unwrap();
+        assert_eq!(
+            crate::sandbox::FileSystem::root_identity(&fs),
+            Some((st.st_dev, st.st_ino))
+        );
+        std::fs::rename(dir.path().join("one"), dir.path().join("two")).unwrap();
+        std::fs::create_dir(dir.path().join("one")).unwrap();
+        let now = rustix::fs::stat(dir.path().join("one")).unwrap();
+        assert_ne!(
+            crate::sandbox::FileSystem::root_identity(&fs),
+            Some((now.st_dev, now.st_ino))
+        );
     }
 }

@@ -141,6 +141,13 @@ pub trait FileSystem: Send + Sync {
         Ok(false)
     }
 
+    /// The device and inode of the directory the root was opened as, for a
+    /// file system over a host directory (`None` for others): which
+    /// directory it is, whatever its path names now.
+    fn root_identity(&self) -> Option<(u64, u64)> {
+        None
+    }
+
     /// Reads a whole regular file of at most `max` bytes (`too_large` beyond).
     fn read_to_vec(&self, path: &WorkspacePath, max: u64) -> Result<Vec<u8>> {
         let file = self.open(path)?;
@@ -189,6 +196,9 @@ impl<T: FileSystem + ?Sized> FileSystem for Arc<T> {
     }
     fn remove_empty_dir(&self, path: &WorkspacePath) -> Result<bool> {
         (**self).remove_empty_dir(path)
+    }
+    fn root_identity(&self) -> Option<(u64, u64)> {
+        (**self).root_identity()
     }
 }
 

@@ -450,6 +450,10 @@ impl WithoutReservations {
 }
 
 impl FileSystem for WithoutReservations {
+    fn root_identity(&self) -> Option<(u64, u64)> {
+        self.0.fs.root_identity()
+    }
+
     fn create_dir_all(&self, path: &WorkspacePath) -> Result<()> {
         self.refuse_reserved(path)?;
         self.0.fs.create_dir_all(path)

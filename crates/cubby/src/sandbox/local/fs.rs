@@ -299,6 +299,10 @@ impl LocalFs {
 }
 
 impl FileSystem for LocalFs {
+    fn root_identity(&self) -> Option<(u64, u64)> {
+        self.root_id()
+    }
+
     fn create_dir_all(&self, path: &WorkspacePath) -> Result<()> {
         self.open_dir_creating(path).map(drop)
     }
