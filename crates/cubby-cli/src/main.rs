@@ -69,6 +69,11 @@ enum Command {
         /// Most sandboxes held at once.
         #[arg(long, requires = "host", default_value_t = cubby::host::MAX_SANDBOXES)]
         host_max: usize,
+        /// Destroy a sandbox after this many seconds with no command running
+        /// and no request about it (0: never).
+        #[arg(long, requires = "host", value_name = "SECS",
+              default_value_t = cubby::host::IDLE_EXPIRY.as_secs())]
+        host_idle: u64,
         /// Let one caller exchange the token, once, for a fresh one of its
         /// own (`POST /v1/bind`; a warm pool's pods).
         #[arg(long, requires = "host")]
@@ -271,6 +276,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             host_dir,
             host_adopt,
             host_max,
+            host_idle,
             host_bind,
             common,
         } => {
@@ -316,7 +322,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                         "--host needs a bearer token: set CUBBY_TOKEN or pass --token-file"
                     );
                 };
-                let hosting = setup::host(&common, &hidden, layout, host_max, token)?;
+                let hosting = setup::host(&common, &hidden, layout, host_max, host_idle, token)?;
                 if host_bind {
                     hosting.api.allow_bind();
                 }

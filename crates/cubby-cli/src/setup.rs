@@ -348,6 +348,7 @@ pub fn host(
     hidden: &Hidden,
     layout: HostLayout,
     max: usize,
+    idle_secs: u64,
     token: &str,
 ) -> anyhow::Result<Hosting> {
     let workspace = match resolve_hiding(common, hidden) {
@@ -365,6 +366,7 @@ pub fn host(
         max_sandboxes: max,
         config: workspace.config().clone(),
         env,
+        idle: (idle_secs > 0).then(|| std::time::Duration::from_secs(idle_secs)),
     })
     .map_err(|e| anyhow::anyhow!("--host: {}", e.message()))?;
     let api = cubby::host::http::HostApi::new(std::sync::Arc::new(host), token)

@@ -835,6 +835,59 @@ fn the_default_host_dir_is_hidden_from_the_served_workspace() {
     assert!(!text.contains("SANDBOX-B-SECRET"), "{text}");
 }
 
+/// Issue 18: a sandbox nobody uses (its caller died without the destroy:
+/// a near side killed, a partition) is destroyed after `--host-idle`; one
+/// with a command running stays, and goes once the command has ended and
+/// the time has passed again. A call on an expired sandbox says so.
+#[test]
+fn idle_sandboxes_expire_and_busy_ones_stay() {
+    let far = Far::start_full(
+        &[],
+        "127.0.0.1",
+        &["--provider", "linux", "--host-idle", "1"],
+        None,
+        true,
+    );
+    let good = format!("Bearer {}", far.token);
+    let mut ids = Vec::new();
+    for _ in 0..2 {
+        let (status, body) = http(&far.addr, "POST", "/v1/sandboxes", Some(&good), "{}");
+        assert_eq!(status, 201, "{body}");
+        let created: Value = serde_json::from_str(&body).unwrap();
+        ids.push(created["id"].as_str().unwrap().to_string());
+    }
+    let (quiet, busy) = (&ids[0], &ids[1]);
+    let workspace = far._dir.path().join("sandboxes").join(quiet);
+    assert!(workspace.is_dir());
+    let stream = exec_raw(&far, busy, "sleep 60");
+    let listed = || {
+        let (status, body) = http(&far.addr, "GET", "/v1/sandboxes", Some(&good), "");
+        assert_eq!(status, 200, "{body}");
+        serde_json::from_str::<Vec<String>>(&body).unwrap()
+    };
+    wait_for("the idle sandbox expired", Duration::from_secs(20), || {
+        !listed().contains(quiet)
+    });
+    assert!(!workspace.exists(), "its workspace is removed");
+    assert_eq!(listed(), vec![busy.clone()]);
+    let (status, body) = http(
+        &far.addr,
+        "GET",
+        &format!("/v1/sandboxes/{quiet}/commands"),
+        Some(&good),
+        "",
+    );
+    assert_eq!(status, 404, "{body}");
+    assert!(body.contains("expired"), "{body}");
+    // The command ends with its stream; then the other goes too.
+    drop(stream);
+    wait_for(
+        "the busy sandbox expired once idle",
+        Duration::from_secs(20),
+        || listed().is_empty(),
+    );
+}
+
 /// Red-team pass 8, M1: each run's artifact store was in `$TMPDIR`, and
 /// each workspace hid only its own, so with `TMPDIR` outside `/tmp` a
 /// hosted sandbox's commands read another's published files and the

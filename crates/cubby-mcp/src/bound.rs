@@ -160,6 +160,8 @@ impl Bound {
         }
         match self.endpoint(&id).await {
             Ok(endpoint) => {
+                // A session's requests keep the sandbox from expiring idle.
+                self.api.host().touch(&id);
                 // A request that opens a session holds a slot until it is
                 // answered.
                 let _slot = if SessionGate::opens(&req) {

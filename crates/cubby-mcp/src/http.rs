@@ -253,6 +253,30 @@ async fn require_bearer(
     }
 }
 
+/// Destroys the host's idle sandboxes every so often (a quarter of `idle`,
+/// between 1 s and a minute) until `stop`.
+async fn expire_idle_sandboxes(
+    api: cubby::host::http::HostApi,
+    idle: std::time::Duration,
+    stop: CancellationToken,
+) {
+    let period = (idle / 4).clamp(
+        std::time::Duration::from_secs(1),
+        std::time::Duration::from_secs(60),
+    );
+    loop {
+        tokio::select! {
+            () = stop.cancelled() => return,
+            () = tokio::time::sleep(period) => {}
+        }
+        let api = api.clone();
+        // A destroy waits for its commands to be reaped: off the event loop.
+        let _ =
+            tokio::task::spawn_blocking(move || api.host().expire_idle(std::time::Instant::now()))
+                .await;
+    }
+}
+
 /// Most MCP sessions open at once at `/mcp` (a new one past it: 429);
 /// each holds a run (about 68 KB, more with its processes) until it ends
 /// or idles out after [`SESSION_IDLE`] (red-team pass 7, G5).
@@ -389,6 +413,13 @@ pub async fn serve_http(
             count_body(budget.clone(), req, next)
         }));
     if let Some(api) = options.host.clone() {
+        if let Some(idle) = api.host().idle() {
+            tokio::spawn(expire_idle_sandboxes(
+                api.clone(),
+                idle,
+                shutdown.child_token(),
+            ));
+        }
         app = app.route(
             "/v1/{*rest}",
             axum::routing::any(move |req: Request| {

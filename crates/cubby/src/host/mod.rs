@@ -50,6 +50,9 @@ pub const OUTPUT_CHUNK_BYTES: usize = 64 * 1024;
 pub const STDIN_WAIT: Duration = Duration::from_secs(30);
 /// Longest a destroy waits for the commands it killed to be reaped.
 pub const DESTROY_WAIT: Duration = Duration::from_secs(10);
+/// How long `cubby serve --host` keeps an idle sandbox by default (its
+/// `--host-idle`), as long as an MCP session is kept idle.
+pub const IDLE_EXPIRY: Duration = Duration::from_secs(3600);
 /// The directory, in a host's [`HostOptions::dir`], that holds its
 /// sandboxes' private artifact stores (no sandbox id starts with a dot).
 pub const STORES_DIR: &str = ".stores";
@@ -68,6 +71,11 @@ pub struct HostOptions {
     pub config: Config,
     /// The environment snapshot.
     pub env: HostEnv,
+    /// A sandbox with no command running and no request about it for this
+    /// long is destroyed by [`Host::expire_idle`] (`None`: never). What a
+    /// caller that died without its destroy leaves (a `remote` near side
+    /// killed, a partition) goes then.
+    pub idle: Option<Duration>,
 }
 
 /// The sandboxes of one server.
@@ -96,6 +104,8 @@ pub struct Hosted {
     reaped: Condvar,
     next_command: AtomicU64,
     destroyed: AtomicBool,
+    /// When a request last named it, or its last command ended.
+    last_used: Mutex<Instant>,
 }
 
 /// A command running in a hosted sandbox.
@@ -157,6 +167,7 @@ impl Started {
             release();
         }
         lock(&self.hosted.commands).remove(&self.command);
+        *lock(&self.hosted.last_used) = Instant::now();
         self.hosted.reaped.notify_all();
         status
     }
@@ -180,7 +191,8 @@ fn not_found(id: &str) -> Error {
     Error::new(
         ErrorKind::NotFound,
         format!(
-            "no sandbox `{}` on this host (destroyed, or never made); create one with POST /v1/sandboxes",
+            "no sandbox `{}` on this host (destroyed, expired after being idle, or never made); \
+             create one with POST /v1/sandboxes",
             crate::path::escape_name(id.as_bytes())
         ),
     )
@@ -279,10 +291,54 @@ impl Host {
     }
 
     fn get(&self, id: &str) -> Result<Arc<Hosted>> {
-        lock(&self.sandboxes)
+        let hosted = lock(&self.sandboxes)
             .get(id)
             .cloned()
-            .ok_or_else(|| not_found(id))
+            .ok_or_else(|| not_found(id))?;
+        *lock(&hosted.last_used) = Instant::now();
+        Ok(hosted)
+    }
+
+    /// Notes a use of sandbox `id` now (a request of an MCP session bound
+    /// to it), which keeps it from [`Host::expire_idle`]; an unknown id is
+    /// ignored.
+    pub fn touch(&self, id: &str) {
+        let _ = self.get(id);
+    }
+
+    /// Destroys every sandbox idle at `now` for [`HostOptions::idle`] or
+    /// longer (no command running, no request since), as
+    /// [`Host::destroy`] does; returns their ids. Nothing without `idle`.
+    pub fn expire_idle(&self, now: Instant) -> Vec<String> {
+        let Some(idle) = self.options.idle else {
+            return Vec::new();
+        };
+        let expired: Vec<(String, Arc<Hosted>)> = {
+            let mut sandboxes = lock(&self.sandboxes);
+            let ids: Vec<String> = sandboxes
+                .iter()
+                .filter(|(_, h)| {
+                    lock(&h.commands).is_empty()
+                        && now.saturating_duration_since(*lock(&h.last_used)) >= idle
+                })
+                .map(|(id, _)| id.clone())
+                .collect();
+            ids.into_iter()
+                .filter_map(|id| sandboxes.remove(&id).map(|h| (id, h)))
+                .collect()
+        };
+        for (id, hosted) in &expired {
+            tracing::info!("sandbox {id} expired after {idle:?} idle");
+            hosted.destroyed.store(true, Ordering::SeqCst);
+            self.tell_destroyed(id);
+            hosted.destroy();
+        }
+        expired.into_iter().map(|(id, _)| id).collect()
+    }
+
+    /// [`HostOptions::idle`].
+    pub fn idle(&self) -> Option<Duration> {
+        self.options.idle
     }
 
     /// The directory `requested` names, when the operator lets callers
@@ -501,6 +557,7 @@ impl Host {
             reaped: Condvar::new(),
             next_command: AtomicU64::new(1),
             destroyed: AtomicBool::new(false),
+            last_used: Mutex::new(Instant::now()),
         });
         let mut sandboxes = lock(&self.sandboxes);
         // Adopted roots nest with no live one's: checked again where it
@@ -946,6 +1003,7 @@ mod tests {
             max_sandboxes: 0,
             config: Config::default(),
             env: HostEnv::default(),
+            idle: None,
         })
         .unwrap();
         let adopt = adopt.canonicalize().unwrap();
@@ -1009,6 +1067,7 @@ mod tests {
             max_sandboxes: 0,
             config: Config::default(),
             env: HostEnv::default(),
+            idle: None,
         })
         .unwrap();
         std::fs::create_dir_all(adopt.join("a/hd/1-x")).unwrap();
@@ -1043,6 +1102,7 @@ mod tests {
             max_sandboxes: 0,
             config: Config::default(),
             env: HostEnv::default(),
+            idle: None,
         })
         .unwrap();
         let adopt = adopt.canonicalize().unwrap();
@@ -1088,5 +1148,61 @@ mod tests {
             crate::sandbox::FileSystem::root_identity(&fs),
             Some((now.st_dev, now.st_ino))
         );
+    }
+
+    /// A sandbox nobody uses goes after [`HostOptions::idle`] (a caller
+    /// that died without its destroy left it); one with a command running,
+    /// or named by a request since, stays.
+    #[test]
+    fn idle_sandboxes_expire_and_busy_ones_stay() {
+        let dir = tempfile::tempdir().unwrap();
+        let idle = Duration::from_secs(60);
+        let host = Host::new(HostOptions {
+            dir: dir.path().join("hd"),
+            adopt: None,
+            max_sandboxes: 0,
+            config: Config {
+                provider: Some(crate::ProviderKind::Local),
+                ..Config::default()
+            },
+            env: HostEnv::capture(),
+            idle: Some(idle),
+        })
+        .unwrap();
+        let make = || host.create(&wire::CreateRequest { root: None }).unwrap().id;
+        let (quiet, busy, used) = (make(), make(), make());
+        let started = host
+            .exec(
+                &busy,
+                wire::ExecRequest {
+                    argv: vec!["/bin/sleep".into(), "30".into()],
+                    cwd: String::new(),
+                    env: Vec::new(),
+                    stdin: false,
+                    output_dir: None,
+                },
+            )
+            .unwrap();
+        let later = Instant::now() + idle;
+        assert!(host.expire_idle(Instant::now()).is_empty());
+        host.touch(&used);
+        let quiet_root = dir.path().join("hd").canonicalize().unwrap().join(&quiet);
+        assert!(quiet_root.is_dir());
+        let expired = host.expire_idle(later - Duration::from_millis(1));
+        assert_eq!(expired, vec![quiet.clone()]);
+        assert!(!quiet_root.exists(), "its workspace is removed");
+        assert_eq!(
+            host.destroy(&quiet).unwrap_err().kind(),
+            ErrorKind::NotFound
+        );
+        // The busy one stays while its command runs.
+        let mut later_still = host.expire_idle(later + idle);
+        later_still.sort();
+        assert_eq!(later_still, vec![used.clone()]);
+        assert_eq!(host.ids(), vec![busy.clone()]);
+        started.running.kill_unless_ended();
+        started.pump(|_| true);
+        assert!(host.expire_idle(Instant::now() + idle * 3).contains(&busy));
+        assert!(host.is_empty());
     }
 }

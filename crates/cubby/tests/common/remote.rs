@@ -36,6 +36,7 @@ impl Far {
             max_sandboxes: 0,
             config,
             env: HostEnv::capture(),
+            idle: None,
         })
         .unwrap();
         let api = HostApi::new(Arc::new(host), &token).unwrap();
