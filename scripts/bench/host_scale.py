@@ -60,8 +60,15 @@ class Client:
         if body is not None:
             data = json.dumps(body).encode()
             headers["Content-Type"] = "application/json"
-        self.conn.request(method, path, body=data, headers=headers)
-        return self.conn.getresponse()
+        try:
+            self.conn.request(method, path, body=data, headers=headers)
+            return self.conn.getresponse()
+        except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError):
+            # The server closes a connection idle past its header timeout
+            # (10 s); the request was not taken: send it on a new one.
+            self.conn.close()
+            self.conn.request(method, path, body=data, headers=headers)
+            return self.conn.getresponse()
 
     def create(self):
         r = self.call("POST", "/v1/sandboxes", {})
@@ -195,7 +202,8 @@ def main():
         # now (no wait; a process seen here is a failure).
         left = descendants(server.pid)
         print(f"after destroying every sandbox: {len(left)} processes under the server "
-              f"({len(os.listdir(f'{work}/sandboxes'))} workspaces left)")
+              f"({len([n for n in os.listdir(f'{work}/sandboxes') if n != '.stores'])} "
+              "workspaces left)")
         if left or errors:
             sys.exit(1)
     finally:

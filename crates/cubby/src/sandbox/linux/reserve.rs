@@ -130,12 +130,28 @@ pub(crate) struct Reservations {
 /// Every sandbox's reservations in this process, for [`empty_stashes`].
 static LIVE: Mutex<Vec<Weak<Reservations>>> = Mutex::new(Vec::new());
 
+/// The placeholders of sandboxes that were dropped, kept for this
+/// process's next sandboxes on the same file system: a server that makes a
+/// sandbox per caller would otherwise `mkdir` every placeholder at each
+/// sandbox's first command (on ext4 without a journal, past a scan of
+/// recently freed inodes that grows with the churn: about 2.5 ms a first
+/// command on this project's test machine) and `rmdir` them at its end.
+/// A stash like the others (named for this process, removed by
+/// [`empty_stashes`], or by the next process after a kill); a placeholder
+/// taken from it is checked as one from a sandbox's own stash is (the
+/// inode it was stashed with, the mode, empty).
+static SPARE: Mutex<Option<Stash>> = Mutex::new(None);
+
+/// Most placeholders [`SPARE`] keeps.
+const MAX_SPARE: usize = 256;
+
 /// Empties and removes the stash of every sandbox of this process, and
 /// lets them make and remove placeholders from now on: for a process about
 /// to exit, whose sandboxes may never be dropped (a tool call still running
 /// on a thread holds one). Placeholders of commands still running stay in
 /// their workspaces, for the next sandbox there to sweep.
 pub(crate) fn empty_stashes() {
+    EXITING.store(true, Ordering::Relaxed);
     let live: Vec<Arc<Reservations>> = lock(&LIVE).iter().filter_map(Weak::upgrade).collect();
     for r in live {
         let mut inner = lock(&r.inner);
@@ -143,6 +159,9 @@ pub(crate) fn empty_stashes() {
             stash.remove();
         }
         inner.stash = Some(None);
+    }
+    if let Some(spare) = lock(&SPARE).take() {
+        spare.remove();
     }
     // A sandbox whose last user is being dropped on another thread (a
     // tool call's, as the runtime shuts down) is emptying its stash there:
@@ -153,6 +172,15 @@ pub(crate) fn empty_stashes() {
         std::thread::sleep(std::time::Duration::from_millis(1));
     }
 }
+
+/// False once [`empty_stashes`] has run (the process is exiting): a stash
+/// retired then is removed, not kept as [`SPARE`].
+fn empty_stashes_not_called() -> bool {
+    !EXITING.load(Ordering::Relaxed)
+}
+
+/// Set by [`empty_stashes`].
+static EXITING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// How long [`empty_stashes`] waits for sandboxes being dropped elsewhere.
 const DROP_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
@@ -315,19 +343,23 @@ impl Reservations {
             inner.stash = Some(open_stash(&self.fs));
         }
         let mut ino = None;
-        if let Some(Some(stash)) = inner.stash.as_mut()
-            && let Some((name, stashed)) = stash.free.pop()
-        {
-            match self
-                .fs
-                .unstash_placeholder(path, stashed, &stash.dir, &name)
-            {
-                Unstash::Moved => ino = Some(stashed),
-                // Not what was stashed: that name is not used again.
-                Unstash::Refused => {}
-                // Something is there now (then `mkdir` says so below), or
-                // the move failed: make one.
-                Unstash::Failed => stash.free.push((name, stashed)),
+        if let Some(Some(stash)) = inner.stash.as_mut() {
+            if let Some((name, stashed)) = stash.free.pop() {
+                match self
+                    .fs
+                    .unstash_placeholder(path, stashed, &stash.dir, &name)
+                {
+                    Unstash::Moved => ino = Some(stashed),
+                    // Not what was stashed: that name is not used again.
+                    Unstash::Refused => {}
+                    // Something is there now (then `mkdir` says so below),
+                    // or the move failed: make one.
+                    Unstash::Failed => stash.free.push((name, stashed)),
+                }
+            } else {
+                // Only with a stash of its own: the base directory is then
+                // on this workspace's file system and out of its reach.
+                ino = self.from_spare(path);
             }
         }
         let ino = match ino {
@@ -345,6 +377,26 @@ impl Reservations {
             },
         );
         Ok(ino)
+    }
+
+    /// A placeholder from [`SPARE`] moved to `path`, if one is there.
+    fn from_spare(&self, path: &WorkspacePath) -> Option<u64> {
+        let mut spare = lock(&SPARE);
+        let spare = spare.as_mut()?;
+        while let Some((name, stashed)) = spare.free.pop() {
+            match self
+                .fs
+                .unstash_placeholder(path, stashed, &spare.dir, &name)
+            {
+                Unstash::Moved => return Some(stashed),
+                Unstash::Refused => {}
+                Unstash::Failed => {
+                    spare.free.push((name, stashed));
+                    return None;
+                }
+            }
+        }
+        None
     }
 
     /// Removes the placeholder `ino` at `path` that a killed cubby left
@@ -403,7 +455,7 @@ impl Drop for Reservations {
             self.fs.remove_placeholder(&path, slot.ino);
         }
         if let Some(Some(stash)) = inner.stash.take() {
-            stash.remove();
+            stash.retire();
         }
         // Done: off the list (see `empty_stashes`).
         let me: *const Reservations = self;
@@ -412,6 +464,65 @@ impl Drop for Reservations {
 }
 
 impl Stash {
+    /// Hands the placeholders of a sandbox being dropped to [`SPARE`] (the
+    /// stash itself becomes it when there is none; else they are moved
+    /// there, up to [`MAX_SPARE`]), then removes what is left; the last
+    /// sandbox of the process removes the spare too.
+    fn retire(mut self) {
+        // The last sandbox of the process: nothing to keep them for (a
+        // process that never calls `empty_stashes`, a test's, leaves
+        // nothing behind).
+        let others = lock(&LIVE).iter().any(|w| w.strong_count() > 0);
+        if !others {
+            let kept = lock(&SPARE).take();
+            if let Some(kept) = kept {
+                kept.remove();
+            }
+            self.remove();
+            return;
+        }
+        let mut spare = lock(&SPARE);
+        let same_fs = |a: &OwnedFd, b: &OwnedFd| {
+            rustix::fs::fstat(a)
+                .ok()
+                .zip(rustix::fs::fstat(b).ok())
+                .is_some_and(|(a, b)| a.st_dev == b.st_dev)
+        };
+        match spare.as_mut() {
+            None if !self.free.is_empty() && empty_stashes_not_called() => {
+                self.free.truncate(MAX_SPARE);
+                *spare = Some(self);
+                return;
+            }
+            Some(kept) if same_fs(&kept.dir, &self.dir) => {
+                while kept.free.len() < MAX_SPARE {
+                    let Some((name, ino)) = self.free.pop() else {
+                        break;
+                    };
+                    let as_name = OsString::from(kept.named.to_string());
+                    if rustix::fs::renameat_with(
+                        &self.dir,
+                        &name,
+                        &kept.dir,
+                        &as_name,
+                        rustix::fs::RenameFlags::NOREPLACE,
+                    )
+                    .is_ok()
+                    {
+                        kept.named += 1;
+                        kept.free.push((as_name, ino));
+                    } else {
+                        self.free.push((name, ino));
+                        break;
+                    }
+                }
+            }
+            _ => {}
+        }
+        drop(spare);
+        self.remove();
+    }
+
     /// Removes the placeholders in the stash, then the stash (and the base
     /// directory when no other process has a stash in it).
     fn remove(self) {
@@ -679,7 +790,13 @@ mod tests {
     static SERIAL: Mutex<()> = Mutex::new(());
 
     fn serial() -> std::sync::MutexGuard<'static, ()> {
-        SERIAL.lock().unwrap_or_else(|p| p.into_inner())
+        let one = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+        // Each test starts with no spare placeholders (an earlier test's
+        // dropped sandboxes left theirs there).
+        if let Some(spare) = lock(&SPARE).take() {
+            spare.remove();
+        }
+        one
     }
 
     fn stash_dir() -> std::path::PathBuf {
@@ -775,13 +892,85 @@ mod tests {
                 .unwrap_or_default()
         };
         assert_eq!(stashed(), vec![ino], "in the stash");
+        // Another sandbox of the process lives on (the last one's drop
+        // removes the spare).
+        let (_keeper_dir, keeper_fs) = workspace();
+        let keeper = Reservations::new(keeper_fs);
         drop(r);
+        // Dropping the sandbox hands its placeholders to the process's
+        // spare (its stash becomes it: there was none), for the next
+        // sandbox; the workspace keeps nothing.
+        let spare: Vec<u64> = lock(&SPARE)
+            .as_ref()
+            .map(|s| s.free.iter().map(|(_, ino)| *ino).collect())
+            .unwrap_or_default();
+        assert_eq!(spare, vec![ino]);
+        assert_eq!(ino_at(&dir.path().join(".codex")), None);
+        empty_spare();
         assert_eq!(
             ino_at(&mine),
             None,
-            "dropping the sandbox removes its stash"
+            "the spare is removed with the process's stashes"
         );
-        assert_eq!(ino_at(&dir.path().join(".codex")), None);
+        drop(keeper);
+    }
+
+    fn empty_spare() {
+        if let Some(spare) = lock(&SPARE).take() {
+            spare.remove();
+        }
+    }
+
+    /// A server that makes a sandbox per caller: the placeholders of a
+    /// sandbox dropped serve the next one's first command (two renames, no
+    /// `mkdir` and `rmdir`), checked as a stash's are: one that something
+    /// was put in while spare is never handed out.
+    #[test]
+    fn a_dropped_sandboxs_placeholders_serve_the_next_sandbox() {
+        let _one = serial();
+        let codex = WorkspacePath::parse(".codex").unwrap();
+        let (_keeper_dir, keeper_fs) = workspace();
+        let keeper = Reservations::new(keeper_fs);
+        let (_first_dir, first) = workspace();
+        let r = Reservations::new(first);
+        let ino = r.reserve(&codex, Kind::Dir).unwrap();
+        r.release(&[(codex.clone(), ino)]);
+        drop(r);
+        let (second_dir, second) = workspace();
+        let r = Reservations::new(second);
+        assert_eq!(
+            r.reserve(&codex, Kind::Dir).unwrap(),
+            ino,
+            "the same directory"
+        );
+        assert_eq!(ino_at(&second_dir.path().join(".codex")), Some(ino));
+        r.release(&[(codex.clone(), ino)]);
+        drop(r);
+        // Something put in the spare placeholder (root can): not handed out.
+        let (spare_dir, name) = match lock(&SPARE).as_ref() {
+            Some(spare) => (
+                stash_dir().join(&spare.name),
+                spare.free.last().unwrap().0.clone(),
+            ),
+            None => unreachable!("the sandbox's placeholders are spare"),
+        };
+        let inside = spare_dir.join(&name).join("planted");
+        std::fs::write(&inside, "x").unwrap();
+        let (third_dir, third) = workspace();
+        let r = Reservations::new(third);
+        let fresh = r.reserve(&codex, Kind::Dir).unwrap();
+        assert_ne!(fresh, ino, "a new placeholder");
+        assert!(dir_is_empty_at(&third_dir.path().join(".codex")));
+        r.release(&[(codex, fresh)]);
+        drop(r);
+        std::fs::remove_file(&inside).unwrap();
+        std::fs::remove_dir(spare_dir.join(&name)).unwrap();
+        empty_spare();
+        drop(keeper);
+    }
+
+    fn dir_is_empty_at(path: &std::path::Path) -> bool {
+        std::fs::read_dir(path).unwrap().next().is_none()
     }
 
     #[test]
