@@ -850,16 +850,28 @@ fn idle_sandboxes_expire_and_busy_ones_stay() {
     );
     let good = format!("Bearer {}", far.token);
     let mut ids = Vec::new();
-    for _ in 0..2 {
+    for _ in 0..3 {
         let (status, body) = http(&far.addr, "POST", "/v1/sandboxes", Some(&good), "{}");
         assert_eq!(status, 201, "{body}");
         let created: Value = serde_json::from_str(&body).unwrap();
         ids.push(created["id"].as_str().unwrap().to_string());
     }
-    let (quiet, busy) = (&ids[0], &ids[1]);
+    let (quiet, busy, held) = (&ids[0], &ids[1], &ids[2]);
     let workspace = far._dir.path().join("sandboxes").join(quiet);
     assert!(workspace.is_dir());
     let stream = exec_raw(&far, busy, "sleep 60");
+    // An MCP session bound to it keeps it (its commands are the session's
+    // run's), with a background process the host does not see (red-team
+    // pass 9, M1: it was killed at the first expiry).
+    let (_, session) = bound_session(&far, held);
+    let (status, is_error, text) = bound_call(
+        &far,
+        held,
+        &session,
+        "start_process",
+        json!({"name": "slow", "command": "sleep 60"}),
+    );
+    assert!(status == 200 && !is_error, "{text}");
     let listed = || {
         let (status, body) = http(&far.addr, "GET", "/v1/sandboxes", Some(&good), "");
         assert_eq!(status, 200, "{body}");
@@ -869,7 +881,9 @@ fn idle_sandboxes_expire_and_busy_ones_stay() {
         !listed().contains(quiet)
     });
     assert!(!workspace.exists(), "its workspace is removed");
-    assert_eq!(listed(), vec![busy.clone()]);
+    let mut alive = vec![busy.clone(), held.clone()];
+    alive.sort();
+    assert_eq!(listed(), alive);
     let (status, body) = http(
         &far.addr,
         "GET",
@@ -879,7 +893,21 @@ fn idle_sandboxes_expire_and_busy_ones_stay() {
     );
     assert_eq!(status, 404, "{body}");
     assert!(body.contains("expired"), "{body}");
-    // The command ends with its stream; then the other goes too.
+    // The session ends (its process with it), the command ends with its
+    // stream: then the others go too.
+    let port: u16 = far.addr.rsplit_once(':').unwrap().1.parse().unwrap();
+    let (status, head, _) = common::request_to(
+        port,
+        "DELETE",
+        &format!("/v1/sandboxes/{held}/mcp"),
+        b"",
+        &[
+            ("Authorization", good.as_str()),
+            ("Mcp-Session-Id", session.as_str()),
+            ("MCP-Protocol-Version", "2025-11-25"),
+        ],
+    );
+    assert!(status == 200 || status == 204, "{head}");
     drop(stream);
     wait_for(
         "the busy sandbox expired once idle",

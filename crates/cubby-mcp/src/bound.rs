@@ -73,6 +73,20 @@ impl Bound {
                 bound.end(id);
             }
         }));
+        // A sandbox with a session open is in use (the session's commands
+        // and processes are its run's, not the host's to see): it does not
+        // expire idle while one is (sessions close after `session_idle`).
+        let weak = Arc::downgrade(&bound);
+        bound.api.host().on_busy(Arc::new(move |id: &str| {
+            weak.upgrade().is_some_and(|bound| {
+                bound
+                    .endpoints
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .get(id)
+                    .is_some_and(|e| e.gate.in_use())
+            })
+        }));
         bound
     }
 

@@ -56,6 +56,17 @@ impl SessionGate {
         (open + before < self.max).then_some(slot)
     }
 
+    /// Whether a session is open or being opened (a map being written to
+    /// counts as one).
+    pub(crate) fn in_use(&self) -> bool {
+        self.opening.load(Ordering::SeqCst) > 0
+            || self
+                .sessions
+                .sessions
+                .try_read()
+                .map_or(true, |s| !s.is_empty())
+    }
+
     /// The most sessions this gate lets be open.
     pub(crate) fn max(&self) -> usize {
         self.max

@@ -87,7 +87,15 @@ pub struct Host {
     salt: u64,
     /// Told the id of each sandbox about to be destroyed ([`Host::on_destroy`]).
     on_destroy: Mutex<Vec<DestroyHook>>,
+    /// Asked whether a sandbox is in use elsewhere ([`Host::on_busy`]).
+    on_busy: Mutex<Vec<BusyHook>>,
+    /// Adopted roots of sandboxes being destroyed (off the list, their
+    /// commands not yet reaped): still nested with nothing new.
+    dying: Mutex<Vec<PathBuf>>,
 }
+
+/// What [`Host::on_busy`] registers.
+pub type BusyHook = Arc<dyn Fn(&str) -> bool + Send + Sync>;
 
 /// What [`Host::on_destroy`] registers.
 pub type DestroyHook = Arc<dyn Fn(&str) + Send + Sync>;
@@ -106,6 +114,8 @@ pub struct Hosted {
     destroyed: AtomicBool,
     /// When a request last named it, or its last command ended.
     last_used: Mutex<Instant>,
+    /// Tool calls on its toolset running now (`/v1/.../tools/{name}`).
+    in_flight: AtomicU64,
 }
 
 /// A command running in a hosted sandbox.
@@ -166,8 +176,10 @@ impl Started {
         if let Some(release) = self.on_exit.take() {
             release();
         }
-        lock(&self.hosted.commands).remove(&self.command);
+        // Used until now: noted before it leaves the commands, so an expiry
+        // never sees it gone with the old time (red-team pass 9, I3).
         *lock(&self.hosted.last_used) = Instant::now();
+        lock(&self.hosted.commands).remove(&self.command);
         self.hosted.reaped.notify_all();
         status
     }
@@ -263,6 +275,8 @@ impl Host {
             next: AtomicU64::new(1),
             salt: random_u64(),
             on_destroy: Mutex::new(Vec::new()),
+            on_busy: Mutex::new(Vec::new()),
+            dying: Mutex::new(Vec::new()),
         })
     }
 
@@ -313,25 +327,46 @@ impl Host {
         let Some(idle) = self.options.idle else {
             return Vec::new();
         };
+        let quiet = |h: &Hosted| {
+            h.in_flight.load(Ordering::SeqCst) == 0
+                && lock(&h.commands).is_empty()
+                && now.saturating_duration_since(*lock(&h.last_used)) >= idle
+                && !h
+                    .toolset
+                    .processes()
+                    .list()
+                    .iter()
+                    .any(|p| p.ended().is_none())
+        };
+        let candidates: Vec<String> = lock(&self.sandboxes)
+            .iter()
+            .filter(|(_, h)| quiet(h))
+            .map(|(id, _)| id.clone())
+            .collect();
+        // Asked outside the list's lock: a hook takes locks of its own that
+        // are held while the host is called.
+        let hooks: Vec<BusyHook> = lock(&self.on_busy).clone();
+        let unused: Vec<String> = candidates
+            .into_iter()
+            .filter(|id| !hooks.iter().any(|busy| busy(id)))
+            .collect();
         let expired: Vec<(String, Arc<Hosted>)> = {
             let mut sandboxes = lock(&self.sandboxes);
-            let ids: Vec<String> = sandboxes
-                .iter()
-                .filter(|(_, h)| {
-                    lock(&h.commands).is_empty()
-                        && now.saturating_duration_since(*lock(&h.last_used)) >= idle
-                })
-                .map(|(id, _)| id.clone())
-                .collect();
-            ids.into_iter()
-                .filter_map(|id| sandboxes.remove(&id).map(|h| (id, h)))
-                .collect()
+            let mut expired = Vec::new();
+            for id in unused {
+                // Looked at again: a request may have come meanwhile.
+                if sandboxes.get(&id).is_some_and(|h| quiet(h))
+                    && let Some(hosted) = sandboxes.remove(&id)
+                {
+                    self.dying_from(&hosted);
+                    expired.push((id, hosted));
+                }
+            }
+            expired
         };
         for (id, hosted) in &expired {
             tracing::info!("sandbox {id} expired after {idle:?} idle");
-            hosted.destroyed.store(true, Ordering::SeqCst);
-            self.tell_destroyed(id);
-            hosted.destroy();
+            self.finish(id, hosted);
         }
         expired.into_iter().map(|(id, _)| id).collect()
     }
@@ -416,7 +451,7 @@ impl Host {
             || !resolved.starts_with(allowed)
             || resolved.starts_with(made)
             || made.starts_with(&resolved)
-            || Self::nests_with_a_live_one(&lock(&self.sandboxes), &resolved)
+            || self.nests_with_a_live_one(&lock(&self.sandboxes), &resolved)
         {
             return Err(refused());
         }
@@ -427,12 +462,14 @@ impl Host {
     /// workspace, or holds one. Such a root is refused: the outer
     /// sandbox's commands write the inner one's workspace, and can swap
     /// a directory on the way to it for a link between the check and the
-    /// open (red-team pass 8, H1). The same directory adopted twice is
-    /// one workspace, and is allowed.
-    fn nests_with_a_live_one(sandboxes: &HashMap<String, Arc<Hosted>>, root: &Path) -> bool {
-        sandboxes.values().any(|h| {
-            h.adopted && h.root != root && (root.starts_with(&h.root) || h.root.starts_with(root))
-        })
+    /// open (red-team pass 8, H1). A sandbox being destroyed counts until
+    /// its commands are reaped (pass 9, L1). The same directory adopted
+    /// twice is one workspace, and is allowed.
+    fn nests_with_a_live_one(&self, sandboxes: &HashMap<String, Arc<Hosted>>, root: &Path) -> bool {
+        let nests =
+            |other: &Path| other != root && (root.starts_with(other) || other.starts_with(root));
+        sandboxes.values().any(|h| h.adopted && nests(&h.root))
+            || lock(&self.dying).iter().any(|r| nests(r))
     }
 
     /// Creates a sandbox: a new empty workspace, or the adopted `root`
@@ -558,11 +595,12 @@ impl Host {
             next_command: AtomicU64::new(1),
             destroyed: AtomicBool::new(false),
             last_used: Mutex::new(Instant::now()),
+            in_flight: AtomicU64::new(0),
         });
         let mut sandboxes = lock(&self.sandboxes);
         // Adopted roots nest with no live one's: checked again where it
         // counts, against creates running side by side.
-        if adopted && Self::nests_with_a_live_one(&sandboxes, &hosted.root) {
+        if adopted && self.nests_with_a_live_one(&sandboxes, &hosted.root) {
             drop(sandboxes);
             hosted.destroy();
             return Err(Error::new(
@@ -598,24 +636,60 @@ impl Host {
     ///
     /// `not_found` for an unknown id.
     pub fn destroy(&self, id: &str) -> Result<()> {
-        let hosted = lock(&self.sandboxes)
-            .remove(id)
-            .ok_or_else(|| not_found(id))?;
-        // Refuses new runs from now on, then ends those bound to it.
+        let hosted = {
+            let mut sandboxes = lock(&self.sandboxes);
+            let hosted = sandboxes.remove(id).ok_or_else(|| not_found(id))?;
+            self.dying_from(&hosted);
+            hosted
+        };
+        self.finish(id, &hosted);
+        Ok(())
+    }
+
+    /// Notes an adopted root as dying, under the list's lock (the caller
+    /// holds it, having just taken the sandbox off): a root nested with it
+    /// is refused until its commands are reaped (red-team pass 9, L1).
+    fn dying_from(&self, hosted: &Hosted) {
+        if hosted.adopted {
+            lock(&self.dying).push(hosted.root.clone());
+        }
+    }
+
+    /// Ends a sandbox taken off the list: refuses new runs from now on,
+    /// ends those bound to it, kills and reaps its commands, removes what
+    /// it made; then its root is no longer dying.
+    fn finish(&self, id: &str, hosted: &Hosted) {
         hosted.destroyed.store(true, Ordering::SeqCst);
         self.tell_destroyed(id);
         hosted.destroy();
-        Ok(())
+        if hosted.adopted {
+            let mut dying = lock(&self.dying);
+            if let Some(i) = dying.iter().position(|r| *r == hosted.root) {
+                dying.swap_remove(i);
+            }
+        }
     }
 
     /// Destroys every sandbox (the server is ending).
     pub fn destroy_all(&self) {
-        let all: Vec<(String, Arc<Hosted>)> = lock(&self.sandboxes).drain().collect();
+        let all: Vec<(String, Arc<Hosted>)> = {
+            let mut sandboxes = lock(&self.sandboxes);
+            let all: Vec<(String, Arc<Hosted>)> = sandboxes.drain().collect();
+            for (_, hosted) in &all {
+                self.dying_from(hosted);
+            }
+            all
+        };
         for (id, hosted) in all {
-            hosted.destroyed.store(true, Ordering::SeqCst);
-            self.tell_destroyed(&id);
-            hosted.destroy();
+            self.finish(&id, &hosted);
         }
+    }
+
+    /// Calls `hook` with a sandbox's id when [`Host::expire_idle`] is about
+    /// to expire it: true keeps it (what holds runs of its own on it, MCP
+    /// sessions bound to it, says whether one is open).
+    pub fn on_busy(&self, hook: BusyHook) {
+        lock(&self.on_busy).push(hook);
     }
 
     /// Calls `hook` with the id of every sandbox about to be destroyed
@@ -925,7 +999,11 @@ impl Host {
     ///
     /// `not_found` for an unknown sandbox.
     pub fn call_tool(&self, id: &str, name: &str, arguments: Value) -> Result<Value> {
-        let out = self.get(id)?.toolset.call(name, arguments);
+        let hosted = self.get(id)?;
+        hosted.in_flight.fetch_add(1, Ordering::SeqCst);
+        let out = hosted.toolset.call(name, arguments);
+        *lock(&hosted.last_used) = Instant::now();
+        hosted.in_flight.fetch_sub(1, Ordering::SeqCst);
         Ok(serde_json::json!({
             "text": out.text,
             "structured": out.structured,
@@ -1204,5 +1282,95 @@ mod tests {
         started.pump(|_| true);
         assert!(host.expire_idle(Instant::now() + idle * 3).contains(&busy));
         assert!(host.is_empty());
+    }
+
+    /// Red-team pass 9, M1: commands the host did not start through `exec`
+    /// (a tool call on the sandbox's toolset, a background process it
+    /// started) counted for nothing, and the sandbox expired under them.
+    #[test]
+    fn a_sandbox_with_a_tool_call_or_a_process_running_does_not_expire() {
+        let dir = tempfile::tempdir().unwrap();
+        let idle = Duration::from_secs(60);
+        let host = Host::new(HostOptions {
+            dir: dir.path().join("hd"),
+            adopt: None,
+            max_sandboxes: 0,
+            config: Config {
+                provider: Some(crate::ProviderKind::Local),
+                ..Config::default()
+            },
+            env: HostEnv::capture(),
+            idle: Some(idle),
+        })
+        .unwrap();
+        let id = host.create(&wire::CreateRequest { root: None }).unwrap().id;
+        let out = host
+            .call_tool(
+                &id,
+                "start_process",
+                serde_json::json!({"name": "slow", "command": "sleep 30"}),
+            )
+            .unwrap();
+        assert_eq!(out["is_error"], serde_json::json!(false), "{out}");
+        let later = Instant::now() + idle * 2;
+        assert!(host.expire_idle(later).is_empty(), "a process runs");
+        // A tool call in flight counts too.
+        host.get(&id)
+            .unwrap()
+            .in_flight
+            .fetch_add(1, Ordering::SeqCst);
+        host.get(&id).unwrap().toolset.stop_processes();
+        assert!(host.expire_idle(later).is_empty(), "a call is in flight");
+        host.get(&id)
+            .unwrap()
+            .in_flight
+            .fetch_sub(1, Ordering::SeqCst);
+        // A hook that says it is in use (a bound MCP session) keeps it.
+        let busy = Arc::new(AtomicBool::new(true));
+        let flag = Arc::clone(&busy);
+        host.on_busy(Arc::new(move |_| flag.load(Ordering::SeqCst)));
+        assert!(
+            host.expire_idle(later + idle).is_empty(),
+            "a session is open"
+        );
+        busy.store(false, Ordering::SeqCst);
+        assert_eq!(host.expire_idle(Instant::now() + idle * 3), vec![id]);
+    }
+
+    /// Red-team pass 9, L1: a sandbox being destroyed left the list before
+    /// its commands were reaped, and a root nested with its adopted one was
+    /// taken meanwhile (its commands could still swap a link in).
+    #[test]
+    fn a_root_nested_with_a_dying_one_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let adopt = dir.path().join("adopt");
+        std::fs::create_dir_all(adopt.join("a/r")).unwrap();
+        let host = Host::new(HostOptions {
+            dir: dir.path().join("hd"),
+            adopt: Some(adopt.clone()),
+            max_sandboxes: 0,
+            config: Config::default(),
+            env: HostEnv::default(),
+            idle: None,
+        })
+        .unwrap();
+        let adopt = adopt.canonicalize().unwrap();
+        let create = |root: &str| {
+            host.create(&wire::CreateRequest {
+                root: Some(format!("{}/{root}", adopt.display())),
+            })
+        };
+        let outer = create("a").unwrap().id;
+        // Taken off the list as a destroy does, its commands not reaped.
+        let hosted = {
+            let mut sandboxes = lock(&host.sandboxes);
+            let hosted = sandboxes.remove(&outer).unwrap();
+            host.dying_from(&hosted);
+            hosted
+        };
+        assert_eq!(create("a/r").unwrap_err().kind(), ErrorKind::Denied);
+        host.finish(&outer, &hosted);
+        create("a/r").unwrap();
+        host.destroy_all();
     }
 }

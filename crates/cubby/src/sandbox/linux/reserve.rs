@@ -359,7 +359,7 @@ impl Reservations {
             } else {
                 // Only with a stash of its own: the base directory is then
                 // on this workspace's file system and out of its reach.
-                ino = self.from_spare(path);
+                ino = self.take_spare(path);
             }
         }
         let ino = match ino {
@@ -380,7 +380,7 @@ impl Reservations {
     }
 
     /// A placeholder from [`SPARE`] moved to `path`, if one is there.
-    fn from_spare(&self, path: &WorkspacePath) -> Option<u64> {
+    fn take_spare(&self, path: &WorkspacePath) -> Option<u64> {
         let mut spare = lock(&SPARE);
         let spare = spare.as_mut()?;
         while let Some((name, stashed)) = spare.free.pop() {
