@@ -124,6 +124,11 @@ struct Inner {
 #[derive(Debug)]
 pub(crate) struct Reservations {
     fs: Arc<LocalFs>,
+    /// The workspace directory's device and inode, read once: what
+    /// [`Reservations::shared`] compares, for every live sandbox, at each
+    /// open (an `fstat` each made an open cost grow with the sandboxes
+    /// alive: a server holding a thousand).
+    root: Option<(u64, u64)>,
     inner: Mutex<Inner>,
 }
 
@@ -194,6 +199,7 @@ impl Reservations {
 
     fn made(fs: Arc<LocalFs>) -> Arc<Reservations> {
         Arc::new(Reservations {
+            root: fs.root_id(),
             fs,
             inner: Mutex::new(Inner {
                 map: HashMap::new(),
@@ -221,7 +227,7 @@ impl Reservations {
         let alive: Vec<Arc<Reservations>> = live.iter().filter_map(Weak::upgrade).collect();
         let found = alive
             .iter()
-            .find(|r| r.fs.root_id() == Some(id) && !r.stashless())
+            .find(|r| r.root == Some(id) && !r.stashless())
             .cloned();
         let r = match found {
             Some(r) => r,
