@@ -916,6 +916,66 @@ fn idle_sandboxes_expire_and_busy_ones_stay() {
     );
 }
 
+/// The `remote` provider keeps its far sandbox while it holds it, idle or
+/// not (an agent that thinks long, a stdio session left open): the far
+/// side names its idle period at create, and the near side sends a cheap
+/// request well within it. A sandbox nobody keeps expires meanwhile.
+#[test]
+fn a_held_remote_sandbox_is_kept_while_an_orphan_expires() {
+    let far = Far::start_full(
+        &[],
+        "127.0.0.1",
+        &["--provider", "linux", "--host-idle", "2"],
+        None,
+        true,
+    );
+    let good = format!("Bearer {}", far.token);
+    let (status, body) = http(&far.addr, "POST", "/v1/sandboxes", Some(&good), "{}");
+    assert_eq!(status, 201, "{body}");
+    let created: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(created["idle_secs"], json!(2), "{body}");
+    let orphan = created["id"].as_str().unwrap().to_string();
+    let held = RemoteSandbox::open(&RemoteOptions {
+        url: far.url(),
+        token: far.token.clone(),
+        root: None,
+        upload: None,
+    })
+    .unwrap();
+    let held_id = held.url().rsplit('/').next().unwrap().to_string();
+    let listed = || {
+        let (status, body) = http(&far.addr, "GET", "/v1/sandboxes", Some(&good), "");
+        assert_eq!(status, 200, "{body}");
+        serde_json::from_str::<Vec<String>>(&body).unwrap()
+    };
+    assert!(listed().contains(&held_id));
+    // Idle on this side too: no call is made on `held` while the orphan,
+    // made first, goes; then a while longer.
+    wait_for("the orphan expired", Duration::from_secs(20), || {
+        !listed().contains(&orphan)
+    });
+    let quiet_until = Instant::now() + Duration::from_secs(4);
+    while Instant::now() < quiet_until {
+        assert!(listed().contains(&held_id), "the held sandbox expired");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let t = cubby::Toolset::builder(std::sync::Arc::new(held))
+        .host_env(cubby::HostEnv::capture())
+        .build()
+        .unwrap();
+    let out = t.call(
+        "write_file",
+        json!({"path": "kept.txt", "content": "still here\n"}),
+    );
+    assert!(!out.is_error, "{}", out.text);
+    drop(t);
+    wait_for(
+        "the held sandbox destroyed when let go",
+        Duration::from_secs(10),
+        || listed().is_empty(),
+    );
+}
+
 /// Red-team pass 8, M1: each run's artifact store was in `$TMPDIR`, and
 /// each workspace hid only its own, so with `TMPDIR` outside `/tmp` a
 /// hosted sandbox's commands read another's published files and the

@@ -583,6 +583,7 @@ impl Host {
                 .command_path(&ws_root)
                 .map(|p| wire::encode_os(p.as_os_str())),
             shown_root: sandbox.show_cwd(&ws_root),
+            idle_secs: self.options.idle.map(|d| d.as_secs().max(1)),
         };
         let hosted = Arc::new(Hosted {
             root,

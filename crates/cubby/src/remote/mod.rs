@@ -348,6 +348,37 @@ pub struct RemoteFs {
 /// Destroys the far sandbox when dropped.
 struct Owner {
     client: Arc<Client>,
+    /// Ends the keep-alive task (when the far side expires idle sandboxes)
+    /// when dropped.
+    _keepalive: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+/// Longest between two keep-alive requests.
+const MAX_KEEPALIVE: Duration = Duration::from_secs(300);
+
+/// Keeps the far sandbox from expiring idle (`serve --host-idle`) while
+/// this side holds it, idle or not (an agent that thinks for an hour, a
+/// stdio session left open): a cheap request every third of the far
+/// side's idle period (at most [`MAX_KEEPALIVE`]) until `stop` is dropped.
+/// A near side that dies sends none, and its sandbox goes as an orphan.
+fn keep_alive(client: Arc<Client>, idle_secs: u64) -> Result<tokio::sync::oneshot::Sender<()>> {
+    let period = (Duration::from_secs(idle_secs) / 3).clamp(Duration::from_secs(1), MAX_KEEPALIVE);
+    let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
+    runtime()?.spawn(async move {
+        loop {
+            tokio::select! {
+                _ = &mut stopped => return,
+                () = tokio::time::sleep(period) => {}
+            }
+            let req = client
+                .request(reqwest::Method::GET, "/commands")
+                .timeout(REQUEST_TIMEOUT);
+            if let Err(e) = Client::send(client.shown.clone(), "keeping the sandbox", req).await {
+                tracing::debug!("keep-alive of the remote sandbox: {e}");
+            }
+        }
+    });
+    Ok(stop)
 }
 
 impl Drop for Owner {
@@ -451,10 +482,17 @@ impl RemoteSandbox {
             .as_deref()
             .map(|r| wire::decode_os(r, "the command root").map(PathBuf::from))
             .transpose()?;
+        let keepalive = match created.idle_secs {
+            Some(secs) => Some(keep_alive(client.clone(), secs)?),
+            None => None,
+        };
         Ok(RemoteSandbox {
             fs: RemoteFs {
                 client: client.clone(),
-                _owner: Arc::new(Owner { client }),
+                _owner: Arc::new(Owner {
+                    client,
+                    _keepalive: keepalive,
+                }),
             },
             commands: created.commands,
             command_root,

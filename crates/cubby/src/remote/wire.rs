@@ -100,6 +100,11 @@ pub struct Created {
     pub command_root: Option<String>,
     /// How its root is shown in verdict lines.
     pub shown_root: String,
+    /// Seconds with no command and no request after which the serving side
+    /// destroys it (`serve --host-idle`; absent: never): a caller that
+    /// keeps it while idle itself sends a request well within it.
+    #[serde(default)]
+    pub idle_secs: Option<u64>,
 }
 
 /// The body of `POST /v1/sandboxes/{id}/exec`: an [`crate::sandbox::ExecSpec`].
