@@ -150,6 +150,34 @@ static SPARE: Mutex<Option<Stash>> = Mutex::new(None);
 /// Most placeholders [`SPARE`] keeps.
 const MAX_SPARE: usize = 256;
 
+/// Registers [`remove_spare_at_exit`] once, when [`SPARE`] is first kept.
+static AT_EXIT: std::sync::Once = std::sync::Once::new();
+
+/// Removes [`SPARE`] when the process exits normally, for a process that
+/// never calls [`empty_stashes`] and keeps a sandbox to its end (a test
+/// binary's static one): nothing of it is left in the temporary directory.
+/// A process killed leaves it for the next one to reclaim, as any stash.
+/// Registers [`remove_spare_at_exit`] with the C library.
+#[allow(unsafe_code)]
+fn register_spare_removal() {
+    // SAFETY: `atexit` takes a function of no arguments that returns
+    // nothing; this one never unwinds (it catches any panic) and touches
+    // only process-wide state that outlives `main`.
+    unsafe {
+        libc::atexit(remove_spare_at_exit);
+    }
+}
+
+extern "C" fn remove_spare_at_exit() {
+    let _ = std::panic::catch_unwind(|| {
+        if let Ok(mut spare) = SPARE.try_lock()
+            && let Some(spare) = spare.take()
+        {
+            spare.remove();
+        }
+    });
+}
+
 /// Empties and removes the stash of every sandbox of this process, and
 /// lets them make and remove placeholders from now on: for a process about
 /// to exit, whose sandboxes may never be dropped (a tool call still running
@@ -496,6 +524,7 @@ impl Stash {
         };
         match spare.as_mut() {
             None if !self.free.is_empty() && empty_stashes_not_called() => {
+                AT_EXIT.call_once(register_spare_removal);
                 self.free.truncate(MAX_SPARE);
                 *spare = Some(self);
                 return;
