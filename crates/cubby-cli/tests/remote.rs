@@ -835,6 +835,27 @@ fn the_default_host_dir_is_hidden_from_the_served_workspace() {
     assert!(!text.contains("SANDBOX-B-SECRET"), "{text}");
 }
 
+/// `n` new empty sandboxes on `far`: their ids.
+fn create_sandboxes(far: &Far, n: usize) -> Vec<String> {
+    let good = format!("Bearer {}", far.token);
+    (0..n)
+        .map(|_| {
+            let (status, body) = http(&far.addr, "POST", "/v1/sandboxes", Some(&good), "{}");
+            assert_eq!(status, 201, "{body}");
+            let created: Value = serde_json::from_str(&body).unwrap();
+            created["id"].as_str().unwrap().to_string()
+        })
+        .collect()
+}
+
+/// The ids of the sandboxes `far` holds (`GET /v1/sandboxes`).
+fn listed_sandboxes(far: &Far) -> Vec<String> {
+    let good = format!("Bearer {}", far.token);
+    let (status, body) = http(&far.addr, "GET", "/v1/sandboxes", Some(&good), "");
+    assert_eq!(status, 200, "{body}");
+    serde_json::from_str::<Vec<String>>(&body).unwrap()
+}
+
 /// Issue 18: a sandbox nobody uses (its caller died without the destroy:
 /// a near side killed, a partition) is destroyed after `--host-idle`; one
 /// with a command running stays, and goes once the command has ended and
@@ -849,13 +870,7 @@ fn idle_sandboxes_expire_and_busy_ones_stay() {
         true,
     );
     let good = format!("Bearer {}", far.token);
-    let mut ids = Vec::new();
-    for _ in 0..3 {
-        let (status, body) = http(&far.addr, "POST", "/v1/sandboxes", Some(&good), "{}");
-        assert_eq!(status, 201, "{body}");
-        let created: Value = serde_json::from_str(&body).unwrap();
-        ids.push(created["id"].as_str().unwrap().to_string());
-    }
+    let ids = create_sandboxes(&far, 3);
     let (quiet, busy, held) = (&ids[0], &ids[1], &ids[2]);
     let workspace = far._dir.path().join("sandboxes").join(quiet);
     assert!(workspace.is_dir());
@@ -872,11 +887,7 @@ fn idle_sandboxes_expire_and_busy_ones_stay() {
         json!({"name": "slow", "command": "sleep 60"}),
     );
     assert!(status == 200 && !is_error, "{text}");
-    let listed = || {
-        let (status, body) = http(&far.addr, "GET", "/v1/sandboxes", Some(&good), "");
-        assert_eq!(status, 200, "{body}");
-        serde_json::from_str::<Vec<String>>(&body).unwrap()
-    };
+    let listed = || listed_sandboxes(&far);
     wait_for("the idle sandbox expired", Duration::from_secs(20), || {
         !listed().contains(quiet)
     });
@@ -943,11 +954,7 @@ fn a_held_remote_sandbox_is_kept_while_an_orphan_expires() {
     })
     .unwrap();
     let held_id = held.url().rsplit('/').next().unwrap().to_string();
-    let listed = || {
-        let (status, body) = http(&far.addr, "GET", "/v1/sandboxes", Some(&good), "");
-        assert_eq!(status, 200, "{body}");
-        serde_json::from_str::<Vec<String>>(&body).unwrap()
-    };
+    let listed = || listed_sandboxes(&far);
     assert!(listed().contains(&held_id));
     // Idle on this side too: no call is made on `held` while the orphan,
     // made first, goes; then a while longer.
@@ -984,14 +991,7 @@ fn a_held_remote_sandbox_is_kept_while_an_orphan_expires() {
 #[test]
 fn no_command_reads_another_runs_artifacts() {
     let far = Far::start_full(&[], "127.0.0.1", &["--provider", "linux"], None, false);
-    let good = format!("Bearer {}", far.token);
-    let mut ids = Vec::new();
-    for _ in 0..2 {
-        let (status, body) = http(&far.addr, "POST", "/v1/sandboxes", Some(&good), "{}");
-        assert_eq!(status, 201, "{body}");
-        let created: Value = serde_json::from_str(&body).unwrap();
-        ids.push(created["id"].as_str().unwrap().to_string());
-    }
+    let ids = create_sandboxes(&far, 2);
     let (a, b) = (&ids[0], &ids[1]);
     let (_, session_b) = bound_session(&far, b);
     let (status, is_error, text) = bound_call(

@@ -1229,15 +1229,10 @@ mod tests {
         );
     }
 
-    /// A sandbox nobody uses goes after [`HostOptions::idle`] (a caller
-    /// that died without its destroy left it); one with a command running,
-    /// or named by a request since, stays.
-    #[test]
-    fn idle_sandboxes_expire_and_busy_ones_stay() {
-        let dir = tempfile::tempdir().unwrap();
-        let idle = Duration::from_secs(60);
-        let host = Host::new(HostOptions {
-            dir: dir.path().join("hd"),
+    /// A host of `local` sandboxes in `dir/hd` that expire after `idle`.
+    fn local_host(dir: &Path, idle: Duration) -> Host {
+        Host::new(HostOptions {
+            dir: dir.join("hd"),
             adopt: None,
             max_sandboxes: 0,
             config: Config {
@@ -1247,7 +1242,17 @@ mod tests {
             env: HostEnv::capture(),
             idle: Some(idle),
         })
-        .unwrap();
+        .unwrap()
+    }
+
+    /// A sandbox nobody uses goes after [`HostOptions::idle`] (a caller
+    /// that died without its destroy left it); one with a command running,
+    /// or named by a request since, stays.
+    #[test]
+    fn idle_sandboxes_expire_and_busy_ones_stay() {
+        let dir = tempfile::tempdir().unwrap();
+        let idle = Duration::from_secs(60);
+        let host = local_host(dir.path(), idle);
         let make = || host.create(&wire::CreateRequest { root: None }).unwrap().id;
         let (quiet, busy, used) = (make(), make(), make());
         let started = host
@@ -1292,18 +1297,7 @@ mod tests {
     fn a_sandbox_with_a_tool_call_or_a_process_running_does_not_expire() {
         let dir = tempfile::tempdir().unwrap();
         let idle = Duration::from_secs(60);
-        let host = Host::new(HostOptions {
-            dir: dir.path().join("hd"),
-            adopt: None,
-            max_sandboxes: 0,
-            config: Config {
-                provider: Some(crate::ProviderKind::Local),
-                ..Config::default()
-            },
-            env: HostEnv::capture(),
-            idle: Some(idle),
-        })
-        .unwrap();
+        let host = local_host(dir.path(), idle);
         let id = host.create(&wire::CreateRequest { root: None }).unwrap().id;
         let out = host
             .call_tool(
