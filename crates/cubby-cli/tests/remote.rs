@@ -318,13 +318,7 @@ fn marker(tag: &str) -> String {
 #[test]
 fn killing_the_far_server_fails_calls_in_flight_with_network_errors() {
     let mut far = Far::start(&[], "127.0.0.1", &["--provider", "linux"]);
-    let sandbox = RemoteSandbox::open(&RemoteOptions {
-        url: far.url(),
-        token: far.token.clone(),
-        root: None,
-        upload: None,
-    })
-    .unwrap();
+    let sandbox = near_sandbox(&far);
     let t = cubby::Toolset::builder(std::sync::Arc::new(sandbox))
         .host_env(cubby::HostEnv::capture())
         .build()
@@ -835,6 +829,17 @@ fn the_default_host_dir_is_hidden_from_the_served_workspace() {
     assert!(!text.contains("SANDBOX-B-SECRET"), "{text}");
 }
 
+/// A `remote` sandbox on `far`, a new empty workspace there.
+fn near_sandbox(far: &Far) -> RemoteSandbox {
+    RemoteSandbox::open(&RemoteOptions {
+        url: far.url(),
+        token: far.token.clone(),
+        root: None,
+        upload: None,
+    })
+    .unwrap()
+}
+
 /// `n` new empty sandboxes on `far`: their ids.
 fn create_sandboxes(far: &Far, n: usize) -> Vec<String> {
     let good = format!("Bearer {}", far.token);
@@ -946,13 +951,7 @@ fn a_held_remote_sandbox_is_kept_while_an_orphan_expires() {
     let created: Value = serde_json::from_str(&body).unwrap();
     assert_eq!(created["idle_secs"], json!(2), "{body}");
     let orphan = created["id"].as_str().unwrap().to_string();
-    let held = RemoteSandbox::open(&RemoteOptions {
-        url: far.url(),
-        token: far.token.clone(),
-        root: None,
-        upload: None,
-    })
-    .unwrap();
+    let held = near_sandbox(&far);
     let held_id = held.url().rsplit('/').next().unwrap().to_string();
     let listed = || listed_sandboxes(&far);
     assert!(listed().contains(&held_id));

@@ -1054,6 +1054,20 @@ impl Hosted {
 mod tests {
     use super::*;
 
+    /// A host of default sandboxes in `dir` that lets callers adopt
+    /// directories under `adopt`.
+    fn adopting_host(dir: PathBuf, adopt: &Path) -> Host {
+        Host::new(HostOptions {
+            dir,
+            adopt: Some(adopt.to_path_buf()),
+            max_sandboxes: 0,
+            config: Config::default(),
+            env: HostEnv::default(),
+            idle: None,
+        })
+        .unwrap()
+    }
+
     /// Red-team pass 6, F4: `root` told whether a host path exists (404
     /// for a missing one, 403 for one outside). Every refusal is now the
     /// same `denied`, whatever is there.
@@ -1076,15 +1090,7 @@ mod tests {
             adopt.join("gone"),
         )
         .unwrap();
-        let host = Host::new(HostOptions {
-            dir: dir.path().join("sandboxes"),
-            adopt: Some(adopt.clone()),
-            max_sandboxes: 0,
-            config: Config::default(),
-            env: HostEnv::default(),
-            idle: None,
-        })
-        .unwrap();
+        let host = adopting_host(dir.path().join("sandboxes"), &adopt);
         let adopt = adopt.canonicalize().unwrap();
         let answers: Vec<(ErrorKind, String)> = [
             "/nonexistent-cubby-path".to_string(),
@@ -1140,15 +1146,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let adopt = dir.path().join("adopt");
         std::fs::create_dir_all(adopt.join("a")).unwrap();
-        let host = Host::new(HostOptions {
-            dir: adopt.join("a/hd"),
-            adopt: Some(adopt.clone()),
-            max_sandboxes: 0,
-            config: Config::default(),
-            env: HostEnv::default(),
-            idle: None,
-        })
-        .unwrap();
+        let host = adopting_host(adopt.join("a/hd"), &adopt);
         std::fs::create_dir_all(adopt.join("a/hd/1-x")).unwrap();
         let adopt = adopt.canonicalize().unwrap();
         for root in ["a/hd", "a/hd/1-x", "a"] {
@@ -1175,15 +1173,7 @@ mod tests {
         for d in ["a/r", "b", "c/d"] {
             std::fs::create_dir_all(adopt.join(d)).unwrap();
         }
-        let host = Host::new(HostOptions {
-            dir: dir.path().join("hd"),
-            adopt: Some(adopt.clone()),
-            max_sandboxes: 0,
-            config: Config::default(),
-            env: HostEnv::default(),
-            idle: None,
-        })
-        .unwrap();
+        let host = adopting_host(dir.path().join("hd"), &adopt);
         let adopt = adopt.canonicalize().unwrap();
         let create = |root: &str| {
             host.create(&wire::CreateRequest {
@@ -1340,15 +1330,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let adopt = dir.path().join("adopt");
         std::fs::create_dir_all(adopt.join("a/r")).unwrap();
-        let host = Host::new(HostOptions {
-            dir: dir.path().join("hd"),
-            adopt: Some(adopt.clone()),
-            max_sandboxes: 0,
-            config: Config::default(),
-            env: HostEnv::default(),
-            idle: None,
-        })
-        .unwrap();
+        let host = adopting_host(dir.path().join("hd"), &adopt);
         let adopt = adopt.canonicalize().unwrap();
         let create = |root: &str| {
             host.create(&wire::CreateRequest {
