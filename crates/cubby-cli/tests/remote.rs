@@ -1112,6 +1112,67 @@ fn a_burst_of_initializes_opens_no_more_sessions_than_the_cap() {
     assert_eq!(total, cubby_mcp::MAX_SESSIONS_PER_SANDBOX);
 }
 
+/// Red-team pass 8, L1 (the server-wide side): `/mcp` opens at most
+/// [`cubby_mcp::MAX_MCP_SESSIONS`] sessions, then answers 429 with what to
+/// do; ending one makes room for one more.
+#[test]
+fn the_servers_own_mcp_endpoint_opens_no_more_sessions_than_its_cap() {
+    let far = Far::start_full(&[], "127.0.0.1", &["--provider", "linux"], None, false);
+    let good = format!("Bearer {}", far.token);
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {},
+        "clientInfo": {"name": "cap", "version": "1"}}})
+    .to_string();
+    let port: u16 = far.addr.rsplit_once(':').unwrap().1.parse().unwrap();
+    let mut sessions = Vec::new();
+    let refused = loop {
+        let (status, head, body) = common::request_to(
+            port,
+            "POST",
+            "/mcp",
+            init.as_bytes(),
+            &[("Authorization", good.as_str())],
+        );
+        if status != 200 {
+            break (status, body);
+        }
+        sessions.push(common::header(&head, "mcp-session-id").unwrap().to_string());
+        assert!(
+            sessions.len() <= cubby_mcp::MAX_MCP_SESSIONS,
+            "{} open",
+            sessions.len()
+        );
+    };
+    assert_eq!(refused.0, 429, "{}", refused.1);
+    assert!(refused.1.contains("limit"), "{}", refused.1);
+    assert_eq!(sessions.len(), cubby_mcp::MAX_MCP_SESSIONS);
+    let (status, head, _) = common::request_to(
+        port,
+        "DELETE",
+        "/mcp",
+        b"",
+        &[
+            ("Authorization", good.as_str()),
+            ("Mcp-Session-Id", sessions[0].as_str()),
+        ],
+    );
+    assert_eq!(status, 204, "{head}");
+    let opened = || {
+        common::request_to(
+            port,
+            "POST",
+            "/mcp",
+            init.as_bytes(),
+            &[("Authorization", good.as_str())],
+        )
+        .0
+    };
+    wait_for("a session's end makes room", ANSWER_WAIT, || {
+        opened() == 200
+    });
+    assert_eq!(opened(), 429);
+}
+
 /// Red-team pass 7, G3: a layout that puts the token's file or the hosted
 /// workspaces in another workspace's reach is refused at start, with what
 /// to do, and leaves nothing behind.
@@ -2250,6 +2311,19 @@ fn bodies_in_flight_are_bounded_by_the_servers_budget() {
         ),
     );
     let (status, text) = read_answer(&mut mcp);
+    assert_eq!(status, 429, "{text}");
+    // The MCP endpoint bound to a sandbox counts in the same budget (its
+    // layers were once added before its route, which they then missed).
+    let mut bound = head_only(
+        &far,
+        loopback(2),
+        "POST",
+        &format!("/v1/sandboxes/{id}/mcp"),
+        &format!(
+            "Content-Type: application/json\r\nAccept: application/json, text/event-stream\r\n{length}"
+        ),
+    );
+    let (status, text) = read_answer(&mut bound);
     assert_eq!(status, 429, "{text}");
     drop(held);
     let good = format!("Bearer {}", far.token);

@@ -71,8 +71,9 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::remote::wire;
 
 pub use crate::net::{
-    BodyBudget, BodyReservation, CONNECTION_FD_SHARE, ConnectionLimits, HEADER_READ_TIMEOUT,
-    MAX_BODY_BUDGET_BYTES, MAX_CONNECTIONS, MAX_CONNECTIONS_PER_PEER, serve_http1,
+    BODY_GRACE, BODY_STALL_TIMEOUT, BodyBudget, BodyPace, BodyReservation, CONNECTION_FD_SHARE,
+    ConnectionLimits, HEADER_READ_TIMEOUT, MAX_BODY_BUDGET_BYTES, MAX_CONNECTIONS,
+    MAX_CONNECTIONS_PER_PEER, MIN_BODY_BYTES_PER_SEC, PacedBody, serve_http1,
 };
 
 /// Largest request body (a file written, stdin, a tool's arguments).
@@ -888,7 +889,7 @@ pub fn serve_within(
         tokio::net::TcpListener::from_std(listener)
             .map_err(|e| Error::internal(format!("cannot set up the listener: {e}")))?
     };
-    let service = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
+    let service = hyper::service::service_fn(move |req: Request<PacedBody>| {
         let api = served_api.clone();
         async move { Ok::<_, Infallible>(handle(api, req).await) }
     });

@@ -36,8 +36,9 @@ pub(crate) use proxy::{Egress, EgressProxy, check_injection};
 pub use proxy::{EgressOptions, Injection, MAX_EGRESS_CONNECTIONS};
 pub(crate) use rules::NetRules;
 pub use server::{
-    BodyBudget, BodyReservation, CONNECTION_FD_SHARE, ConnectionLimits, HEADER_READ_TIMEOUT,
-    MAX_BODY_BUDGET_BYTES, MAX_CONNECTIONS, MAX_CONNECTIONS_PER_PEER, serve_http1,
+    BODY_GRACE, BODY_STALL_TIMEOUT, BodyBudget, BodyPace, BodyReservation, CONNECTION_FD_SHARE,
+    ConnectionLimits, HEADER_READ_TIMEOUT, MAX_BODY_BUDGET_BYTES, MAX_CONNECTIONS,
+    MAX_CONNECTIONS_PER_PEER, MIN_BODY_BYTES_PER_SEC, PacedBody, serve_http1,
 };
 
 /// The slot of a service's runtime: made at its first use, kept by the

@@ -21,6 +21,14 @@
 //!   accept), so a single client cannot fill the server and leaves room
 //!   for others (a kubelet's probe of `/healthz`, the token holder).
 //!
+//! - A request body must keep coming ([`PacedBody`]): no more than
+//!   [`BodyPace::stall`] without a byte, and after [`BodyPace::grace`] an
+//!   average of at least [`BodyPace::min_bytes_per_sec`]; a body that falls
+//!   behind breaks off (its handler sees an error and answers it), so a
+//!   half-sent body holds its connection, its share of the
+//!   [`BodyBudget`] and whatever its route took (an MCP session slot) for a
+//!   bounded time.
+//!
 //! Everything is HTTP/1.1 (no HTTP/2: the header timeout is HTTP/1's).
 
 use std::collections::HashMap;
@@ -52,6 +60,13 @@ pub const CONNECTION_FD_SHARE: u64 = 4;
 /// Bytes of request bodies a server holds in memory at once, over all its
 /// connections (a body is counted from its head until its request is done).
 pub const MAX_BODY_BUDGET_BYTES: usize = 256 * 1024 * 1024;
+/// Longest a request body may go without a byte once its handler reads it.
+pub const BODY_STALL_TIMEOUT: Duration = Duration::from_secs(30);
+/// Time a request body has before [`MIN_BODY_BYTES_PER_SEC`] applies.
+pub const BODY_GRACE: Duration = Duration::from_secs(30);
+/// Slowest average a request body may arrive at after [`BODY_GRACE`]
+/// (a 64 MiB body within about 4.8 minutes).
+pub const MIN_BODY_BYTES_PER_SEC: u64 = 256 * 1024;
 /// Pause after a failed `accept` (descriptors exhausted) before the next.
 const ACCEPT_RETRY: Duration = Duration::from_millis(100);
 /// Bits of an IPv6 peer's address that name it for the per-peer cap (a
@@ -67,6 +82,31 @@ pub struct ConnectionLimits {
     pub max_per_peer: usize,
     /// Longest wait for a complete request head.
     pub header_read_timeout: Duration,
+    /// How fast a request body must keep coming.
+    pub body_pace: BodyPace,
+}
+
+/// How fast a request body must arrive ([`PacedBody`]), counted from the
+/// first time its handler reads it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BodyPace {
+    /// Longest time without a byte.
+    pub stall: Duration,
+    /// Time before `min_bytes_per_sec` applies.
+    pub grace: Duration,
+    /// Slowest average after `grace`, in bytes a second.
+    pub min_bytes_per_sec: u64,
+}
+
+impl Default for BodyPace {
+    /// [`BODY_STALL_TIMEOUT`], [`BODY_GRACE`], [`MIN_BODY_BYTES_PER_SEC`].
+    fn default() -> BodyPace {
+        BodyPace {
+            stall: BODY_STALL_TIMEOUT,
+            grace: BODY_GRACE,
+            min_bytes_per_sec: MIN_BODY_BYTES_PER_SEC,
+        }
+    }
 }
 
 impl ConnectionLimits {
@@ -89,6 +129,7 @@ impl ConnectionLimits {
             max_connections,
             max_per_peer: MAX_CONNECTIONS_PER_PEER.min(max_connections / 2),
             header_read_timeout: HEADER_READ_TIMEOUT,
+            body_pace: BodyPace::default(),
         }
     }
 }
@@ -156,7 +197,7 @@ pub async fn serve_http1<S, B>(
     service: S,
     shutdown: impl Future<Output = ()>,
 ) where
-    S: hyper::service::Service<Request<Incoming>, Response = Response<B>> + Clone + Send + 'static,
+    S: hyper::service::Service<Request<PacedBody>, Response = Response<B>> + Clone + Send + 'static,
     S::Future: Send + 'static,
     S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
     B: Body + Send + 'static,
@@ -206,6 +247,7 @@ pub async fn serve_http1<S, B>(
             stream,
             service.clone(),
             limits.header_read_timeout,
+            limits.body_pace,
             stop.subscribe(),
             (permit, peer_slot),
         ));
@@ -221,10 +263,11 @@ async fn connection<S, B>(
     stream: TcpStream,
     service: S,
     header_read_timeout: Duration,
+    pace: BodyPace,
     mut stop: watch::Receiver<bool>,
     held: (OwnedSemaphorePermit, PeerSlot),
 ) where
-    S: hyper::service::Service<Request<Incoming>, Response = Response<B>> + Send + 'static,
+    S: hyper::service::Service<Request<PacedBody>, Response = Response<B>> + Send + 'static,
     S::Future: Send + 'static,
     S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
     B: Body + Send + 'static,
@@ -234,7 +277,12 @@ async fn connection<S, B>(
     let served = hyper::server::conn::http1::Builder::new()
         .timer(hyper_util::rt::TokioTimer::new())
         .header_read_timeout(header_read_timeout)
-        .serve_connection(hyper_util::rt::TokioIo::new(stream), service);
+        .serve_connection(
+            hyper_util::rt::TokioIo::new(stream),
+            hyper::service::service_fn(move |req: Request<Incoming>| {
+                service.call(req.map(|body| PacedBody::new(body, pace)))
+            }),
+        );
     tokio::pin!(served);
     let ended = tokio::select! {
         ended = served.as_mut() => ended,
@@ -247,6 +295,111 @@ async fn connection<S, B>(
         tracing::debug!("a connection ended: {e}");
     }
     drop(held);
+}
+
+/// A request body that breaks off when it falls behind its [`BodyPace`]:
+/// what every route of [`serve_http1`] reads.
+pub struct PacedBody {
+    inner: Incoming,
+    pace: BodyPace,
+    /// When the handler first read it, and the deadline then set.
+    clock: Option<(tokio::time::Instant, std::pin::Pin<Box<tokio::time::Sleep>>)>,
+    /// Bytes of the body seen so far.
+    seen: u64,
+    /// It broke off (nothing more is read).
+    broken: bool,
+}
+
+impl PacedBody {
+    fn new(inner: Incoming, pace: BodyPace) -> PacedBody {
+        PacedBody {
+            inner,
+            pace,
+            clock: None,
+            seen: 0,
+            broken: false,
+        }
+    }
+
+    /// The next deadline: a stall from now, or the average's due time.
+    fn deadline(&self, started: tokio::time::Instant) -> tokio::time::Instant {
+        let now = tokio::time::Instant::now();
+        let rate = self.pace.min_bytes_per_sec.max(1);
+        let earned = Duration::from_secs(self.seen / rate)
+            + Duration::from_nanos((self.seen % rate) * 1_000_000_000 / rate);
+        (now + self.pace.stall).min(started + self.pace.grace + earned)
+    }
+}
+
+impl std::fmt::Debug for PacedBody {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PacedBody")
+            .field("seen", &self.seen)
+            .field("broken", &self.broken)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Body for PacedBody {
+    type Data = bytes::Bytes;
+    type Error = Box<dyn std::error::Error + Send + Sync>;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<bytes::Bytes>, Self::Error>>> {
+        use std::task::Poll;
+        let this = &mut *self;
+        if this.broken {
+            return Poll::Ready(None);
+        }
+        let polled = std::pin::Pin::new(&mut this.inner).poll_frame(cx);
+        if this.clock.is_none() && !this.inner.is_end_stream() {
+            let started = tokio::time::Instant::now();
+            let first = this.deadline(started);
+            this.clock = Some((started, Box::pin(tokio::time::sleep_until(first))));
+        }
+        match polled {
+            Poll::Ready(Some(Ok(frame))) => {
+                if let Some(data) = frame.data_ref() {
+                    this.seen = this.seen.saturating_add(data.len() as u64);
+                    if let Some((started, _)) = &this.clock {
+                        let next = this.deadline(*started);
+                        if let Some((_, sleep)) = this.clock.as_mut() {
+                            sleep.as_mut().reset(next);
+                        }
+                    }
+                }
+                Poll::Ready(Some(Ok(frame)))
+            }
+            Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(Box::new(e)))),
+            Poll::Ready(None) => Poll::Ready(None),
+            Poll::Pending => {
+                let Some((_, sleep)) = this.clock.as_mut() else {
+                    return Poll::Pending;
+                };
+                if sleep.as_mut().poll(cx).is_pending() {
+                    return Poll::Pending;
+                }
+                this.broken = true;
+                tracing::debug!("a request body fell behind after {} bytes", this.seen);
+                Poll::Ready(Some(Err(format!(
+                    "the request body came too slowly ({} bytes, then nothing for {:?} \
+                     or under {} bytes a second); send it at once",
+                    this.seen, this.pace.stall, this.pace.min_bytes_per_sec
+                )
+                .into())))
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.broken || self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.inner.size_hint()
+    }
 }
 
 /// The bytes of request bodies a server may hold at once
@@ -422,10 +575,20 @@ mod tests {
             // `/slow` says it was entered and answers once `release` says so.
             let (enter, entered) = watch::channel(false);
             let enter = Arc::new(enter);
-            let service = hyper::service::service_fn(move |req: Request<Incoming>| {
+            let service = hyper::service::service_fn(move |req: Request<PacedBody>| {
                 let mut release = release.clone();
                 let enter = enter.clone();
                 async move {
+                    // `/body` reads the body: its length, or 408 when it broke off.
+                    if req.uri().path() == "/body" {
+                        let (status, said) = match req.into_body().collect().await {
+                            Ok(body) => (200, body.to_bytes().len().to_string()),
+                            Err(e) => (408, e.to_string()),
+                        };
+                        let mut answer = Response::new(Full::new(Bytes::from(said)).boxed_unsync());
+                        *answer.status_mut() = hyper::StatusCode::from_u16(status).unwrap();
+                        return Ok::<_, std::convert::Infallible>(answer);
+                    }
                     if req.uri().path() == "/slow" {
                         enter.send_replace(true);
                         let _ = release.wait_for(|go| *go).await;
@@ -489,12 +652,113 @@ mod tests {
         }
     }
 
+    /// Limits whose bodies must keep a pace these tests can see quickly.
+    fn paced(pace: BodyPace) -> ConnectionLimits {
+        ConnectionLimits {
+            max_connections: 8,
+            max_per_peer: 8,
+            header_read_timeout: MARGIN,
+            body_pace: pace,
+        }
+    }
+
+    /// Sends `POST /body` declaring `length` bytes, then `chunks` of `each`
+    /// bytes `pause` apart (stopping when the server has closed); the
+    /// answer's status line and body, and how long it took from the head.
+    fn post_paced(
+        to: SocketAddr,
+        length: usize,
+        chunks: usize,
+        each: usize,
+        pause: Duration,
+    ) -> (String, Duration) {
+        let mut s = connect_from(Ipv4Addr::LOCALHOST, to);
+        let since = Instant::now();
+        write!(
+            s,
+            "POST /body HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: {length}\r\n\r\n"
+        )
+        .unwrap();
+        let mut writer = s.try_clone().unwrap();
+        let sending = std::thread::spawn(move || {
+            for _ in 0..chunks {
+                if writer.write_all(&vec![b'x'; each]).is_err() {
+                    return;
+                }
+                std::thread::sleep(pause);
+            }
+        });
+        let mut answer = String::new();
+        let _ = s.read_to_string(&mut answer);
+        let took = since.elapsed();
+        drop(s);
+        sending.join().unwrap();
+        (answer, took)
+    }
+
+    #[test]
+    fn a_stalled_request_body_breaks_off() {
+        let stall = Duration::from_millis(500);
+        let (_release, held) = watch::channel(true);
+        let server = TestServer::start(
+            paced(BodyPace {
+                stall,
+                grace: MARGIN * 6,
+                min_bytes_per_sec: 1,
+            }),
+            held,
+        );
+        // Ten bytes of a hundred, then nothing.
+        let (answer, took) = post_paced(server.addr, 100, 1, 10, MARGIN * 2);
+        assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+        assert!(answer.contains("came too slowly (10 bytes"), "{answer}");
+        assert!(took >= stall && took < MARGIN, "{took:?}");
+    }
+
+    #[test]
+    fn a_trickled_request_body_breaks_off_after_its_grace() {
+        let grace = Duration::from_millis(800);
+        let (_release, held) = watch::channel(true);
+        let server = TestServer::start(
+            paced(BodyPace {
+                stall: MARGIN,
+                grace,
+                min_bytes_per_sec: 1000,
+            }),
+            held,
+        );
+        // A byte every 50 ms (never a stall): 20 bytes a second.
+        let (answer, took) = post_paced(server.addr, 1000, 1000, 1, Duration::from_millis(50));
+        assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+        assert!(took >= grace && took < MARGIN, "{took:?}");
+    }
+
+    #[test]
+    fn a_request_body_at_its_pace_is_read_whole() {
+        let (_release, held) = watch::channel(true);
+        let server = TestServer::start(
+            paced(BodyPace {
+                stall: Duration::from_millis(600),
+                grace: Duration::from_millis(300),
+                min_bytes_per_sec: 200,
+            }),
+            held,
+        );
+        // 100 bytes every 100 ms for a second: longer than the grace and
+        // than a stall, at 1,000 bytes a second.
+        let (answer, took) = post_paced(server.addr, 1000, 10, 100, Duration::from_millis(100));
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        assert!(answer.ends_with("\r\n\r\n1000"), "{answer}");
+        assert!(took >= Duration::from_millis(900), "{took:?}");
+    }
+
     #[test]
     fn an_answer_longer_than_the_header_timeout_is_not_cut() {
         let limits = ConnectionLimits {
             max_connections: 8,
             max_per_peer: 8,
             header_read_timeout: TIMEOUT,
+            body_pace: BodyPace::default(),
         };
         assert!(TRICKLE_PAUSE * TRICKLE_CHUNKS > TIMEOUT);
         let (_release, held) = watch::channel(true);
@@ -519,6 +783,7 @@ mod tests {
             max_connections: 8,
             max_per_peer: 3,
             header_read_timeout: TIMEOUT,
+            body_pace: BodyPace::default(),
         };
         let (_release, held) = watch::channel(true);
         let server = TestServer::start(limits, held);
@@ -562,6 +827,7 @@ mod tests {
             max_connections: 2,
             max_per_peer: 2,
             header_read_timeout: TIMEOUT,
+            body_pace: BodyPace::default(),
         };
         let (_release, held) = watch::channel(true);
         let server = TestServer::start(limits, held);
@@ -582,6 +848,7 @@ mod tests {
             max_connections: 8,
             max_per_peer: 8,
             header_read_timeout: TIMEOUT,
+            body_pace: BodyPace::default(),
         };
         let (release, held) = watch::channel(false);
         let mut server = TestServer::start(limits, held);
