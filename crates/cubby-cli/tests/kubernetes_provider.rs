@@ -223,6 +223,7 @@ impl StandIn {
             port: self.pod_port,
             ready_timeout,
             shutdown_after: Duration::from_secs(600),
+            upload: None,
         }
     }
 
@@ -830,6 +831,8 @@ fn config_for(stand_in: &StandIn, dir: &Path) -> PathBuf {
     config
 }
 
+/// `cubby call` with a `[kubernetes]` config: the claim, an upload the
+/// pod's workspace starts with, a command there, the claim deleted.
 #[test]
 fn cubby_call_with_a_kubernetes_config_claims_runs_and_deletes() {
     let stand_in = StandIn::start(Behaviour::Adopt);
@@ -837,10 +840,16 @@ fn cubby_call_with_a_kubernetes_config_claims_runs_and_deletes() {
     let config = config_for(&stand_in, dir.path());
     let root = dir.path().join("root");
     std::fs::create_dir(&root).unwrap();
+    // The pod's workspace starts with a directory of this side's.
+    std::fs::create_dir(root.join("seed")).unwrap();
+    std::fs::write(root.join("seed/hello.txt"), "uploaded-to-the-pod\n").unwrap();
+    let mut text = std::fs::read_to_string(&config).unwrap();
+    text.push_str("upload = \"seed\"\n");
+    std::fs::write(&config, text).unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_cubby"))
         .arg("call")
         .arg("run")
-        .arg(json!({"command": "echo hello-from-the-pod"}).to_string())
+        .arg(json!({"command": "cat hello.txt && echo hello-from-the-pod"}).to_string())
         .arg("--config")
         .arg(&config)
         .arg("--root")
@@ -853,6 +862,7 @@ fn cubby_call_with_a_kubernetes_config_claims_runs_and_deletes() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stdout}\n{stderr}");
     assert!(stdout.contains("hello-from-the-pod"), "{stdout}\n{stderr}");
+    assert!(stdout.contains("uploaded-to-the-pod"), "{stdout}\n{stderr}");
     assert!(!stdout.contains(&stand_in.pool_key) && !stderr.contains(&stand_in.pool_key));
     assert_eq!(stand_in.created().len(), 1);
     assert!(stand_in.claims().is_empty(), "{:?}", stand_in.claims());

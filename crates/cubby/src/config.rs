@@ -926,6 +926,11 @@ pub struct KubernetesConfig {
     /// (`shutdownTime`; default [`KUBERNETES_SHUTDOWN_AFTER_SECS`]).
     #[serde(default)]
     pub shutdown_after: Option<u64>,
+    /// A directory on this side (absolute, `~/`, or relative to the
+    /// workspace root) whose tree the claimed pod's new workspace starts
+    /// with, sent as a tar at create (as `[remote] upload`); default: none.
+    #[serde(default)]
+    pub upload: Option<String>,
 }
 
 impl KubernetesConfig {

@@ -386,28 +386,34 @@ impl Workspace {
             ));
         };
         let token = self.secret_file("[remote] token_file", &remote.token_file)?;
-        let upload = match remote.upload.as_deref() {
-            Some(dir) => Some(match dir.strip_prefix("~/") {
-                Some(rest) => self
-                    .host
-                    .var_os("HOME")
-                    .map(|home| PathBuf::from(home).join(rest))
-                    .ok_or_else(|| {
-                        Error::invalid_input(
-                            "[remote] upload starts with `~/` and HOME is not set; give an \
-                             absolute path",
-                        )
-                    })?,
-                None => self.root.join(dir),
-            }),
-            None => None,
-        };
+        let upload = remote
+            .upload
+            .as_deref()
+            .map(|dir| self.upload_dir("[remote] upload", dir))
+            .transpose()?;
         RemoteSandbox::open(&RemoteOptions {
             url: remote.url.clone(),
             token,
             root: remote.root.as_ref().map(PathBuf::from),
             upload,
         })
+    }
+
+    /// The directory `key` names to upload at create: absolute, `~/`, or
+    /// relative to the workspace root.
+    fn upload_dir(&self, key: &str, dir: &str) -> Result<PathBuf> {
+        match dir.strip_prefix("~/") {
+            Some(rest) => self
+                .host
+                .var_os("HOME")
+                .map(|home| PathBuf::from(home).join(rest))
+                .ok_or_else(|| {
+                    Error::invalid_input(format!(
+                        "{key} starts with `~/` and HOME is not set; give an absolute path"
+                    ))
+                }),
+            None => Ok(self.root.join(dir)),
+        }
     }
 
     /// The trimmed content of `file` (absolute or `~/`), which holds a
@@ -504,6 +510,11 @@ impl Workspace {
             port: k.port,
             ready_timeout: std::time::Duration::from_secs(k.ready_timeout_secs()),
             shutdown_after: std::time::Duration::from_secs(k.shutdown_after_secs()),
+            upload: k
+                .upload
+                .as_deref()
+                .map(|dir| self.upload_dir("[kubernetes] upload", dir))
+                .transpose()?,
         })
     }
 

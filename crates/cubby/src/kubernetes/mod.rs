@@ -91,6 +91,9 @@ pub struct ClaimOptions {
     pub ready_timeout: Duration,
     /// The claim's `shutdownTime`, this far ahead.
     pub shutdown_after: Duration,
+    /// A directory on this side whose tree the pod's new workspace starts
+    /// with ([`RemoteOptions::upload`]).
+    pub upload: Option<std::path::PathBuf>,
 }
 
 impl std::fmt::Debug for ClaimOptions {
@@ -105,6 +108,7 @@ impl std::fmt::Debug for ClaimOptions {
             .field("port", &self.port)
             .field("ready_timeout", &self.ready_timeout)
             .field("shutdown_after", &self.shutdown_after)
+            .field("upload", &self.upload)
             .finish()
     }
 }
@@ -699,7 +703,7 @@ pub fn open(options: &ClaimOptions) -> Result<RemoteSandbox> {
         url,
         token,
         root: None,
-        upload: None,
+        upload: options.upload.clone(),
     })?;
     Ok(sandbox.leased(ProviderKind::Kubernetes, Box::new(claim)))
 }
