@@ -94,3 +94,46 @@ pub fn ports_of_a_network_of_its_own_are_not_handed_out_as_the_hosts(p: &dyn Fix
     assert!(!out.is_error, "{}", out.text);
     t.stop_processes();
 }
+
+/// The workspace root is opened once when the sandbox opens; commands get
+/// it bound by path when the first one starts. A root moved away and
+/// replaced at its path in between (a directory, or a link to another)
+/// must not become the commands' workspace while the file tools act in
+/// the old one: the holder binds the path only when it still names the
+/// directory opened. The control: the impostor is there and readable.
+pub fn a_root_replaced_before_the_first_command_is_refused(p: &dyn Fixture) {
+    let dir = workspace();
+    std::fs::write(dir.path().join("mine.txt"), "mine\n").unwrap();
+    let t = tools(p, dir.path());
+    let moved = dir.path().with_extension("moved");
+    std::fs::rename(dir.path(), &moved).unwrap();
+    let elsewhere = workspace();
+    std::fs::write(elsewhere.path().join("impostor.txt"), "impostor\n").unwrap();
+    for replacement in ["dir", "link"] {
+        match replacement {
+            "dir" => {
+                std::fs::create_dir(dir.path()).unwrap();
+                std::fs::write(dir.path().join("impostor.txt"), "impostor\n").unwrap();
+            }
+            _ => std::os::unix::fs::symlink(elsewhere.path(), dir.path()).unwrap(),
+        }
+        assert!(dir.path().join("impostor.txt").is_file());
+        let out = t.call("run", json!({"command": "ls"}));
+        assert!(
+            out.text.starts_with("ERROR") && out.text.contains("moved or replaced"),
+            "{replacement}: {}",
+            out.text
+        );
+        assert!(!out.text.contains("impostor.txt"), "{}", out.text);
+        match replacement {
+            "dir" => std::fs::remove_dir_all(dir.path()).unwrap(),
+            _ => std::fs::remove_file(dir.path()).unwrap(),
+        }
+    }
+    // The file tools act in the directory opened, wherever it went.
+    let out = t.call("read_file", json!({"path": "mine.txt"}));
+    assert!(out.text.contains("mine"), "{}", out.text);
+    drop(t);
+    std::fs::remove_dir_all(&moved).unwrap();
+    std::fs::create_dir(dir.path()).unwrap();
+}

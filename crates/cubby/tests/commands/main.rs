@@ -290,5 +290,6 @@ providers!(
         linux_only::commands_get_pseudo_terminals_of_their_own,
         linux_only::file_tools_do_not_see_the_reservations_of_a_running_command,
         linux_only::ports_of_a_network_of_its_own_are_not_handed_out_as_the_hosts,
+        linux_only::a_root_replaced_before_the_first_command_is_refused,
     ],
 );

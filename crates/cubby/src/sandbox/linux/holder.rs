@@ -525,6 +525,10 @@ unsafe fn holder_setup(plan: &HolderPlan) -> io::Result<()> {
         if *slot < 0 {
             return Err(holder_fail(report, HolderStep::OpenRebind));
         }
+        if !fd_is(*slot, rebind.identity) {
+            set_errno(libc::ESTALE);
+            return Err(holder_fail(report, HolderStep::RootChanged));
+        }
     }
     // The devices kept, opened before the sandbox's /dev covers them.
     let mut dev_fds = [-1 as RawFd; MAX_DEVICES];
@@ -567,6 +571,14 @@ unsafe fn holder_setup(plan: &HolderPlan) -> io::Result<()> {
         // holder's own.
         if !unsafe { rebind_writable(fd, rebind) } {
             return Err(holder_fail(report, HolderStep::Rebind));
+        }
+        // The path names what was bound (a link swapped in at it meanwhile
+        // would have taken the mount elsewhere).
+        if rebind.identity.is_some()
+            && syscalls::stat(&rebind.path).map(|st| (st.st_dev, st.st_ino)) != rebind.identity
+        {
+            set_errno(libc::ESTALE);
+            return Err(holder_fail(report, HolderStep::RootChanged));
         }
     }
     for pin in &plan.pins {
@@ -665,6 +677,26 @@ fn all_read_only() -> bool {
             std::mem::size_of::<MountAttr>(),
         ) == 0
     }
+}
+
+/// Sets this thread's `errno` (what [`holder_fail`] reports).
+#[inline]
+fn set_errno(value: libc::c_int) {
+    // SAFETY: `__errno_location` is this thread's own `errno`, always valid.
+    unsafe { *libc::__errno_location() = value };
+}
+
+/// Whether `fd` is the directory of `identity` (device, inode); true
+/// without one.
+#[inline]
+fn fd_is(fd: RawFd, identity: Option<(u64, u64)>) -> bool {
+    let Some(identity) = identity else {
+        return true;
+    };
+    // SAFETY: `stat` is plain data; all-zero is valid.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: `fd` is open and `st` a valid out-pointer.
+    (unsafe { libc::fstat(fd, &mut st) } == 0) && (st.st_dev, st.st_ino) == identity
 }
 
 /// Binds the directory of `fd` (an `O_PATH` fd opened before the private

@@ -503,6 +503,7 @@ impl LinuxSandbox {
         let fork_ahead = self.fork_ahead.load(Ordering::Relaxed);
         let inputs = plan::Inputs {
             root,
+            root_identity: self.fs.root_id(),
             writable_roots: &self.writable_roots,
             read_roots: &self.read_roots,
             options: &self.options,

@@ -133,6 +133,9 @@ const SHARED_RLIMITS: [libc::__rlimit_resource_t; 2] =
 pub(super) struct Inputs<'a> {
     /// The workspace root (canonical).
     pub root: &'a Path,
+    /// The device and inode of the root the sandbox opened: the holder
+    /// binds what the path names then only if it is that directory.
+    pub root_identity: Option<(u64, u64)>,
     /// The writable roots (canonical).
     pub writable_roots: &'a [PathBuf],
     /// With `read_scope = "system"`: what commands read (canonical).
@@ -226,6 +229,9 @@ pub(super) struct Rebind {
     pub mkdirs: Vec<CString>,
     /// Bound read-only (`read-only` mode, or a path on a read-only mount).
     pub readonly: bool,
+    /// The device and inode the directory must have, opened and once bound
+    /// (the workspace root: the directory the sandbox opened).
+    pub identity: Option<(u64, u64)>,
 }
 
 /// A directory bound back (read-only, or writable by its [`Rebind`]) into
@@ -473,7 +479,13 @@ pub(super) fn plan(inputs: &Inputs<'_>, facts: &Facts) -> Result<Plan> {
     let tmp = Path::new(SANDBOX_TMP);
     let private_tmp = root != tmp;
     let mut rebinds = Vec::new();
-    for dir in std::iter::once(root).chain(inputs.writable_roots.iter().map(PathBuf::as_path)) {
+    let dirs = std::iter::once((root, inputs.root_identity)).chain(
+        inputs
+            .writable_roots
+            .iter()
+            .map(|w| (w.as_path(), None::<(u64, u64)>)),
+    );
+    for (dir, identity) in dirs {
         let mut mkdirs = Vec::new();
         if let Ok(rest) = dir.strip_prefix(tmp)
             && private_tmp
@@ -491,6 +503,7 @@ pub(super) fn plan(inputs: &Inputs<'_>, facts: &Facts) -> Result<Plan> {
             path: cstring(dir)?,
             mkdirs,
             readonly: options.mode == Mode::ReadOnly || on_readonly_mount,
+            identity,
         });
     }
     // The host's run directories: covered, with what commands need there
@@ -918,6 +931,7 @@ mod tests {
         let read: Vec<PathBuf> = read.iter().map(PathBuf::from).collect();
         let inputs = Inputs {
             root: Path::new(ROOT),
+            root_identity: None,
             writable_roots: &writable,
             read_roots: &read,
             options,
@@ -1013,6 +1027,7 @@ mod tests {
         let options = options(|_| {});
         let inputs = Inputs {
             root: Path::new(ROOT),
+            root_identity: None,
             writable_roots: &writable,
             read_roots: &[],
             options: &options,

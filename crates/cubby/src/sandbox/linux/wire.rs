@@ -75,6 +75,7 @@ pub(super) enum HolderStep {
     ReadRules,
     IpcLimits,
     Run,
+    RootChanged,
 }
 
 impl HolderStep {
@@ -103,6 +104,10 @@ impl HolderStep {
             20 => "opening what commands read (read_scope = \"system\")",
             21 => "setting the sandbox's System V shared memory and message queue limits",
             22 => "covering the host's /run with the sandbox's own",
+            23 => {
+                "binding the workspace root (its path no longer names the directory the \
+                 sandbox opened: it was moved or replaced; open the sandbox again)"
+            }
             _ => "setting up the sandbox",
         }
     }
