@@ -1,14 +1,20 @@
 """A scripted MCP server over stdio (newline-delimited JSON-RPC) for the
 upstream tests: well-behaved and misbehaving tools, standard library only.
 
-Usage: upstream_server.py [hang-init | modern] [log]
+Usage: upstream_server.py [hang-init | modern] [log] [endless] [dir=<path>]
 `modern` speaks only the 2026-07-28 revision (`server/discover`, no
 `initialize`); otherwise it speaks only the handshake (`initialize`). With
 `log`, each request's method and the protocol version its `_meta` names
-are appended to `methods.log` in the working directory.
-It reads `desc.txt` in its working directory (the workspace) for the
-description of `echo`, and adds a property to `echo`'s schema when
-`schema.txt` is there, so a test can change a definition between runs.
+are appended to `methods.log` in the workspace.
+It reads `desc.txt` in the workspace for the description of `echo`, and
+adds a property to `echo`'s schema when `schema.txt` is there, so a test
+can change a definition between runs.
+
+cubby starts it in `/`; it goes to the workspace by the path cubby gives
+(`CUBBY_WORKSPACE`), as a server that works on the workspace would, or
+to the directory an argument `dir=<path>` names.
+It also speaks as `python3 -m upstream_server` (with this directory on
+`PYTHONPATH`).
 """
 
 import base64
@@ -20,11 +26,19 @@ import threading
 import time
 import zlib
 
+os.chdir(os.environ.get("CUBBY_WORKSPACE", "."))
+# `dir=<path>` among the arguments: there instead.
+for arg in sys.argv[1:]:
+    if arg.startswith("dir="):
+        os.chdir(arg[len("dir="):])
+
 OUT = threading.Lock()
 CANCELLED = {}
 # Set by the `grow` tool: the listing then has a new tool and a changed
 # `echo`, and the server says so with notifications/tools/list_changed.
 GROWN = threading.Event()
+# Set by the `deaf` tool: the server reads nothing more.
+DEAF = threading.Event()
 
 
 def send(msg):
@@ -64,6 +78,10 @@ def tools():
     # `schema.txt` in the workspace: a new property of `echo`'s schema.
     if os.path.exists("schema.txt"):
         echo_props["mode"] = {"type": "string"}
+    # `bigschema.txt`: a property of `echo` described by its content.
+    if os.path.exists("bigschema.txt"):
+        with open("bigschema.txt") as f:
+            echo_props["huge"] = {"type": "string", "description": f.read()}
     grown = []
     if GROWN.is_set():
         desc += " Grown."
@@ -82,6 +100,9 @@ def tools():
         {"name": "daemon", "description": "Leaves a daemon.", "inputSchema": schema({"beat": {"type": "string"}})},
         {"name": "die", "description": "Exits.", "inputSchema": schema()},
         {"name": "grow", "description": "Adds a tool and changes echo.", "inputSchema": schema()},
+        {"name": "relist", "description": "Says its tools changed, n times.", "inputSchema": schema({"n": {"type": "integer"}})},
+        {"name": "fail", "description": "Answers an error of n bytes.", "inputSchema": schema({"n": {"type": "integer"}})},
+        {"name": "deaf", "description": "Stops reading its input.", "inputSchema": schema()},
     ]
 
 
@@ -120,7 +141,7 @@ def call(mid, params, meta):
     if name == "flood":
         for i in range(int(args.get("n", 1000))):
             if token is not None:
-                send({"jsonrpc": "2.0", "method": "notifications/progress", "params": {"progressToken": token, "progress": i, "message": "p" * 100}})
+                send({"jsonrpc": "2.0", "method": "notifications/progress", "params": {"progressToken": token, "progress": i, "message": args.get("message", "p" * 100)}})
         return text("flooded")
     if name == "env":
         return text("\n".join(sorted(os.environ)))
@@ -147,10 +168,21 @@ def call(mid, params, meta):
         return None
     if name == "fresh":
         return text("FRESH RAN")
+    if name == "deaf":
+        DEAF.set()
+        return text("deaf now")
+    if name == "relist":
+        for _ in range(int(args.get("n", 1))):
+            send({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})
+        return text("relisted")
+    if name == "fail":
+        send({"jsonrpc": "2.0", "id": mid, "error": {"code": -32000, "message": "e" * int(args.get("n", 1))}})
+        return None
     return None
 
 
 MODERN = "modern" in sys.argv[1:]
+ENDLESS = "endless" in sys.argv[1:]
 LOG = "log" in sys.argv[1:]
 
 
@@ -183,7 +215,15 @@ def handle(msg):
             "capabilities": {"tools": {"listChanged": True}},
             "serverInfo": {"name": "scripted", "version": "1"}}})
     elif method == "tools/list":
-        send({"jsonrpc": "2.0", "id": mid, "result": {"tools": tools()}})
+        # Each listing (a page) is noted in `lists.log`; `endless` gives a
+        # next page every time.
+        with open("lists.log", "a") as f:
+            f.write(".")
+        result = {"tools": tools()}
+        if ENDLESS:
+            cursor = (msg.get("params") or {}).get("cursor") or "0"
+            result["nextCursor"] = str(int(cursor) + 1)
+        send({"jsonrpc": "2.0", "id": mid, "result": result})
     elif method == "tools/call":
         def run():
             result = call(mid, msg.get("params") or {}, None)
@@ -197,6 +237,8 @@ def handle(msg):
 
 
 for line in sys.stdin:
+    if DEAF.is_set():
+        threading.Event().wait()
     line = line.strip()
     if line:
         handle(json.loads(line))

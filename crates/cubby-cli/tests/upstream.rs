@@ -11,8 +11,8 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use common::repo_root;
@@ -122,6 +122,53 @@ fn bad_labels_and_long_names_are_config_errors_naming_the_key() {
     );
     let err = workspace(&ws, &both, &host).unwrap_err();
     assert!(err.message().contains("upstream.s"), "{err}");
+}
+
+/// Red-team pass 11, U6: a stdio server started in the workspace (which
+/// the model writes) loaded code the model planted there: `python -m`
+/// puts its working directory first on `sys.path`, so a `json.py` written
+/// with `write_file` ran in the server, with its `env.secrets`. Now it
+/// starts in `/`, told the workspace by `CUBBY_WORKSPACE` (and `{workspace}`
+/// in its argv), with `PYTHONSAFEPATH=1`. The control: the same launcher
+/// started in the workspace by hand loads the planted module.
+#[test]
+fn a_stdio_server_starts_outside_the_workspace_and_loads_none_of_its_code() {
+    let dir = tmp();
+    let ws = root(&dir);
+    let planted = "import os\nopen(os.path.join(os.environ.get('CUBBY_WORKSPACE', ''), \
+                   'planted.txt'), 'w').write('ran')\nraise ImportError('planted')\n";
+    std::fs::write(ws.join("json.py"), planted).unwrap();
+    std::fs::create_dir(ws.join("sub")).unwrap();
+    let modules = script().parent().unwrap().display().to_string();
+    let host = HostEnv::capture().with("PYTHONPATH", &modules);
+    let toml = "[upstream.s]\ncommand = [\"/usr/bin/python3\", \"-m\", \"upstream_server\", \"log\", \
+                \"dir={workspace}/sub\"]\ntools = [\"echo\", \"env\"]\nenv = { pass = [\"PYTHONPATH\"] }\n";
+    let t = toolset_with(&ws, toml, &host);
+    let out = t.call("s__echo", json!({"text": "hi"}));
+    assert_eq!(out.text, "echo: hi", "{out:?}");
+    assert!(!ws.join("planted.txt").exists(), "the planted module ran");
+    let out = t.call("s__env", json!({}));
+    assert!(out.text.lines().any(|l| l == "CUBBY_WORKSPACE"), "{out:?}");
+    assert!(out.text.lines().any(|l| l == "PYTHONSAFEPATH"), "{out:?}");
+    // `{workspace}` in the argv is the workspace's path: `log` writes in
+    // the directory `dir=` names.
+    assert!(ws.join("sub/methods.log").exists());
+    t.end();
+    // The control: started in the workspace, the launcher runs the plant.
+    let control = std::process::Command::new("/usr/bin/python3")
+        .args(["-m", "upstream_server"])
+        .current_dir(&ws)
+        .env("PYTHONPATH", &modules)
+        .env("CUBBY_WORKSPACE", &ws)
+        .env_remove("PYTHONSAFEPATH")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert!(!control.status.success());
+    assert_eq!(
+        std::fs::read_to_string(ws.join("planted.txt")).unwrap(),
+        "ran"
+    );
 }
 
 #[test]
@@ -345,6 +392,223 @@ fn a_progress_flood_is_relayed_bounded() {
     assert!(
         relayed >= 1 && relayed <= bound,
         "{relayed} relayed, bound {bound}"
+    );
+    t.end();
+}
+
+/// Red-team pass 11, I1: the refusal of a name that is not offered listed
+/// the server's tools, a tool the policy denies among them. Now it names
+/// only what the policy lets through.
+#[test]
+fn a_refusal_names_no_tool_the_policy_denies() {
+    let dir = tmp();
+    let ws = root(&dir);
+    let toml = format!(
+        "deny = [\"s__echo\"]\n{}",
+        scripted("s", &["echo", "a__b"], "")
+    );
+    let t = toolset(&ws, &toml);
+    let out = t.call("s__echo ", json!({}));
+    assert!(out.text.starts_with("ERROR"), "{out:?}");
+    assert!(out.text.contains("s__a__b"), "{out:?}");
+    assert!(
+        !out.text.contains("s__echo,") && !out.text.ends_with("s__echo"),
+        "{out:?}"
+    );
+    t.end();
+}
+
+/// Red-team pass 11, U7: requests to a server that stopped reading its
+/// input stayed queued after their calls timed out (twelve 40 MiB calls
+/// held 551 MB). Now at most `MAX_QUEUED_BYTES` wait; past it a call is
+/// refused at once, saying why.
+#[test]
+fn requests_to_a_server_that_does_not_read_are_bounded() {
+    const ARGUMENT: usize = 12 * 1024 * 1024;
+    let dir = tmp();
+    let ws = root(&dir);
+    let t = toolset(&ws, &scripted("s", &["deaf", "echo"], "call_timeout = 1"));
+    assert_eq!(t.call("s__deaf", json!({})).text, "deaf now");
+    let text = "x".repeat(ARGUMENT);
+    let mut answers = Vec::new();
+    for _ in 0..cubby_mcp::MAX_QUEUED_BYTES / ARGUMENT + 2 {
+        let out = t.call("s__echo", json!({"text": text}));
+        let refused = out.text.contains("not reading its input");
+        answers.push(out.text.chars().take(200).collect::<String>());
+        if refused {
+            break;
+        }
+    }
+    let last = answers.last().unwrap();
+    assert!(last.contains("not reading its input"), "{answers:#?}");
+    assert!(
+        answers.len() > 1 && answers[0].starts_with("ERROR timeout"),
+        "{answers:#?}"
+    );
+    t.end();
+}
+
+/// The listings the scripted server answered (pages included).
+fn listings(ws: &Path) -> usize {
+    std::fs::read_to_string(ws.join("lists.log")).map_or(0, |l| l.len())
+}
+
+/// Red-team pass 11, U3: every `notifications/tools/list_changed` started
+/// a thread that listed again; a flood of them aborted the process (one
+/// upstream took every session of a `cubby serve` down). Now one listing
+/// runs at a time, and the notifications that come meanwhile make one
+/// more. The control: the server really sent them all (its answer comes
+/// after them), and a listing did follow.
+#[test]
+fn a_flood_of_list_changed_lists_again_one_at_a_time() {
+    const FLOOD: usize = 2_000;
+    let dir = tmp();
+    let ws = root(&dir);
+    let t = toolset(&ws, &scripted("s", &["relist", "echo"], ""));
+    assert!(t.tool_names().contains(&"s__relist"));
+    let before = listings(&ws);
+    assert_eq!(before, 1);
+    let out = t.call("s__relist", json!({"n": FLOOD}));
+    assert_eq!(out.text, "relisted", "{out:?}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while listings(&ws) < 2 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(listings(&ws) >= 2, "no listing followed the notifications");
+    // A second's window in which the rest of the flood is handled: one
+    // listing at a time, and one more for all that came during it (a few
+    // while the notifications are still being read).
+    std::thread::sleep(Duration::from_secs(1));
+    let after = listings(&ws);
+    assert!(
+        after - before < FLOOD / 50,
+        "{after} listings after {FLOOD} notifications"
+    );
+    assert_eq!(t.call("s__echo", json!({"text": "x"})).text, "echo: x");
+    t.end();
+}
+
+/// Red-team pass 11, U4: a server whose `tools/list` always had another
+/// page grew the process by gigabytes until `startup_timeout`. Now a
+/// listing stops after `MAX_LIST_PAGES` pages: the server is not offered,
+/// with a clear error, long before its timeout.
+#[test]
+fn an_endless_listing_stops_at_its_page_cap() {
+    let dir = tmp();
+    let ws = root(&dir);
+    let started = Instant::now();
+    let t = toolset(
+        &ws,
+        &scripted_with("s", &["endless"], &["echo"], "startup_timeout = 60"),
+    );
+    assert!(!t.tool_names().contains(&"s__echo"), "{:?}", t.tool_names());
+    let out = t.call("s__echo", json!({"text": "x"}));
+    assert!(out.text.starts_with("ERROR network"), "{out:?}");
+    assert!(out.text.contains("pages"), "{out:?}");
+    assert!(started.elapsed() < Duration::from_secs(30));
+    assert_eq!(listings(&ws), cubby_mcp::MAX_LIST_PAGES);
+    t.end();
+}
+
+/// Red-team pass 11, U5 and U1: an upstream's definitions reached the
+/// model as written — the server's own secret in clear, escape sequences,
+/// a 10 MB schema — and its progress messages kept their escapes. Now
+/// definitions are redacted, cut and neutralised as results are, a
+/// definition over `MAX_DEFINITION_BYTES` is not offered, and progress is
+/// neutralised. The control: the server does send the secret and the
+/// escapes (the description it gives is checked in its file).
+#[test]
+fn definitions_and_progress_are_redacted_and_neutralised_and_bounded() {
+    const SECRET: &str = "s3cr3t-in-a-definition";
+    let dir = tmp();
+    let ws = root(&dir);
+    let desc = format!(
+        "Echoes. Key: {SECRET} \u{1b}[31mRED\u{1b}[0m {}",
+        "d".repeat(3_000)
+    );
+    std::fs::write(ws.join("desc.txt"), &desc).unwrap();
+    let host = HostEnv::capture().with("UP_SECRET", SECRET);
+    let extra = "env = { secrets = [\"UP_SECRET\"] }";
+    let t = toolset_with(&ws, &scripted("s", &["echo", "flood"], extra), &host);
+    let echo = t
+        .tools()
+        .into_iter()
+        .find(|s| s.name == "s__echo")
+        .expect("echo offered");
+    assert!(!echo.description.contains(SECRET), "{}", echo.description);
+    assert!(
+        echo.description.contains("[REDACTED:UP_SECRET]"),
+        "{}",
+        echo.description
+    );
+    assert!(!echo.description.contains('\u{1b}'), "{}", echo.description);
+    assert!(
+        echo.description.contains("\u{241b}[31mRED"),
+        "{}",
+        echo.description
+    );
+    assert_eq!(
+        echo.description.chars().count(),
+        cubby::MAX_DESCRIPTION_CHARS
+    );
+    // Progress: redacted, its escapes shown.
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let kept = seen.clone();
+    let options = CallOptions {
+        on_output: Some(Arc::new(move |event: &cubby::process::OutputEvent| {
+            kept.lock().unwrap().push(event.chunk.clone());
+        })),
+        ..CallOptions::default()
+    };
+    let message = format!("p {SECRET} \u{1b}]0;title\u{7}");
+    let out = t.call_with(
+        "s__flood",
+        json!({"n": 20_000, "message": message}),
+        &options,
+    );
+    assert_eq!(out.text, "flooded", "{out:?}");
+    let seen = seen.lock().unwrap().join("\n");
+    assert!(seen.contains("[REDACTED:UP_SECRET]"), "{seen:?}");
+    assert!(
+        !seen.contains(SECRET) && !seen.contains('\u{1b}') && !seen.contains('\u{7}'),
+        "{seen:?}"
+    );
+    t.end();
+    // A definition over the bound is not offered; the others are.
+    let dir2 = tmp();
+    let ws2 = root(&dir2);
+    std::fs::write(ws2.join("bigschema.txt"), "s".repeat(100 * 1024)).unwrap();
+    let t = toolset(&ws2, &scripted("s", &["echo", "flood"], ""));
+    let names = t.tool_names();
+    assert!(
+        !names.contains(&"s__echo") && names.contains(&"s__flood"),
+        "{names:?}"
+    );
+    t.end();
+}
+
+/// Red-team pass 11, U2: an upstream's error text reached the model whole
+/// (8 MiB). Now an error's text is cut like a result's, head and tail.
+#[test]
+fn an_upstream_error_is_cut_like_a_result() {
+    let dir = tmp();
+    let ws = root(&dir);
+    let t = toolset(&ws, &scripted("s", &["fail"], ""));
+    let out = t.call("s__fail", json!({"n": 1_000_000}));
+    assert!(
+        out.text.starts_with("ERROR network"),
+        "{}",
+        &out.text[..100]
+    );
+    assert!(
+        out.text.len() < cubby::MAX_SOURCE_TEXT_BYTES + 1_000,
+        "{}",
+        out.text.len()
+    );
+    assert!(
+        out.text.contains("bytes of the error cut"),
+        "{}",
+        &out.text[..100]
     );
     t.end();
 }

@@ -40,8 +40,8 @@ pub use handler::{CubbyHandler, MAX_INSTRUCTIONS_CHARS, tool_definition};
 pub use http::{HttpOptions, MAX_MCP_SESSIONS, serve_http};
 pub use stdio::{serve_stdio, serve_stdio_until};
 pub use upstream::{
-    CANCEL_POLL, MAX_MESSAGE_BYTES, MAX_RESTARTS_PER_MINUTE, PROGRESS_EVERY, RESTART_BACKOFF,
-    upstream_sources,
+    CANCEL_POLL, MAX_DEFINITION_BYTES, MAX_LIST_PAGES, MAX_LISTED_TOOLS, MAX_MESSAGE_BYTES,
+    MAX_QUEUED_BYTES, MAX_RESTARTS_PER_MINUTE, PROGRESS_EVERY, RESTART_BACKOFF, upstream_sources,
 };
 
 /// Builds a fresh toolset: one per run (MCP session); a front gets one from

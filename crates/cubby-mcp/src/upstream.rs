@@ -68,6 +68,19 @@ const READ_CHUNK: usize = 64 * 1024;
 const INCOMING_QUEUE: usize = 64;
 /// The runtime's worker threads (shared by every upstream connection).
 const RUNTIME_THREADS: usize = 2;
+/// Most pages of one `tools/list` (red-team pass 11, U4: an endless
+/// listing grew the process by 2 GB before its time ran out).
+pub const MAX_LIST_PAGES: usize = 100;
+/// Most tools one listing may hold over all its pages.
+pub const MAX_LISTED_TOOLS: usize = 10_000;
+/// Largest definition of a tool in `tools` (its description and schemas,
+/// encoded): a larger one is not offered (U5: a 10 MB schema reached every
+/// session's context).
+pub const MAX_DEFINITION_BYTES: usize = 64 * 1024;
+/// Most bytes of requests waiting for a stdio server to read them; past it
+/// a request is refused at once (red-team pass 11, U7: a server that
+/// stopped reading held every timed-out call's arguments, 551 MB).
+pub const MAX_QUEUED_BYTES: usize = 64 * 1024 * 1024;
 
 /// The sources of every `[upstream.*]` of a workspace, for
 /// [`Workspace::factory_with`]: one per server with tools, connected when
@@ -125,9 +138,21 @@ struct Inner {
     /// Progress tokens of the calls in flight → their latest progress.
     progress: Mutex<HashMap<String, Arc<Mutex<Option<String>>>>>,
     ended: AtomicBool,
+    /// The listing that a `tools/list_changed` asked for: one at a time,
+    /// however many arrive (U3: one thread each aborted the process).
+    relist: Mutex<Relist>,
     /// One per stdio server started: disconnected when its reader thread
     /// has reaped the server and dropped its sandbox.
     readers: Mutex<Vec<std::sync::mpsc::Receiver<()>>>,
+}
+
+/// The listing again after `tools/list_changed`.
+#[derive(Default)]
+struct Relist {
+    /// A listing is under way.
+    running: bool,
+    /// Another notification came during it: list once more after.
+    again: bool,
 }
 
 #[derive(Default)]
@@ -175,6 +200,7 @@ impl Upstream {
             watchers: Mutex::default(),
             progress: Mutex::default(),
             ended: AtomicBool::new(false),
+            relist: Mutex::default(),
             readers: Mutex::new(Vec::new()),
         });
         if !start {
@@ -283,14 +309,22 @@ impl Inner {
         };
         let (client, process) = if let Some(argv) = &self.config.command {
             let sandbox = self.workspace.upstream_sandbox(&self.label)?;
-            let env = cubby::upstream::upstream_env(&self.config, self.workspace.host_env())?;
+            let root = self.workspace.root();
+            let env = cubby::upstream::upstream_env(&self.config, self.workspace.host_env(), root)?;
+            // Started in `/`, not in the workspace the model writes to: a
+            // launcher that loads code from its working directory (`python
+            // -m`, `npx`, `uvx`) would load the model's (U6).
             let mut wrapped = vec![
                 "/bin/sh".to_string(),
                 "-c".to_string(),
-                "exec \"$@\" 2>/dev/null".to_string(),
+                "cd / && exec \"$@\" 2>/dev/null".to_string(),
                 format!("cubby-upstream-{}", self.label),
             ];
-            wrapped.extend(argv.iter().cloned());
+            let root_text = root.to_string_lossy();
+            wrapped.extend(
+                argv.iter()
+                    .map(|a| a.replace(cubby::upstream::WORKSPACE_ARG, &root_text)),
+            );
             let spec = ExecSpec {
                 argv: wrapped,
                 cwd: WorkspacePath::root(),
@@ -388,9 +422,62 @@ impl Inner {
 
     /// The upstream's definitions of the tools in `tools`.
     fn list(&self, conn: &Conn) -> cubby::Result<BTreeMap<String, Definition>> {
-        let peer = conn.client.peer().clone();
-        let tools = run_bounded(runtime()?, self.startup_timeout(), async move {
-            peer.list_all_tools().await
+        self.list_peer(conn.client.peer().clone())
+    }
+
+    /// [`Inner::list`] over `peer`: page by page, within
+    /// [`MAX_LIST_PAGES`], [`MAX_LISTED_TOOLS`] and the startup timeout;
+    /// only the tools in `tools` are kept, each within
+    /// [`MAX_DEFINITION_BYTES`].
+    fn list_peer(
+        &self,
+        peer: rmcp::Peer<RoleClient>,
+    ) -> cubby::Result<BTreeMap<String, Definition>> {
+        let allowed: BTreeSet<String> = self.routes.iter().map(|r| r.tool.clone()).collect();
+        let label = self.label.clone();
+        let listed = run_bounded(runtime()?, self.startup_timeout(), async move {
+            let mut listed = BTreeMap::new();
+            let mut cursor = None;
+            let mut seen = 0usize;
+            for _ in 0..MAX_LIST_PAGES {
+                let params = rmcp::model::PaginatedRequestParams::default().with_cursor(cursor);
+                let page = peer
+                    .list_tools(Some(params))
+                    .await
+                    .map_err(|e| format!("cannot list its tools: {e}"))?;
+                seen = seen.saturating_add(page.tools.len());
+                if seen > MAX_LISTED_TOOLS {
+                    return Err(format!("lists more than {MAX_LISTED_TOOLS} tools"));
+                }
+                for tool in page.tools {
+                    if !allowed.contains(tool.name.as_ref()) {
+                        continue;
+                    }
+                    let def = definition(&tool);
+                    let bytes = def.description.len()
+                        + serde_json::to_vec(&def.input_schema).map_or(usize::MAX, |v| v.len())
+                        + def
+                            .output_schema
+                            .as_ref()
+                            .map_or(0, |s| serde_json::to_vec(s).map_or(usize::MAX, |v| v.len()));
+                    if bytes > MAX_DEFINITION_BYTES {
+                        tracing::warn!(
+                            "upstream `{label}`: the definition of `{}` is {bytes} bytes, over \
+                             {MAX_DEFINITION_BYTES}; it is not offered",
+                            tool.name.chars().take(200).collect::<String>()
+                        );
+                        continue;
+                    }
+                    listed.insert(tool.name.to_string(), def);
+                }
+                match page.next_cursor {
+                    Some(next) => cursor = Some(next),
+                    None => return Ok(listed),
+                }
+            }
+            Err(format!(
+                "lists its tools over more than {MAX_LIST_PAGES} pages"
+            ))
         })
         .map_err(|()| {
             unavailable(format!(
@@ -398,32 +485,50 @@ impl Inner {
                 self.label,
                 self.startup_timeout().as_secs()
             ))
-        })?
-        .map_err(|e| {
-            unavailable(format!(
-                "upstream `{}` cannot list its tools: {e}",
-                self.label
-            ))
         })?;
-        let allowed: BTreeSet<&str> = self.routes.iter().map(|r| r.tool.as_str()).collect();
-        let mut listed = BTreeMap::new();
-        for tool in tools {
-            if !allowed.contains(tool.name.as_ref()) {
-                continue;
+        listed.map_err(|e| unavailable(format!("upstream `{}` {e}", self.label)))
+    }
+
+    /// Lists again after `tools/list_changed`, once more for every
+    /// notification that came meanwhile (however many: one listing after
+    /// them), on a thread of its own.
+    fn relist(self: &Arc<Self>) {
+        {
+            let mut relist = lock(&self.relist);
+            if relist.running {
+                relist.again = true;
+                return;
             }
-            listed.insert(
-                tool.name.to_string(),
-                Definition {
-                    description: tool.description.as_deref().unwrap_or("").to_string(),
-                    input_schema: Value::Object((*tool.input_schema).clone()),
-                    output_schema: tool
-                        .output_schema
-                        .as_ref()
-                        .map(|s| Value::Object((**s).clone())),
-                },
-            );
+            relist.running = true;
         }
-        Ok(listed)
+        let inner = Arc::clone(self);
+        let spawned = std::thread::Builder::new()
+            .name(format!("upstream-{}-list", self.label))
+            .spawn(move || {
+                loop {
+                    let peer = {
+                        let state = lock(&inner.state);
+                        state.conn.as_ref().map(|c| c.client.peer().clone())
+                    };
+                    if let Some(peer) = peer
+                        && !inner.ended.load(Ordering::Acquire)
+                    {
+                        match inner.list_peer(peer) {
+                            Ok(listed) => inner.apply_listing(listed),
+                            Err(e) => tracing::warn!("{}", e.message()),
+                        }
+                    }
+                    let mut relist = lock(&inner.relist);
+                    if !std::mem::take(&mut relist.again) {
+                        relist.running = false;
+                        return;
+                    }
+                }
+            });
+        if let Err(e) = spawned {
+            tracing::warn!("upstream `{}`: cannot list again: {e}", self.label);
+            lock(&self.relist).running = false;
+        }
     }
 
     /// Pins the listing and offers what it allows; tells the watchers when
@@ -702,6 +807,18 @@ const END_WAIT: Duration = Duration::from_secs(5);
 /// probes with `server/discover` (2026-07-28) and falls back to the
 /// `initialize` handshake (2025-11-25) when the server says it does not
 /// know it.
+/// The definition of a listed tool, as pinned.
+fn definition(tool: &rmcp::model::Tool) -> Definition {
+    Definition {
+        description: tool.description.as_deref().unwrap_or("").to_string(),
+        input_schema: Value::Object((*tool.input_schema).clone()),
+        output_schema: tool
+            .output_schema
+            .as_ref()
+            .map(|s| Value::Object((**s).clone())),
+    }
+}
+
 fn lifecycle(protocol: cubby::config::UpstreamProtocol) -> ClientLifecycleMode {
     use cubby::config::UpstreamProtocol;
     use rmcp::model::ProtocolVersion;
@@ -942,14 +1059,9 @@ impl ToolSource for Upstream {
             return None;
         }
         let def = state.listed.get(&route.tool)?;
-        let mut description = format!("[upstream `{}`] {}", self.inner.label, def.description);
-        if description.chars().count() > cubby::MAX_DESCRIPTION_CHARS {
-            description = description
-                .chars()
-                .take(cubby::MAX_DESCRIPTION_CHARS - 1)
-                .collect::<String>()
-                + "…";
-        }
+        // Redacted, cut to `MAX_DESCRIPTION_CHARS` and its controls shown
+        // by the toolset, as every source's.
+        let description = format!("[upstream `{}`] {}", self.inner.label, def.description);
         Some(ToolSpec {
             name: name.to_string(),
             description,
@@ -1008,10 +1120,13 @@ impl ToolSource for Upstream {
         let rest = name
             .strip_prefix(&self.inner.label)?
             .strip_prefix(cubby::upstream::SEPARATOR)?;
+        // What the policy denies is not named (red-team pass 11, I1).
+        let policy = self.inner.workspace.policy();
         let offered: Vec<&str> = self
             .inner
             .routes
             .iter()
+            .filter(|r| policy.tool_decision(&r.exposed, Modes::WRITING).allowed)
             .map(|r| r.exposed.as_str())
             .collect();
         Some(format!(
@@ -1078,46 +1193,8 @@ impl ClientHandler for Client {
         _context: NotificationContext<RoleClient>,
     ) -> impl std::future::Future<Output = ()> + rmcp::service::MaybeSendFuture + '_ {
         if let Some(inner) = self.inner.upgrade() {
-            // Listed again off the runtime (the listing waits on it).
-            let _ = std::thread::Builder::new()
-                .name(format!("upstream-{}-list", inner.label))
-                .spawn(move || {
-                    let peer_conn = {
-                        let state = lock(&inner.state);
-                        state.conn.as_ref().map(|c| c.client.peer().clone())
-                    };
-                    let Some(peer) = peer_conn else { return };
-                    let Ok(rt) = runtime() else { return };
-                    let listed = run_bounded(rt, inner.startup_timeout(), async move {
-                        peer.list_all_tools().await
-                    });
-                    if let Ok(Ok(tools)) = listed {
-                        let allowed: BTreeSet<&str> =
-                            inner.routes.iter().map(|r| r.tool.as_str()).collect();
-                        let defs = tools
-                            .into_iter()
-                            .filter(|t| allowed.contains(t.name.as_ref()))
-                            .map(|t| {
-                                (
-                                    t.name.to_string(),
-                                    Definition {
-                                        description: t
-                                            .description
-                                            .as_deref()
-                                            .unwrap_or("")
-                                            .to_string(),
-                                        input_schema: Value::Object((*t.input_schema).clone()),
-                                        output_schema: t
-                                            .output_schema
-                                            .as_ref()
-                                            .map(|s| Value::Object((**s).clone())),
-                                    },
-                                )
-                            })
-                            .collect();
-                        inner.apply_listing(defs);
-                    }
-                });
+            // Off the runtime (the listing waits on it), one at a time.
+            inner.relist();
         }
         std::future::ready(())
     }
@@ -1143,6 +1220,8 @@ struct Stdin {
     pipe: Box<dyn Write + Send>,
     /// Messages handed to the writer thread and not yet written whole.
     queued: usize,
+    /// Their bytes (at most [`MAX_QUEUED_BYTES`]).
+    queued_bytes: usize,
     /// The pipe failed: the server stopped reading.
     closed: bool,
 }
@@ -1194,6 +1273,7 @@ impl PipeTransport {
         let stdin = Arc::new(Mutex::new(Stdin {
             pipe: stdin,
             queued: 0,
+            queued_bytes: 0,
             closed: false,
         }));
         let writer_stdin = stdin.clone();
@@ -1256,6 +1336,13 @@ impl rmcp::transport::Transport<RoleClient> for PipeTransport {
                 if stdin.closed {
                     return Err(closed());
                 }
+                if stdin.queued_bytes + bytes.len() > MAX_QUEUED_BYTES {
+                    return Err(std::io::Error::other(format!(
+                        "the upstream server is not reading its input: {} bytes wait for it \
+                         already, so this request was not sent",
+                        stdin.queued_bytes
+                    )));
+                }
                 let from = if stdin.queued == 0 {
                     match stdin.write_some(&bytes) {
                         Wrote::All => return Ok(()),
@@ -1268,6 +1355,7 @@ impl rmcp::transport::Transport<RoleClient> for PipeTransport {
                 // Queued under the lock: nothing is written before it.
                 stdin.queued += 1;
                 bytes.drain(..from);
+                stdin.queued_bytes += bytes.len();
                 self.queue.send(bytes).map_err(|_| closed())
             });
         std::future::ready(sent)
@@ -1299,6 +1387,7 @@ fn write_messages(stdin: &Mutex<Stdin>, rx: &std::sync::mpsc::Receiver<Vec<u8>>)
             match pipe.write_some(&bytes[from..]) {
                 Wrote::All => {
                     pipe.queued -= 1;
+                    pipe.queued_bytes -= bytes.len();
                     break;
                 }
                 Wrote::Part(n) => from += n,

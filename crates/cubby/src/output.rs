@@ -666,7 +666,8 @@ pub fn neutralize_output(out: &mut ToolOutput) {
     }
 }
 
-fn neutralize_value(value: &mut Value) {
+/// [`neutralize_controls`] for every string (keys and values) of `value`.
+pub(crate) fn neutralize_value(value: &mut Value) {
     match value {
         Value::String(s) => {
             if let std::borrow::Cow::Owned(n) = neutralize_controls(s) {

@@ -32,7 +32,7 @@ use crate::sandbox::{CommandEnv, Sandbox};
 use crate::skills::{SKILLS_DIR_ENV, Skills};
 use crate::tools::{
     Baseline, BuiltIns, Cost, Ctx, CustomTool, CustomTools, Describe, ExecSettings, Family,
-    Pending, RunState, SourceCall, ToolFacts, ToolSource, ToolSpec,
+    MAX_DESCRIPTION_CHARS, Pending, RunState, SourceCall, ToolFacts, ToolSource, ToolSpec,
 };
 use crate::web::{Configured, Resolver, SearchBackend, SystemResolver, WebSettings};
 
@@ -472,6 +472,22 @@ impl Toolset {
                 // The facts the gate decided from.
                 spec.name.clone_from(&k.name);
                 spec.facts = k.facts;
+                // What another program wrote (an upstream's definitions)
+                // leaves as a result does: redacted, then cut, its control
+                // characters shown, never acted on (red-team pass 11, U5).
+                let redactor = &self.inner.redactor;
+                let mut description = redactor.redact_str(&spec.description);
+                if description.chars().nth(MAX_DESCRIPTION_CHARS).is_some()
+                    && let Some((at, _)) = description.char_indices().nth(MAX_DESCRIPTION_CHARS - 1)
+                {
+                    description.truncate(at);
+                    description.push('…');
+                }
+                spec.description = crate::output::neutralize_controls(&description).into_owned();
+                for schema in [&mut spec.input_schema, &mut spec.output_schema] {
+                    redactor.redact_value(schema);
+                    crate::output::neutralize_value(schema);
+                }
                 Some(spec)
             })
             .collect()
@@ -651,6 +667,15 @@ impl Toolset {
     fn finish(&self, result: Result<ToolOutput>) -> ToolOutput {
         let mut out = match result {
             Ok(out) => out,
+            // A source's error text (an upstream's, a custom tool's) is cut
+            // like its results, redacted before the cut.
+            Err(e) if e.message().len() > MAX_SOURCE_TEXT_BYTES => {
+                let _scope = crate::output::CallScope::enter(&self.inner.redactor);
+                let cut = crate::output::cap_head_tail(e.message(), MAX_SOURCE_TEXT_BYTES, |n| {
+                    format!("\n[… {n} bytes of the error cut …]\n")
+                });
+                ToolOutput::error(&Error::new(e.kind(), cut))
+            }
             Err(e) => ToolOutput::error(&e),
         };
         self.inner.redactor.redact_output(&mut out);

@@ -314,8 +314,21 @@ const UPSTREAM_IDLE_CONNECTIONS: usize = 4;
 /// # Errors
 ///
 /// `invalid_input` as [`CommandEnv::new`].
-pub fn upstream_env(config: &UpstreamConfig, host: &HostEnv) -> Result<Vec<(OsString, OsString)>> {
-    let mut env = CommandEnv::new(&config.env.pass, &BTreeMap::new())?;
+pub fn upstream_env(
+    config: &UpstreamConfig,
+    host: &HostEnv,
+    workspace: &std::path::Path,
+) -> Result<Vec<(OsString, OsString)>> {
+    let mut fixed = BTreeMap::new();
+    // The server starts outside the workspace (red-team pass 11, U6); it
+    // is told where the workspace is, and Python does not put its working
+    // directory or script's on `sys.path`.
+    fixed.insert(
+        WORKSPACE_ENV.to_string(),
+        workspace.to_string_lossy().into_owned(),
+    );
+    fixed.insert("PYTHONSAFEPATH".to_string(), "1".to_string());
+    let mut env = CommandEnv::new(&config.env.pass, &fixed)?;
     for name in &config.env.secrets {
         if let Some(value) = host.non_empty(name) {
             env.secret(name.clone(), value)?;
@@ -326,6 +339,12 @@ pub fn upstream_env(config: &UpstreamConfig, host: &HostEnv) -> Result<Vec<(OsSt
     }
     Ok(env.build(host.vars(), false))
 }
+
+/// The variable that tells a stdio upstream where the workspace is (its
+/// working directory is `/`).
+pub const WORKSPACE_ENV: &str = "CUBBY_WORKSPACE";
+/// In an argv entry of a stdio upstream: replaced by the workspace's path.
+pub const WORKSPACE_ARG: &str = "{workspace}";
 
 /// A tool's definition as pinned: what a change of hides it.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]

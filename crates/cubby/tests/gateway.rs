@@ -28,6 +28,7 @@ fn gateways(up: &Upstream) -> BTreeMap<String, GatewayConfig> {
         "GET /repos/:owner/:repo/issues",
         "POST /repos/:owner/:repo/issues",
         "GET /leak/:x",
+        "GET /reflect/:x",
         "GET /redirect/:x",
         "GET /cookie/:x",
         "GET /big/:n",
@@ -302,6 +303,21 @@ fn the_gateway_forwards_allowed_calls_with_the_credential_and_refuses_the_rest_u
         text.contains("x-echo: Bearer [REDACTED:GW_SECRET]"),
         "{text}"
     );
+    // Red-team pass 11, G1: the origin's usual reflections of the value —
+    // its case changed, percent-encoded, base64, split over two lines of
+    // one header — are redacted (or the header dropped) too.
+    let text = run(
+        &t,
+        &format!("curl -sS -i {AUTH} \"$CUBBY_GATEWAY_URL/reflect/1\""),
+    );
+    for form in ["upper", "lower", "percent", "base64"] {
+        assert!(
+            text.contains(&format!("{form}=[REDACTED:GW_SECRET]")),
+            "{form}: {text}"
+        );
+    }
+    assert!(!text.to_ascii_lowercase().contains("x-multi"), "{text}");
+    assert!(!text.to_ascii_lowercase().contains(&REAL[..8]), "{text}");
     // Redacted before it reached the command, not only in the tool's output.
     let text = run(
         &t,

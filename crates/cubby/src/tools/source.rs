@@ -108,7 +108,8 @@ impl SourceCall<'_> {
         if let Some(subscriber) = self.ctx.on_output {
             subscriber(&crate::process::OutputEvent {
                 process: source.to_string(),
-                chunk: self.ctx.redactor.redact_str(message),
+                chunk: crate::output::neutralize_controls(&self.ctx.redactor.redact_str(message))
+                    .into_owned(),
             });
         }
     }

@@ -277,6 +277,26 @@ fn answer(tls: &mut impl Write, req: &Seen) -> std::io::Result<()> {
         write!(tls, "{:x}\r\n{b}\r\n0\r\n\r\n", b.len())?;
         return tls.flush();
     }
+    if req.target.starts_with("/reflect") {
+        // The token in the forms origins echo it in, and split over two
+        // lines of one header.
+        use base64::Engine;
+        let token = credential.strip_prefix("Bearer ").unwrap_or(&credential);
+        let (a, b) = token.split_at(token.len() / 2);
+        let body = format!(
+            "upper={}\nlower={}\npercent={}\nbase64={}\n",
+            token.to_ascii_uppercase(),
+            token.to_ascii_lowercase(),
+            percent_encoding::utf8_percent_encode(token, percent_encoding::NON_ALPHANUMERIC),
+            base64::engine::general_purpose::STANDARD_NO_PAD.encode(token),
+        );
+        write!(
+            tls,
+            "HTTP/1.1 200 OK\r\nx-multi: {a}\r\nx-multi: {b}\r\ncontent-length: {}\r\n\r\n{body}",
+            body.len()
+        )?;
+        return tls.flush();
+    }
     if let Some(n) = req.target.strip_prefix("/big/") {
         // `n` bytes, with a length; `/big/chunked-<n>` without one.
         let (chunked, n) = match n.strip_prefix("chunked-") {

@@ -840,7 +840,26 @@ fn filter_response_headers(headers: &mut HeaderMap, gateway: &Gateway) {
     let names: Vec<HeaderName> = headers.keys().cloned().collect();
     for name in names {
         let n = name.as_str();
-        let drop = DROPPED_RESPONSE_HEADERS.contains(&n)
+        // A header given more than once whose lines together hold the
+        // value, split between them (G1): dropped whole.
+        let values: Vec<&[u8]> = headers
+            .get_all(&name)
+            .iter()
+            .map(HeaderValue::as_bytes)
+            .collect();
+        let split = values.len() > 1
+            && [&b""[..], b", ", b","].iter().any(|sep| {
+                let joined = values.join(*sep);
+                gateway.redactor.finds(&joined)
+                    || gateway.lower_value.as_ref().is_some_and(|v| {
+                        joined
+                            .to_ascii_lowercase()
+                            .windows(v.len())
+                            .any(|w| w == v.as_bytes())
+                    })
+            });
+        let drop = split
+            || DROPPED_RESPONSE_HEADERS.contains(&n)
             || connection_named.iter().any(|c| c == n)
             || gateway
                 .lower_value

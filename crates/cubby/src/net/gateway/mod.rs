@@ -266,15 +266,17 @@ impl Gateway {
             }
         };
         let secret = options.credential.clone().filter(|v| !v.is_empty());
+        let secret_name = config
+            .credential
+            .as_ref()
+            .map_or_else(String::new, |c| c.secret.clone());
         let redactor = Redactor::new(
             &secret
                 .iter()
-                .map(|v| Secret {
-                    name: config
-                        .credential
-                        .as_ref()
-                        .map_or_else(String::new, |c| c.secret.clone()),
-                    value: v.clone(),
+                .flat_map(|v| credential_forms(v))
+                .map(|value| Secret {
+                    name: secret_name.clone(),
+                    value,
                 })
                 .collect::<Vec<_>>(),
         )?;
@@ -409,6 +411,36 @@ fn push_capped(events: &mut VecDeque<GatewayEvent>, event: GatewayEvent) {
 #[derive(Default)]
 struct RunLog {
     events: Mutex<VecDeque<GatewayEvent>>,
+}
+
+/// Shortest encoded form of a credential that is redacted besides the
+/// value itself (shorter ones would hide unrelated bytes).
+const MIN_CREDENTIAL_FORM_BYTES: usize = 8;
+
+/// The credential's value and the forms an origin commonly reflects it in
+/// (red-team pass 11, G1): lower and upper case, JSON with `\/`,
+/// percent-encoded, and base64 (standard and URL-safe, of the value alone:
+/// found where the value started a run of 3-byte groups). Other encodings
+/// an origin may apply are not caught.
+fn credential_forms(value: &str) -> Vec<String> {
+    use base64::Engine;
+    let mut forms = vec![value.to_string()];
+    let whole_groups = value.len() / 3 * 3;
+    let candidates = [
+        value.to_ascii_lowercase(),
+        value.to_ascii_uppercase(),
+        value.replace('/', "\\/"),
+        percent_encoding::utf8_percent_encode(value, percent_encoding::NON_ALPHANUMERIC)
+            .to_string(),
+        base64::engine::general_purpose::STANDARD_NO_PAD.encode(&value.as_bytes()[..whole_groups]),
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(&value.as_bytes()[..whole_groups]),
+    ];
+    for form in candidates {
+        if form.len() >= MIN_CREDENTIAL_FORM_BYTES && !forms.contains(&form) {
+            forms.push(form);
+        }
+    }
+    forms
 }
 
 /// The gateways of one sandbox: checked, with their tokens.
