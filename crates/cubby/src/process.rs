@@ -489,6 +489,9 @@ pub struct ProcessTable {
     subscribers: Arc<Mutex<Vec<Subscriber>>>,
     /// Most bytes the windows of all its processes keep together.
     log_budget: usize,
+    /// The run ended ([`ProcessTable::close`]): no process starts in it any
+    /// more, and one whose spawn was under way is killed when it arrives.
+    closed: AtomicBool,
 }
 
 impl std::fmt::Debug for ProcessTable {
@@ -511,7 +514,28 @@ impl ProcessTable {
             redactor,
             subscribers,
             log_budget: log_budget.max(1),
+            closed: AtomicBool::new(false),
         }
+    }
+
+    /// Ends the table for good: every live process is killed
+    /// ([`ProcessTable::stop_all`]), and from now on a start is refused and
+    /// a process whose spawn was under way is killed as it is tracked
+    /// (red-team pass 10, N1: a `run` starting while its sandbox was
+    /// destroyed outlived the destroy).
+    pub(crate) fn close(&self) {
+        {
+            let _procs = lock(&self.procs);
+            self.closed.store(true, Ordering::SeqCst);
+        }
+        self.stop_all();
+    }
+
+    fn ended_error() -> Error {
+        Error::new(
+            ErrorKind::Denied,
+            "the run has ended (its sandbox is gone or going); no command starts in it",
+        )
     }
 
     /// Sends `event` to the run's subscribers and to `call` (the
@@ -640,6 +664,9 @@ impl ProcessTable {
     /// [`MIN_RETAINED_LOG_BYTES`] left.
     pub(crate) fn reserve(&self, name: &str, wanted: usize) -> Result<Reserved<'_>> {
         let procs = lock(&self.procs);
+        if self.closed.load(Ordering::SeqCst) {
+            return Err(ProcessTable::ended_error());
+        }
         let mut pending = lock(&self.pending);
         let replaced = procs.get(name);
         if replaced.is_some_and(|p| p.status() == Status::Running)
@@ -699,7 +726,11 @@ impl ProcessTable {
             child: Arc::from(spawned.handle),
             stdin: Mutex::new(spawned.stdin),
         });
-        procs.insert(track.name.clone(), proc.clone());
+        // Closed while it was being spawned: not listed, killed below.
+        let closed = self.closed.load(Ordering::SeqCst);
+        if !closed {
+            procs.insert(track.name.clone(), proc.clone());
+        }
         drop(procs);
         let reader = Reader {
             on_exit: spawned.on_exit,
@@ -710,6 +741,11 @@ impl ProcessTable {
             subscribers: self.subscribers.clone(),
             call_subscriber: track.call_subscriber,
         };
+        if closed {
+            proc.child.kill_tree();
+            reader.run();
+            return Err(ProcessTable::ended_error());
+        }
         // The reader is handed over through a slot, so that it is still
         // here when its thread cannot be had.
         let slot = Arc::new(Mutex::new(Some(reader)));
@@ -1274,6 +1310,45 @@ mod contract_tests {
             .unwrap();
         assert!(proc.wait_until(None, None));
         assert_eq!(proc.status(), Status::Exited(0));
+    }
+
+    /// Red-team pass 10, N1: a `run` whose spawn was under way when the run
+    /// ended (its sandbox destroyed) was tracked after `stop_all` had
+    /// listed the live processes, and lived on. A closed table kills such
+    /// a process as it arrives, unlisted, and refuses any start after. The
+    /// control: the same spawn tracked before the close is left running.
+    #[test]
+    fn a_process_that_arrives_after_the_table_closed_is_killed_and_refused() {
+        let sandbox = ThreadSandbox::new(|_, io| {
+            while !io.killed() {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            ExitStatus::Signaled(libc::SIGKILL)
+        });
+        let procs = table();
+        let (spawned, _) = spawned_noting_release(&sandbox);
+        let reserved = procs.reserve("p", 1024).unwrap();
+        let alive = procs.track(reserved, spawned, track()).unwrap();
+        assert_eq!(alive.status(), Status::Running);
+        // A spawn under way when the run ends: reserved, spawned, then the
+        // close, then its tracking.
+        let reserved = procs.reserve("late", 1024).unwrap();
+        let (spawned, released) = spawned_noting_release(&sandbox);
+        procs.close();
+        assert!(alive.wait_until(None, None), "the live one is killed");
+        let late = Track {
+            name: "late".into(),
+            ..track()
+        };
+        let e = procs.track(reserved, spawned, late).unwrap_err();
+        assert_eq!(e.kind(), crate::ErrorKind::Denied);
+        assert!(e.message().contains("the run has ended"), "{e}");
+        assert!(released.load(Ordering::SeqCst), "killed and reaped");
+        assert!(procs.get("late").is_none());
+        let Err(e) = procs.reserve("q", 1024) else {
+            panic!("a start after the close was taken");
+        };
+        assert!(e.message().contains("the run has ended"), "{e}");
     }
 
     /// Stdin is a byte sink: what is written arrives, a full sink answers

@@ -168,7 +168,7 @@ impl Inner {
         if let Some(gateway) = &self.gateway {
             gateway.revoke();
         }
-        self.procs.stop_all();
+        self.procs.close();
         for source in self.catalog.sources.iter() {
             source.end();
         }

@@ -50,6 +50,8 @@ pub const OUTPUT_CHUNK_BYTES: usize = 64 * 1024;
 pub const STDIN_WAIT: Duration = Duration::from_secs(30);
 /// Longest a destroy waits for the commands it killed to be reaped.
 pub const DESTROY_WAIT: Duration = Duration::from_secs(10);
+/// How often a destroy looks whether the tool calls under way ended.
+const IN_FLIGHT_POLL: Duration = Duration::from_millis(5);
 /// How long `cubby serve --host` keeps an idle sandbox by default (its
 /// `--host-idle`), as long as an MCP session is kept idle.
 pub const IDLE_EXPIRY: Duration = Duration::from_secs(3600);
@@ -663,6 +665,13 @@ impl Host {
         hosted.destroyed.store(true, Ordering::SeqCst);
         self.tell_destroyed(id);
         hosted.destroy();
+        // A tool call under way when the destroy came ends now (its run is
+        // over: a command it was starting is killed as it arrives); the
+        // root stays dying until it has (red-team pass 10, N1).
+        let deadline = Instant::now() + DESTROY_WAIT;
+        while hosted.in_flight.load(Ordering::SeqCst) > 0 && Instant::now() < deadline {
+            std::thread::sleep(IN_FLIGHT_POLL);
+        }
         if hosted.adopted {
             let mut dying = lock(&self.dying);
             if let Some(i) = dying.iter().position(|r| *r == hosted.root) {
@@ -1002,6 +1011,12 @@ impl Host {
     pub fn call_tool(&self, id: &str, name: &str, arguments: Value) -> Result<Value> {
         let hosted = self.get(id)?;
         hosted.in_flight.fetch_add(1, Ordering::SeqCst);
+        // Counted first, then checked: a destroy either sees this call in
+        // flight (and waits for it) or this call sees the destroy.
+        if hosted.destroyed.load(Ordering::SeqCst) {
+            hosted.in_flight.fetch_sub(1, Ordering::SeqCst);
+            return Err(not_found(id));
+        }
         let out = hosted.toolset.call(name, arguments);
         *lock(&hosted.last_used) = Instant::now();
         hosted.in_flight.fetch_sub(1, Ordering::SeqCst);

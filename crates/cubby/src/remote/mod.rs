@@ -374,7 +374,7 @@ fn keep_alive(client: Arc<Client>, idle_secs: u64) -> Result<tokio::sync::onesho
                 .request(reqwest::Method::GET, "/commands")
                 .timeout(REQUEST_TIMEOUT);
             if let Err(e) = Client::send(client.shown.clone(), "keeping the sandbox", req).await {
-                tracing::debug!("keep-alive of the remote sandbox: {e}");
+                tracing::debug!("keep-alive of the remote sandbox: {:?}", e.to_string());
             }
         }
     });
@@ -385,7 +385,7 @@ impl Drop for Owner {
     fn drop(&mut self) {
         let req = self.client.request(reqwest::Method::DELETE, "");
         if let Err(e) = self.client.empty("destroying the sandbox", req) {
-            tracing::warn!("the remote sandbox was not destroyed: {e}");
+            tracing::warn!("the remote sandbox was not destroyed: {:?}", e.to_string());
         }
     }
 }
@@ -458,13 +458,13 @@ impl RemoteSandbox {
                 with_json(creator.request(reqwest::Method::POST, ""), &body)
             }
         };
-        let created: wire::Created = creator.json("creating a sandbox", req)?;
-        if created.id.is_empty()
-            || !created
-                .id
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'-')
-        {
+        let answer: serde_json::Value = creator.json("creating a sandbox", req)?;
+        let id = answer
+            .get("id")
+            .and_then(serde_json::Value::as_str)
+            .unwrap_or_default()
+            .to_string();
+        if id.is_empty() || !id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-') {
             return Err(Error::new(
                 ErrorKind::Network,
                 format!("the remote cubby at {shown} sent a malformed sandbox id"),
@@ -472,11 +472,29 @@ impl RemoteSandbox {
         }
         let client = Arc::new(Client {
             http,
-            base: format!("{shown}{}/sandboxes/{}", wire::PREFIX, created.id),
+            base: format!("{shown}{}/sandboxes/{id}", wire::PREFIX),
             auth,
             shown,
             lost: Arc::default(),
         });
+        let created: wire::Created = match serde_json::from_value(answer) {
+            Ok(created) => created,
+            Err(e) => {
+                // The far side made it: it is not left behind (red-team
+                // pass 10, N3).
+                let req = client.request(reqwest::Method::DELETE, "");
+                if let Err(e) = client.empty("destroying the sandbox", req) {
+                    tracing::warn!("the remote sandbox was not destroyed: {:?}", e.to_string());
+                }
+                return Err(Error::new(
+                    ErrorKind::Network,
+                    format!(
+                        "the remote cubby at {} sent a malformed answer to creating a sandbox: {e}",
+                        client.shown
+                    ),
+                ));
+            }
+        };
         let command_root = created
             .command_root
             .as_deref()
@@ -743,7 +761,7 @@ impl RemoteHandle {
         if let Ok(rt) = runtime() {
             rt.spawn(async move {
                 if let Err(e) = Client::send(shown, "signalling a command", req).await {
-                    tracing::debug!("a remote {what} did not arrive: {e}");
+                    tracing::debug!("a remote {what} did not arrive: {:?}", e.to_string());
                 }
             });
         }
@@ -806,7 +824,7 @@ async fn pump_stdin(client: Arc<Client>, command: u64, mut rx: mpsc::Receiver<By
             .body(chunk)
             .timeout(REQUEST_TIMEOUT);
         if let Err(e) = Client::send(client.shown.clone(), "writing stdin", req).await {
-            tracing::debug!("remote stdin ended: {e}");
+            tracing::debug!("remote stdin ended: {:?}", e.to_string());
             rx.close();
             return;
         }
@@ -969,5 +987,94 @@ impl Sandbox for RemoteSandbox {
                 .display()
                 .to_string()
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use std::io::{BufRead, BufReader, Read, Write};
+
+    use super::*;
+
+    /// A far "cubby" on loopback that answers a create with `created` and
+    /// anything else with 204, noting each request line; its address and
+    /// the notes.
+    fn fake_far(created: &'static str) -> (String, std::sync::mpsc::Receiver<String>) {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for conn in listener.incoming() {
+                let Ok(conn) = conn else { return };
+                let tx = tx.clone();
+                std::thread::spawn(move || {
+                    let mut reader = BufReader::new(conn.try_clone().unwrap());
+                    let mut conn = conn;
+                    loop {
+                        let mut line = String::new();
+                        if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                            return;
+                        }
+                        let mut length = 0usize;
+                        loop {
+                            let mut header = String::new();
+                            if reader.read_line(&mut header).unwrap_or(0) == 0 {
+                                return;
+                            }
+                            if header == "\r\n" {
+                                break;
+                            }
+                            let lower = header.to_ascii_lowercase();
+                            if let Some(v) = lower.strip_prefix("content-length:") {
+                                length = v.trim().parse().unwrap_or(0);
+                            }
+                        }
+                        let mut body = vec![0u8; length];
+                        reader.read_exact(&mut body).unwrap();
+                        let _ = tx.send(line.trim_end().to_string());
+                        let answer = if line.starts_with("POST ") {
+                            format!(
+                                "HTTP/1.1 201 Created\r\ncontent-type: application/json\r\n\
+                                 content-length: {}\r\n\r\n{created}",
+                                created.len()
+                            )
+                        } else {
+                            "HTTP/1.1 204 No Content\r\n\r\n".to_string()
+                        };
+                        if conn.write_all(answer.as_bytes()).is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        (addr, rx)
+    }
+
+    /// Red-team pass 10, N3: a create answer that names a sandbox but does
+    /// not parse (an `idle_secs` of -1) was refused without a `DELETE`: the
+    /// far sandbox was left behind. Now it is destroyed before the error.
+    #[test]
+    fn a_malformed_create_answer_destroys_the_sandbox_it_names() {
+        let (addr, seen) =
+            fake_far(r#"{"id":"s-1","provider":"linux","commands":true,"idle_secs":-1}"#);
+        let Err(e) = RemoteSandbox::open(&RemoteOptions {
+            url: format!("http://{addr}"),
+            token: "t".into(),
+            root: None,
+            upload: None,
+        }) else {
+            panic!("a malformed answer was taken");
+        };
+        assert!(e.message().contains("malformed answer"), "{e}");
+        let lines: Vec<String> = seen.try_iter().collect();
+        assert!(
+            lines
+                .iter()
+                .any(|l| l == "DELETE /v1/sandboxes/s-1 HTTP/1.1"),
+            "{lines:?}"
+        );
     }
 }
