@@ -2398,9 +2398,23 @@ fn stdin_writes_to_a_command_that_never_reads_hold_up_nothing() {
     };
     // More than the pipe holds: this write waits for the command.
     let _pending = write(loopback(1), 256 * 1024);
-    wait_for("a second write is refused", ANSWER_WAIT, || {
-        read_answer(&mut write(loopback(1), 10)).0 == 409
-    });
+    // What the second writes were answered, for a failure's message.
+    let mut answers = Vec::new();
+    let deadline = Instant::now() + ANSWER_WAIT;
+    loop {
+        let (status, text) = read_answer(&mut write(loopback(1), 10));
+        if status == 409 {
+            break;
+        }
+        answers.push(text);
+        assert!(
+            Instant::now() < deadline,
+            "a second write is not refused within {ANSWER_WAIT:?}: {} answers, the last: {:?}",
+            answers.len(),
+            answers.last()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
     // Many at once, from a few addresses (each under its connection cap).
     let mut flood: Vec<TcpStream> = (0..WRITES)
         .map(|i| write(loopback(2 + (i % FLOOD_ADDRESSES) as u8), 10))
