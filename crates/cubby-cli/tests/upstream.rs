@@ -613,6 +613,39 @@ fn an_upstream_error_is_cut_like_a_result() {
     t.end();
 }
 
+/// Red-team pass 12, P3: a run that ended while its stdio server was
+/// still starting waited for the start (up to `startup_timeout`), so the
+/// server outlived the session by that long. Now the end kills it at once.
+#[test]
+fn a_run_ended_while_its_server_starts_kills_it_at_once() {
+    let dir = tmp();
+    let ws = root(&dir);
+    // A marker of this test's server in its command line.
+    let marker = format!("dir={}", ws.display());
+    let toml = format!(
+        "[upstream.s]\ncommand = [\"/usr/bin/python3\", {:?}, \"hang-init\", {marker:?}]\n\
+         tools = [\"echo\"]\nstartup_timeout = 60\n",
+        script().display().to_string()
+    );
+    let running = || {
+        std::fs::read_dir("/proc").unwrap().flatten().any(|e| {
+            std::fs::read(e.path().join("cmdline"))
+                .is_ok_and(|c| c.split(|b| *b == 0).any(|a| a == marker.as_bytes()))
+        })
+    };
+    let t = toolset(&ws, &toml);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !running() {
+        assert!(Instant::now() < deadline, "the server never started");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let started = Instant::now();
+    t.end();
+    let took = started.elapsed();
+    assert!(took < Duration::from_secs(15), "the end took {took:?}");
+    assert!(!running(), "the server outlived its run");
+}
+
 #[test]
 fn a_server_hanging_at_initialize_is_a_bounded_clear_error() {
     let dir = tmp();

@@ -170,6 +170,9 @@ struct State {
     /// Not before this instant: the next restart.
     retry_at: Option<Instant>,
     attempts: u32,
+    /// The stdio server being started now (killed by an end that comes
+    /// before its start does: red-team pass 12, P3).
+    starting: Option<Arc<dyn ProcessHandle>>,
 }
 
 struct Conn {
@@ -276,6 +279,7 @@ impl Inner {
             });
         let mut state = lock(&self.state);
         state.connecting = false;
+        state.starting = None;
         state.starts.push_back(Instant::now());
         match outcome {
             Ok((conn, listed)) if !self.ended.load(Ordering::Acquire) => {
@@ -334,6 +338,14 @@ impl Inner {
             };
             let spawned = sandbox.exec(&spec)?;
             let handle: Arc<dyn ProcessHandle> = Arc::from(spawned.handle);
+            {
+                let mut state = lock(&self.state);
+                if self.ended.load(Ordering::Acquire) {
+                    handle.kill_tree();
+                } else {
+                    state.starting = Some(handle.clone());
+                }
+            }
             let (transport, reaped) = PipeTransport::start(
                 &self.label,
                 spawned.output,
@@ -782,6 +794,12 @@ impl Inner {
     fn end(&self) {
         if self.ended.swap(true, Ordering::AcqRel) {
             return;
+        }
+        // A server still starting is killed now, not waited for (its
+        // start then fails at once).
+        let starting = lock(&self.state).starting.take();
+        if let Some(handle) = starting {
+            handle.kill_tree();
         }
         let conn = self.settle().conn.take();
         if let Some(conn) = conn {
