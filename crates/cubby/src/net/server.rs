@@ -652,14 +652,17 @@ mod tests {
         }
     }
 
-    /// Limits whose bodies must keep a pace these tests can see quickly.
-    fn paced(pace: BodyPace) -> ConnectionLimits {
-        ConnectionLimits {
+    /// A server whose bodies must keep `pace` (one these tests can see
+    /// quickly).
+    fn paced_server(pace: BodyPace) -> TestServer {
+        let limits = ConnectionLimits {
             max_connections: 8,
             max_per_peer: 8,
             header_read_timeout: MARGIN,
             body_pace: pace,
-        }
+        };
+        // `/body` does not wait for a release.
+        TestServer::start(limits, watch::channel(true).1)
     }
 
     /// Sends `POST /body` declaring `length` bytes, then `chunks` of `each`
@@ -699,15 +702,11 @@ mod tests {
     #[test]
     fn a_stalled_request_body_breaks_off() {
         let stall = Duration::from_millis(500);
-        let (_release, held) = watch::channel(true);
-        let server = TestServer::start(
-            paced(BodyPace {
-                stall,
-                grace: MARGIN * 6,
-                min_bytes_per_sec: 1,
-            }),
-            held,
-        );
+        let server = paced_server(BodyPace {
+            stall,
+            grace: MARGIN * 6,
+            min_bytes_per_sec: 1,
+        });
         // Ten bytes of a hundred, then nothing.
         let (answer, took) = post_paced(server.addr, 100, 1, 10, MARGIN * 2);
         assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
@@ -718,15 +717,11 @@ mod tests {
     #[test]
     fn a_trickled_request_body_breaks_off_after_its_grace() {
         let grace = Duration::from_millis(800);
-        let (_release, held) = watch::channel(true);
-        let server = TestServer::start(
-            paced(BodyPace {
-                stall: MARGIN,
-                grace,
-                min_bytes_per_sec: 1000,
-            }),
-            held,
-        );
+        let server = paced_server(BodyPace {
+            stall: MARGIN,
+            grace,
+            min_bytes_per_sec: 1000,
+        });
         // A byte every 50 ms (never a stall): 20 bytes a second.
         let (answer, took) = post_paced(server.addr, 1000, 1000, 1, Duration::from_millis(50));
         assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
@@ -735,15 +730,11 @@ mod tests {
 
     #[test]
     fn a_request_body_at_its_pace_is_read_whole() {
-        let (_release, held) = watch::channel(true);
-        let server = TestServer::start(
-            paced(BodyPace {
-                stall: Duration::from_millis(600),
-                grace: Duration::from_millis(300),
-                min_bytes_per_sec: 200,
-            }),
-            held,
-        );
+        let server = paced_server(BodyPace {
+            stall: Duration::from_millis(600),
+            grace: Duration::from_millis(300),
+            min_bytes_per_sec: 200,
+        });
         // 100 bytes every 100 ms for a second: longer than the grace and
         // than a stall, at 1,000 bytes a second.
         let (answer, took) = post_paced(server.addr, 1000, 10, 100, Duration::from_millis(100));
