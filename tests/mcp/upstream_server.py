@@ -13,6 +13,8 @@ can change a definition between runs.
 cubby starts it in `/`; it goes to the workspace by the path cubby gives
 (`CUBBY_WORKSPACE`), as a server that works on the workspace would, or
 to the directory an argument `dir=<path>` names.
+Its `cat` reads any path it is given, and its `git` runs `git status` in
+any repository, as servers that act on files and repositories do.
 It also speaks as `python3 -m upstream_server` (with this directory on
 `PYTHONPATH`).
 """
@@ -103,6 +105,8 @@ def tools():
         {"name": "relist", "description": "Says its tools changed, n times.", "inputSchema": schema({"n": {"type": "integer"}})},
         {"name": "fail", "description": "Answers an error of n bytes.", "inputSchema": schema({"n": {"type": "integer"}})},
         {"name": "deaf", "description": "Stops reading its input.", "inputSchema": schema()},
+        {"name": "cat", "description": "Reads a file by its path.", "inputSchema": schema({"path": {"type": "string"}})},
+        {"name": "git", "description": "Runs git status in a repository.", "inputSchema": schema({"repo": {"type": "string"}})},
     ]
 
 
@@ -118,6 +122,17 @@ def call(mid, params, meta):
         return text("echo: " + str(args.get("text", "")))
     if name == "a__b":
         return text("routed to a__b")
+    if name == "cat":
+        try:
+            with open(args["path"]) as f:
+                return text(f.read())
+        except OSError as e:
+            return text("cat failed: " + type(e).__name__)
+    if name == "git":
+        import subprocess
+        done = subprocess.run(["git", "-C", args["repo"], "status", "--short"],
+                              stdin=subprocess.DEVNULL, capture_output=True, text=True)
+        return text("git exited %d" % done.returncode)
     if name == "unlisted":
         return text("UNLISTED RAN")
     if name == "big":
@@ -217,8 +232,12 @@ def handle(msg):
     elif method == "tools/list":
         # Each listing (a page) is noted in `lists.log`; `endless` gives a
         # next page every time.
-        with open("lists.log", "a") as f:
-            f.write(".")
+        # (A server not given the workspace has nowhere to note them.)
+        try:
+            with open("lists.log", "a") as f:
+                f.write(".")
+        except OSError:
+            pass
         result = {"tools": tools()}
         if ENDLESS:
             cursor = (msg.get("params") or {}).get("cursor") or "0"

@@ -187,12 +187,86 @@ fn the_server_environment_is_only_what_env_gives_and_secrets_are_redacted() {
     assert!(names.contains(&"UP_PASSED"), "{names:?}");
     assert!(names.contains(&"UP_SECRET"), "{names:?}");
     assert!(!names.contains(&"UP_LEAK"), "{names:?}");
+    // A server holding secrets does not get the workspace, nor its path.
+    assert!(!names.contains(&"CUBBY_WORKSPACE"), "{names:?}");
     let out = t.call("s__echo", json!({"text": "s3cr3t-upstream-value"}));
     assert_eq!(out.text, "echo: [REDACTED:UP_SECRET]", "{out:?}");
     // The workspace's own commands never get the server's secret.
     let out = t.call("run", json!({"command": "env"}));
     assert!(!out.text.contains("UP_SECRET"), "{}", out.text);
     t.end();
+}
+
+/// Red-team pass 12, P1: a server that acts on the workspace runs what the
+/// model wrote there — git ran a nested repository's `core.fsmonitor`, a
+/// command of the model's, with the server's `env.secrets`. A server
+/// holding secrets (or a network) now works in a private directory and
+/// cannot read the workspace or the writable roots, whatever path it is
+/// given; given the workspace (`workspace = true`), it reads it (the
+/// control). And any server's git runs no repository's fsmonitor: the
+/// control is the same `git status` run on the host, which runs it.
+#[test]
+fn a_server_with_secrets_is_kept_from_the_workspace_and_git_runs_no_plant() {
+    let dir = tmp();
+    let ws = root(&dir);
+    let outside = tmp();
+    let writable = root(&outside);
+    std::fs::write(ws.join("plan.txt"), "the workspace's file").unwrap();
+    std::fs::write(writable.join("plan.txt"), "the writable root's file").unwrap();
+    let host = HostEnv::capture().with("UP_SECRET", "s3cr3t-kept-apart");
+    let writable_toml = format!("writable_roots = [{:?}]\n", writable.display().to_string());
+    let secret = "env = { secrets = [\"UP_SECRET\"] }";
+    let toml = format!(
+        "{writable_toml}{}",
+        scripted("s", &["cat", "git", "env"], secret)
+    );
+    let t = toolset_with(&ws, &toml, &host);
+    for path in [ws.join("plan.txt"), writable.join("plan.txt")] {
+        let out = t.call("s__cat", json!({"path": path}));
+        assert!(out.text.starts_with("cat failed"), "{path:?}: {out:?}");
+    }
+    // What the server may read of the host, it reads.
+    let out = t.call("s__cat", json!({"path": "/etc/hostname"}));
+    assert!(!out.text.starts_with("cat failed"), "{out:?}");
+    t.end();
+    // Given the workspace, a server with secrets reads it: the control.
+    let toml = format!(
+        "{writable_toml}{}",
+        scripted(
+            "s",
+            &["cat", "git", "env"],
+            &format!("{secret}\nworkspace = true")
+        )
+    );
+    let t = toolset_with(&ws, &toml, &host);
+    let out = t.call("s__cat", json!({"path": ws.join("plan.txt")}));
+    assert_eq!(out.text, "the workspace's file", "{out:?}");
+    let out = t.call("s__cat", json!({"path": writable.join("plan.txt")}));
+    assert_eq!(out.text, "the writable root's file", "{out:?}");
+    // The model plants a nested repository whose fsmonitor is its command.
+    let pwned = ws.join("pwned");
+    let plant = format!(
+        "git init -q sub && git -C sub config core.fsmonitor 'touch {}; false' && echo planted",
+        pwned.display()
+    );
+    let out = t.call("run", json!({"command": plant}));
+    assert!(out.text.contains("planted"), "{}", out.text);
+    let out = t.call("s__git", json!({"repo": ws.join("sub")}));
+    assert!(out.text.starts_with("git exited"), "{out:?}");
+    assert!(!pwned.exists(), "the model's fsmonitor ran in the server");
+    t.end();
+    // The control: git on the host runs the plant.
+    std::process::Command::new("git")
+        .arg("-C")
+        .arg(ws.join("sub"))
+        .args(["status", "--short"])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert!(
+        pwned.exists(),
+        "the control's git did not run the fsmonitor"
+    );
 }
 
 #[test]
@@ -528,7 +602,9 @@ fn definitions_and_progress_are_redacted_and_neutralised_and_bounded() {
     );
     std::fs::write(ws.join("desc.txt"), &desc).unwrap();
     let host = HostEnv::capture().with("UP_SECRET", SECRET);
-    let extra = "env = { secrets = [\"UP_SECRET\"] }";
+    // Its description comes from the workspace: a server with secrets
+    // reads it only when given the workspace.
+    let extra = "env = { secrets = [\"UP_SECRET\"] }\nworkspace = true";
     let t = toolset_with(&ws, &scripted("s", &["echo", "flood"], extra), &host);
     let echo = t
         .tools()

@@ -795,6 +795,27 @@ pub struct UpstreamConfig {
     /// Which MCP protocol generation to speak (default `auto`).
     #[serde(default)]
     pub protocol: UpstreamProtocol,
+    /// Whether the stdio server's sandbox is the workspace (`true`) or a
+    /// private empty directory, with the workspace and the writable roots
+    /// unreadable to it (`false`). Default: the workspace only when the
+    /// server holds no `env.secrets` and its `network` is `off` — a server
+    /// that acts on the workspace runs code the model wrote there (a
+    /// nested repository's `core.fsmonitor`, a `Makefile`), and that code
+    /// would run with the server's secrets and network (red-team pass 12,
+    /// P1). See [`UpstreamConfig::sees_workspace`].
+    #[serde(default)]
+    pub workspace: Option<bool>,
+}
+
+impl UpstreamConfig {
+    /// Whether the stdio server works in the workspace: `workspace` when
+    /// given, else only a server without `env.secrets` whose network is
+    /// `off`.
+    pub fn sees_workspace(&self) -> bool {
+        self.workspace.unwrap_or(
+            self.env.secrets.is_empty() && matches!(self.network, None | Some(NetworkMode::Off)),
+        )
+    }
 }
 
 /// How cubby starts its session with an upstream MCP server.

@@ -36,7 +36,7 @@
 //! included config files), read when the policy is built.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 pub use crate::config::Mode;
 use crate::config::{
@@ -669,6 +669,39 @@ impl Policy {
     #[must_use]
     pub fn with_command_network(mut self, network: NetworkMode) -> Policy {
         self.command_network = network;
+        self
+    }
+
+    /// This policy for a sandbox rooted outside the workspace `workspace`
+    /// (a secluded upstream server's): the workspace and the writable
+    /// roots — every place the model's commands write — are masked as
+    /// `host_deny_read` paths and nothing is writable but the new root;
+    /// path rules and git's surface, which name places in the workspace,
+    /// are left out; relative readable roots are made absolute against
+    /// `workspace`.
+    #[must_use]
+    pub fn secluded_from(mut self, workspace: &Path) -> Policy {
+        let written = std::mem::take(&mut self.writable_roots)
+            .into_iter()
+            .map(|w| {
+                if w.is_absolute() {
+                    w
+                } else {
+                    workspace.join(w)
+                }
+            });
+        self.host_deny_read.push(workspace.to_path_buf());
+        self.host_deny_read.extend(written);
+        for r in &mut self.readable_roots {
+            if !r.is_absolute() && !r.starts_with("~") {
+                *r = workspace.join(&*r);
+            }
+        }
+        self.protected.clear();
+        self.configured_protected = 0;
+        self.deny_read.clear();
+        self.git = None;
+        self.skills_dirs.clear();
         self
     }
 

@@ -86,6 +86,15 @@ pub fn check_upstream(label: &str, config: &UpstreamConfig) -> Result<()> {
                     "`{key}.command` holds a NUL byte; remove it"
                 )));
             }
+            if !config.sees_workspace() && argv.iter().any(|a| a.contains(WORKSPACE_ARG)) {
+                return Err(Error::invalid_input(format!(
+                    "`{key}.command` names `{WORKSPACE_ARG}`, but this server does not get the \
+                     workspace: it holds `env.secrets` or a `network`, and what the model writes \
+                     in the workspace (a nested repository's hooks, a Makefile) would run with \
+                     them. Give the workspace to a server without secrets and network, or set \
+                     `workspace = true` to accept that risk"
+                )));
+            }
         }
         (None, Some(url)) => {
             WebUrl::parse(url)
@@ -100,6 +109,12 @@ pub fn check_upstream(label: &str, config: &UpstreamConfig) -> Result<()> {
                 return Err(Error::invalid_input(format!(
                     "`{key}.network` is the sandbox network of a `command` server; an HTTP \
                      server is reached under `[network]` (remove `network`)"
+                )));
+            }
+            if config.workspace.is_some() {
+                return Err(Error::invalid_input(format!(
+                    "`{key}.workspace` says whether a `command` server's sandbox is the \
+                     workspace; an HTTP server runs elsewhere (remove `workspace`)"
                 )));
             }
         }
@@ -321,13 +336,24 @@ pub fn upstream_env(
 ) -> Result<Vec<(OsString, OsString)>> {
     let mut fixed = BTreeMap::new();
     // The server starts outside the workspace (red-team pass 11, U6); it
-    // is told where the workspace is, and Python does not put its working
-    // directory or script's on `sys.path`.
-    fixed.insert(
-        WORKSPACE_ENV.to_string(),
-        workspace.to_string_lossy().into_owned(),
-    );
+    // is told where the workspace is when it gets it, and Python does not
+    // put its working directory or script's on `sys.path`.
+    if config.sees_workspace() {
+        fixed.insert(
+            WORKSPACE_ENV.to_string(),
+            workspace.to_string_lossy().into_owned(),
+        );
+    }
     fixed.insert("PYTHONSAFEPATH".to_string(), "1".to_string());
+    // Git run by the server on a repository the model made (any path it
+    // names) does not run that repository's fsmonitor or hooks (red-team
+    // pass 12, P1): configuration given this way outranks the
+    // repository's own.
+    fixed.insert("GIT_CONFIG_COUNT".to_string(), GIT_FIXED.len().to_string());
+    for (i, (key, value)) in GIT_FIXED.iter().enumerate() {
+        fixed.insert(format!("GIT_CONFIG_KEY_{i}"), (*key).to_string());
+        fixed.insert(format!("GIT_CONFIG_VALUE_{i}"), (*value).to_string());
+    }
     let mut env = CommandEnv::new(&config.env.pass, &fixed)?;
     for name in &config.env.secrets {
         if let Some(value) = host.non_empty(name) {
@@ -340,8 +366,16 @@ pub fn upstream_env(
     Ok(env.build(host.vars(), false))
 }
 
+/// Git settings every stdio upstream's git runs with: a repository's own
+/// `core.fsmonitor` and hooks, which the model can write in a nested
+/// repository, never run. (Filters and diff drivers a repository names
+/// cannot be turned off this way: a server given the workspace runs them;
+/// see `UpstreamConfig::sees_workspace`.)
+pub const GIT_FIXED: [(&str, &str); 2] =
+    [("core.fsmonitor", "false"), ("core.hooksPath", "/dev/null")];
+
 /// The variable that tells a stdio upstream where the workspace is (its
-/// working directory is `/`).
+/// working directory is `/`); set only for a server that gets it.
 pub const WORKSPACE_ENV: &str = "CUBBY_WORKSPACE";
 /// In an argv entry of a stdio upstream: replaced by the workspace's path.
 pub const WORKSPACE_ARG: &str = "{workspace}";
@@ -609,6 +643,42 @@ mod tests {
         };
         let err = check_upstream("a", &bad_url).unwrap_err();
         assert!(err.message().contains("upstream.a.url"), "{err}");
+    }
+
+    /// Red-team pass 12, P1: a server holding secrets or a network does
+    /// not get the workspace unless the operator says so, and `{workspace}`
+    /// in its argv is a config error naming the key.
+    #[test]
+    fn only_a_server_without_secrets_or_network_gets_the_workspace() {
+        let mut s = section(&[]);
+        s.command = Some(vec!["srv".into(), "{workspace}".into()]);
+        assert!(s.sees_workspace());
+        assert!(check_upstream("fs", &s).is_ok());
+        let mut secret = s.clone();
+        secret.env.secrets = vec!["UP_SECRET".into()];
+        assert!(!secret.sees_workspace());
+        let err = check_upstream("fs", &secret).unwrap_err();
+        assert!(err.message().contains("upstream.fs.command"), "{err}");
+        assert!(err.message().contains("workspace = true"), "{err}");
+        let mut networked = s.clone();
+        networked.network = Some(crate::config::NetworkMode::On);
+        assert!(!networked.sees_workspace());
+        assert!(check_upstream("fs", &networked).is_err());
+        networked.network = Some(crate::config::NetworkMode::Off);
+        assert!(networked.sees_workspace());
+        secret.workspace = Some(true);
+        assert!(secret.sees_workspace());
+        assert!(check_upstream("fs", &secret).is_ok());
+        s.workspace = Some(false);
+        assert!(!s.sees_workspace());
+        assert!(check_upstream("fs", &s).is_err());
+        let http = UpstreamConfig {
+            url: Some("https://example.com/mcp".into()),
+            workspace: Some(true),
+            ..UpstreamConfig::default()
+        };
+        let err = check_upstream("a", &http).unwrap_err();
+        assert!(err.message().contains("upstream.a.workspace"), "{err}");
     }
 
     #[test]

@@ -267,10 +267,17 @@ impl Workspace {
     /// default `off`). Its commands are the server's process tree, killed
     /// with the run.
     ///
+    /// A server that does not get the workspace
+    /// ([`crate::UpstreamConfig::sees_workspace`]) is rooted in a private
+    /// empty directory of the temporary directory instead (removed when
+    /// the sandbox is dropped), and the workspace and writable roots are
+    /// unreadable to it ([`Policy::secluded_from`]).
+    ///
     /// # Errors
     ///
     /// `not_found` for an unknown label; `unsupported` on a provider
-    /// without commands (`virtual`); the provider's own.
+    /// without commands (`virtual`), or when the temporary directory lies
+    /// in the workspace and the server does not get it; the provider's own.
     pub fn upstream_sandbox(&self, label: &str) -> Result<Arc<dyn Sandbox>> {
         let config = self.config.upstream.get(label).ok_or_else(|| {
             Error::new(
@@ -282,20 +289,54 @@ impl Workspace {
             .policy
             .clone()
             .with_command_network(config.network.unwrap_or(NetworkMode::Off));
-        match self.provider {
-            ProviderKind::Linux => Ok(Arc::new(LinuxSandbox::open(
-                &self.root, &policy, &self.host,
-            )?)),
-            ProviderKind::Local => Ok(Arc::new(LocalSandbox::open(&self.root)?)),
-            other => Err(Error::new(
+        if !matches!(self.provider, ProviderKind::Linux | ProviderKind::Local) {
+            return Err(Error::new(
                 ErrorKind::Unsupported,
                 format!(
                     "upstream `{label}` is a stdio server, and the {} provider runs no \
                      commands; use the linux provider (or a `url` upstream)",
-                    other.as_str()
+                    self.provider.as_str()
                 ),
-            )),
+            ));
         }
+        if config.sees_workspace() {
+            return self.upstream_sandbox_at(&self.root, &policy);
+        }
+        let parent = crate::artifact::temp_dir(&self.host);
+        let parent = std::fs::canonicalize(&parent).unwrap_or(parent);
+        if parent.starts_with(&self.root) {
+            return Err(Error::new(
+                ErrorKind::Unsupported,
+                format!(
+                    "upstream `{label}` does not get the workspace, and its private directory \
+                     would be in it (the temporary directory `{}` is inside the workspace); \
+                     point TMPDIR elsewhere",
+                    parent.display()
+                ),
+            ));
+        }
+        let dir = tempfile::Builder::new()
+            .prefix("cubby-upstream-")
+            .tempdir_in(&parent)
+            .map_err(|e| {
+                Error::new(
+                    ErrorKind::Internal,
+                    format!(
+                        "upstream `{label}`: cannot make its private directory in `{}`: {e}",
+                        parent.display()
+                    ),
+                )
+            })?;
+        let policy = policy.secluded_from(&self.root);
+        let sandbox = self.upstream_sandbox_at(dir.path(), &policy)?;
+        Ok(Arc::new(Secluded { sandbox, _dir: dir }))
+    }
+
+    fn upstream_sandbox_at(&self, root: &Path, policy: &Policy) -> Result<Arc<dyn Sandbox>> {
+        Ok(match self.provider {
+            ProviderKind::Linux => Arc::new(LinuxSandbox::open(root, policy, &self.host)?),
+            _ => Arc::new(LocalSandbox::open(root)?),
+        })
     }
 
     /// A factory like [`Workspace::factory_over`] whose runs also get the
@@ -630,4 +671,56 @@ fn resolve_dir(dir: &Path, what: &str) -> Result<PathBuf> {
     })?;
     resolved.extend(rest.iter().rev());
     Ok(resolved)
+}
+
+/// A secluded upstream server's sandbox and the private directory it is
+/// rooted in, which goes with it.
+struct Secluded {
+    sandbox: Arc<dyn Sandbox>,
+    _dir: tempfile::TempDir,
+}
+
+impl Sandbox for Secluded {
+    fn kind(&self) -> ProviderKind {
+        self.sandbox.kind()
+    }
+
+    fn fs(&self) -> &dyn crate::sandbox::FileSystem {
+        self.sandbox.fs()
+    }
+
+    fn supports_commands(&self) -> bool {
+        self.sandbox.supports_commands()
+    }
+
+    fn enforced(&self) -> Option<&crate::policy::PolicyDigest> {
+        self.sandbox.enforced()
+    }
+
+    fn exec(&self, spec: &crate::sandbox::ExecSpec) -> Result<crate::sandbox::Spawned> {
+        self.sandbox.exec(spec)
+    }
+
+    fn exec_attached(
+        &self,
+        spec: &crate::sandbox::ExecSpec,
+    ) -> Result<Box<dyn crate::sandbox::ProcessHandle>> {
+        self.sandbox.exec_attached(spec)
+    }
+
+    fn command_path(&self, path: &crate::path::WorkspacePath) -> Option<PathBuf> {
+        self.sandbox.command_path(path)
+    }
+
+    fn show_cwd(&self, cwd: &crate::path::WorkspacePath) -> String {
+        self.sandbox.show_cwd(cwd)
+    }
+
+    fn gateway_run(&self) -> Result<Option<crate::net::GatewayRun>> {
+        self.sandbox.gateway_run()
+    }
+
+    fn gateway_events(&self) -> Vec<crate::net::GatewayEvent> {
+        self.sandbox.gateway_events()
+    }
 }
