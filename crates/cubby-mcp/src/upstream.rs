@@ -178,6 +178,8 @@ struct State {
 struct Conn {
     client: RunningService<RoleClient, Client>,
     process: Option<Arc<dyn ProcessHandle>>,
+    /// A stdio server's pipe, for calls made past rmcp.
+    pipe: Option<Arc<Pipe>>,
 }
 
 impl Upstream {
@@ -311,7 +313,7 @@ impl Inner {
         let handler = Client {
             inner: Arc::downgrade(self),
         };
-        let (client, process) = if let Some(argv) = &self.config.command {
+        let (client, process, pipe) = if let Some(argv) = &self.config.command {
             let sandbox = self.workspace.upstream_sandbox(&self.label)?;
             let root = self.workspace.root();
             let env = cubby::upstream::upstream_env(&self.config, self.workspace.host_env(), root)?;
@@ -364,12 +366,13 @@ impl Inner {
                 });
                 readers.push(reaped);
             }
+            let pipe = transport.pipe.clone();
             let lifecycle = lifecycle(self.config.protocol);
             let started = run_bounded(rt, timeout, async move {
                 handler.serve_with_lifecycle(transport, lifecycle).await
             });
             match started {
-                Ok(Ok(client)) => (client, Some(handle)),
+                Ok(Ok(client)) => (client, Some(handle), Some(pipe)),
                 Ok(Err(e)) => {
                     handle.kill_tree();
                     return Err(unavailable(format!(
@@ -406,7 +409,7 @@ impl Inner {
                 handler.serve_with_lifecycle(transport, lifecycle).await
             });
             match started {
-                Ok(Ok(client)) => (client, None),
+                Ok(Ok(client)) => (client, None, None),
                 Ok(Err(e)) => {
                     return Err(unavailable(format!(
                         "upstream `{}` at {url} cannot be reached: {e}",
@@ -422,7 +425,11 @@ impl Inner {
                 }
             }
         };
-        let conn = Conn { client, process };
+        let conn = Conn {
+            client,
+            process,
+            pipe,
+        };
         match self.list(&conn) {
             Ok(listed) => Ok((conn, listed)),
             Err(e) => {
@@ -584,16 +591,20 @@ impl Inner {
 
     /// A live connection's peer, (re)starting the server when it is down
     /// and the back-off allows.
-    fn peer(self: &Arc<Self>) -> cubby::Result<rmcp::Peer<RoleClient>> {
+    fn peer(self: &Arc<Self>) -> cubby::Result<(rmcp::Peer<RoleClient>, Option<Arc<Pipe>>)> {
         let mut state = self.settle();
         let alive = state
             .conn
             .as_ref()
-            .map(|c| !c.client.is_closed() && !c.client.peer().is_transport_closed());
+            .map(|c| {
+                !c.client.is_closed()
+                    && !c.client.peer().is_transport_closed()
+                    && !c.pipe.as_ref().is_some_and(|p| p.ended.load(Ordering::Acquire))
+            });
         match alive {
             Some(true) => {
                 if let Some(conn) = &state.conn {
-                    return Ok(conn.client.peer().clone());
+                    return Ok((conn.client.peer().clone(), conn.pipe.clone()));
                 }
             }
             Some(false) => {
@@ -645,7 +656,7 @@ impl Inner {
         self.connect();
         let state = lock(&self.state);
         match &state.conn {
-            Some(conn) => Ok(conn.client.peer().clone()),
+            Some(conn) => Ok((conn.client.peer().clone(), conn.pipe.clone())),
             None => Err(unavailable(format!(
                 "upstream `{}` is unavailable: {}",
                 self.label,
@@ -660,7 +671,7 @@ impl Inner {
         arguments: Value,
         call: &SourceCall<'_>,
     ) -> cubby::Result<ToolOutput> {
-        let peer = self.peer()?;
+        let (peer, pipe) = self.peer()?;
         if !lock(&self.state).offered.contains(&route.exposed) {
             return Err(Error::new(
                 ErrorKind::Denied,
@@ -676,9 +687,8 @@ impl Inner {
             Value::Object(map) => map,
             _ => serde_json::Map::new(),
         };
-        let request = ClientRequest::CallToolRequest(rmcp::model::CallToolRequest::new(
-            rmcp::model::CallToolRequestParams::new(route.tool.clone()).with_arguments(arguments),
-        ));
+        let params =
+            rmcp::model::CallToolRequestParams::new(route.tool.clone()).with_arguments(arguments);
         // The request is sent and its answer awaited on this thread (rmcp's
         // request futures only use channels): no hop through the runtime on
         // the call's path. Between wake-ups, at most every CANCEL_POLL, the
@@ -703,47 +713,23 @@ impl Inner {
                 None
             }
         };
-        let handle = match wait_here(
-            peer.send_request_with_option(request, PeerRequestOptions::no_options()),
-            &mut tick,
-        ) {
-            Ok(Ok(handle)) => handle,
-            Ok(Err(e)) => {
+        let answer = match pipe.filter(|p| p.handshake.load(Ordering::Acquire)) {
+            Some(pipe) => self.call_direct(&pipe, params, &latest, &mut tick),
+            None => {
+                let request =
+                    ClientRequest::CallToolRequest(rmcp::model::CallToolRequest::new(params));
+                self.call_rmcp(&peer, request, &latest, &mut tick)
+            }
+        };
+        let answer = match answer {
+            Ok(answer) => answer,
+            Err(Stop::Failed(e)) => {
                 return Err(unavailable(format!(
                     "{} failed in upstream `{}`: {e}",
                     route.exposed, self.label
                 )));
             }
-            Err(reason) => return Err(self.stopped(route, reason)),
-        };
-        let rmcp::service::RequestHandle {
-            rx,
-            peer,
-            id,
-            progress_token,
-            ..
-        } = handle;
-        let token = progress_token.0.to_string();
-        lock(&self.progress).insert(token.clone(), latest.clone());
-        let waited = wait_here(rx, &mut tick);
-        lock(&self.progress).remove(&token);
-        let answer = match waited {
-            Ok(Ok(Ok(result))) => Ok(result),
-            Ok(Ok(Err(e))) => Err(e.to_string()),
-            Ok(Err(_)) => Err("the upstream closed the connection".to_string()),
-            Err(reason) => {
-                let note = rmcp::model::CancelledNotification::new(
-                    rmcp::model::CancelledNotificationParam::new(
-                        Some(id),
-                        Some(reason.to_string()),
-                    ),
-                );
-                let until = Instant::now() + NOTIFY_WAIT;
-                let _ = wait_here(peer.send_notification(note.into()), &mut || {
-                    (Instant::now() >= until).then_some(reason)
-                });
-                return Err(self.stopped(route, reason));
-            }
+            Err(Stop::Stopped(reason)) => return Err(self.stopped(route, reason)),
         };
         match answer {
             Ok(ServerResult::CallToolResult(result)) => {
@@ -766,6 +752,120 @@ impl Inner {
                 route.exposed, self.label
             ))),
         }
+    }
+
+    /// A call through rmcp's client (an HTTP server, or one that speaks
+    /// the 2026-07-28 revision): the server's answer, or why there is none.
+    fn call_rmcp(
+        &self,
+        peer: &rmcp::Peer<RoleClient>,
+        request: ClientRequest,
+        latest: &Arc<Mutex<Option<String>>>,
+        tick: &mut dyn FnMut() -> Option<&'static str>,
+    ) -> Result<Result<ServerResult, String>, Stop> {
+        let handle = match wait_here(
+            peer.send_request_with_option(request, PeerRequestOptions::no_options()),
+            tick,
+        ) {
+            Ok(Ok(handle)) => handle,
+            Ok(Err(e)) => return Err(Stop::Failed(e.to_string())),
+            Err(reason) => return Err(Stop::Stopped(reason)),
+        };
+        let rmcp::service::RequestHandle {
+            rx,
+            peer,
+            id,
+            progress_token,
+            ..
+        } = handle;
+        let token = progress_token.0.to_string();
+        lock(&self.progress).insert(token.clone(), latest.clone());
+        let waited = wait_here(rx, tick);
+        lock(&self.progress).remove(&token);
+        match waited {
+            Ok(Ok(Ok(result))) => Ok(Ok(result)),
+            Ok(Ok(Err(e))) => Ok(Err(e.to_string())),
+            Ok(Err(_)) => Ok(Err("the upstream closed the connection".to_string())),
+            Err(reason) => {
+                let note = rmcp::model::CancelledNotification::new(
+                    rmcp::model::CancelledNotificationParam::new(
+                        Some(id),
+                        Some(reason.to_string()),
+                    ),
+                );
+                let until = Instant::now() + NOTIFY_WAIT;
+                let _ = wait_here(peer.send_notification(note.into()), &mut || {
+                    (Instant::now() >= until).then_some(reason)
+                });
+                Err(Stop::Stopped(reason))
+            }
+        }
+    }
+
+    /// A call written to a stdio server's pipe by this thread, its answer
+    /// handed here by the reader thread (sessions begun with the
+    /// `initialize` handshake, whose requests need no per-request
+    /// metadata): what [`Inner::call_rmcp`] does, without the two hops
+    /// through rmcp's service task. Progress still arrives through rmcp
+    /// (the token is this call's id).
+    fn call_direct(
+        &self,
+        pipe: &Pipe,
+        params: rmcp::model::CallToolRequestParams,
+        latest: &Arc<Mutex<Option<String>>>,
+        tick: &mut dyn FnMut() -> Option<&'static str>,
+    ) -> Result<Result<ServerResult, String>, Stop> {
+        let n = pipe.next_id.fetch_add(1, Ordering::Relaxed);
+        let id = format!("{DIRECT_ID_PREFIX}{n}");
+        let token =
+            rmcp::model::ProgressToken(rmcp::model::NumberOrString::String(id.as_str().into()));
+        let mut params = serde_json::to_value(&params).map_err(|e| Stop::Failed(e.to_string()))?;
+        if let Value::Object(map) = &mut params {
+            map.insert("_meta".to_string(), json!({ "progressToken": id }));
+        }
+        let request = json!({
+            "jsonrpc": "2.0",
+            "id": id,
+            "method": "tools/call",
+            "params": params,
+        });
+        let bytes = serde_json::to_vec(&request).map_err(|e| Stop::Failed(e.to_string()))?;
+        let (tx, rx) = std::sync::mpsc::channel();
+        lock(&pipe.waiting).insert(id.clone(), tx);
+        let progress_key = token.0.to_string();
+        lock(&self.progress).insert(progress_key.clone(), latest.clone());
+        // Checked after the waiter is in: the reader thread marks its end
+        // before it drops the waiters.
+        let closed = || "the upstream closed the connection".to_string();
+        let answer = match pipe.write(bytes) {
+            _ if pipe.ended.load(Ordering::Acquire) => Ok(Err(closed())),
+            Err(e) => Err(Stop::Failed(e.to_string())),
+            Ok(()) => loop {
+                match rx.recv_timeout(CANCEL_POLL) {
+                    Ok(message) => break Ok(answer_of(message)),
+                    Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                        break Ok(Err(closed()));
+                    }
+                    Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                        if pipe.ended.load(Ordering::Acquire) || lock(&pipe.stdin).closed {
+                            break Ok(Err(closed()));
+                        }
+                        if let Some(reason) = tick() {
+                            let note = json!({
+                                "jsonrpc": "2.0",
+                                "method": "notifications/cancelled",
+                                "params": {"requestId": id, "reason": reason},
+                            });
+                            let _ = pipe.write(note.to_string().into_bytes());
+                            break Err(Stop::Stopped(reason));
+                        }
+                    }
+                }
+            },
+        };
+        lock(&pipe.waiting).remove(&id);
+        lock(&self.progress).remove(&progress_key);
+        answer
     }
 
     /// The error of a call stopped by the client's cancellation or its
@@ -866,6 +966,26 @@ fn close(conn: Conn) {
     if let Some(process) = conn.process {
         // Reaped by the reader thread; the kill is resent until it is.
         process.kill_tree();
+    }
+}
+
+/// Why a call got no answer.
+enum Stop {
+    /// It could not be sent.
+    Failed(String),
+    /// The client's cancellation or the `call_timeout` stopped it (the
+    /// upstream was told to cancel): the reason.
+    Stopped(&'static str),
+}
+
+/// A server's answer to a call made past rmcp: its result as rmcp reads
+/// one, or the error's text.
+fn answer_of(message: ServerJsonRpcMessage) -> Result<ServerResult, String> {
+    match message {
+        rmcp::model::JsonRpcMessage::Response(r) => Ok(r.result),
+        // As rmcp's `ServiceError` shows it.
+        rmcp::model::JsonRpcMessage::Error(e) => Err(format!("Mcp error: {}", e.error)),
+        _ => Err("the upstream answered with something that is not an answer".to_string()),
     }
 }
 
@@ -1223,10 +1343,92 @@ impl ClientHandler for Client {
 /// [`MAX_MESSAGE_BYTES`]), a writer thread that feeds stdin.
 struct PipeTransport {
     incoming: tokio::sync::mpsc::Receiver<ServerJsonRpcMessage>,
+    /// The server's stdin and the calls made past rmcp.
+    pipe: Arc<Pipe>,
+}
+
+/// A stdio server's connection as the calls made past rmcp use it
+/// ([`Inner::call_direct`]): the server's stdin, shared with rmcp's sends
+/// and the writer thread, and the calls waiting for their answers, which
+/// the reader thread hands them itself. A call then costs no hop through
+/// rmcp's service task on either way (two thread wake-ups fewer).
+struct Pipe {
     /// The server's stdin, shared with the writer thread.
     stdin: Arc<Mutex<Stdin>>,
     /// What the writer thread is to write, in order.
-    queue: std::sync::mpsc::Sender<Vec<u8>>,
+    queue: Mutex<std::sync::mpsc::Sender<Vec<u8>>>,
+    /// Id → the waiting call, for the ids [`DIRECT_ID_PREFIX`] names.
+    waiting: Mutex<HashMap<String, std::sync::mpsc::Sender<ServerJsonRpcMessage>>>,
+    /// The session began with the `initialize` handshake: requests carry
+    /// no per-request protocol metadata, so a call can be written by hand.
+    handshake: AtomicBool,
+    /// The reader thread has stopped: no answer comes any more.
+    ended: AtomicBool,
+    next_id: std::sync::atomic::AtomicU64,
+}
+
+/// The prefix of the (string) ids of calls made past rmcp; rmcp's own ids
+/// are numbers.
+const DIRECT_ID_PREFIX: &str = "cubby-";
+
+impl Pipe {
+    /// Writes one message (its line feed added): at once when nothing waits
+    /// before it, else after what waits, by the writer thread.
+    fn write(&self, mut bytes: Vec<u8>) -> std::io::Result<()> {
+        let closed = || {
+            std::io::Error::new(
+                std::io::ErrorKind::BrokenPipe,
+                "the upstream server's stdin is closed",
+            )
+        };
+        bytes.push(b'\n');
+        let mut stdin = lock(&self.stdin);
+        if stdin.closed {
+            return Err(closed());
+        }
+        if stdin.queued_bytes + bytes.len() > MAX_QUEUED_BYTES {
+            return Err(std::io::Error::other(format!(
+                "the upstream server is not reading its input: {} bytes wait for it \
+                 already, so this request was not sent",
+                stdin.queued_bytes
+            )));
+        }
+        let from = if stdin.queued == 0 {
+            match stdin.write_some(&bytes) {
+                Wrote::All => return Ok(()),
+                Wrote::Part(n) => n,
+                Wrote::Failed => return Err(closed()),
+            }
+        } else {
+            0
+        };
+        // Queued under the lock: nothing is written before it.
+        stdin.queued += 1;
+        bytes.drain(..from);
+        stdin.queued_bytes += bytes.len();
+        lock(&self.queue).send(bytes).map_err(|_| closed())
+    }
+
+    /// Hands an answer to the call made past rmcp that waits for it; gives
+    /// back what is not such an answer (rmcp's). An answer nobody waits
+    /// for any more (its call stopped) is dropped.
+    fn deliver(&self, message: ServerJsonRpcMessage) -> Option<ServerJsonRpcMessage> {
+        let id = match &message {
+            rmcp::model::JsonRpcMessage::Response(r) => Some(&r.id),
+            rmcp::model::JsonRpcMessage::Error(e) => e.id.as_ref(),
+            _ => None,
+        };
+        let Some(rmcp::model::NumberOrString::String(id)) = id else {
+            return Some(message);
+        };
+        if !id.starts_with(DIRECT_ID_PREFIX) {
+            return Some(message);
+        }
+        if let Some(waiter) = lock(&self.waiting).remove(&**id) {
+            let _ = waiter.send(message);
+        }
+        None
+    }
 }
 
 /// A stdio server's stdin (non-blocking). A message is written at once
@@ -1295,6 +1497,15 @@ impl PipeTransport {
             closed: false,
         }));
         let writer_stdin = stdin.clone();
+        let pipe = Arc::new(Pipe {
+            stdin,
+            queue: Mutex::new(out_tx),
+            waiting: Mutex::default(),
+            handshake: AtomicBool::new(false),
+            ended: AtomicBool::new(false),
+            next_id: std::sync::atomic::AtomicU64::new(0),
+        });
+        let reader_pipe = pipe.clone();
         let spawn = |name: String, f: Box<dyn FnOnce() + Send>| {
             std::thread::Builder::new()
                 .name(name)
@@ -1307,8 +1518,11 @@ impl PipeTransport {
         spawn(
             format!("upstream-{label}-out"),
             Box::new(move || {
-                read_messages(&reader_label, output, &in_tx);
+                read_messages(&reader_label, output, &in_tx, &reader_pipe);
                 drop(in_tx);
+                // The calls still waiting get no answer: theirs are gone.
+                reader_pipe.ended.store(true, Ordering::Release);
+                lock(&reader_pipe.waiting).clear();
                 let _ = handle.wait();
                 if let Some(on_exit) = on_exit {
                     on_exit();
@@ -1325,8 +1539,7 @@ impl PipeTransport {
         Ok((
             PipeTransport {
                 incoming: in_rx,
-                stdin,
-                queue: out_tx,
+                pipe,
             },
             reaped,
         ))
@@ -1340,42 +1553,14 @@ impl rmcp::transport::Transport<RoleClient> for PipeTransport {
         &mut self,
         item: ClientJsonRpcMessage,
     ) -> impl std::future::Future<Output = Result<(), Self::Error>> + Send + 'static {
-        let closed = || {
-            std::io::Error::new(
-                std::io::ErrorKind::BrokenPipe,
-                "the upstream server's stdin is closed",
-            )
-        };
+        if let rmcp::model::JsonRpcMessage::Request(r) = &item
+            && matches!(r.request, ClientRequest::InitializeRequest(_))
+        {
+            self.pipe.handshake.store(true, Ordering::Release);
+        }
         let sent = serde_json::to_vec(&item)
             .map_err(std::io::Error::other)
-            .and_then(|mut bytes| {
-                bytes.push(b'\n');
-                let mut stdin = lock(&self.stdin);
-                if stdin.closed {
-                    return Err(closed());
-                }
-                if stdin.queued_bytes + bytes.len() > MAX_QUEUED_BYTES {
-                    return Err(std::io::Error::other(format!(
-                        "the upstream server is not reading its input: {} bytes wait for it \
-                         already, so this request was not sent",
-                        stdin.queued_bytes
-                    )));
-                }
-                let from = if stdin.queued == 0 {
-                    match stdin.write_some(&bytes) {
-                        Wrote::All => return Ok(()),
-                        Wrote::Part(n) => n,
-                        Wrote::Failed => return Err(closed()),
-                    }
-                } else {
-                    0
-                };
-                // Queued under the lock: nothing is written before it.
-                stdin.queued += 1;
-                bytes.drain(..from);
-                stdin.queued_bytes += bytes.len();
-                self.queue.send(bytes).map_err(|_| closed())
-            });
+            .and_then(|bytes| self.pipe.write(bytes));
         std::future::ready(sent)
     }
 
@@ -1425,6 +1610,7 @@ fn read_messages(
     label: &str,
     mut output: Box<dyn Read + Send>,
     tx: &tokio::sync::mpsc::Sender<ServerJsonRpcMessage>,
+    pipe: &Pipe,
 ) {
     let mut line: Vec<u8> = Vec::new();
     // For a line over the limit: its head, its tail and its length.
@@ -1502,7 +1688,8 @@ fn read_messages(
                     }
                 }
             };
-            if let Some(message) = message
+            let Some(message) = message else { continue };
+            if let Some(message) = pipe.deliver(message)
                 && tx.blocking_send(message).is_err()
             {
                 return;
@@ -1576,7 +1763,13 @@ mod tests {
             "x".repeat(MAX_MESSAGE_BYTES + 10)
         );
         let (tx, mut rx) = tokio::sync::mpsc::channel(4);
-        read_messages("t", Box::new(std::io::Cursor::new(big.into_bytes())), &tx);
+        let pipe = pipe_for_tests();
+        read_messages(
+            "t",
+            Box::new(std::io::Cursor::new(big.into_bytes())),
+            &tx,
+            &pipe,
+        );
         drop(tx);
         let first = serde_json::to_value(rx.blocking_recv().unwrap()).unwrap();
         assert_eq!(first["id"], 5);
@@ -1589,5 +1782,60 @@ mod tests {
         let second = serde_json::to_value(rx.blocking_recv().unwrap()).unwrap();
         assert_eq!(second["id"], 6);
         assert!(rx.blocking_recv().is_none());
+    }
+
+    fn pipe_for_tests() -> Pipe {
+        let (queue, _) = std::sync::mpsc::channel();
+        Pipe {
+            stdin: Arc::new(Mutex::new(Stdin {
+                pipe: Box::new(std::io::sink()),
+                queued: 0,
+                queued_bytes: 0,
+                closed: false,
+            })),
+            queue: Mutex::new(queue),
+            waiting: Mutex::default(),
+            handshake: AtomicBool::new(true),
+            ended: AtomicBool::new(false),
+            next_id: std::sync::atomic::AtomicU64::new(0),
+        }
+    }
+
+    /// The answers to calls made past rmcp go to their callers, an
+    /// oversized one as its error, one nobody waits for nowhere; rmcp gets
+    /// the rest (its own answers, notifications).
+    #[test]
+    fn answers_to_calls_made_past_rmcp_go_to_their_callers() {
+        let input = format!(
+            "{{\"jsonrpc\":\"2.0\",\"id\":\"{DIRECT_ID_PREFIX}1\",\"result\":{{\"content\":[{{\"type\":\"text\",\"text\":\"{}\"}}]}}}}\n\
+             {{\"jsonrpc\":\"2.0\",\"id\":\"{DIRECT_ID_PREFIX}2\",\"result\":{{\"content\":[]}}}}\n\
+             {{\"jsonrpc\":\"2.0\",\"id\":\"{DIRECT_ID_PREFIX}9\",\"result\":{{}}}}\n\
+             {{\"jsonrpc\":\"2.0\",\"method\":\"notifications/tools/list_changed\"}}\n\
+             {{\"jsonrpc\":\"2.0\",\"id\":7,\"result\":{{}}}}\n",
+            "x".repeat(MAX_MESSAGE_BYTES + 10)
+        );
+        let pipe = pipe_for_tests();
+        let (one, one_rx) = std::sync::mpsc::channel();
+        let (two, two_rx) = std::sync::mpsc::channel();
+        lock(&pipe.waiting).insert(format!("{DIRECT_ID_PREFIX}1"), one);
+        lock(&pipe.waiting).insert(format!("{DIRECT_ID_PREFIX}2"), two);
+        let (tx, mut rx) = tokio::sync::mpsc::channel(8);
+        read_messages(
+            "t",
+            Box::new(std::io::Cursor::new(input.into_bytes())),
+            &tx,
+            &pipe,
+        );
+        drop(tx);
+        let first = answer_of(one_rx.recv().unwrap()).unwrap_err();
+        assert!(first.contains(TOO_LARGE_MARK), "{first}");
+        assert!(answer_of(two_rx.recv().unwrap()).is_ok());
+        assert!(lock(&pipe.waiting).is_empty());
+        let kinds: Vec<Value> = std::iter::from_fn(|| rx.blocking_recv())
+            .map(|m| serde_json::to_value(m).unwrap())
+            .collect();
+        assert_eq!(kinds.len(), 2, "{kinds:?}");
+        assert_eq!(kinds[0]["method"], "notifications/tools/list_changed");
+        assert_eq!(kinds[1]["id"], 7);
     }
 }
