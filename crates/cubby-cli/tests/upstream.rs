@@ -269,6 +269,31 @@ fn a_server_with_secrets_is_kept_from_the_workspace_and_git_runs_no_plant() {
     );
 }
 
+/// Red-team pass 13, Q4: with the temporary directory inside a writable
+/// root, a secluded server's private directory would be masked with it;
+/// the server is not started, and the error says why and what to do.
+#[test]
+fn a_secluded_server_says_when_its_private_directory_would_be_hidden() {
+    let dir = tmp();
+    let ws = root(&dir);
+    let outside = tmp();
+    let writable = root(&outside);
+    std::fs::create_dir(writable.join("tmp")).unwrap();
+    let host = HostEnv::capture()
+        .with("UP_SECRET", "s3cr3t-kept-apart")
+        .with("TMPDIR", writable.join("tmp").to_str().unwrap());
+    let toml = format!(
+        "writable_roots = [{:?}]\n{}",
+        writable.display().to_string(),
+        scripted("s", &["cat"], "env = { secrets = [\"UP_SECRET\"] }")
+    );
+    let t = toolset_with(&ws, &toml, &host);
+    let out = t.call("s__cat", json!({"path": "/etc/hostname"}));
+    assert!(out.text.starts_with("ERROR"), "{out:?}");
+    assert!(out.text.contains("point TMPDIR elsewhere"), "{out:?}");
+    t.end();
+}
+
 #[test]
 fn results_are_shaped_bounded_and_never_read_links() {
     let dir = tmp();

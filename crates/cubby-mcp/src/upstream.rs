@@ -593,14 +593,14 @@ impl Inner {
     /// and the back-off allows.
     fn peer(self: &Arc<Self>) -> cubby::Result<(rmcp::Peer<RoleClient>, Option<Arc<Pipe>>)> {
         let mut state = self.settle();
-        let alive = state
-            .conn
-            .as_ref()
-            .map(|c| {
-                !c.client.is_closed()
-                    && !c.client.peer().is_transport_closed()
-                    && !c.pipe.as_ref().is_some_and(|p| p.ended.load(Ordering::Acquire))
-            });
+        let alive = state.conn.as_ref().map(|c| {
+            !c.client.is_closed()
+                && !c.client.peer().is_transport_closed()
+                && !c
+                    .pipe
+                    .as_ref()
+                    .is_some_and(|p| p.ended.load(Ordering::Acquire))
+        });
         match alive {
             Some(true) => {
                 if let Some(conn) = &state.conn {

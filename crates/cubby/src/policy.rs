@@ -681,7 +681,7 @@ impl Policy {
     /// `workspace`.
     #[must_use]
     pub fn secluded_from(mut self, workspace: &Path) -> Policy {
-        let written = std::mem::take(&mut self.writable_roots)
+        let written: Vec<PathBuf> = std::mem::take(&mut self.writable_roots)
             .into_iter()
             .map(|w| {
                 if w.is_absolute() {
@@ -689,14 +689,18 @@ impl Policy {
                 } else {
                     workspace.join(w)
                 }
-            });
-        self.host_deny_read.push(workspace.to_path_buf());
-        self.host_deny_read.extend(written);
+            })
+            .collect();
         for r in &mut self.readable_roots {
             if !r.is_absolute() && !r.starts_with("~") {
                 *r = workspace.join(&*r);
             }
         }
+        // A readable root in a masked place is unreadable anyway.
+        self.readable_roots
+            .retain(|r| !r.starts_with(workspace) && !written.iter().any(|w| r.starts_with(w)));
+        self.host_deny_read.push(workspace.to_path_buf());
+        self.host_deny_read.extend(written);
         self.protected.clear();
         self.configured_protected = 0;
         self.deny_read.clear();

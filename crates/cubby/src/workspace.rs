@@ -304,19 +304,30 @@ impl Workspace {
         }
         let parent = crate::artifact::temp_dir(&self.host);
         let parent = std::fs::canonicalize(&parent).unwrap_or(parent);
-        if parent.starts_with(&self.root) {
-            return Err(Error::new(
-                ErrorKind::Unsupported,
-                format!(
-                    "upstream `{label}` does not get the workspace, and its private directory \
-                     would be in it (the temporary directory `{}` is inside the workspace); \
-                     point TMPDIR elsewhere",
-                    parent.display()
-                ),
-            ));
+        let hidden = std::iter::once(self.root.clone()).chain(
+            self.policy
+                .writable_roots()
+                .iter()
+                .map(|w| self.root.join(w))
+                .map(|w| std::fs::canonicalize(&w).unwrap_or(w)),
+        );
+        for place in hidden {
+            if parent.starts_with(&place) {
+                return Err(Error::new(
+                    ErrorKind::Unsupported,
+                    format!(
+                        "upstream `{label}` does not get the workspace or the writable roots, \
+                         and its private directory would be in one of them (the temporary \
+                         directory `{}` is inside `{}`); point TMPDIR elsewhere",
+                        parent.display(),
+                        place.display()
+                    ),
+                ));
+            }
         }
         let dir = tempfile::Builder::new()
             .prefix("cubby-upstream-")
+            .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o700))
             .tempdir_in(&parent)
             .map_err(|e| {
                 Error::new(

@@ -769,3 +769,39 @@ fn trailing_dots_and_spaces_stay_inside_the_root() {
     );
     fx.assert_untouched();
 }
+
+/// Red-team pass 13, Q1: a writable root named through the workspace
+/// (`writable_roots = ["a/b"]`) was resolved again by each new sandbox,
+/// following links — and `a` is the model's: replaced by a link to a
+/// directory holding `b -> <outside>`, the next sandbox's commands wrote
+/// outside (or anywhere, with `b -> /`). A root whose path passes through a
+/// link is now refused. The control: the path the old code followed leads
+/// outside the workspace.
+#[test]
+fn a_writable_root_the_model_moves_with_a_link_is_refused() {
+    let l = lab_with(|p, _, ws| {
+        fs::create_dir_all(ws.join("a/b")).unwrap();
+        p.writable_roots(["a/b"]);
+    });
+    let out = l.sh(&format!(
+        "mkdir evil && ln -s {} evil/b && mv a a_old && ln -s evil a && echo moved",
+        l.outside.display()
+    ));
+    assert!(out.text.contains("moved"), "{}", out.text);
+    // The control: followed, the writable root is outside the workspace.
+    assert_eq!(
+        fs::canonicalize(l.ws.join("a/b")).unwrap(),
+        fs::canonicalize(&l.outside).unwrap()
+    );
+    let policy = cubby::Policy::builder()
+        .writable_roots(["a/b"])
+        .build()
+        .unwrap();
+    let host = cubby::HostEnv::capture();
+    let err = match cubby::sandbox::LinuxSandbox::open(&l.ws, &policy, &host) {
+        Ok(_) => panic!("a sandbox opened with its writable root outside the workspace"),
+        Err(e) => e,
+    };
+    assert!(err.message().contains("symbolic link"), "{err}");
+    assert!(err.message().contains("a/b"), "{err}");
+}

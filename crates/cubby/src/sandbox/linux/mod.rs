@@ -228,6 +228,36 @@ const NOT_PRIVATE: [&str; 10] = [
     "/tmp", "/dev", "/proc", "/sys", "/run", "/var/run", "/usr", "/etc", "/bin", "/lib",
 ];
 
+/// Refuses a writable or readable root whose path passes through a
+/// symbolic link (`abs` is the configured path made absolute, `canonical`
+/// where it leads). A link in the workspace or in another writable root is
+/// the model's to make: `writable_roots = ["a/b"]` with `a` replaced by a
+/// link to `/` made the next sandbox's commands write anywhere (red-team
+/// pass 13, Q1). The operator gives the real path.
+fn plain_root(what: &str, configured: &Path, abs: &Path, canonical: &Path) -> Result<()> {
+    let mut lexical = PathBuf::new();
+    for part in abs.components() {
+        match part {
+            std::path::Component::CurDir => {}
+            std::path::Component::ParentDir => {
+                lexical.pop();
+            }
+            other => lexical.push(other),
+        }
+    }
+    if lexical == canonical {
+        return Ok(());
+    }
+    Err(Error::invalid_input(format!(
+        "{what} root `{}` passes through a symbolic link (it leads to `{}`); a link there could \
+         be swapped for another, so cubby does not follow it: give the real path, `{}`, if that \
+         is the directory meant, and look at who made the link",
+        configured.display(),
+        canonical.display(),
+        canonical.display()
+    )))
+}
+
 fn start_error(what: impl std::fmt::Display) -> Error {
     Error::new(
         ErrorKind::Unsupported,
@@ -295,6 +325,7 @@ impl LinuxSandbox {
                     format!("writable root `{}` cannot be opened: {e}", w.display()),
                 )
             })?;
+            plain_root("writable", w, &abs, &canonical)?;
             writable_roots.push(canonical);
         }
         let host_deny_read = options
@@ -327,6 +358,7 @@ impl LinuxSandbox {
                     format!("readable root `{}` cannot be opened: {e}", r.display()),
                 )
             })?;
+            plain_root("readable", &r, &abs, &canonical)?;
             readable_roots.push(canonical);
         }
         if options.mode != Mode::FullAccess {
