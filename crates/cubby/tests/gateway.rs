@@ -552,7 +552,7 @@ mode, n, up_port, ca = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv
 tok = os.environ['CUBBY_GATEWAY_TOKEN']
 gw_port = int(os.environ['CUBBY_GATEWAY_URL'].rsplit(':', 1)[1])
 def conn():
-    if mode == 'direct':
+    if mode in ('direct', 'relay'):
         ctx = ssl.create_default_context(cafile=ca)
         return http.client.HTTPSConnection('localhost', up_port, context=ctx), {'Authorization': 'Bearer real'}
     return http.client.HTTPConnection('127.0.0.1', gw_port), {'Authorization': 'Bearer ' + tok}
@@ -607,9 +607,13 @@ fn bench_gateway_against_direct() {
     // The sandbox has a /tmp of its own: the CA goes into the workspace.
     std::fs::copy(&up.ca_file, dir.path().join("ca.pem")).unwrap();
     let ca = "ca.pem";
+    // The anchor for the hop itself: a relay that only copies bytes
+    // (the client's TLS passes through it to the upstream).
+    let relay = relay_to(up.port);
     for round in 0..2 {
-        for mode in ["direct", "gateway"] {
-            let text = run(&t, &format!("python3 bench.py {mode} {n} {} {ca}", up.port));
+        for mode in ["direct", "relay", "gateway"] {
+            let port = if mode == "relay" { relay } else { up.port };
+            let text = run(&t, &format!("python3 bench.py {mode} {n} {port} {ca}"));
             let line = text
                 .lines()
                 .find(|l| l.starts_with(mode))
@@ -617,6 +621,28 @@ fn bench_gateway_against_direct() {
             eprintln!("round {round}: {line}");
         }
     }
+}
+
+/// A bare TCP relay on loopback to `port` (two copying threads a
+/// connection): its port. Its threads end with the test's process.
+fn relay_to(port: u16) -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let relay = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for client in listener.incoming().flatten() {
+            let Ok(upstream) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
+                continue;
+            };
+            let _ = client.set_nodelay(true);
+            let _ = upstream.set_nodelay(true);
+            let (mut c_in, mut u_out) =
+                (client.try_clone().unwrap(), upstream.try_clone().unwrap());
+            std::thread::spawn(move || std::io::copy(&mut c_in, &mut u_out));
+            let (mut u_in, mut c_out) = (upstream, client);
+            std::thread::spawn(move || std::io::copy(&mut u_in, &mut c_out));
+        }
+    });
+    relay
 }
 
 /// A connect flood past the connection cap: holds `MAX_GATEWAY_CONNECTIONS`
