@@ -17,6 +17,7 @@ their ratio and the microseconds cubby adds per call.
 
 import argparse
 import json
+import os
 import shlex
 import statistics
 import subprocess
@@ -101,11 +102,16 @@ def main():
     p.add_argument("--calls", type=int, default=1000)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--warmup", type=int, default=100)
+    p.add_argument("--relay", action="store_true",
+                   help="also measure the direct command behind a bare stdio relay process")
     p.add_argument("--json")
     a = p.parse_args()
-    direct, through = [], []
+    direct, through, relayed = [], [], []
+    relay = f"{sys.executable} {os.path.join(os.path.dirname(os.path.abspath(__file__)), 'stdio_relay.py')} {a.direct}"
     for _ in range(a.rounds):
         direct += measure(a.direct, a.tool, a.calls, a.warmup)
+        if a.relay:
+            relayed += measure(relay, a.tool, a.calls, a.warmup)
         through += measure(a.cubby, f"{a.label}__{a.tool}", a.calls, a.warmup)
     d = statistics.median(direct) * 1e6
     c = statistics.median(through) * 1e6
@@ -113,8 +119,14 @@ def main():
     c99 = statistics.quantiles(through, n=100)[98] * 1e6
     print(f"{'':<22}{'p50 µs':>10}{'p99 µs':>10}")
     print(f"{'direct':<22}{d:>10.0f}{d99:>10.0f}")
+    if relayed:
+        r = statistics.median(relayed) * 1e6
+        r99 = statistics.quantiles(relayed, n=100)[98] * 1e6
+        print(f"{'through a bare relay':<22}{r:>10.0f}{r99:>10.0f}")
     print(f"{'through cubby':<22}{c:>10.0f}{c99:>10.0f}")
     print(f"ratio (p50): {c / d:.2f}x; added per call: {c - d:.0f} µs")
+    if relayed:
+        print(f"the bare relay adds {r - d:.0f} µs (ratio {r / d:.2f}x)")
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"direct_us": d, "cubby_us": c, "direct_p99_us": d99, "cubby_p99_us": c99}, f)
