@@ -770,38 +770,55 @@ fn trailing_dots_and_spaces_stay_inside_the_root() {
     fx.assert_untouched();
 }
 
-/// Red-team pass 13, Q1: a writable root named through the workspace
-/// (`writable_roots = ["a/b"]`) was resolved again by each new sandbox,
-/// following links — and `a` is the model's: replaced by a link to a
-/// directory holding `b -> <outside>`, the next sandbox's commands wrote
-/// outside (or anywhere, with `b -> /`). A root whose path passes through a
-/// link is now refused. The control: the path the old code followed leads
-/// outside the workspace.
+/// Red-team passes 13 (Q1) and 14 (R1): a writable root named through the
+/// workspace (`writable_roots = ["a/b"]`) was resolved again by each new
+/// sandbox, following links — and `a` is the model's: replaced by a link
+/// to a directory holding `b -> <outside>`, the next sandbox's commands
+/// wrote outside (or anywhere, with `b -> /`); refused when the path passes
+/// through a link, a directory exchanged with a link in a loop still won
+/// the race between that check and the holder's bind. A root in the
+/// workspace (or in a writable root) is now refused whatever it holds.
+/// The control: the model's command swaps the entry, and the path then
+/// leads outside the workspace.
 #[test]
-fn a_writable_root_the_model_moves_with_a_link_is_refused() {
-    let l = lab_with(|p, _, ws| {
-        fs::create_dir_all(ws.join("a/b")).unwrap();
-        p.writable_roots(["a/b"]);
-    });
+fn a_root_the_model_can_move_is_refused() {
+    let l = lab();
     let out = l.sh(&format!(
-        "mkdir evil && ln -s {} evil/b && mv a a_old && ln -s evil a && echo moved",
+        "mkdir -p a/b evil && ln -s {} evil/b && mv a a_old && ln -s evil a && echo moved",
         l.outside.display()
     ));
     assert!(out.text.contains("moved"), "{}", out.text);
-    // The control: followed, the writable root is outside the workspace.
     assert_eq!(
         fs::canonicalize(l.ws.join("a/b")).unwrap(),
         fs::canonicalize(&l.outside).unwrap()
     );
-    let policy = cubby::Policy::builder()
-        .writable_roots(["a/b"])
-        .build()
-        .unwrap();
     let host = cubby::HostEnv::capture();
-    let err = match cubby::sandbox::LinuxSandbox::open(&l.ws, &policy, &host) {
-        Ok(_) => panic!("a sandbox opened with its writable root outside the workspace"),
-        Err(e) => e,
+    let open = |writable: &[&str], readable: &[PathBuf]| {
+        let mut policy = cubby::Policy::builder();
+        policy.writable_roots(writable.iter().copied());
+        if !readable.is_empty() {
+            policy
+                .read_scope(cubby::config::ReadScope::System)
+                .readable_roots(readable.iter().cloned());
+        }
+        match cubby::sandbox::LinuxSandbox::open(&l.ws, &policy.build().unwrap(), &host) {
+            Ok(_) => panic!("a sandbox opened with {writable:?} / {readable:?}"),
+            Err(e) => e.message().to_string(),
+        }
     };
-    assert!(err.message().contains("symbolic link"), "{err}");
-    assert!(err.message().contains("a/b"), "{err}");
+    let err = open(&["a/b"], &[]);
+    assert!(
+        err.contains("symbolic link") && err.contains("a/b"),
+        "{err}"
+    );
+    // Back to a plain directory: still the model's to move.
+    fs::remove_file(l.ws.join("a")).unwrap();
+    fs::rename(l.ws.join("a_old"), l.ws.join("a")).unwrap();
+    let err = open(&["a/b"], &[]);
+    assert!(err.contains("lies in the workspace"), "{err}");
+    // A readable root in a writable root, likewise.
+    fs::create_dir_all(l.outside.join("r")).unwrap();
+    let outside = l.outside.display().to_string();
+    let err = open(&[outside.as_str()], &[l.outside.join("r")]);
+    assert!(err.contains("lies in the writable root"), "{err}");
 }

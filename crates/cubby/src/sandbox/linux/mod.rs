@@ -228,6 +228,37 @@ const NOT_PRIVATE: [&str; 10] = [
     "/tmp", "/dev", "/proc", "/sys", "/run", "/var/run", "/usr", "/etc", "/bin", "/lib",
 ];
 
+/// Refuses a writable or readable root that lies in the workspace or in
+/// a writable root (another one, for a writable root): the model's
+/// commands can rename or swap the entries on its path there, between the
+/// checks of the open and the holder's bind — a race a pass won (red-team
+/// pass 14, R1: a directory exchanged with a link in a loop while another
+/// session opened). Such a root adds nothing: commands already write (and
+/// read) the place around it. A workspace inside a writable root is
+/// guarded by its identity instead (`Rebind::identity`).
+fn roots_out_of_reach(root: &Path, writable: &[PathBuf], readable: &[PathBuf]) -> Result<()> {
+    let kinds = writable
+        .iter()
+        .map(|r| ("writable", r))
+        .chain(readable.iter().map(|r| ("readable", r)));
+    for (what, dir) in kinds {
+        let around = std::iter::once(("the workspace", root))
+            .chain(writable.iter().map(|w| ("the writable root", w.as_path())))
+            .find(|(_, place)| dir.starts_with(place) && dir.as_path() != *place);
+        if let Some((name, place)) = around {
+            return Err(Error::invalid_input(format!(
+                "{what} root `{}` lies in {name} `{}`, whose entries commands can move and \
+                 swap for links: cubby cannot hold it to one directory. Commands already \
+                 write and read there; leave `{}` out",
+                dir.display(),
+                place.display(),
+                dir.display()
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// Refuses a writable or readable root whose path passes through a
 /// symbolic link (`abs` is the configured path made absolute, `canonical`
 /// where it leads). A link in the workspace or in another writable root is
@@ -361,6 +392,7 @@ impl LinuxSandbox {
             plain_root("readable", &r, &abs, &canonical)?;
             readable_roots.push(canonical);
         }
+        roots_out_of_reach(fs.root_path(), &writable_roots, &readable_roots)?;
         if options.mode != Mode::FullAccess {
             let roots = std::iter::once(("the workspace", fs.root_path()))
                 .chain(
