@@ -245,3 +245,75 @@ fn a_killed_servers_stash_is_reclaimed_by_the_next_start() {
         lab.workspace_clean();
     }
 }
+
+/// Red-team pass 15, S1: while a command ran, a sandbox that another
+/// process opened on the workspace (`cubby call`) removed the command's
+/// placeholders as leftovers of a killed cubby — the read-only mount went
+/// with them, and the command made `.claude/settings.json`. Now a sandbox
+/// sweeps only when no live process holds reservations on the workspace.
+/// The control: the placeholder is there while the command runs, before
+/// the second process opens.
+#[test]
+fn another_process_opening_the_workspace_keeps_a_running_commands_placeholders() {
+    use std::io::{BufRead, Write};
+    let lab = StashLab::new();
+    let mut child = lab.mcp();
+    let mut stdin = child.stdin.take().unwrap();
+    let command = "while [ ! -e go ]; do sleep 0.02; done; \
+                   mkdir -p .claude 2>/dev/null; echo x > .claude/settings.json 2>/dev/null; \
+                   touch done";
+    let call = serde_json::json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+        "params": {"name": "start_process", "arguments": {"name": "waiter", "command": command}}});
+    for line in [
+        r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#.to_string(),
+        r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#.to_string(),
+        call.to_string(),
+    ] {
+        writeln!(stdin, "{line}").unwrap();
+    }
+    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    loop {
+        let line = lines.next().expect("the server answered").unwrap();
+        if line.contains(r#""id":2"#) {
+            assert!(!line.contains("\"isError\":true"), "{line}");
+            break;
+        }
+    }
+    std::thread::spawn(move || for _ in lines {});
+    // The control: the running command's placeholder.
+    let claude = lab.ws.join(".claude");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !claude.exists() {
+        assert!(std::time::Instant::now() < deadline, "no placeholder");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    // Another process opens a sandbox on the workspace, runs, ends.
+    let other = Command::new(env!("CARGO_BIN_EXE_cubby"))
+        .args(["call", "--provider", "linux", "--root"])
+        .arg(&lab.ws)
+        .args(["run", r#"{"command":"echo other"}"#])
+        .env("TMPDIR", &lab.tmp)
+        .env_remove("RUST_LOG")
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&other.stdout).contains("other"),
+        "{other:?}"
+    );
+    assert!(claude.exists(), "the other process removed the placeholder");
+    std::fs::write(lab.ws.join("go"), "").unwrap();
+    let done = lab.ws.join("done");
+    while !done.exists() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the command did not end"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert!(
+        !claude.join("settings.json").exists(),
+        "the command wrote a protected path"
+    );
+    drop(stdin);
+    assert!(child.wait().unwrap().success());
+}

@@ -18,8 +18,10 @@ use crate::sync::lock;
 impl LinuxSandbox {
     /// Removes empty placeholder directories (no mode bit but the owner's
     /// read and write ones) at protected paths: reservations left by a
-    /// cubby that was killed while a command ran — never one that a
-    /// command of another sandbox of this process on the workspace holds
+    /// cubby that was killed while a command ran — only when no live
+    /// process holds reservations on the workspace (its table's lock,
+    /// [`Reservations::hold`](super::reserve::Reservations::hold)), and
+    /// never one that a command of another sandbox of this process holds
     /// now ([`Reservations::remove_leftover`](super::reserve::Reservations::remove_leftover)). `read`: git's surface as
     /// the caller read it, used when it is fresh.
     pub(super) fn sweep_placeholders(&self, read: Option<crate::git::SurfaceRead>) {
@@ -27,6 +29,17 @@ impl LinuxSandbox {
         let read = read
             .filter(|r| r.fresh_for(root).is_some())
             .unwrap_or_else(|| crate::git::SurfaceRead::now(root, &self.options.host));
+        // Only when no live process (this one included) holds reservations
+        // on the workspace: another's running command may hold these.
+        if let Some(guard) = self.reservations.sweep_guard() {
+            self.sweep_with(&read);
+            drop(guard);
+        }
+        self.reservations.hold();
+        *lock(&self.git_at_open) = Some(read);
+    }
+
+    fn sweep_with(&self, read: &crate::git::SurfaceRead) {
         // The configured paths borrowed, git's surface's that are not among
         // them (an open runs this: no copy of the list on the heap).
         let protected = &self.options.protected;
@@ -66,8 +79,6 @@ impl LinuxSandbox {
                 }
             }
         }
-        drop(surface);
-        *lock(&self.git_at_open) = Some(read);
     }
 
     /// What each command's init binds, in order (a directory before what

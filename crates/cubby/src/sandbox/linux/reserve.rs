@@ -38,6 +38,11 @@
 //! exec`'s single command: [`Reservations::without_stash`]), placeholders
 //! are made and removed each time.
 //!
+//! Each table holds a shared `flock` on the workspace directory while it
+//! lives ([`Reservations::hold`]); the sweep of leftovers at an open runs
+//! only under an exclusive one ([`Reservations::sweep_guard`]), so that no
+//! process removes the placeholders another live process's commands hold.
+//!
 //! The stash is emptied and removed when its sandbox is dropped (the CLI
 //! drops its sandboxes on stdin EOF, SIGTERM and SIGINT); the stash of a
 //! process that was killed is removed by the next one that opens a stash
@@ -130,6 +135,13 @@ pub(crate) struct Reservations {
     /// alive: a server holding a thousand).
     root: Option<(u64, u64)>,
     inner: Mutex<Inner>,
+    /// A shared `flock` on the workspace directory, held while this table
+    /// lives: another process's sandbox opening on the workspace sweeps
+    /// leftover placeholders only when it can lock it exclusively — when
+    /// no live process holds reservations there (red-team pass 15, S1: a
+    /// second `cubby call` removed a running command's placeholders, and
+    /// the command made `.claude/`).
+    hold: Mutex<Option<OwnedFd>>,
 }
 
 /// Every sandbox's reservations in this process, for [`empty_stashes`].
@@ -233,7 +245,32 @@ impl Reservations {
                 map: HashMap::new(),
                 stash: None,
             }),
+            hold: Mutex::new(None),
         })
+    }
+
+    /// An exclusive lock on the workspace directory when no other table
+    /// (of this process or another) holds it — the leave to sweep
+    /// leftover placeholders, until it drops; `None` when one does, or the
+    /// lock cannot be had (then nothing is swept).
+    pub(crate) fn sweep_guard(&self) -> Option<OwnedFd> {
+        let fd = self.fs.reopen_root().ok()?;
+        rustix::fs::flock(&fd, rustix::fs::FlockOperation::NonBlockingLockExclusive).ok()?;
+        Some(fd)
+    }
+
+    /// Takes this table's shared lock on the workspace directory (once;
+    /// it waits for a sweep under way elsewhere to end).
+    pub(crate) fn hold(&self) {
+        let mut hold = lock(&self.hold);
+        if hold.is_some() {
+            return;
+        }
+        if let Ok(fd) = self.fs.reopen_root()
+            && rustix::fs::flock(&fd, rustix::fs::FlockOperation::LockShared).is_ok()
+        {
+            *hold = Some(fd);
+        }
     }
 
     /// The reservations of the workspace `fs` is on, shared by every

@@ -160,7 +160,19 @@ impl LocalFs {
         &self.root_path
     }
 
-    /// The root directory's device and inode: which directory this is
+    /// A new open file description of the root directory (for a lock of
+    /// its own: `flock` locks belong to one).
+    pub(crate) fn reopen_root(&self) -> std::io::Result<OwnedFd> {
+        rustix::fs::openat(
+            &self.root,
+            ".",
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(std::io::Error::from)
+    }
+
+    /// The root directory's device and inode, read now
     /// (two `LocalFs` of one path may be of two directories when it was
     /// replaced in between).
     pub(crate) fn root_id(&self) -> Option<(u64, u64)> {
