@@ -134,6 +134,22 @@ impl Workspace {
                 root.display()
             )));
         }
+        // Nor in a writable root, where a command renames a directory above
+        // it and the next session masks the old name only (red-team pass
+        // 15, S3).
+        for w in &config.writable_roots {
+            let w = root.join(w);
+            let w = std::fs::canonicalize(&w).unwrap_or(w);
+            if store_dir.starts_with(&w) {
+                return Err(Error::invalid_input(format!(
+                    "the artifact store {} is inside the writable root {}, where commands \
+                     could move it out from under its mask; choose a state_dir (or TMPDIR) \
+                     outside it",
+                    store_dir.display(),
+                    w.display()
+                )));
+            }
+        }
         let mut policy = Policy::builder();
         // Commands never read the store (other runs' artifacts): under
         // `/tmp` the `linux` provider's private `/tmp` hides it already.

@@ -671,3 +671,31 @@ fn a_workspace_in_tmpdir_opens_and_commands_lose_only_the_store() {
     drop(t);
     drop(ws);
 }
+
+/// Red-team pass 15, S3: an artifact store in a writable root, whose
+/// parents commands can rename so that the next session masks the old
+/// name only, is refused; outside it, the same `state_dir` is accepted
+/// (the control).
+#[test]
+fn a_state_dir_in_a_writable_root_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("ws");
+    let outside = dir.path().join("shared");
+    std::fs::create_dir_all(&root).unwrap();
+    std::fs::create_dir_all(outside.join("state")).unwrap();
+    let config = |writable: Vec<String>| Config {
+        state_dir: Some(outside.join("state").to_str().unwrap().to_string()),
+        writable_roots: writable,
+        ..Config::default()
+    };
+    let err = Workspace::from_config(
+        &root,
+        &config(vec![outside.to_str().unwrap().to_string()]),
+        None,
+        &HostEnv::capture(),
+    )
+    .err()
+    .expect("a state_dir in a writable root is refused");
+    assert!(err.message().contains("writable root"), "{err}");
+    assert!(Workspace::from_config(&root, &config(vec![]), None, &HostEnv::capture()).is_ok());
+}

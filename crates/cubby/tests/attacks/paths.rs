@@ -821,4 +821,15 @@ fn a_root_the_model_can_move_is_refused() {
     let outside = l.outside.display().to_string();
     let err = open(&[outside.as_str()], &[l.outside.join("r")]);
     assert!(err.contains("lies in the writable root"), "{err}");
+    // Red-team pass 15, S3: a masked path in a writable root, whose
+    // parents commands can rename between sessions.
+    let mut policy = cubby::Policy::builder();
+    policy
+        .writable_roots([outside.as_str()])
+        .host_deny_read([l.outside.join("r/cred")]);
+    let err = match cubby::sandbox::LinuxSandbox::open(&l.ws, &policy.build().unwrap(), &host) {
+        Ok(_) => panic!("a sandbox opened with a masked path in a writable root"),
+        Err(e) => e.message().to_string(),
+    };
+    assert!(err.contains("lies in the writable root"), "{err}");
 }

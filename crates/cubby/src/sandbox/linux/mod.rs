@@ -393,6 +393,23 @@ impl LinuxSandbox {
             readable_roots.push(canonical);
         }
         roots_out_of_reach(fs.root_path(), &writable_roots, &readable_roots)?;
+        // A masked path in a writable root: a command renames a directory
+        // above it, and the next session masks the old name only (red-team
+        // pass 15, S3).
+        if let Some((hidden, w)) = host_deny_read.iter().find_map(|h| {
+            writable_roots
+                .iter()
+                .find(|w| h.starts_with(w))
+                .map(|w| (h, w))
+        }) {
+            return Err(Error::invalid_input(format!(
+                "host_deny_read entry `{}` lies in the writable root `{}`, where commands can \
+                 rename the directories above it and so move it out from under its mask; \
+                 keep the two apart",
+                hidden.display(),
+                w.display()
+            )));
+        }
         if options.mode != Mode::FullAccess {
             let roots = std::iter::once(("the workspace", fs.root_path()))
                 .chain(
