@@ -282,9 +282,13 @@ fn a_secluded_server_says_when_its_private_directory_would_be_hidden() {
     let host = HostEnv::capture()
         .with("UP_SECRET", "s3cr3t-kept-apart")
         .with("TMPDIR", writable.join("tmp").to_str().unwrap());
+    // The artifact store elsewhere (one in the writable root is refused
+    // when the workspace loads: `a_state_dir_in_a_writable_root_is_refused`).
+    let state = tmp();
     let toml = format!(
-        "writable_roots = [{:?}]\n{}",
+        "writable_roots = [{:?}]\nstate_dir = {:?}\n{}",
         writable.display().to_string(),
+        root(&state).display().to_string(),
         scripted("s", &["cat"], "env = { secrets = [\"UP_SECRET\"] }")
     );
     let t = toolset_with(&ws, &toml, &host);
