@@ -64,6 +64,14 @@ fn root(dir: &tempfile::TempDir) -> PathBuf {
     dir.path().canonicalize().unwrap()
 }
 
+/// A workspace and, beside it, a directory to name as a writable root
+/// (both removed when the first value drops).
+fn workspace_and_writable_root() -> ([tempfile::TempDir; 2], PathBuf, PathBuf) {
+    let dirs = [tmp(), tmp()];
+    let (ws, writable) = (root(&dirs[0]), root(&dirs[1]));
+    (dirs, ws, writable)
+}
+
 #[test]
 fn only_listed_tools_are_offered_and_routed_through_the_table() {
     let dir = tmp();
@@ -207,10 +215,7 @@ fn the_server_environment_is_only_what_env_gives_and_secrets_are_redacted() {
 /// control is the same `git status` run on the host, which runs it.
 #[test]
 fn a_server_with_secrets_is_kept_from_the_workspace_and_git_runs_no_plant() {
-    let dir = tmp();
-    let ws = root(&dir);
-    let outside = tmp();
-    let writable = root(&outside);
+    let (_dirs, ws, writable) = workspace_and_writable_root();
     std::fs::write(ws.join("plan.txt"), "the workspace's file").unwrap();
     std::fs::write(writable.join("plan.txt"), "the writable root's file").unwrap();
     let host = HostEnv::capture().with("UP_SECRET", "s3cr3t-kept-apart");
@@ -274,10 +279,7 @@ fn a_server_with_secrets_is_kept_from_the_workspace_and_git_runs_no_plant() {
 /// the server is not started, and the error says why and what to do.
 #[test]
 fn a_secluded_server_says_when_its_private_directory_would_be_hidden() {
-    let dir = tmp();
-    let ws = root(&dir);
-    let outside = tmp();
-    let writable = root(&outside);
+    let (_dirs, ws, writable) = workspace_and_writable_root();
     std::fs::create_dir(writable.join("tmp")).unwrap();
     let host = HostEnv::capture()
         .with("UP_SECRET", "s3cr3t-kept-apart")

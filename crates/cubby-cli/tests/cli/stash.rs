@@ -67,28 +67,38 @@ impl StashLab {
     }
 }
 
-/// Sends the handshake and one `run` to a `cubby mcp`, and waits for its
-/// answer: by then the command's placeholders went into the stash.
-fn run_one_command(child: &mut std::process::Child) -> std::process::ChildStdin {
+/// Sends the handshake and the `tools/call` request `call` (id 2) to a
+/// `cubby mcp`, and gives back its stdin and the answer's line; what else
+/// the server writes is read and dropped.
+fn call_once(child: &mut std::process::Child, call: &str) -> (std::process::ChildStdin, String) {
     use std::io::{BufRead, Write};
     let mut stdin = child.stdin.take().unwrap();
     for line in [
         r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#,
         r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
-        r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"run","arguments":{"command":"echo ran"}}}"#,
+        call,
     ] {
         writeln!(stdin, "{line}").unwrap();
     }
     let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
-    loop {
+    let answer = loop {
         let line = lines.next().expect("the server answered").unwrap();
         if line.contains(r#""id":2"#) {
-            assert!(line.contains("OK exit=0"), "{line}");
-            break;
+            break line;
         }
-    }
-    // Keep reading (and dropping) what else it writes.
+    };
     std::thread::spawn(move || for _ in lines {});
+    (stdin, answer)
+}
+
+/// Sends the handshake and one `run` to a `cubby mcp`, and waits for its
+/// answer: by then the command's placeholders went into the stash.
+fn run_one_command(child: &mut std::process::Child) -> std::process::ChildStdin {
+    let (stdin, answer) = call_once(
+        child,
+        r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"run","arguments":{"command":"echo ran"}}}"#,
+    );
+    assert!(answer.contains("OK exit=0"), "{answer}");
     stdin
 }
 
@@ -255,31 +265,15 @@ fn a_killed_servers_stash_is_reclaimed_by_the_next_start() {
 /// the second process opens.
 #[test]
 fn another_process_opening_the_workspace_keeps_a_running_commands_placeholders() {
-    use std::io::{BufRead, Write};
     let lab = StashLab::new();
     let mut child = lab.mcp();
-    let mut stdin = child.stdin.take().unwrap();
     let command = "while [ ! -e go ]; do sleep 0.02; done; \
                    mkdir -p .claude 2>/dev/null; echo x > .claude/settings.json 2>/dev/null; \
                    touch done";
     let call = serde_json::json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
         "params": {"name": "start_process", "arguments": {"name": "waiter", "command": command}}});
-    for line in [
-        r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#.to_string(),
-        r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#.to_string(),
-        call.to_string(),
-    ] {
-        writeln!(stdin, "{line}").unwrap();
-    }
-    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
-    loop {
-        let line = lines.next().expect("the server answered").unwrap();
-        if line.contains(r#""id":2"#) {
-            assert!(!line.contains("\"isError\":true"), "{line}");
-            break;
-        }
-    }
-    std::thread::spawn(move || for _ in lines {});
+    let (stdin, answer) = call_once(&mut child, &call.to_string());
+    assert!(!answer.contains("\"isError\":true"), "{answer}");
     // The control: the running command's placeholder.
     let claude = lab.ws.join(".claude");
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
