@@ -148,8 +148,10 @@ def call(mid, params, meta):
     if name == "sleep":
         for _ in range(3000):
             if CANCELLED.get(mid):
-                with open(args["marker"], "w") as f:
+                # Written whole, then named: a reader never sees it empty.
+                with open(args["marker"] + ".part", "w") as f:
                     f.write(repr(time.time()))
+                os.replace(args["marker"] + ".part", args["marker"])
                 return None
             time.sleep(0.005)
         return text("slept")
