@@ -88,7 +88,28 @@ pub struct Surface {
     /// True when more than [`MAX_GIT_DIRS`] git directories were found (the
     /// rest are not listed).
     pub overflow: bool,
+    /// What of the surface lies outside the root (absolute): the git
+    /// directory and common directory a gitfile names (a linked worktree's),
+    /// every config file git reads or would read (missing ones too: one made
+    /// there is read), and `core.hooksPath` directories. Nothing of these
+    /// may be within a command's reach: the sandbox refuses a writable
+    /// root that holds one ([`Surface::reached_by`]).
+    pub outside: Vec<Outside>,
 }
+
+/// A piece of git's surface outside the root (see [`Surface::outside`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Outside {
+    /// A git directory: the host's git runs what its `config` and `hooks/`
+    /// say; its object store, refs and logs hold nothing git runs.
+    GitDir(PathBuf),
+    /// A config file or a hooks directory, whole.
+    Whole(PathBuf),
+}
+
+/// The parts of a git directory a writable root may lie in: data git
+/// stores, never runs nor is steered by.
+const GIT_DATA_DIRS: [&str; 4] = ["objects", "refs", "logs", "lfs"];
 
 impl Surface {
     /// Every path to protect: each git directory's [`SURFACE_NAMES`], then
@@ -106,6 +127,31 @@ impl Surface {
             }
         }
         out
+    }
+
+    /// The piece of [`Surface::outside`] that commands writing beneath
+    /// `dir` (a canonical writable root) could change: one lying within
+    /// `dir`, or a git directory or hooks directory `dir` lies in (but for
+    /// a git directory's [`GIT_DATA_DIRS`]).
+    pub fn reached_by(&self, dir: &Path) -> Option<&Path> {
+        self.outside.iter().find_map(|piece| {
+            let (place, data_ok) = match piece {
+                Outside::GitDir(p) => (p, true),
+                Outside::Whole(p) => (p, false),
+            };
+            if place.starts_with(dir) {
+                return Some(place.as_path());
+            }
+            let rest = dir.strip_prefix(place).ok()?;
+            let first = rest.components().next();
+            let data = data_ok
+                && first.is_some_and(|c| {
+                    c.as_os_str()
+                        .to_str()
+                        .is_some_and(|n| GIT_DATA_DIRS.contains(&n))
+                });
+            (!data).then_some(place.as_path())
+        })
     }
 }
 
@@ -171,14 +217,19 @@ pub fn surface(root: &Path, host: &HostEnv) -> Surface {
     let common = git_dir
         .as_deref()
         .map(|g| common_dir(g).unwrap_or_else(|| g.to_path_buf()));
-    let add_dir = |s: &mut Surface, dir: &Path| {
-        if let Some(rel) = inside(root, dir)
-            && !s.git_dirs.contains(&rel)
-        {
+    let add_dir = |s: &mut Surface, dir: &Path| match inside(root, dir) {
+        Some(rel) if !s.git_dirs.contains(&rel) => {
             if s.git_dirs.len() >= MAX_GIT_DIRS {
                 s.overflow = true;
             } else {
                 s.git_dirs.push(rel);
+            }
+        }
+        Some(_) => {}
+        None => {
+            let piece = Outside::GitDir(dir.to_path_buf());
+            if !s.outside.contains(&piece) {
+                s.outside.push(piece);
             }
         }
     };
@@ -211,10 +262,10 @@ pub fn surface(root: &Path, host: &HostEnv) -> Surface {
         read_config(file, 0, host, &mut found);
     }
     for file in &found.files {
-        if let Some(rel) = inside(root, file)
-            && !s.extra.contains(&rel)
-        {
-            s.extra.push(rel);
+        match inside(root, file) {
+            Some(rel) if !s.extra.contains(&rel) => s.extra.push(rel),
+            Some(_) => {}
+            None => s.outside.push(Outside::Whole(file.clone())),
         }
     }
     for value in &found.hooks_paths {
@@ -224,6 +275,12 @@ pub fn surface(root: &Path, host: &HostEnv) -> Surface {
             None => continue,
         };
         let dir = canonical(&dir);
+        if inside(root, &dir).is_none() {
+            let piece = Outside::Whole(dir.clone());
+            if !s.outside.contains(&piece) {
+                s.outside.push(piece);
+            }
+        }
         if let Some(rel) = inside(root, &dir) {
             if !s.extra.contains(&rel) {
                 s.extra.push(rel.clone());
@@ -803,6 +860,43 @@ mod tests {
             read.fresh_at(&root, later - Duration::from_millis(1))
                 .is_some()
         );
+    }
+
+    #[test]
+    fn a_linked_worktrees_git_directories_are_outside_and_reached_by_roots_holding_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = std::fs::canonicalize(dir.path()).unwrap();
+        let (root, main) = (base.join("wt"), base.join("main/.git"));
+        std::fs::create_dir_all(main.join("worktrees/wt")).unwrap();
+        std::fs::create_dir_all(&root).unwrap();
+        std::fs::write(main.join("worktrees/wt/commondir"), "../..\n").unwrap();
+        std::fs::write(
+            root.join(".git"),
+            format!("gitdir: {}/worktrees/wt\n", main.display()),
+        )
+        .unwrap();
+        let host = HostEnv::from_vars([("HOME", base.join("home"))]);
+        let s = surface(&root, &host);
+        assert!(s.git_dirs.is_empty(), "{:?}", s.git_dirs);
+        assert!(s.outside.contains(&Outside::GitDir(main.clone())));
+        assert!(
+            s.outside
+                .contains(&Outside::GitDir(main.join("worktrees/wt")))
+        );
+        assert!(
+            s.outside
+                .contains(&Outside::Whole(base.join("home/.gitconfig")))
+        );
+        for reaching in [&base, &main, &main.join("hooks"), &main.join("worktrees")] {
+            assert!(s.reached_by(reaching).is_some(), "{}", reaching.display());
+        }
+        for apart in [
+            main.join("objects"),
+            main.join("refs/heads"),
+            base.join("other"),
+        ] {
+            assert_eq!(s.reached_by(&apart), None, "{}", apart.display());
+        }
     }
 
     #[test]

@@ -833,3 +833,123 @@ fn a_root_the_model_can_move_is_refused() {
     };
     assert!(err.contains("lies in the writable root"), "{err}");
 }
+
+/// A toolset on a `linux` sandbox on `ws` whose commands may also write
+/// `writable`, `host` as cubby's environment; or the open's error message.
+fn open_with_roots(
+    ws: &std::path::Path,
+    writable: &[PathBuf],
+    host: &cubby::HostEnv,
+) -> Result<cubby::Toolset, String> {
+    let mut policy = cubby::Policy::builder();
+    policy.writable_roots(writable.iter().map(|p| p.to_str().unwrap()));
+    let policy = policy.build().unwrap();
+    let sandbox = cubby::sandbox::LinuxSandbox::open(ws, &policy, host)
+        .map_err(|e| e.message().to_string())?;
+    Ok(cubby::Toolset::builder(std::sync::Arc::new(sandbox))
+        .policy(policy)
+        .host_env(host.clone())
+        .track_changes(false)
+        .build()
+        .unwrap())
+}
+
+/// Red-team pass 15, S2: the workspace is a linked worktree, whose git
+/// directory and common directory lie outside it, in the main repository —
+/// which a user makes a writable root so that commands can commit. Then
+/// commands wrote its `hooks/` and `config` (`core.fsmonitor`), and the
+/// host's next `git status` or `git commit` in the worktree ran them. Such
+/// a root is refused; the repository's object store, refs and logs alone
+/// may be writable. The control: a hook written where the refused root
+/// lets commands write runs at the host's next commit in the worktree.
+#[test]
+fn a_writable_root_holding_the_workspaces_git_directory_is_refused() {
+    let (base, _, outside) = lab_dirs();
+    let main = base.path().join("main");
+    let wt = base.path().join("wt");
+    let git = |dir: &std::path::Path, args: &[&str]| {
+        let out = std::process::Command::new("git")
+            .arg("-C")
+            .arg(dir)
+            .args(["-c", "user.name=t", "-c", "user.email=t@example.com"])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "git {args:?}: {out:?}");
+    };
+    fs::create_dir(&main).unwrap();
+    git(&main, &["init", "-q"]);
+    git(&main, &["commit", "-q", "--allow-empty", "-m", "init"]);
+    git(&main, &["worktree", "add", "-q", wt.to_str().unwrap()]);
+    let host = cubby::HostEnv::capture();
+    let dot_git = main.join(".git");
+    for root in [
+        dot_git.clone(),
+        main.clone(),
+        dot_git.join("hooks"),
+        dot_git.join("worktrees"),
+        dot_git.join("worktrees/wt"),
+    ] {
+        match open_with_roots(&wt, std::slice::from_ref(&root), &host) {
+            Ok(_) => panic!("a sandbox opened with {} writable", root.display()),
+            Err(e) => assert!(e.contains("the host's git reads or runs"), "{e}"),
+        }
+    }
+    // The object store alone: opens, and commands write there.
+    let tools = open_with_roots(&wt, &[dot_git.join("objects")], &host).unwrap();
+    let out = tools.call(
+        "run",
+        json!({"command": format!("touch {}/objects/made && echo made", dot_git.display())}),
+    );
+    assert!(out.text.contains("made"), "{}", out.text);
+    assert!(dot_git.join("objects/made").exists());
+    // The control.
+    let hook = dot_git.join("hooks/pre-commit");
+    let ran = outside.join("hook-ran");
+    fs::write(&hook, format!("#!/bin/sh\necho ran > {}\n", ran.display())).unwrap();
+    fs::set_permissions(&hook, fs::Permissions::from_mode(0o755)).unwrap();
+    git(&wt, &["commit", "-q", "--allow-empty", "-m", "second"]);
+    assert!(ran.exists(), "the control's hook did not run");
+}
+
+/// Red-team pass 15, S3 (its last part): a writable root holding a
+/// directory where cubby looks for credential stores by name (a home,
+/// `~/.cache` with `~/.cache/git`): a command renamed that directory, and
+/// the next session's masks, which go by name, missed the stores under the
+/// new one. Refused; a directory beside them (`~/.cache/pip`) is not. The
+/// control: a store whose directory was renamed is readable by a command.
+#[test]
+fn a_writable_root_holding_a_credential_directory_is_refused() {
+    let (_base, ws, outside) = lab_dirs();
+    let home = outside.join("home");
+    fs::create_dir_all(home.join(".cache/git/credential")).unwrap();
+    fs::create_dir_all(home.join(".cache/pip")).unwrap();
+    fs::write(home.join(".cache/git/credential/token"), "CACHED-CRED\n").unwrap();
+    let host = cubby::HostEnv::capture().with("HOME", &home);
+    for root in [home.clone(), home.join(".cache"), home.join(".cache/git")] {
+        match open_with_roots(&ws, std::slice::from_ref(&root), &host) {
+            Ok(_) => panic!("a sandbox opened with {} writable", root.display()),
+            Err(e) => assert!(
+                e.contains("credential stores by name") && e.contains(".cache"),
+                "{e}"
+            ),
+        }
+    }
+    let tools = open_with_roots(&ws, &[home.join(".cache/pip")], &host).unwrap();
+    let cat = |tools: &cubby::Toolset, dir: &str| {
+        tools
+            .call(
+                "run",
+                json!({"command": format!("cat {}/{dir}/credential/token", home.join(".cache").display())}),
+            )
+            .text
+    };
+    let text = cat(&tools, "git");
+    assert!(!text.contains("CACHED-CRED"), "{text}");
+    // The control: what a command in the refused root would have done,
+    // and the next session.
+    fs::rename(home.join(".cache/git"), home.join(".cache/g2")).unwrap();
+    let next = open_with_roots(&ws, &[home.join(".cache/pip")], &host).unwrap();
+    let text = cat(&next, "g2");
+    assert!(text.contains("CACHED-CRED"), "{text}");
+}

@@ -259,6 +259,28 @@ fn roots_out_of_reach(root: &Path, writable: &[PathBuf], readable: &[PathBuf]) -
     Ok(())
 }
 
+/// Refuses a writable root that holds (or lies in) a piece of git's
+/// surface outside the workspace ([`crate::git::Surface::reached_by`]): a
+/// linked worktree's git directory or common directory, a config file git
+/// reads, a `core.hooksPath` directory. Git directories inside the
+/// workspace are protected path by path; these are not, and the host's git
+/// would run a hook or a `core.fsmonitor` a command wrote there.
+fn git_out_of_reach(surface: &crate::git::Surface, writable: &[PathBuf]) -> Result<()> {
+    for dir in writable {
+        if let Some(piece) = surface.reached_by(dir) {
+            return Err(Error::invalid_input(format!(
+                "writable root `{}` would let commands change `{}`, which the host's git reads \
+                 or runs for this workspace (a git directory's config and hooks, a config file, \
+                 a hooks directory); leave it out, or name only the git directory's `objects`, \
+                 `refs` and `logs`. To commit from a linked worktree, run git on the host",
+                dir.display(),
+                piece.display()
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// Refuses a writable or readable root whose path passes through a
 /// symbolic link (`abs` is the configured path made absolute, `canonical`
 /// where it leads). A link in the workspace or in another writable root is
@@ -422,6 +444,22 @@ impl LinuxSandbox {
                         .iter()
                         .map(|r| ("readable root", r.as_path())),
                 );
+            for w in &writable_roots {
+                if let Some(watched) = stores.watched_within(w) {
+                    return Err(Error::new(
+                        ErrorKind::Unsupported,
+                        format!(
+                            "writable root `{}` holds `{}`, a directory where cubby looks for \
+                             credential stores by name: commands could rename it or make it \
+                             anew and so move the stores out from under their masks. Name the \
+                             directory the tool needs instead (`~/.cache/pip`, \
+                             `~/.cargo/registry`), not a home or one holding a store's directory",
+                            w.display(),
+                            watched.display()
+                        ),
+                    ));
+                }
+            }
             for (what, dir) in roots {
                 if let Some(store) = stores.covering(dir) {
                     return Err(Error::new(
@@ -435,6 +473,16 @@ impl LinuxSandbox {
                     ));
                 }
             }
+        }
+        // Git's surface outside the workspace (a linked worktree's git
+        // directories, the user's config files, a hooks directory) within a
+        // writable root: the host's git would run what commands write there
+        // (red-team pass 15, S2).
+        let git_read = git_read
+            .filter(|r| r.fresh_for(fs.root_path()).is_some())
+            .unwrap_or_else(|| crate::git::SurfaceRead::now(fs.root_path(), &options.host));
+        if options.mode != Mode::FullAccess {
+            git_out_of_reach(git_read.surface(), &writable_roots)?;
         }
         let read_roots = match options.read_scope {
             ReadScope::Host => Vec::new(),
@@ -477,7 +525,7 @@ impl LinuxSandbox {
             // Refused at the open rather than at the first command.
             sandbox.private_dirs()?;
         }
-        sandbox.sweep_placeholders(git_read);
+        sandbox.sweep_placeholders(Some(git_read));
         Ok(sandbox)
     }
 

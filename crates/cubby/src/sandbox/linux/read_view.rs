@@ -860,6 +860,21 @@ impl HostStores {
         out
     }
 
+    /// A directory whose entries are matched against credential names
+    /// (a home, `~/.config`, `~/.cache/git`, `/etc`, …) that lies in `dir`
+    /// or is `dir`, if any. Within a writable root such a directory is the
+    /// commands': renamed (or made) there, the stores in it escape the next
+    /// session's masks, which go by name, and the store layer, which grants
+    /// the writable roots whole, does not catch one made while a command
+    /// runs.
+    pub(crate) fn watched_within(&self, dir: &Path) -> Option<&Path> {
+        self.watch
+            .watched
+            .iter()
+            .map(|w| w.dir.as_path())
+            .find(|w| w.starts_with(dir))
+    }
+
     /// The credential store that `path` (canonical, existing) lies in (or
     /// is), if any: a `host_deny_read` entry above it, or a name of a
     /// watched directory's list on its way there. By name, with no look at
