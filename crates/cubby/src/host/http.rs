@@ -431,6 +431,128 @@ where
     Ok((collected.freeze(), held))
 }
 
+/// Largest tar body of a create, as sent: the archive's own cap
+/// ([`super::unpack::MAX_ARCHIVE_BYTES`]). Streamed, never held whole.
+pub const MAX_TAR_BODY_BYTES: u64 = super::unpack::MAX_ARCHIVE_BYTES;
+/// Chunks of a tar body in flight between the connection and the unpack.
+const TAR_CHUNKS: usize = 8;
+
+/// A sandbox whose workspace is unpacked from the request's tar body as
+/// it arrives: the body is handed to the unpack chunk by chunk (at most
+/// [`TAR_CHUNKS`] held, counted in `budget`), never read whole, so a
+/// workspace is not bounded by [`MAX_BODY_BYTES`] and the server's memory
+/// does not grow with it. The unpack runs on a thread of its own (it waits
+/// on the client's pace, which [`PacedBody`] bounds) and reads no further
+/// than the archive's end; a body that breaks off or passes
+/// [`MAX_TAR_BODY_BYTES`] fails the create (the workspace is removed).
+async fn create_from_tar_body<B>(
+    host: Arc<Host>,
+    body: B,
+    budget: &BodyBudget,
+) -> Result<wire::Created>
+where
+    B: Body<Data = Bytes> + Send + 'static,
+    B::Error: std::fmt::Display,
+{
+    let declared = body.size_hint().lower();
+    if declared > MAX_TAR_BODY_BYTES {
+        return Err(tar_too_large(declared));
+    }
+    let (tx, rx) = tokio::sync::mpsc::channel(TAR_CHUNKS);
+    let created = on_own_thread("cubby-host-unpack", move || {
+        host.create_from_tar(TarBodyReader {
+            rx,
+            chunk: Bytes::new(),
+            _held: None,
+        })
+    });
+    let pump = async move {
+        let mut seen: u64 = 0;
+        let mut body = std::pin::pin!(body);
+        while let Some(frame) = body.frame().await {
+            let data = match frame {
+                Ok(frame) => match frame.into_data() {
+                    Ok(data) => data,
+                    Err(_) => continue,
+                },
+                Err(e) => {
+                    let message = format!("the request body broke off: {e}");
+                    let _ = tx.send(Err(std::io::Error::other(message.clone()))).await;
+                    return Err(Error::new(ErrorKind::Network, message));
+                }
+            };
+            seen = seen.saturating_add(data.len() as u64);
+            if seen > MAX_TAR_BODY_BYTES {
+                let _ = tx
+                    .send(Err(std::io::Error::other("the tar body is too large")))
+                    .await;
+                return Err(tar_too_large(seen));
+            }
+            // Held while in flight: a chunk at a time, as the unpack takes it.
+            let Some(held) = budget.reserve(data.len()) else {
+                let _ = tx
+                    .send(Err(std::io::Error::other(
+                        "the server's body budget is full",
+                    )))
+                    .await;
+                return Err(Error::new(
+                    ErrorKind::Limit,
+                    "the server holds as many request bytes as it may; retry in a moment",
+                ));
+            };
+            if tx.send(Ok((data, held))).await.is_err() {
+                // The unpack is done (the archive ended) or failed: the
+                // rest of the body is not read.
+                break;
+            }
+        }
+        Ok(())
+    };
+    let (pumped, created) = tokio::join!(pump, created);
+    pumped?;
+    created
+}
+
+fn tar_too_large(size: u64) -> Error {
+    Error::new(
+        ErrorKind::TooLarge,
+        format!(
+            "the tar body is {size} bytes, over this host's limit of {MAX_TAR_BODY_BYTES}; \
+             send a smaller workspace (or gzip it)"
+        ),
+    )
+}
+
+/// The tar body of a create as the unpack reads it (see
+/// [`create_from_tar_body`]): each chunk's budget reservation is dropped
+/// when the next one is taken.
+struct TarBodyReader {
+    rx: tokio::sync::mpsc::Receiver<std::io::Result<(Bytes, BodyReservation)>>,
+    chunk: Bytes,
+    /// `chunk`'s reservation.
+    _held: Option<BodyReservation>,
+}
+
+impl Read for TarBodyReader {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        use bytes::Buf;
+        while self.chunk.is_empty() {
+            match self.rx.blocking_recv() {
+                Some(Ok((chunk, held))) => {
+                    self.chunk = chunk;
+                    self._held = Some(held);
+                }
+                Some(Err(e)) => return Err(e),
+                None => return Ok(0),
+            }
+        }
+        let n = buf.len().min(self.chunk.len());
+        buf[..n].copy_from_slice(&self.chunk[..n]);
+        self.chunk.advance(n);
+        Ok(n)
+    }
+}
+
 /// The limit of a body that is not a file.
 const BODY_LIMIT: &str = "the limit of a request";
 
@@ -564,12 +686,11 @@ where
     };
     match (parts.method.clone(), segments.as_slice()) {
         (Method::POST, ["sandboxes"]) => {
-            let tar = is_tar(&parts.headers);
-            let (body, _held) = read_body(body, MAX_BODY_BYTES, BODY_LIMIT, budget).await?;
-            if tar {
-                let created = blocking(move || host.create_from_tar(&body)).await?;
+            if is_tar(&parts.headers) {
+                let created = create_from_tar_body(host, body, budget).await?;
                 return Ok(json(StatusCode::CREATED, &created));
             }
+            let (body, _held) = read_body(body, MAX_BODY_BYTES, BODY_LIMIT, budget).await?;
             let request: wire::CreateRequest = if body.iter().all(u8::is_ascii_whitespace) {
                 wire::CreateRequest::default()
             } else {

@@ -496,14 +496,14 @@ impl Host {
     /// As [`Host::create`]; `invalid_input`, `path_escape`, `denied` or
     /// `too_large` for an archive the rules refuse (the whole create
     /// fails, the workspace is removed).
-    pub fn create_from_tar(&self, archive: &[u8]) -> Result<wire::Created> {
-        self.create_with(&wire::CreateRequest::default(), Some(archive))
+    pub fn create_from_tar(&self, mut archive: impl std::io::Read) -> Result<wire::Created> {
+        self.create_with(&wire::CreateRequest::default(), Some(&mut archive))
     }
 
     fn create_with(
         &self,
         request: &wire::CreateRequest,
-        archive: Option<&[u8]>,
+        archive: Option<&mut dyn std::io::Read>,
     ) -> Result<wire::Created> {
         if archive.is_some() && request.root.is_some() {
             return Err(Error::invalid_input(

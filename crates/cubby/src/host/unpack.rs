@@ -68,6 +68,12 @@ use crate::policy::Policy;
 pub const MAX_UNPACKED_BYTES: u64 = 1024 * 1024 * 1024;
 /// Default cap on the entries of one archive.
 pub const MAX_ENTRIES: usize = 100_000;
+/// Default cap on the bytes of the archive as read (a gzipped one
+/// decompressed): its files, and the headers and padding of as many
+/// entries as it may hold. Beyond the files' own caps, this bounds what an
+/// ignored entry (a pax global header) can make the unpack read: a gzip of
+/// zeros decompresses a thousandfold.
+pub const MAX_ARCHIVE_BYTES: u64 = MAX_UNPACKED_BYTES + (MAX_ENTRIES as u64) * 3 * 512;
 /// Default cap on the components of an entry's path.
 pub const MAX_DEPTH: usize = 64;
 /// Default cap on the bytes of an entry's path (and a link's target).
@@ -95,6 +101,8 @@ pub struct Caps {
     pub max_file_bytes: u64,
     /// Bytes of all files together.
     pub max_total_bytes: u64,
+    /// Bytes of the archive as read, decompressed.
+    pub max_archive_bytes: u64,
     /// Entries of the archive (all kinds).
     pub max_entries: usize,
     /// Components of a path.
@@ -110,6 +118,7 @@ impl Caps {
         Caps {
             max_file_bytes,
             max_total_bytes: MAX_UNPACKED_BYTES,
+            max_archive_bytes: MAX_ARCHIVE_BYTES,
             max_entries: MAX_ENTRIES,
             max_depth: MAX_DEPTH,
             max_path_bytes: MAX_PATH_BYTES,
@@ -140,6 +149,9 @@ fn shown(bytes: &[u8]) -> String {
 }
 
 fn malformed(e: &std::io::Error) -> Error {
+    if e.kind() == std::io::ErrorKind::FileTooLarge {
+        return too_large(format!("{e}; send a smaller workspace"));
+    }
     Error::invalid_input(format!(
         "the tar is malformed or truncated ({e}); send a complete tar (optionally gzipped)"
     ))
@@ -158,22 +170,83 @@ fn too_large(message: String) -> Error {
 /// `invalid_input`, `denied` or `too_large` for an entry the rules
 /// refuse; `internal` when the file system fails. What was unpacked
 /// before the error stays: the caller removes `root`.
-pub fn unpack(archive: &[u8], root: &Path, policy: &Policy, caps: &Caps) -> Result<Unpacked> {
+pub fn unpack(
+    mut archive: impl Read,
+    root: &Path,
+    policy: &Policy,
+    caps: &Caps,
+) -> Result<Unpacked> {
     let root_fd = rustix::fs::open(
         root,
         OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
         Mode::empty(),
     )
     .map_err(|e| Error::internal(format!("cannot open the new workspace: {e}")))?;
-    if archive.starts_with(&GZIP_MAGIC) {
-        unpack_from(
-            flate2::read::GzDecoder::new(archive),
-            &root_fd,
-            policy,
-            caps,
-        )
+    // The first bytes, to tell gzip (a stream may hand them one by one).
+    let mut head = [0u8; GZIP_MAGIC.len()];
+    let mut got = 0;
+    while got < head.len() {
+        match archive.read(&mut head[got..]) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(malformed(&e)),
+        }
+    }
+    let whole = std::io::Cursor::new(head[..got].to_vec()).chain(archive);
+    let cap = caps.max_archive_bytes;
+    if head[..got] == GZIP_MAGIC {
+        let tar = Capped::new(flate2::read::GzDecoder::new(whole), cap);
+        unpack_from(tar, &root_fd, policy, caps)
     } else {
-        unpack_from(archive, &root_fd, policy, caps)
+        unpack_from(Capped::new(whole, cap), &root_fd, policy, caps)
+    }
+}
+
+/// A reader that fails with `FileTooLarge` past `left` bytes.
+struct Capped<R> {
+    inner: R,
+    left: u64,
+    cap: u64,
+}
+
+impl<R: Read> Capped<R> {
+    fn new(inner: R, cap: u64) -> Capped<R> {
+        Capped {
+            inner,
+            left: cap,
+            cap,
+        }
+    }
+}
+
+impl<R: Read> Read for Capped<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        if self.left == 0 {
+            // One byte more tells an archive that ends at the cap from one
+            // that goes on.
+            let mut probe = [0u8; 1];
+            return match self.inner.read(&mut probe)? {
+                0 => Ok(0),
+                _ => Err(std::io::Error::new(
+                    std::io::ErrorKind::FileTooLarge,
+                    format!(
+                        "the tar comes to more than {} bytes as read (decompressed), this \
+                         host's limit",
+                        self.cap
+                    ),
+                )),
+            };
+        }
+        let want = buf
+            .len()
+            .min(usize::try_from(self.left).unwrap_or(usize::MAX));
+        let n = self.inner.read(&mut buf[..want])?;
+        self.left -= n as u64;
+        Ok(n)
     }
 }
 
@@ -835,6 +908,76 @@ mod tests {
             std::fs::read_to_string(dir.path().join("ws/a.txt")).unwrap(),
             "gz\n"
         );
+    }
+
+    /// A stream that hands out one byte a read (a body's chunks may split
+    /// anywhere, the gzip magic too).
+    struct ByteByByte<'a>(&'a [u8]);
+
+    impl Read for ByteByByte<'_> {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            let Some((first, rest)) = self.0.split_first() else {
+                return Ok(0);
+            };
+            if buf.is_empty() {
+                return Ok(0);
+            }
+            buf[0] = *first;
+            self.0 = rest;
+            Ok(1)
+        }
+    }
+
+    #[test]
+    fn a_stream_split_anywhere_is_unpacked_gzipped_or_not() {
+        let archive = tar_of(&[("a.txt", T::Regular, "streamed\n", 0o644)]);
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        gz.write_all(&archive).unwrap();
+        for bytes in [archive.clone(), gz.finish().unwrap()] {
+            let dir = tempfile::tempdir().unwrap();
+            let ws = dir.path().join("ws");
+            std::fs::create_dir(&ws).unwrap();
+            let policy = Policy::builder().build().unwrap();
+            unpack(ByteByByte(&bytes), &ws, &policy, &caps()).unwrap();
+            assert_eq!(
+                std::fs::read_to_string(ws.join("a.txt")).unwrap(),
+                "streamed\n"
+            );
+        }
+    }
+
+    /// An entry the unpack skips (a pax global header) of a megabyte of
+    /// zeros, gzipped to a kilobyte: read through to its end once, it now
+    /// stops at the archive's cap (a body of 1 GiB of such zeros would
+    /// decompress to a terabyte).
+    #[test]
+    fn a_skipped_entry_stops_at_the_archives_cap() {
+        let mut builder = tar::Builder::new(Vec::new());
+        let mut header = tar::Header::new_ustar();
+        header.set_entry_type(T::XGlobalHeader);
+        header.set_size(1024 * 1024);
+        header.set_path("pax_global_header").unwrap();
+        header.set_cksum();
+        builder
+            .append(&header, &vec![0u8; 1024 * 1024][..])
+            .unwrap();
+        let mut file = tar::Header::new_gnu();
+        file.set_size(1);
+        file.set_mode(0o644);
+        builder.append_data(&mut file, "a.txt", &b"x"[..]).unwrap();
+        let archive = builder.into_inner().unwrap();
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+        gz.write_all(&archive).unwrap();
+        let gz = gz.finish().unwrap();
+        assert!(gz.len() < 16 * 1024, "{}", gz.len());
+        let mut capped = caps();
+        capped.max_archive_bytes = 64 * 1024;
+        let (_dir, result) = run(&gz, &capped);
+        assert_eq!(result.unwrap_err().kind(), ErrorKind::TooLarge);
+        // At the default cap it is unpacked.
+        let (dir, result) = run(&gz, &caps());
+        result.unwrap();
+        assert!(dir.path().join("ws/a.txt").exists());
     }
 
     #[test]
