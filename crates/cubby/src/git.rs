@@ -88,30 +88,30 @@ pub struct Surface {
     /// True when more than [`MAX_GIT_DIRS`] git directories were found (the
     /// rest are not listed).
     pub overflow: bool,
-    /// What of the surface lies outside the root (absolute): the git
-    /// directory and common directory a gitfile names (a linked worktree's),
-    /// every config file git reads or would read (missing ones too: one made
-    /// there is read), and `core.hooksPath` directories. Nothing of these
-    /// may be within a command's reach: the sandbox refuses a writable
-    /// root that holds one ([`Surface::reached_by`]).
-    pub outside: Vec<Outside>,
+    /// What of the surface lies outside the root (absolute, resolved):
+    /// the git directory and common directory a gitfile or a linked `.git`
+    /// names, every `.git` git would find above a root that has none of
+    /// its own (missing ones too: one made there is found), every config
+    /// file git reads or would read, `core.hooksPath` directories, and the
+    /// programs config names by path (`core.fsmonitor`, `core.pager`,
+    /// `credential.helper`, filters, …). Nothing of these may be within a
+    /// command's reach: the sandbox refuses a writable root that holds one
+    /// or lies in one ([`Surface::reached_by`]).
+    pub outside: Vec<PathBuf>,
+    /// Config values naming a place cubby cannot resolve (`%(prefix)/…`, a
+    /// `~user/` of no known user): the sandbox refuses every writable root
+    /// while there is one (it cannot tell whether a root holds it).
+    pub unresolved: Vec<String>,
 }
-
-/// A piece of git's surface outside the root (see [`Surface::outside`]).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Outside {
-    /// A git directory: the host's git runs what its `config` and `hooks/`
-    /// say; its object store, refs and logs hold nothing git runs.
-    GitDir(PathBuf),
-    /// A config file or a hooks directory, whole.
-    Whole(PathBuf),
-}
-
-/// The parts of a git directory a writable root may lie in: data git
-/// stores, never runs nor is steered by.
-const GIT_DATA_DIRS: [&str; 4] = ["objects", "refs", "logs", "lfs"];
 
 impl Surface {
+    /// Records `place` (outside the root) once.
+    fn add_outside(&mut self, place: PathBuf) {
+        if !self.outside.contains(&place) {
+            self.outside.push(place);
+        }
+    }
+
     /// Every path to protect: each git directory's [`SURFACE_NAMES`], then
     /// [`Surface::extra`].
     pub fn paths(&self) -> Vec<WorkspacePath> {
@@ -131,27 +131,14 @@ impl Surface {
 
     /// The piece of [`Surface::outside`] that commands writing beneath
     /// `dir` (a canonical writable root) could change: one lying within
-    /// `dir`, or a git directory or hooks directory `dir` lies in (but for
-    /// a git directory's [`GIT_DATA_DIRS`]).
+    /// `dir`, or one `dir` lies in. Nothing of a git directory is spared: a
+    /// link a command plants in its `logs`, `objects` or `refs` is followed
+    /// by the host's git when it writes there (red-team pass 16).
     pub fn reached_by(&self, dir: &Path) -> Option<&Path> {
-        self.outside.iter().find_map(|piece| {
-            let (place, data_ok) = match piece {
-                Outside::GitDir(p) => (p, true),
-                Outside::Whole(p) => (p, false),
-            };
-            if place.starts_with(dir) {
-                return Some(place.as_path());
-            }
-            let rest = dir.strip_prefix(place).ok()?;
-            let first = rest.components().next();
-            let data = data_ok
-                && first.is_some_and(|c| {
-                    c.as_os_str()
-                        .to_str()
-                        .is_some_and(|n| GIT_DATA_DIRS.contains(&n))
-                });
-            (!data).then_some(place.as_path())
-        })
+        self.outside
+            .iter()
+            .find(|place| place.starts_with(dir) || dir.starts_with(place))
+            .map(PathBuf::as_path)
     }
 }
 
@@ -207,10 +194,41 @@ impl SurfaceRead {
     }
 }
 
+/// Places outside any workspace whose programs and config the host runs
+/// whatever the repository: each directory on `PATH` (resolved; a program
+/// planted there runs in place of the host's), and the `etc/gitconfig`
+/// beside each `git` found on it (a git built with its own prefix reads
+/// its system config there, not in `/etc`).
+pub fn host_program_places(host: &HostEnv) -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = Vec::new();
+    let Some(path) = host.var_os("PATH") else {
+        return out;
+    };
+    for dir in std::env::split_paths(path) {
+        if !dir.is_absolute() {
+            continue;
+        }
+        let dir = canonical(&dir);
+        if dir.join("git").is_file() {
+            if let Some(prefix) = dir.parent() {
+                let config = canonical(&prefix.join("etc/gitconfig"));
+                if !out.contains(&config) {
+                    out.push(config);
+                }
+            }
+        }
+        if !out.contains(&dir) {
+            out.push(dir);
+        }
+    }
+    out
+}
+
 /// Git's executable surface of the workspace at `root` (a canonical path),
 /// as the host's git would find it now; `host` is the environment git
 /// would run in (`HOME`, `XDG_CONFIG_HOME`, `GIT_CONFIG_SYSTEM`,
-/// `GIT_CONFIG_GLOBAL`, `GIT_CONFIG_NOSYSTEM` locate its config files).
+/// `GIT_CONFIG_GLOBAL` locate its config files, besides their default
+/// places, which are always read).
 pub fn surface(root: &Path, host: &HostEnv) -> Surface {
     let mut s = Surface::default();
     let (git_dir, top) = locate(root);
@@ -226,15 +244,26 @@ pub fn surface(root: &Path, host: &HostEnv) -> Surface {
             }
         }
         Some(_) => {}
-        None => {
-            let piece = Outside::GitDir(dir.to_path_buf());
-            if !s.outside.contains(&piece) {
-                s.outside.push(piece);
-            }
-        }
+        None => s.add_outside(dir.to_path_buf()),
     };
     if let Some(g) = &git_dir {
         add_dir(&mut s, g);
+    }
+    // A root without a repository of its own (no `.git`, or one git does
+    // not take: a directory without `HEAD`, as a placeholder is): git run
+    // in it goes on to the first `.git` above it, so each place on the way
+    // up (to the repository it lies in, or `/`) is one a `.git` made later
+    // would be found at (red-team pass 16).
+    let own = root.join(GIT_DIR_NAME);
+    let stops = std::fs::symlink_metadata(&own).is_ok_and(|m| m.is_file())
+        || std::fs::symlink_metadata(own.join("HEAD")).is_ok();
+    if !stops {
+        for dir in root.ancestors().skip(1) {
+            s.add_outside(dir.join(GIT_DIR_NAME));
+            if dir == top {
+                break;
+            }
+        }
     }
     if let Some(c) = &common {
         add_dir(&mut s, c);
@@ -265,21 +294,41 @@ pub fn surface(root: &Path, host: &HostEnv) -> Surface {
         match inside(root, file) {
             Some(rel) if !s.extra.contains(&rel) => s.extra.push(rel),
             Some(_) => {}
-            None => s.outside.push(Outside::Whole(file.clone())),
+            None => s.add_outside(file.clone()),
+        }
+    }
+    s.unresolved.append(&mut found.unresolved);
+    for value in &found.programs {
+        // The program's first word; a bare name is looked up on `PATH`,
+        // whose directories the sandbox checks on their own.
+        let first = value.split_whitespace().next().unwrap_or("");
+        if !(first.starts_with('/') || first.starts_with('~')) {
+            continue;
+        }
+        match expand_home(first, host) {
+            Some(p) => {
+                let p = canonical(&p);
+                match inside(root, &p) {
+                    Some(rel) if !s.extra.contains(&rel) => s.extra.push(rel),
+                    Some(_) => {}
+                    None => s.add_outside(p),
+                }
+            }
+            None => s.unresolved.push(value.clone()),
         }
     }
     for value in &found.hooks_paths {
         let dir = match expand_home(value, host) {
             Some(p) if p.is_absolute() => p,
             Some(p) => top.join(p),
-            None => continue,
+            None => {
+                s.unresolved.push(value.clone());
+                continue;
+            }
         };
         let dir = canonical(&dir);
         if inside(root, &dir).is_none() {
-            let piece = Outside::Whole(dir.clone());
-            if !s.outside.contains(&piece) {
-                s.outside.push(piece);
-            }
+            s.add_outside(dir.clone());
         }
         if let Some(rel) = inside(root, &dir) {
             if !s.extra.contains(&rel) {
@@ -299,54 +348,58 @@ pub fn surface(root: &Path, host: &HostEnv) -> Surface {
 }
 
 /// The git directory of the worktree `root` is in (the root's own `.git`,
-/// or one above it), and that worktree's top.
+/// or one above it), and that worktree's top. A `.git` that is a symbolic
+/// link is followed, as git follows it (to a directory, or a gitfile).
 fn locate(root: &Path) -> (Option<PathBuf>, PathBuf) {
-    let dot_git = root.join(GIT_DIR_NAME);
-    match std::fs::symlink_metadata(&dot_git) {
-        Ok(m) if m.is_dir() => (Some(dot_git), root.to_path_buf()),
-        Ok(m) if m.is_file() => (read_gitfile(&dot_git, root), root.to_path_buf()),
-        Ok(_) => (None, root.to_path_buf()),
-        // No `.git` here: the root may lie inside a repository above it.
-        Err(_) => match root.ancestors().skip(1).find_map(|dir| {
-            let candidate = dir.join(GIT_DIR_NAME);
-            match std::fs::symlink_metadata(&candidate) {
-                Ok(m) if m.is_dir() => Some((Some(candidate), dir.to_path_buf())),
-                Ok(m) if m.is_file() => Some((read_gitfile(&candidate, dir), dir.to_path_buf())),
+    /// What `candidate` (a `.git` in `dir`) gives git: `None` when git
+    /// looks further up, `Some(None)` for a `.git` that names nothing.
+    fn look(candidate: &Path, dir: &Path) -> Option<Option<PathBuf>> {
+        let m = std::fs::symlink_metadata(candidate).ok()?;
+        if m.is_dir() {
+            return Some(Some(candidate.to_path_buf()));
+        }
+        if m.is_file() {
+            return Some(read_gitfile(candidate, dir));
+        }
+        if m.file_type().is_symlink() {
+            return match std::fs::metadata(candidate) {
+                Ok(t) if t.is_dir() => Some(Some(canonical(candidate))),
+                Ok(t) if t.is_file() => Some(read_gitfile(candidate, dir)),
                 _ => None,
-            }
-        }) {
-            Some(found) => found,
-            None => (None, root.to_path_buf()),
-        },
+            };
+        }
+        Some(None)
+    }
+    match look(&root.join(GIT_DIR_NAME), root) {
+        Some(found) => (found, root.to_path_buf()),
+        // No `.git` here: the root may lie inside a repository above it.
+        None => root
+            .ancestors()
+            .skip(1)
+            .find_map(|dir| look(&dir.join(GIT_DIR_NAME), dir).map(|g| (g, dir.to_path_buf())))
+            .unwrap_or_else(|| (None, root.to_path_buf())),
     }
 }
 
 /// The config files git reads first (the system's, the user's, the
 /// repository's and the worktree's), before what they include.
 fn config_list(host: &HostEnv, git_dir: Option<&Path>, common: Option<&Path>) -> Vec<PathBuf> {
-    let mut configs: Vec<PathBuf> = Vec::new();
-    if !env_true(host, "GIT_CONFIG_NOSYSTEM") {
-        configs.push(
-            host.var_os("GIT_CONFIG_SYSTEM")
-                .map(PathBuf::from)
-                .unwrap_or_else(|| PathBuf::from("/etc/gitconfig")),
-        );
+    // The union of where git reads them by default and where cubby's
+    // environment moves them: the host's git may run in an environment of
+    // its own (an MCP client starts cubby with less of the user's).
+    let mut configs: Vec<PathBuf> = vec![PathBuf::from("/etc/gitconfig")];
+    if let Some(system) = host.var_os("GIT_CONFIG_SYSTEM") {
+        configs.push(PathBuf::from(system));
     }
-    match host.var_os("GIT_CONFIG_GLOBAL") {
-        Some(g) => configs.push(PathBuf::from(g)),
-        None => {
-            let xdg = host
-                .var_os("XDG_CONFIG_HOME")
-                .filter(|x| !x.is_empty())
-                .map(PathBuf::from)
-                .or_else(|| home(host).map(|h| h.join(".config")));
-            if let Some(x) = xdg {
-                configs.push(x.join("git/config"));
-            }
-            if let Some(h) = home(host) {
-                configs.push(h.join(".gitconfig"));
-            }
-        }
+    if let Some(global) = host.var_os("GIT_CONFIG_GLOBAL") {
+        configs.push(PathBuf::from(global));
+    }
+    if let Some(x) = host.var_os("XDG_CONFIG_HOME").filter(|x| !x.is_empty()) {
+        configs.push(PathBuf::from(x).join("git/config"));
+    }
+    if let Some(h) = home(host) {
+        configs.push(h.join(".config/git/config"));
+        configs.push(h.join(".gitconfig"));
     }
     if let Some(c) = common {
         configs.push(c.join("config"));
@@ -466,12 +519,40 @@ struct Found {
     files: Vec<PathBuf>,
     /// Every `core.hooksPath` value.
     hooks_paths: Vec<String>,
+    /// The values that name a program git runs ([`PROGRAM_KEYS`], `!`
+    /// aliases).
+    programs: Vec<String>,
+    /// Include paths cubby could not resolve.
+    unresolved: Vec<String>,
     /// The credentials they hold ([`config_credentials`]).
     credentials: Vec<(&'static str, String)>,
 }
 
-/// Reads one config file (and what it includes) into `found`.
+/// Config keys (section, key; the subsection dropped) whose value is a
+/// program git runs, its first word a path or a name on `PATH`.
+const PROGRAM_KEYS: [(&str, &str); 15] = [
+    ("core", "fsmonitor"),
+    ("core", "pager"),
+    ("core", "editor"),
+    ("core", "sshcommand"),
+    ("core", "askpass"),
+    ("sequence", "editor"),
+    ("credential", "helper"),
+    ("gpg", "program"),
+    ("diff", "external"),
+    ("diff", "textconv"),
+    ("diff", "command"),
+    ("filter", "clean"),
+    ("filter", "smudge"),
+    ("filter", "process"),
+    ("merge", "driver"),
+];
+
+/// Reads one config file (and what it includes) into `found`. `file` as
+/// written: a relative include is taken from its directory as written
+/// (git's rule), not from where a link leads.
 fn read_config(file: &Path, depth: usize, host: &HostEnv, found: &mut Found) {
+    let written = file;
     let file = canonical(file);
     if found.files.contains(&file) {
         return;
@@ -486,14 +567,24 @@ fn read_config(file: &Path, depth: usize, host: &HostEnv, found: &mut Found) {
             ("core", "hookspath") => found.hooks_paths.push(value),
             ("include" | "includeif", "path") if depth < MAX_INCLUDE_DEPTH => {
                 let Some(p) = expand_home(&value, host) else {
+                    found.unresolved.push(value);
                     continue;
                 };
-                let p = if p.is_absolute() {
-                    p
+                if p.is_absolute() {
+                    read_config(&p, depth + 1, host, found);
                 } else {
-                    file.parent().unwrap_or(Path::new("/")).join(p)
-                };
-                read_config(&p, depth + 1, host, found);
+                    // As written, and where its link leads (either may be
+                    // what a git reads: the first is git's rule).
+                    let beside = |f: &Path| f.parent().unwrap_or(Path::new("/")).join(&p);
+                    read_config(&beside(written), depth + 1, host, found);
+                    read_config(&beside(&file), depth + 1, host, found);
+                }
+            }
+            ("alias", _) if value.starts_with('!') => {
+                found.programs.push(value[1..].to_string());
+            }
+            (section, key) if PROGRAM_KEYS.contains(&(section, key)) => {
+                found.programs.push(value);
             }
             _ => {}
         }
@@ -652,7 +743,7 @@ fn inside(root: &Path, path: &Path) -> Option<WorkspacePath> {
 /// joined lexically (`..` taken off). Resolved by the kernel (an `O_PATH`
 /// open, then its `/proc/self/fd` link): a few system calls, where
 /// `realpath` reads a link per component.
-fn canonical(path: &Path) -> PathBuf {
+pub(crate) fn canonical(path: &Path) -> PathBuf {
     let mut lexical = PathBuf::new();
     for c in path.components() {
         match c {
@@ -715,23 +806,34 @@ fn home(host: &HostEnv) -> Option<PathBuf> {
         .map(PathBuf::from)
 }
 
-/// `~/x` with the home directory; `~user/x` is not expanded (`None`).
+/// `~/x` with the home directory, `~user/x` with that user's (from
+/// `/etc/passwd`); `None` for what cannot be resolved: an unknown user,
+/// git's `%(prefix)/`, an empty value.
 fn expand_home(value: &str, host: &HostEnv) -> Option<PathBuf> {
-    if value.is_empty() {
+    if value.is_empty() || value.starts_with("%(") {
         return None;
     }
     if let Some(rest) = value.strip_prefix("~/") {
         return home(host).map(|h| h.join(rest));
     }
-    if value.starts_with('~') {
-        return None;
+    if let Some(named) = value.strip_prefix('~') {
+        let (user, rest) = named.split_once('/').unwrap_or((named, ""));
+        return user_home(user).map(|h| h.join(rest));
     }
     Some(PathBuf::from(value))
 }
 
-fn env_true(host: &HostEnv, name: &str) -> bool {
-    host.var(name)
-        .is_some_and(|v| matches!(v.to_ascii_lowercase().as_str(), "1" | "true" | "yes" | "on"))
+/// The home directory of `user` in `/etc/passwd`.
+fn user_home(user: &str) -> Option<PathBuf> {
+    if user.is_empty() {
+        return None;
+    }
+    let passwd = read_small(Path::new("/etc/passwd"))?;
+    passwd.lines().find_map(|line| {
+        let fields: Vec<&str> = line.split(':').collect();
+        (fields.len() >= 6 && fields[0] == user && fields[5].starts_with('/'))
+            .then(|| PathBuf::from(fields[5]))
+    })
 }
 
 #[cfg(test)]
@@ -875,28 +977,115 @@ mod tests {
             format!("gitdir: {}/worktrees/wt\n", main.display()),
         )
         .unwrap();
+        std::fs::write(
+            main.join("config"),
+            "[core]\n\tfsmonitor = /opt/tools/fsmon --flag\n\tpager = less\n\
+             [alias]\n\tx = !/opt/alias.sh a\n",
+        )
+        .unwrap();
         let host = HostEnv::from_vars([("HOME", base.join("home"))]);
         let s = surface(&root, &host);
         assert!(s.git_dirs.is_empty(), "{:?}", s.git_dirs);
-        assert!(s.outside.contains(&Outside::GitDir(main.clone())));
-        assert!(
-            s.outside
-                .contains(&Outside::GitDir(main.join("worktrees/wt")))
-        );
-        assert!(
-            s.outside
-                .contains(&Outside::Whole(base.join("home/.gitconfig")))
-        );
-        for reaching in [&base, &main, &main.join("hooks"), &main.join("worktrees")] {
-            assert!(s.reached_by(reaching).is_some(), "{}", reaching.display());
-        }
-        for apart in [
-            main.join("objects"),
-            main.join("refs/heads"),
-            base.join("other"),
+        for place in [
+            main.clone(),
+            main.join("worktrees/wt"),
+            base.join("home/.gitconfig"),
+            base.join("home/.config/git/config"),
+            PathBuf::from("/etc/gitconfig"),
+            PathBuf::from("/opt/tools/fsmon"),
+            PathBuf::from("/opt/alias.sh"),
         ] {
-            assert_eq!(s.reached_by(&apart), None, "{}", apart.display());
+            assert!(
+                s.outside.contains(&place),
+                "{} in {:?}",
+                place.display(),
+                s.outside
+            );
         }
+        assert!(s.unresolved.is_empty(), "{:?}", s.unresolved);
+        // Nothing of a git directory is spared, its logs and objects no
+        // more than its hooks (red-team pass 16: links planted there).
+        for reaching in [
+            base.clone(),
+            main.clone(),
+            main.join("hooks"),
+            main.join("worktrees"),
+            main.join("logs"),
+            main.join("objects"),
+            PathBuf::from("/opt/tools"),
+        ] {
+            assert!(s.reached_by(&reaching).is_some(), "{}", reaching.display());
+        }
+        assert_eq!(s.reached_by(&base.join("other")), None);
+    }
+
+    #[test]
+    fn a_root_without_a_repository_names_each_git_above_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = std::fs::canonicalize(dir.path()).unwrap();
+        let root = base.join("proj/ws");
+        std::fs::create_dir_all(&root).unwrap();
+        let host = HostEnv::from_vars([("HOME", base.join("home"))]);
+        let s = surface(&root, &host);
+        for above in [
+            base.join("proj/.git"),
+            base.join(".git"),
+            PathBuf::from("/.git"),
+        ] {
+            assert!(s.outside.contains(&above), "{}", above.display());
+        }
+        assert!(s.reached_by(&base.join("proj")).is_some());
+        // A placeholder `.git` (no `HEAD`) does not stop git's search.
+        std::fs::create_dir(root.join(".git")).unwrap();
+        assert!(
+            surface(&root, &host)
+                .outside
+                .contains(&base.join("proj/.git"))
+        );
+        // A repository of its own does.
+        std::fs::write(root.join(".git/HEAD"), "ref: refs/heads/main\n").unwrap();
+        assert!(
+            !surface(&root, &host)
+                .outside
+                .contains(&base.join("proj/.git"))
+        );
+    }
+
+    #[test]
+    fn a_linked_git_directory_above_the_root_is_followed() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = std::fs::canonicalize(dir.path()).unwrap();
+        let store = base.join("store/ws.git");
+        std::fs::create_dir_all(&store).unwrap();
+        std::fs::write(store.join("HEAD"), "ref: refs/heads/main\n").unwrap();
+        std::fs::create_dir_all(base.join("ws/sub")).unwrap();
+        std::os::unix::fs::symlink(&store, base.join("ws/.git")).unwrap();
+        let host = HostEnv::from_vars([("HOME", base.join("home"))]);
+        let s = surface(&base.join("ws/sub"), &host);
+        assert!(s.outside.contains(&store), "{:?}", s.outside);
+        assert!(s.reached_by(&base.join("store")).is_some());
+    }
+
+    #[test]
+    fn places_cubby_cannot_resolve_are_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = std::fs::canonicalize(dir.path()).unwrap();
+        let root = base.join("ws");
+        std::fs::create_dir_all(root.join(".git")).unwrap();
+        std::fs::write(root.join(".git/HEAD"), "ref: refs/heads/main\n").unwrap();
+        std::fs::write(
+            root.join(".git/config"),
+            "[core]\n\thooksPath = ~no-such-user-here/hooks\n[include]\n\tpath = %(prefix)/x\n",
+        )
+        .unwrap();
+        let host = HostEnv::from_vars([("HOME", base.join("home"))]);
+        let s = surface(&root, &host);
+        assert_eq!(s.unresolved.len(), 2, "{:?}", s.unresolved);
+        // `~root/` is root's home, from /etc/passwd.
+        assert_eq!(
+            expand_home("~root/hooks", &host),
+            Some(PathBuf::from("/root/hooks"))
+        );
     }
 
     #[test]

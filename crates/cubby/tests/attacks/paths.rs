@@ -859,9 +859,11 @@ fn open_with_roots(
 /// which a user makes a writable root so that commands can commit. Then
 /// commands wrote its `hooks/` and `config` (`core.fsmonitor`), and the
 /// host's next `git status` or `git commit` in the worktree ran them. Such
-/// a root is refused; the repository's object store, refs and logs alone
-/// may be writable. The control: a hook written where the refused root
-/// lets commands write runs at the host's next commit in the worktree.
+/// a root is refused, and so is one in its `logs` or `objects` (red-team
+/// pass 16: a link planted there is followed by the host's git, which
+/// appends a reflog line to whatever it names). The control: a hook
+/// written where the refused root lets commands write runs at the host's
+/// next commit in the worktree.
 #[test]
 fn a_writable_root_holding_the_workspaces_git_directory_is_refused() {
     let (base, _, outside) = lab_dirs();
@@ -889,20 +891,22 @@ fn a_writable_root_holding_the_workspaces_git_directory_is_refused() {
         dot_git.join("hooks"),
         dot_git.join("worktrees"),
         dot_git.join("worktrees/wt"),
+        dot_git.join("objects"),
+        dot_git.join("logs"),
     ] {
         match open_with_roots(&wt, std::slice::from_ref(&root), &host) {
             Ok(_) => panic!("a sandbox opened with {} writable", root.display()),
             Err(e) => assert!(e.contains("the host's git reads or runs"), "{e}"),
         }
     }
-    // The object store alone: opens, and commands write there.
-    let tools = open_with_roots(&wt, &[dot_git.join("objects")], &host).unwrap();
+    // A directory beside the repository: opens, and commands write there.
+    let tools = open_with_roots(&wt, std::slice::from_ref(&outside), &host).unwrap();
     let out = tools.call(
         "run",
-        json!({"command": format!("touch {}/objects/made && echo made", dot_git.display())}),
+        json!({"command": format!("touch {}/made && echo made", outside.display())}),
     );
     assert!(out.text.contains("made"), "{}", out.text);
-    assert!(dot_git.join("objects/made").exists());
+    assert!(outside.join("made").exists());
     // The control.
     let hook = dot_git.join("hooks/pre-commit");
     let ran = outside.join("hook-ran");
@@ -910,6 +914,55 @@ fn a_writable_root_holding_the_workspaces_git_directory_is_refused() {
     fs::set_permissions(&hook, fs::Permissions::from_mode(0o755)).unwrap();
     git(&wt, &["commit", "-q", "--allow-empty", "-m", "second"]);
     assert!(ran.exists(), "the control's hook did not run");
+}
+
+/// Red-team pass 16, 2 and 5: a writable root holding a workspace that has
+/// no repository of its own — a command made a `.git` between them, which
+/// the host's git in the workspace then found (its `core.fsmonitor` ran at
+/// `git status`) — and one holding a directory on the host's `PATH`. Both
+/// refused. The control: a `.git` made where the refused root lets
+/// commands write is what the host's `git status` in the workspace runs.
+#[test]
+fn a_writable_root_above_a_workspace_without_a_repository_is_refused() {
+    let (base, _, outside) = lab_dirs();
+    let proj = base.path().join("proj");
+    let ws = proj.join("ws");
+    let bin = outside.join("bin");
+    fs::create_dir_all(&ws).unwrap();
+    fs::create_dir_all(&bin).unwrap();
+    let host = cubby::HostEnv::capture();
+    match open_with_roots(&ws, std::slice::from_ref(&proj), &host) {
+        Ok(_) => panic!("a sandbox opened with the workspace's parent writable"),
+        Err(e) => assert!(e.contains(".git"), "{e}"),
+    }
+    let path = format!("{}:/usr/bin:/bin", bin.display());
+    match open_with_roots(
+        &ws,
+        std::slice::from_ref(&outside),
+        &host.with("PATH", &path),
+    ) {
+        Ok(_) => panic!("a sandbox opened with a PATH directory writable"),
+        Err(e) => assert!(e.contains("PATH"), "{e}"),
+    }
+    // The control.
+    let ran = outside.join("fsmonitor-ran");
+    let git = |dir: &std::path::Path, args: &[&str]| {
+        std::process::Command::new("git")
+            .arg("-C")
+            .arg(dir)
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    assert!(git(&proj, &["init", "-q"]).status.success());
+    let fsmonitor = format!("echo ran > {}; false", ran.display());
+    assert!(
+        git(&proj, &["config", "core.fsmonitor", &fsmonitor])
+            .status
+            .success()
+    );
+    git(&ws, &["status"]);
+    assert!(ran.exists(), "the control's fsmonitor did not run");
 }
 
 /// Red-team pass 15, S3 (its last part): a writable root holding a
@@ -946,6 +999,18 @@ fn a_writable_root_holding_a_credential_directory_is_refused() {
     };
     let text = cat(&tools, "git");
     assert!(!text.contains("CACHED-CRED"), "{text}");
+    // Red-team pass 16, 4: the same directory reached through a link
+    // (`~/.cache` -> `scratch/cache`), named by its real path.
+    let linked_home = outside.join("home2");
+    let scratch = outside.join("scratch");
+    fs::create_dir_all(scratch.join("cache/huggingface")).unwrap();
+    fs::create_dir_all(&linked_home).unwrap();
+    symlink(scratch.join("cache"), linked_home.join(".cache")).unwrap();
+    let linked = cubby::HostEnv::capture().with("HOME", &linked_home);
+    match open_with_roots(&ws, std::slice::from_ref(&scratch), &linked) {
+        Ok(_) => panic!("a sandbox opened with a linked ~/.cache's real place writable"),
+        Err(e) => assert!(e.contains("credential stores by name"), "{e}"),
+    }
     // The control: what a command in the refused root would have done,
     // and the next session.
     fs::rename(home.join(".cache/git"), home.join(".cache/g2")).unwrap();

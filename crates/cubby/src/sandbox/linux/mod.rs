@@ -261,20 +261,48 @@ fn roots_out_of_reach(root: &Path, writable: &[PathBuf], readable: &[PathBuf]) -
 
 /// Refuses a writable root that holds (or lies in) a piece of git's
 /// surface outside the workspace ([`crate::git::Surface::reached_by`]): a
-/// linked worktree's git directory or common directory, a config file git
-/// reads, a `core.hooksPath` directory. Git directories inside the
-/// workspace are protected path by path; these are not, and the host's git
-/// would run a hook or a `core.fsmonitor` a command wrote there.
-fn git_out_of_reach(surface: &crate::git::Surface, writable: &[PathBuf]) -> Result<()> {
+/// linked worktree's git directory or common directory, a `.git` git
+/// would find above the workspace, a config file git reads, a
+/// `core.hooksPath` directory, a program config names; and one that holds
+/// a directory on `PATH` or a git's own system config
+/// ([`crate::git::host_program_places`]). Git directories inside the
+/// workspace are protected path by path; these are not, and the host
+/// would run what a command wrote there. While config names a place cubby
+/// cannot resolve, every writable root is refused.
+fn git_out_of_reach(
+    surface: &crate::git::Surface,
+    host: &HostEnv,
+    writable: &[PathBuf],
+) -> Result<()> {
+    if writable.is_empty() {
+        return Ok(());
+    }
+    if let Some(value) = surface.unresolved.first() {
+        return Err(Error::invalid_input(format!(
+            "git's config names `{value}`, a place cubby cannot resolve (`~user/` of an \
+             unknown user, `%(prefix)/`), so it cannot tell whether a writable root holds it; \
+             spell it as an absolute path, or leave writable_roots out"
+        )));
+    }
+    let programs = crate::git::host_program_places(host);
     for dir in writable {
         if let Some(piece) = surface.reached_by(dir) {
             return Err(Error::invalid_input(format!(
                 "writable root `{}` would let commands change `{}`, which the host's git reads \
-                 or runs for this workspace (a git directory's config and hooks, a config file, \
-                 a hooks directory); leave it out, or name only the git directory's `objects`, \
-                 `refs` and `logs`. To commit from a linked worktree, run git on the host",
+                 or runs for this workspace (a git directory, a `.git` it would find, a config \
+                 file, a hooks directory, a program its config names); leave it out. To commit \
+                 from a linked worktree, run git on the host",
                 dir.display(),
                 piece.display()
+            )));
+        }
+        if let Some(place) = programs.iter().find(|p| p.starts_with(dir)) {
+            return Err(Error::invalid_input(format!(
+                "writable root `{}` holds `{}`, where the host finds the programs it runs \
+                 (a directory on PATH, or a git's own system config): a command could plant \
+                 one there; leave it out",
+                dir.display(),
+                place.display()
             )));
         }
     }
@@ -418,10 +446,12 @@ impl LinuxSandbox {
         // A masked path in a writable root: a command renames a directory
         // above it, and the next session masks the old name only (red-team
         // pass 15, S3).
+        // By name and by where the name leads.
         if let Some((hidden, w)) = host_deny_read.iter().find_map(|h| {
+            let real = crate::git::canonical(h);
             writable_roots
                 .iter()
-                .find(|w| h.starts_with(w))
+                .find(|w| h.starts_with(w) || real.starts_with(w))
                 .map(|w| (h, w))
         }) {
             return Err(Error::invalid_input(format!(
@@ -447,9 +477,9 @@ impl LinuxSandbox {
             for w in &writable_roots {
                 if let Some(watched) = stores.watched_within(w) {
                     return Err(Error::new(
-                        ErrorKind::Unsupported,
+                        ErrorKind::InvalidInput,
                         format!(
-                            "writable root `{}` holds `{}`, a directory where cubby looks for \
+                            "writable root `{}` holds (or is) `{}`, a directory where cubby looks for \
                              credential stores by name: commands could rename it or make it \
                              anew and so move the stores out from under their masks. Name the \
                              directory the tool needs instead (`~/.cache/pip`, \
@@ -482,7 +512,7 @@ impl LinuxSandbox {
             .filter(|r| r.fresh_for(fs.root_path()).is_some())
             .unwrap_or_else(|| crate::git::SurfaceRead::now(fs.root_path(), &options.host));
         if options.mode != Mode::FullAccess {
-            git_out_of_reach(git_read.surface(), &writable_roots)?;
+            git_out_of_reach(git_read.surface(), &options.host, &writable_roots)?;
         }
         let read_roots = match options.read_scope {
             ReadScope::Host => Vec::new(),

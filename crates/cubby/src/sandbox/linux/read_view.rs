@@ -867,12 +867,17 @@ impl HostStores {
     /// session's masks, which go by name, and the store layer, which grants
     /// the writable roots whole, does not catch one made while a command
     /// runs.
-    pub(crate) fn watched_within(&self, dir: &Path) -> Option<&Path> {
-        self.watch
-            .watched
-            .iter()
-            .map(|w| w.dir.as_path())
-            .find(|w| w.starts_with(dir))
+    /// By name and by where the name leads (as far as it exists): a
+    /// `~/.cache` that is a link to `/scratch/cache` puts its stores in
+    /// `/scratch` (red-team pass 16).
+    pub(crate) fn watched_within(&self, dir: &Path) -> Option<PathBuf> {
+        self.watch.watched.iter().find_map(|w| {
+            if w.dir.starts_with(dir) {
+                return Some(w.dir.clone());
+            }
+            let real = crate::git::canonical(&w.dir);
+            real.starts_with(dir).then_some(real)
+        })
     }
 
     /// The credential store that `path` (canonical, existing) lies in (or
