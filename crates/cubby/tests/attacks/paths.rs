@@ -1018,3 +1018,111 @@ fn a_writable_root_holding_a_credential_directory_is_refused() {
     let text = cat(&next, "g2");
     assert!(text.contains("CACHED-CRED"), "{text}");
 }
+
+/// Red-team pass 16, beside 1: the workspace's own `.git/logs` and
+/// `.git/objects` are writable to commands (git in the sandbox writes
+/// reflogs and objects there), and a command planted links in them —
+/// `logs/HEAD -> ~/.bashrc` — that the host's git later wrote through (a
+/// reflog line, with a branch name the model chose, appended to the file
+/// a shell sources). The links are removed when the command ends. The
+/// control: the same links made on the host, and the host's commit
+/// appends to the file they name.
+#[test]
+fn links_a_command_plants_in_the_git_directory_are_gone_when_it_ends() {
+    let l = lab();
+    let git = |args: &[&str]| {
+        let out = std::process::Command::new("git")
+            .arg("-C")
+            .arg(&l.ws)
+            .args(["-c", "user.name=t", "-c", "user.email=t@example.com"])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "git {args:?}: {out:?}");
+    };
+    git(&["init", "-q"]);
+    git(&["commit", "-q", "--allow-empty", "-m", "init"]);
+    let victim = l.out("victimrc");
+    let objects = l.out("objects");
+    fs::write(&victim, "# rc\n").unwrap();
+    fs::create_dir(&objects).unwrap();
+    let plant = format!(
+        "rm -f .git/logs/HEAD && ln -s {v} .git/logs/HEAD && ln -s {v} .git/FETCH_HEAD && \
+         for d in 00 01 02 03 04 05 06 07 08 09 0a 0b 0c 0d 0e 0f; do \
+           [ -e .git/objects/$d ] || ln -s {o} .git/objects/$d; done && \
+         test -L .git/logs/HEAD && test -L .git/FETCH_HEAD && test -L .git/objects/00 && \
+         echo planted",
+        v = victim.display(),
+        o = objects.display()
+    );
+    let out = l.sh(&plant);
+    assert!(
+        out.text.contains("planted"),
+        "the command could not plant: {}",
+        out.text
+    );
+    let planted =
+        |p: &str| fs::symlink_metadata(l.ws.join(p)).is_ok_and(|m| m.file_type().is_symlink());
+    for p in [".git/logs/HEAD", ".git/FETCH_HEAD", ".git/objects/00"] {
+        assert!(!planted(p), "{p} is still a link after the command");
+    }
+    git(&["commit", "-q", "--allow-empty", "-m", "on the host"]);
+    assert_eq!(fs::read_to_string(&victim).unwrap(), "# rc\n");
+    // `logs` itself made a link to a directory of links.
+    let out = l.sh(&format!(
+        "mkdir -p evil && ln -s {} evil/HEAD && rm -rf .git/logs && ln -s ../evil .git/logs && \
+         test -L .git/logs && echo planted",
+        victim.display()
+    ));
+    assert!(out.text.contains("planted"), "{}", out.text);
+    assert!(
+        !planted(".git/logs"),
+        ".git/logs is still a link after the command"
+    );
+    git(&["commit", "-q", "--allow-empty", "-m", "again on the host"]);
+    assert_eq!(fs::read_to_string(&victim).unwrap(), "# rc\n");
+    // The control.
+    fs::remove_file(l.ws.join(".git/logs/HEAD")).unwrap();
+    symlink(&victim, l.ws.join(".git/logs/HEAD")).unwrap();
+    git(&["commit", "-q", "--allow-empty", "-m", "control"]);
+    assert!(
+        fs::read_to_string(&victim).unwrap().contains("control"),
+        "the control's reflog line did not land"
+    );
+}
+
+/// Red-team pass 16, 11: tools keep their tokens under
+/// `$XDG_CONFIG_HOME` (`gh/hosts.yml`) when it is set, and the credential
+/// stores were looked for under `~/.config` only: a command read the
+/// token. Now the XDG base directories of cubby's environment are watched
+/// as the home's. The control: the same sandbox with `XDG_CONFIG_HOME`
+/// unset in cubby's environment reads it.
+#[test]
+fn stores_under_the_xdg_base_directories_are_masked() {
+    let (base, ws, outside) = lab_dirs();
+    let xdg = outside.join("xdg");
+    fs::create_dir_all(xdg.join("gh")).unwrap();
+    fs::write(xdg.join("gh/hosts.yml"), "oauth_token: gho_XDGSECRET\n").unwrap();
+    let cat = format!("cat {}/gh/hosts.yml", xdg.display());
+    let host = cubby::HostEnv::capture().with("XDG_CONFIG_HOME", &xdg);
+    let policy = cubby::Policy::builder().build().unwrap();
+    let l = open_lab_in(base, ws.clone(), outside.clone(), policy, host);
+    let out = l.tools.call("run", json!({"command": cat}));
+    assert!(!out.text.contains("gho_XDGSECRET"), "{}", out.text);
+    // The control.
+    let (base2, ws2, outside2) = lab_dirs();
+    let policy = cubby::Policy::builder().build().unwrap();
+    let vars: Vec<(std::ffi::OsString, std::ffi::OsString)> = cubby::HostEnv::capture()
+        .vars()
+        .filter(|(k, _)| k != "XDG_CONFIG_HOME")
+        .collect();
+    let plain = open_lab_in(
+        base2,
+        ws2,
+        outside2,
+        policy,
+        cubby::HostEnv::from_vars(vars),
+    );
+    let out = plain.tools.call("run", json!({"command": cat}));
+    assert!(out.text.contains("gho_XDGSECRET"), "{}", out.text);
+}

@@ -198,11 +198,15 @@ pub(super) struct Lease {
     /// Each reserved path and its placeholder's inode.
     pub(super) reserved: Vec<(WorkspacePath, u64)>,
     pub(super) live: Option<Arc<Live>>,
+    /// The workspace's git directories, swept for planted links when the
+    /// command ends ([`super::protect::unlink_planted_links`]).
+    pub(super) git_dirs: Vec<WorkspacePath>,
 }
 
 impl Drop for Lease {
     fn drop(&mut self) {
         self.reservations.release(&self.reserved);
+        super::protect::unlink_planted_links(self.reservations.fs(), &self.git_dirs);
     }
 }
 

@@ -15,6 +15,136 @@ use crate::sandbox::local::is_placeholder_mode;
 use crate::sandbox::{EntryKind, FileSystem};
 use crate::sync::lock;
 
+/// Names at the top of a git directory that git writes by opening them
+/// (following a link: `fopen`, `O_APPEND`), not by a rename into place.
+const GIT_OPENED_NAMES: [&str; 13] = [
+    // The reflogs' directory itself: a link there leads every reflog
+    // elsewhere. (`objects` as a link is left: some layouts share it.)
+    "logs",
+    "FETCH_HEAD",
+    "COMMIT_EDITMSG",
+    "MERGE_MSG",
+    "SQUASH_MSG",
+    "TAG_EDITMSG",
+    "NOTES_EDITMSG",
+    "EDIT_DESCRIPTION",
+    "BISECT_LOG",
+    "MERGE_RR",
+    "gc.log",
+    "description",
+    "shallow",
+];
+/// Most directory entries one sweep of a git directory's `logs` looks at
+/// (a reflog per ref: a repository past this keeps the rest unlooked).
+const MAX_LOG_ENTRIES: usize = 20_000;
+/// Deepest a sweep goes below `logs` (`logs/refs/remotes/origin/a/b`).
+const MAX_LOG_DEPTH: usize = 16;
+
+/// Removes the symbolic links a command may have planted where the host's
+/// git writes by following a name (red-team pass 16): in each of
+/// `git_dirs` (workspace-relative), the top-level names of
+/// [`GIT_OPENED_NAMES`] (`logs` itself among them), everything under `logs/` (reflogs are appended
+/// with `O_APPEND`, so `logs/HEAD -> ~/.bashrc` took a line with a branch
+/// name the model chose) and the fan-out directories of `objects/`
+/// (loose objects land in whatever such a link names). Git makes no links
+/// there; commands need them writable (git in the sandbox writes reflogs
+/// and objects), so they are swept when each command ends and when a
+/// sandbox opens. Nothing is followed: each directory is opened beneath
+/// the last with `O_NOFOLLOW`, and only an entry that is a link is
+/// removed. What a process still running plants after the sweep stays
+/// until the next one (docs/SECURITY.md).
+pub(super) fn unlink_planted_links(
+    fs: &crate::sandbox::local::LocalFs,
+    git_dirs: &[WorkspacePath],
+) {
+    use rustix::fs::{AtFlags, FileType, Mode, OFlags};
+    use std::os::fd::OwnedFd;
+    let open_in = |dir: &OwnedFd, name: &std::ffi::OsStr| {
+        rustix::fs::openat(
+            dir,
+            name,
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .ok()
+    };
+    let is_link = |dir: &OwnedFd, name: &std::ffi::OsStr, kind: FileType| {
+        kind == FileType::Symlink
+            || (kind == FileType::Unknown
+                && rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW)
+                    .is_ok_and(|st| FileType::from_raw_mode(st.st_mode) == FileType::Symlink))
+    };
+    let unlink = |dir: &OwnedFd, name: &std::ffi::OsStr| {
+        if rustix::fs::unlinkat(dir, name, AtFlags::empty()).is_ok() {
+            tracing::warn!(
+                "removed a symbolic link `{}` a command planted in a git directory",
+                name.to_string_lossy()
+            );
+        }
+    };
+    // Every link beneath `dir`, at most `left` entries looked at.
+    fn walk(
+        dir: &OwnedFd,
+        depth: usize,
+        left: &mut usize,
+        each: &mut dyn FnMut(&OwnedFd, &std::ffi::OsStr, FileType) -> Option<OwnedFd>,
+    ) {
+        let Ok(mut entries) = rustix::fs::Dir::read_from(dir) else {
+            return;
+        };
+        let mut below = Vec::new();
+        while let Some(Ok(entry)) = entries.next() {
+            let name = std::ffi::OsStr::from_bytes(entry.file_name().to_bytes()).to_os_string();
+            if name == "." || name == ".." {
+                continue;
+            }
+            if *left == 0 {
+                return;
+            }
+            *left -= 1;
+            if let Some(sub) = each(dir, &name, entry.file_type()) {
+                below.push(sub);
+            }
+        }
+        if depth < MAX_LOG_DEPTH {
+            for sub in below {
+                walk(&sub, depth + 1, left, each);
+            }
+        }
+    }
+    use std::os::unix::ffi::OsStrExt;
+    for git_dir in git_dirs {
+        let Ok(top) = fs.open_dir(git_dir) else {
+            continue;
+        };
+        for name in GIT_OPENED_NAMES {
+            let name = std::ffi::OsStr::new(name);
+            if rustix::fs::statat(&top, name, AtFlags::SYMLINK_NOFOLLOW)
+                .is_ok_and(|st| FileType::from_raw_mode(st.st_mode) == FileType::Symlink)
+            {
+                unlink(&top, name);
+            }
+        }
+        for (sub, deep) in [("logs", true), ("objects", false)] {
+            let sub = std::ffi::OsStr::new(sub);
+            let Some(dir) = open_in(&top, sub) else {
+                continue;
+            };
+            let mut left = MAX_LOG_ENTRIES;
+            walk(&dir, 0, &mut left, &mut |dir, name, kind| {
+                if is_link(dir, name, kind) {
+                    unlink(dir, name);
+                    None
+                } else if deep && (kind == FileType::Directory || kind == FileType::Unknown) {
+                    open_in(dir, name)
+                } else {
+                    None
+                }
+            });
+        }
+    }
+}
+
 impl LinuxSandbox {
     /// Removes empty placeholder directories (no mode bit but the owner's
     /// read and write ones) at protected paths: reservations left by a
@@ -34,6 +164,9 @@ impl LinuxSandbox {
         if let Some(guard) = self.reservations.sweep_guard() {
             self.sweep_with(&read);
             drop(guard);
+        }
+        if self.options.mode != Mode::ReadOnly {
+            unlink_planted_links(&self.fs, &read.surface().git_dirs);
         }
         self.reservations.hold();
         *lock(&self.git_at_open) = Some(read);
@@ -95,6 +228,7 @@ impl LinuxSandbox {
             reservations: self.reservations.clone(),
             reserved: Vec::new(),
             live: None,
+            git_dirs: Vec::new(),
         };
         // The first command uses what the sandbox read when it opened, if
         // it comes right after (`cubby exec`); later ones read it again.
@@ -112,6 +246,15 @@ impl LinuxSandbox {
                     crate::git::MAX_GIT_DIRS
                 ),
             ));
+        }
+        if self.options.mode != Mode::ReadOnly {
+            // `.git` whatever the surface read (the first command's may be
+            // the open's, from before a `git init`).
+            lease.git_dirs.clone_from(&surface.git_dirs);
+            let dot_git = WorkspacePath::root().join_name(std::ffi::OsStr::new(".git"));
+            if !lease.git_dirs.contains(&dot_git) {
+                lease.git_dirs.push(dot_git);
+            }
         }
         let mut paths: Vec<WorkspacePath> = self.options.protected.clone();
         for path in surface.paths() {

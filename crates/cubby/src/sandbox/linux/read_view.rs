@@ -327,6 +327,8 @@ struct Watch {
     exact: Vec<PathBuf>,
     /// The homes whose stores are watched (canonical).
     homes: Vec<PathBuf>,
+    /// The XDG base directories watched besides ([`xdg_bases`]).
+    xdg: Vec<(PathBuf, &'static str)>,
 }
 
 /// Most distinct watches this process keeps for sharing (one per set of
@@ -338,12 +340,23 @@ static SHARED_WATCHES: Mutex<Vec<Arc<Watch>>> = Mutex::new(Vec::new());
 
 /// The watch of `homes` (with the system's stores) and `extra`: the one
 /// kept for the same inputs, else a new one, kept.
-fn shared_watch(homes: &[PathBuf], extra: &[PathBuf]) -> Arc<Watch> {
+fn shared_watch(
+    homes: &[PathBuf],
+    extra: &[PathBuf],
+    xdg: &[(PathBuf, &'static str)],
+) -> Arc<Watch> {
     let mut shared = lock(&SHARED_WATCHES);
-    if let Some(watch) = shared.iter().find(|w| w.homes == homes && w.exact == extra) {
+    if let Some(watch) = shared
+        .iter()
+        .find(|w| w.homes == homes && w.exact == extra && w.xdg == xdg)
+    {
         return watch.clone();
     }
-    let watch = Arc::new(Watch::new(system_watched(), homes, extra));
+    let mut watched = system_watched();
+    watched.extend(xdg_watched(xdg));
+    let mut watch = Watch::new(watched, homes, extra);
+    watch.xdg = xdg.to_vec();
+    let watch = Arc::new(watch);
     if shared.len() >= MAX_SHARED_WATCHES {
         shared.remove(0);
     }
@@ -448,7 +461,9 @@ impl HostStores {
     /// watch the same homes and entries ([`shared_watch`]); the store
     /// layer is this sandbox's own.
     pub(crate) fn new(extra: &[PathBuf], host_tmp: bool, host: &HostEnv) -> HostStores {
-        HostStores::with_watch(shared_watch(&homes(host_tmp, host), extra))
+        let homes = homes(host_tmp, host);
+        let xdg = xdg_bases(host, &homes);
+        HostStores::with_watch(shared_watch(&homes, extra, &xdg))
     }
 
     fn with_watch(watch: Arc<Watch>) -> HostStores {
@@ -514,6 +529,7 @@ impl Watch {
             state,
             exact: extra.to_vec(),
             homes: homes.to_vec(),
+            xdg: Vec::new(),
         }
     }
 }
@@ -902,6 +918,60 @@ impl HostStores {
     }
 }
 
+/// The XDG base directories, each with the directory of a home it stands
+/// for.
+const XDG_BASES: [(&str, &str); 3] = [
+    ("XDG_CONFIG_HOME", ".config"),
+    ("XDG_CACHE_HOME", ".cache"),
+    ("XDG_DATA_HOME", ".local/share"),
+];
+
+/// The XDG base directories cubby's environment puts elsewhere than in a
+/// home (absolute, resolved as far as they exist), each with the home's
+/// directory it stands for: tools keep their tokens there instead
+/// (`$XDG_CONFIG_HOME/gh/hosts.yml`; red-team pass 16, 11).
+fn xdg_bases(host: &HostEnv, homes: &[PathBuf]) -> Vec<(PathBuf, &'static str)> {
+    XDG_BASES
+        .iter()
+        .filter_map(|(var, sub)| {
+            let base = PathBuf::from(host.var_os(var)?);
+            if !base.is_absolute() {
+                return None;
+            }
+            let base = crate::git::canonical(&base);
+            (!homes.iter().any(|h| h.join(sub) == base)).then_some((base, *sub))
+        })
+        .collect()
+}
+
+/// The watched directories of [`HOME_STORES`] beneath `.config`, `.cache`
+/// and `.local/share`, in the XDG base directories `bases` names instead.
+fn xdg_watched(bases: &[(PathBuf, &'static str)]) -> Vec<Watched> {
+    let mut out = Vec::new();
+    for (base, sub) in bases {
+        for (dir, names) in HOME_STORES {
+            let rest = if dir == sub {
+                Some("")
+            } else {
+                dir.strip_prefix(sub).and_then(|r| r.strip_prefix('/'))
+            };
+            if let Some(rest) = rest {
+                out.push(Watched {
+                    dir: if rest.is_empty() {
+                        base.clone()
+                    } else {
+                        base.join(rest)
+                    },
+                    names,
+                    parent: None,
+                    children: Vec::new(),
+                });
+            }
+        }
+    }
+    out
+}
+
 /// The watched directories of [`SYSTEM_STORES`].
 fn system_watched() -> Vec<Watched> {
     SYSTEM_STORES
@@ -1274,12 +1344,12 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let home = std::fs::canonicalize(dir.path()).unwrap();
         let homes = std::slice::from_ref(&home);
-        let first = HostStores::with_watch(shared_watch(homes, &[]));
-        let second = HostStores::with_watch(shared_watch(homes, &[]));
+        let first = HostStores::with_watch(shared_watch(homes, &[], &[]));
+        let second = HostStores::with_watch(shared_watch(homes, &[], &[]));
         assert!(Arc::ptr_eq(&first.watch, &second.watch));
         // Other inputs, another watch.
         let vault = [PathBuf::from("/nowhere/vault")];
-        let other = HostStores::with_watch(shared_watch(homes, &vault));
+        let other = HostStores::with_watch(shared_watch(homes, &vault, &[]));
         assert!(!Arc::ptr_eq(&first.watch, &other.watch));
         assert!(other.current().contains(&vault[0]));
         assert!(!first.current().contains(&vault[0]));

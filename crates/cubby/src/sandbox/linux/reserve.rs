@@ -485,6 +485,11 @@ impl Reservations {
         self.fs.remove_placeholder(path, ino);
     }
 
+    /// The workspace these reservations are in.
+    pub(crate) fn fs(&self) -> &LocalFs {
+        &self.fs
+    }
+
     /// Lets go of one use of each `(path, inode)`; a placeholder nobody
     /// uses any more leaves the workspace: into the stash, or removed where
     /// there is none.
