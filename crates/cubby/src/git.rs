@@ -204,21 +204,34 @@ pub fn host_program_places(host: &HostEnv) -> Vec<PathBuf> {
     let Some(path) = host.var_os("PATH") else {
         return out;
     };
+    let mut add = |p: PathBuf| {
+        if !out.contains(&p) {
+            out.push(p);
+        }
+    };
     for dir in std::env::split_paths(path) {
         if !dir.is_absolute() {
             continue;
         }
-        let dir = canonical(&dir);
-        if dir.join("git").is_file() {
-            if let Some(prefix) = dir.parent() {
-                let config = canonical(&prefix.join("etc/gitconfig"));
-                if !out.contains(&config) {
-                    out.push(config);
+        for place in names_on_the_way(&dir) {
+            add(place);
+        }
+        let git = dir.join("git");
+        if git.is_file() {
+            // `git` itself (a link into another directory, as package
+            // managers make) and the system config of the prefix it
+            // lives in, as named and where it leads.
+            let ways = names_on_the_way(&git);
+            for place in &ways {
+                if let Some(prefix) = place.parent().and_then(Path::parent) {
+                    for config in names_on_the_way(&prefix.join("etc/gitconfig")) {
+                        add(config);
+                    }
                 }
             }
-        }
-        if !out.contains(&dir) {
-            out.push(dir);
+            for place in ways {
+                add(place);
+            }
         }
     }
     out
@@ -249,20 +262,15 @@ pub fn surface(root: &Path, host: &HostEnv) -> Surface {
     if let Some(g) = &git_dir {
         add_dir(&mut s, g);
     }
-    // A root without a repository of its own (no `.git`, or one git does
-    // not take: a directory without `HEAD`, as a placeholder is): git run
-    // in it goes on to the first `.git` above it, so each place on the way
-    // up (to the repository it lies in, or `/`) is one a `.git` made later
-    // would be found at (red-team pass 16).
-    let own = root.join(GIT_DIR_NAME);
-    let stops = std::fs::symlink_metadata(&own).is_ok_and(|m| m.is_file())
-        || std::fs::symlink_metadata(own.join("HEAD")).is_ok();
-    if !stops {
-        for dir in root.ancestors().skip(1) {
-            s.add_outside(dir.join(GIT_DIR_NAME));
-            if dir == top {
-                break;
-            }
+    // Git run in the root goes on to the first `.git` above it when the
+    // root has none it takes — and commands can make the root's own one
+    // invalid (a `HEAD` of garbage), so whatever the root holds now, each
+    // place on the way up (to the repository it lies in, or `/`) is one a
+    // `.git` made later would be found at (red-team passes 16 and 17).
+    for dir in root.ancestors().skip(1) {
+        s.add_outside(dir.join(GIT_DIR_NAME));
+        if dir == top && top != root {
+            break;
         }
     }
     if let Some(c) = &common {
@@ -298,14 +306,18 @@ pub fn surface(root: &Path, host: &HostEnv) -> Surface {
         }
     }
     s.unresolved.append(&mut found.unresolved);
+    for place in &found.places {
+        if inside(root, place).is_none() && place.as_path() != root {
+            s.add_outside(place.clone());
+        }
+    }
     for value in &found.programs {
         // The program's first word; a bare name is looked up on `PATH`,
         // whose directories the sandbox checks on their own.
-        let first = value.split_whitespace().next().unwrap_or("");
-        if !(first.starts_with('/') || first.starts_with('~')) {
+        let Some(first) = path_words(value).into_iter().next() else {
             continue;
-        }
-        match expand_home(first, host) {
+        };
+        match expand_word(&first, host) {
             Some(p) => {
                 let p = canonical(&p);
                 match inside(root, &p) {
@@ -326,10 +338,12 @@ pub fn surface(root: &Path, host: &HostEnv) -> Surface {
                 continue;
             }
         };
-        let dir = canonical(&dir);
-        if inside(root, &dir).is_none() {
-            s.add_outside(dir.clone());
+        for place in names_on_the_way(&dir) {
+            if inside(root, &place).is_none() {
+                s.add_outside(place);
+            }
         }
+        let dir = canonical(&dir);
         if let Some(rel) = inside(root, &dir) {
             if !s.extra.contains(&rel) {
                 s.extra.push(rel.clone());
@@ -524,21 +538,27 @@ struct Found {
     programs: Vec<String>,
     /// Include paths cubby could not resolve.
     unresolved: Vec<String>,
+    /// Every place a value names (any key's, as [`path_words`] finds
+    /// them) and every name on the way to each config file read
+    /// ([`names_on_the_way`]).
+    places: Vec<PathBuf>,
     /// The credentials they hold ([`config_credentials`]).
     credentials: Vec<(&'static str, String)>,
 }
 
 /// Config keys (section, key; the subsection dropped) whose value is a
 /// program git runs, its first word a path or a name on `PATH`.
-const PROGRAM_KEYS: [(&str, &str); 15] = [
+const PROGRAM_KEYS: [(&str, &str); 27] = [
     ("core", "fsmonitor"),
     ("core", "pager"),
     ("core", "editor"),
     ("core", "sshcommand"),
     ("core", "askpass"),
+    ("core", "gitproxy"),
     ("sequence", "editor"),
     ("credential", "helper"),
     ("gpg", "program"),
+    ("gpg", "defaultkeycommand"),
     ("diff", "external"),
     ("diff", "textconv"),
     ("diff", "command"),
@@ -546,6 +566,16 @@ const PROGRAM_KEYS: [(&str, &str); 15] = [
     ("filter", "smudge"),
     ("filter", "process"),
     ("merge", "driver"),
+    ("mergetool", "cmd"),
+    ("mergetool", "path"),
+    ("difftool", "cmd"),
+    ("difftool", "path"),
+    ("interactive", "difffilter"),
+    ("sendemail", "sendmailcmd"),
+    ("tar", "command"),
+    ("submodule", "update"),
+    ("uploadpack", "packobjectshook"),
+    ("init", "templatedir"),
 ];
 
 /// Reads one config file (and what it includes) into `found`. `file` as
@@ -558,11 +588,18 @@ fn read_config(file: &Path, depth: usize, host: &HostEnv, found: &mut Found) {
         return;
     }
     found.files.push(file.clone());
+    found.places.extend(names_on_the_way(written));
     let Some(text) = read_small(&file) else {
         return;
     };
     text_credentials(&text, &mut found.credentials);
     for (section, key, value) in parse_config(&text) {
+        for word in path_words(&value) {
+            match expand_word(&word, host) {
+                Some(p) => found.places.extend(names_on_the_way(&p)),
+                None => found.unresolved.push(value.clone()),
+            }
+        }
         match (section.as_str(), key.as_str()) {
             ("core", "hookspath") => found.hooks_paths.push(value),
             ("include" | "includeif", "path") if depth < MAX_INCLUDE_DEPTH => {
@@ -583,6 +620,7 @@ fn read_config(file: &Path, depth: usize, host: &HostEnv, found: &mut Found) {
             ("alias", _) if value.starts_with('!') => {
                 found.programs.push(value[1..].to_string());
             }
+            ("pager", _) => found.programs.push(value),
             (section, key) if PROGRAM_KEYS.contains(&(section, key)) => {
                 found.programs.push(value);
             }
@@ -823,6 +861,112 @@ fn expand_home(value: &str, host: &HostEnv) -> Option<PathBuf> {
     Some(PathBuf::from(value))
 }
 
+/// The words of a config value that name a place: each word (split at
+/// blanks, quotes, `=`, `;`, `|`, `&`, parentheses, commas and backquotes;
+/// a leading `!` and `file://` taken off) that starts with `/`, `~` or
+/// `$`. A value that runs a program through a shell (`!gh auth
+/// git-credential`, `LESS=FRX /x/less`, `env A=1 /x/ssh`, `"/x/ed" -w`) is
+/// read as the shell would find its paths, and a path anywhere in any
+/// value counts: what cubby does not know to be a program may be one
+/// (red-team pass 17).
+fn path_words(value: &str) -> Vec<String> {
+    value
+        .split(|c: char| c.is_whitespace() || "'\";|&()=,`".contains(c))
+        .map(|w| w.trim_start_matches('!'))
+        .map(|w| w.strip_prefix("file://").unwrap_or(w))
+        .filter(|w| {
+            (w.starts_with('/') && !w.starts_with("//"))
+                || w.starts_with('~')
+                || (w.starts_with('$') && w.contains('/'))
+        })
+        .map(str::to_string)
+        .collect()
+}
+
+/// A word of [`path_words`] as a path: `~`, `~user` and `$HOME` (or
+/// `${HOME}`) expanded; `None` for another variable, or what cannot be.
+fn expand_word(word: &str, host: &HostEnv) -> Option<PathBuf> {
+    for var in ["$HOME", "${HOME}"] {
+        if let Some(rest) = word.strip_prefix(var) {
+            if rest.is_empty() || rest.starts_with('/') {
+                return home(host).map(|h| h.join(rest.trim_start_matches('/')));
+            }
+        }
+    }
+    if word.starts_with('$') {
+        return None;
+    }
+    if word == "~" {
+        return home(host);
+    }
+    expand_home(word, host).filter(|p| p.is_absolute())
+}
+
+/// Every name a writable root could change `path` through: `path` as
+/// written (`..` taken off), each symbolic link met on the way to it (the
+/// link's own place) and where it leads at last. A check of the last
+/// alone let a command swap a link it could write (red-team pass 17).
+pub(crate) fn names_on_the_way(path: &Path) -> Vec<PathBuf> {
+    /// Links followed at most (the kernel's own limit).
+    const MAX_HOPS: usize = 40;
+    let mut lexical = PathBuf::new();
+    for c in path.components() {
+        match c {
+            Component::ParentDir => {
+                lexical.pop();
+            }
+            Component::CurDir => {}
+            other => lexical.push(other),
+        }
+    }
+    let mut out = vec![lexical.clone()];
+    let mut rest: std::collections::VecDeque<std::ffi::OsString> = lexical
+        .components()
+        .filter_map(|c| match c {
+            Component::Normal(n) => Some(n.to_os_string()),
+            _ => None,
+        })
+        .collect();
+    let mut at = PathBuf::from("/");
+    let mut hops = 0;
+    while let Some(name) = rest.pop_front() {
+        if name == ".." {
+            at.pop();
+            continue;
+        }
+        if name == "." {
+            continue;
+        }
+        let next = at.join(&name);
+        match std::fs::read_link(&next) {
+            Ok(target) if hops < MAX_HOPS => {
+                hops += 1;
+                if !out.contains(&next) {
+                    out.push(next);
+                }
+                if target.is_absolute() {
+                    at = PathBuf::from("/");
+                }
+                let mut ahead: std::collections::VecDeque<std::ffi::OsString> = target
+                    .components()
+                    .filter_map(|c| match c {
+                        Component::Normal(n) => Some(n.to_os_string()),
+                        Component::ParentDir => Some("..".into()),
+                        _ => None,
+                    })
+                    .collect();
+                ahead.extend(rest);
+                rest = ahead;
+            }
+            _ => at = next,
+        }
+    }
+    if !out.contains(&at) {
+        out.push(at);
+    }
+    out
+}
+
 /// The home directory of `user` in `/etc/passwd`.
 fn user_home(user: &str) -> Option<PathBuf> {
     if user.is_empty() {
@@ -1035,20 +1179,12 @@ mod tests {
             assert!(s.outside.contains(&above), "{}", above.display());
         }
         assert!(s.reached_by(&base.join("proj")).is_some());
-        // A placeholder `.git` (no `HEAD`) does not stop git's search.
+        // A repository of its own does not change it: commands can make
+        // it one git does not take (red-team pass 17).
         std::fs::create_dir(root.join(".git")).unwrap();
-        assert!(
-            surface(&root, &host)
-                .outside
-                .contains(&base.join("proj/.git"))
-        );
-        // A repository of its own does.
         std::fs::write(root.join(".git/HEAD"), "ref: refs/heads/main\n").unwrap();
-        assert!(
-            !surface(&root, &host)
-                .outside
-                .contains(&base.join("proj/.git"))
-        );
+        let again = surface(&root, &host);
+        assert!(again.outside.contains(&base.join("proj/.git")));
     }
 
     #[test]
@@ -1067,6 +1203,51 @@ mod tests {
     }
 
     #[test]
+    fn paths_in_values_and_links_on_their_way_are_outside() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = std::fs::canonicalize(dir.path()).unwrap();
+        let root = base.join("ws");
+        std::fs::create_dir_all(root.join(".git")).unwrap();
+        std::fs::create_dir_all(base.join("real")).unwrap();
+        std::os::unix::fs::symlink(base.join("real"), base.join("tools")).unwrap();
+        let t = base.join("tools");
+        std::fs::write(
+            root.join(".git/config"),
+            format!(
+                "[credential \"https://github.com\"]\n\thelper = !{t}/gh auth git-credential\n\
+                 [core]\n\tpager = LESS=FRX {t}/less\n\teditor = \"{t}/ed\" -w\n\
+                 \tsshCommand = env A=1 $HOME/bin/ssh\n[pager]\n\tlog = {t}/delta\n\
+                 [init]\n\ttemplateDir = {t}/tmpl\n[alias]\n\tl = !f() {{ git log $1; }}; f\n",
+                t = t.display()
+            ),
+        )
+        .unwrap();
+        let host = HostEnv::from_vars([("HOME", base.join("home"))]);
+        let s = surface(&root, &host);
+        for place in [
+            t.join("gh"),
+            t.join("less"),
+            t.join("ed"),
+            t.join("delta"),
+            t.join("tmpl"),
+            base.join("home/bin/ssh"),
+            // The link itself and where it leads.
+            t.clone(),
+            base.join("real/gh"),
+        ] {
+            assert!(
+                s.outside.contains(&place),
+                "{} in {:?}",
+                place.display(),
+                s.outside
+            );
+        }
+        assert!(s.unresolved.is_empty(), "{:?}", s.unresolved);
+        assert!(s.reached_by(&base.join("real")).is_some());
+        assert!(path_words("!f() { git log $1; }; f").is_empty());
+    }
+
+    #[test]
     fn places_cubby_cannot_resolve_are_named() {
         let dir = tempfile::tempdir().unwrap();
         let base = std::fs::canonicalize(dir.path()).unwrap();
@@ -1080,7 +1261,14 @@ mod tests {
         .unwrap();
         let host = HostEnv::from_vars([("HOME", base.join("home"))]);
         let s = surface(&root, &host);
-        assert_eq!(s.unresolved.len(), 2, "{:?}", s.unresolved);
+        assert!(
+            s.unresolved
+                .iter()
+                .any(|v| v.starts_with("~no-such-user-here"))
+                && s.unresolved.iter().any(|v| v.starts_with("%(prefix)")),
+            "{:?}",
+            s.unresolved
+        );
         // `~root/` is root's home, from /etc/passwd.
         assert_eq!(
             expand_home("~root/hooks", &host),

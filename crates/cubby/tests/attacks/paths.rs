@@ -935,6 +935,20 @@ fn a_writable_root_above_a_workspace_without_a_repository_is_refused() {
         Ok(_) => panic!("a sandbox opened with the workspace's parent writable"),
         Err(e) => assert!(e.contains(".git"), "{e}"),
     }
+    // With a repository of its own, likewise: a command can make it one
+    // git does not take (a `HEAD` of garbage), and git goes on upward
+    // (red-team pass 17).
+    let init = std::process::Command::new("git")
+        .args(["init", "-q"])
+        .arg(&ws)
+        .status()
+        .unwrap();
+    assert!(init.success());
+    match open_with_roots(&ws, std::slice::from_ref(&proj), &host) {
+        Ok(_) => panic!("a sandbox opened with the parent of a repository writable"),
+        Err(e) => assert!(e.contains(".git"), "{e}"),
+    }
+    fs::remove_dir_all(ws.join(".git")).unwrap();
     let path = format!("{}:/usr/bin:/bin", bin.display());
     match open_with_roots(
         &ws,
@@ -1080,6 +1094,40 @@ fn links_a_command_plants_in_the_git_directory_are_gone_when_it_ends() {
         ".git/logs is still a link after the command"
     );
     git(&["commit", "-q", "--allow-empty", "-m", "again on the host"]);
+    assert_eq!(fs::read_to_string(&victim).unwrap(), "# rc\n");
+    // Red-team pass 17: 20,001 files in `logs` (the first sweep stopped
+    // at 20,000), a link in rerere's cache, and a link deeper than a path
+    // can name (that tree is renamed aside, where git does not look).
+    let out = l.sh(&format!(
+        "cd .git && (cd logs && seq 20001 | xargs touch) && rm -f logs/refs/heads/master \
+         logs/refs/heads/main && mkdir -p logs/refs/heads && ln -s {v} logs/refs/heads/main && \
+         ln -s {v} logs/refs/heads/master && mkdir -p rr-cache && ln -s {o} rr-cache/abc && \
+         test -L logs/refs/heads/main && test -L rr-cache/abc && echo planted",
+        v = victim.display(),
+        o = objects.display()
+    ));
+    assert!(out.text.contains("planted"), "{}", out.text);
+    for p in [
+        ".git/logs/refs/heads/main",
+        ".git/logs/refs/heads/master",
+        ".git/rr-cache/abc",
+    ] {
+        assert!(!planted(p), "{p} is still a link after the command");
+    }
+    let deep = "d".repeat(200);
+    let out = l.sh(&format!(
+        "cd .git/logs && for i in $(seq 25); do mkdir {deep} && cd {deep} || exit 1; done && \
+         ln -s {v} HEAD && echo planted",
+        v = victim.display()
+    ));
+    assert!(out.text.contains("planted"), "{}", out.text);
+    let aside = fs::read_dir(l.ws.join(".git")).unwrap().flatten().any(|e| {
+        e.file_name()
+            .to_string_lossy()
+            .starts_with("logs.cubby-aside-")
+    });
+    assert!(aside, "the unsweepable logs were not renamed aside");
+    git(&["commit", "-q", "--allow-empty", "-m", "after the flood"]);
     assert_eq!(fs::read_to_string(&victim).unwrap(), "# rc\n");
     // The control.
     fs::remove_file(l.ws.join(".git/logs/HEAD")).unwrap();

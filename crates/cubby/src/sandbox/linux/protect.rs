@@ -16,11 +16,11 @@ use crate::sandbox::{EntryKind, FileSystem};
 use crate::sync::lock;
 
 /// Names at the top of a git directory that git writes by opening them
-/// (following a link: `fopen`, `O_APPEND`), not by a rename into place.
-const GIT_OPENED_NAMES: [&str; 13] = [
-    // The reflogs' directory itself: a link there leads every reflog
-    // elsewhere. (`objects` as a link is left: some layouts share it.)
+/// (following a link: `fopen`, `O_APPEND`), not by a rename into place,
+/// and the directories of [`GIT_SWEPT_TREES`] themselves.
+const GIT_OPENED_NAMES: [&str; 16] = [
     "logs",
+    "rr-cache",
     "FETCH_HEAD",
     "COMMIT_EDITMSG",
     "MERGE_MSG",
@@ -30,119 +30,189 @@ const GIT_OPENED_NAMES: [&str; 13] = [
     "EDIT_DESCRIPTION",
     "BISECT_LOG",
     "MERGE_RR",
+    "ADD_EDIT.patch",
+    "addp-hunk-edit.diff",
     "gc.log",
     "description",
     "shallow",
 ];
-/// Most directory entries one sweep of a git directory's `logs` looks at
-/// (a reflog per ref: a repository past this keeps the rest unlooked).
-const MAX_LOG_ENTRIES: usize = 20_000;
-/// Deepest a sweep goes below `logs` (`logs/refs/remotes/origin/a/b`).
-const MAX_LOG_DEPTH: usize = 16;
+/// Trees of a git directory swept whole: reflogs (appended with
+/// `O_APPEND`) and rerere's cache (its `preimage` written by name).
+const GIT_SWEPT_TREES: [&str; 2] = ["logs", "rr-cache"];
+/// Most entries one sweep of such a tree looks at. One past it (or deeper
+/// than a path can name) is not left half-swept: the tree is renamed
+/// aside, where git does not look (a reflog or a rerere cache is
+/// history, not the repository), and git starts it anew.
+const MAX_SWEPT_ENTRIES: usize = 1_000_000;
 
 /// Removes the symbolic links a command may have planted where the host's
-/// git writes by following a name (red-team pass 16): in each of
+/// git writes by following a name (red-team passes 16 and 17): in each of
 /// `git_dirs` (workspace-relative), the top-level names of
-/// [`GIT_OPENED_NAMES`] (`logs` itself among them), everything under `logs/` (reflogs are appended
-/// with `O_APPEND`, so `logs/HEAD -> ~/.bashrc` took a line with a branch
-/// name the model chose) and the fan-out directories of `objects/`
-/// (loose objects land in whatever such a link names). Git makes no links
-/// there; commands need them writable (git in the sandbox writes reflogs
-/// and objects), so they are swept when each command ends and when a
-/// sandbox opens. Nothing is followed: each directory is opened beneath
-/// the last with `O_NOFOLLOW`, and only an entry that is a link is
-/// removed. What a process still running plants after the sweep stays
-/// until the next one (docs/SECURITY.md).
+/// [`GIT_OPENED_NAMES`], everything under [`GIT_SWEPT_TREES`] (a tree
+/// too large to sweep whole is renamed aside) and the fan-out directories
+/// of `objects/` (`00`–`ff`: loose objects land in whatever such a link
+/// names; `objects/pack` and `objects/info` as links are left, as some
+/// layouts share them). Git makes no links there; commands need them
+/// writable (git in the sandbox writes reflogs and objects), so they are
+/// swept when each command ends and when a sandbox opens. Nothing is
+/// followed: each directory is opened beneath the git directory with
+/// `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS`, and only an entry that is a
+/// link is removed. What a process still running plants after the sweep
+/// stays until the next one (docs/SECURITY.md).
 pub(super) fn unlink_planted_links(
     fs: &crate::sandbox::local::LocalFs,
     git_dirs: &[WorkspacePath],
 ) {
-    use rustix::fs::{AtFlags, FileType, Mode, OFlags};
-    use std::os::fd::OwnedFd;
-    let open_in = |dir: &OwnedFd, name: &std::ffi::OsStr| {
-        rustix::fs::openat(
-            dir,
-            name,
-            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-            Mode::empty(),
-        )
-        .ok()
-    };
-    let is_link = |dir: &OwnedFd, name: &std::ffi::OsStr, kind: FileType| {
-        kind == FileType::Symlink
-            || (kind == FileType::Unknown
-                && rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW)
-                    .is_ok_and(|st| FileType::from_raw_mode(st.st_mode) == FileType::Symlink))
-    };
-    let unlink = |dir: &OwnedFd, name: &std::ffi::OsStr| {
-        if rustix::fs::unlinkat(dir, name, AtFlags::empty()).is_ok() {
-            tracing::warn!(
-                "removed a symbolic link `{}` a command planted in a git directory",
-                name.to_string_lossy()
-            );
-        }
-    };
-    // Every link beneath `dir`, at most `left` entries looked at.
-    fn walk(
-        dir: &OwnedFd,
-        depth: usize,
-        left: &mut usize,
-        each: &mut dyn FnMut(&OwnedFd, &std::ffi::OsStr, FileType) -> Option<OwnedFd>,
-    ) {
-        let Ok(mut entries) = rustix::fs::Dir::read_from(dir) else {
-            return;
-        };
-        let mut below = Vec::new();
-        while let Some(Ok(entry)) = entries.next() {
-            let name = std::ffi::OsStr::from_bytes(entry.file_name().to_bytes()).to_os_string();
-            if name == "." || name == ".." {
-                continue;
-            }
-            if *left == 0 {
-                return;
-            }
-            *left -= 1;
-            if let Some(sub) = each(dir, &name, entry.file_type()) {
-                below.push(sub);
-            }
-        }
-        if depth < MAX_LOG_DEPTH {
-            for sub in below {
-                walk(&sub, depth + 1, left, each);
-            }
-        }
-    }
-    use std::os::unix::ffi::OsStrExt;
     for git_dir in git_dirs {
         let Ok(top) = fs.open_dir(git_dir) else {
             continue;
         };
         for name in GIT_OPENED_NAMES {
             let name = std::ffi::OsStr::new(name);
-            if rustix::fs::statat(&top, name, AtFlags::SYMLINK_NOFOLLOW)
-                .is_ok_and(|st| FileType::from_raw_mode(st.st_mode) == FileType::Symlink)
-            {
-                unlink(&top, name);
+            if is_link_at(&top, name) {
+                unlink_logged(&top, name);
             }
         }
-        for (sub, deep) in [("logs", true), ("objects", false)] {
-            let sub = std::ffi::OsStr::new(sub);
-            let Some(dir) = open_in(&top, sub) else {
-                continue;
-            };
-            let mut left = MAX_LOG_ENTRIES;
-            walk(&dir, 0, &mut left, &mut |dir, name, kind| {
-                if is_link(dir, name, kind) {
-                    unlink(dir, name);
-                    None
-                } else if deep && (kind == FileType::Directory || kind == FileType::Unknown) {
-                    open_in(dir, name)
-                } else {
-                    None
+        for tree in GIT_SWEPT_TREES {
+            if !sweep_tree(&top, tree) {
+                let aside = format!("{tree}.cubby-aside-{}", std::process::id());
+                match rustix::fs::renameat(&top, tree, &top, aside.as_str()) {
+                    Ok(()) => tracing::warn!(
+                        "`{tree}` of a git directory held more than cubby sweeps for planted \
+                         links; renamed to `{aside}`, where git does not look"
+                    ),
+                    Err(e) => tracing::error!(
+                        "`{tree}` of a git directory could not be swept for planted links nor \
+                         renamed aside: {e}"
+                    ),
                 }
+            }
+        }
+        if let Ok(objects) = open_beneath(&top, std::path::Path::new("objects")) {
+            let mut links = Vec::new();
+            each_entry(&objects, &mut |name, kind| {
+                let fan_out =
+                    name.len() == 2 && name.as_encoded_bytes().iter().all(u8::is_ascii_hexdigit);
+                if fan_out && is_link_kind(&objects, name, kind) {
+                    links.push(name.to_os_string());
+                }
+                true
             });
+            for name in links {
+                unlink_logged(&objects, &name);
+            }
         }
     }
+}
+
+/// Opens the directory `rel` beneath `dir`, no link followed on the way.
+fn open_beneath(
+    dir: &impl std::os::fd::AsFd,
+    rel: &std::path::Path,
+) -> rustix::io::Result<std::os::fd::OwnedFd> {
+    use rustix::fs::{Mode, OFlags, ResolveFlags};
+    rustix::fs::openat2(
+        dir,
+        rel,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+        ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
+    )
+}
+
+/// Calls `each` with every entry of `dir` (not `.` nor `..`) until it
+/// returns false; false when the listing broke off.
+fn each_entry(
+    dir: &std::os::fd::OwnedFd,
+    each: &mut dyn FnMut(&std::ffi::OsStr, rustix::fs::FileType) -> bool,
+) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    let Ok(mut entries) = rustix::fs::Dir::read_from(dir) else {
+        return false;
+    };
+    loop {
+        match entries.next() {
+            None => return true,
+            Some(Err(_)) => return false,
+            Some(Ok(entry)) => {
+                let name = std::ffi::OsStr::from_bytes(entry.file_name().to_bytes());
+                if name == "." || name == ".." {
+                    continue;
+                }
+                if !each(name, entry.file_type()) {
+                    return false;
+                }
+            }
+        }
+    }
+}
+
+fn is_link_at(dir: &impl std::os::fd::AsFd, name: &std::ffi::OsStr) -> bool {
+    use rustix::fs::{AtFlags, FileType};
+    rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW)
+        .is_ok_and(|st| FileType::from_raw_mode(st.st_mode) == FileType::Symlink)
+}
+
+fn is_link_kind(
+    dir: &impl std::os::fd::AsFd,
+    name: &std::ffi::OsStr,
+    kind: rustix::fs::FileType,
+) -> bool {
+    use rustix::fs::FileType;
+    kind == FileType::Symlink || (kind == FileType::Unknown && is_link_at(dir, name))
+}
+
+fn unlink_logged(dir: &impl std::os::fd::AsFd, name: &std::ffi::OsStr) {
+    if rustix::fs::unlinkat(dir, name, rustix::fs::AtFlags::empty()).is_ok() {
+        tracing::warn!(
+            "removed a symbolic link `{}` a command planted in a git directory",
+            name.to_string_lossy()
+        );
+    }
+}
+
+/// Removes every link in the tree `name` of the git directory `top`;
+/// false when it could not look at all of it (over [`MAX_SWEPT_ENTRIES`],
+/// a directory it could not open).
+fn sweep_tree(top: &std::os::fd::OwnedFd, name: &str) -> bool {
+    use rustix::fs::FileType;
+    use rustix::io::Errno;
+    let mut pending: Vec<std::path::PathBuf> = vec![std::path::PathBuf::from(name)];
+    let mut looked = 0usize;
+    while let Some(rel) = pending.pop() {
+        let dir = match open_beneath(top, &rel) {
+            Ok(dir) => dir,
+            // Gone meanwhile, or not a directory (the top one missing).
+            Err(Errno::NOENT | Errno::NOTDIR) => continue,
+            // A link where a directory was listed: swapped meanwhile.
+            Err(Errno::LOOP | Errno::XDEV) => return false,
+            Err(_) => return false,
+        };
+        let mut links = Vec::new();
+        let complete = each_entry(&dir, &mut |entry, kind| {
+            looked += 1;
+            if looked > MAX_SWEPT_ENTRIES || pending.len() > MAX_SWEPT_ENTRIES {
+                return false;
+            }
+            if is_link_kind(&dir, entry, kind) {
+                links.push(entry.to_os_string());
+            } else if kind == FileType::Directory
+                || (kind == FileType::Unknown
+                    && rustix::fs::statat(&dir, entry, rustix::fs::AtFlags::SYMLINK_NOFOLLOW)
+                        .is_ok_and(|st| FileType::from_raw_mode(st.st_mode) == FileType::Directory))
+            {
+                pending.push(rel.join(entry));
+            }
+            true
+        });
+        for link in links {
+            unlink_logged(&dir, &link);
+        }
+        if !complete {
+            return false;
+        }
+    }
+    true
 }
 
 impl LinuxSandbox {
