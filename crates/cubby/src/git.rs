@@ -583,12 +583,16 @@ const PROGRAM_KEYS: [(&str, &str); 27] = [
 /// (git's rule), not from where a link leads.
 fn read_config(file: &Path, depth: usize, host: &HostEnv, found: &mut Found) {
     let written = file;
-    let file = canonical(file);
+    // Where it leads is the last of the names on its way.
+    let ways = names_on_the_way(written);
+    let Some(file) = ways.last().cloned() else {
+        return;
+    };
     if found.files.contains(&file) {
         return;
     }
     found.files.push(file.clone());
-    found.places.extend(names_on_the_way(written));
+    found.places.extend(ways);
     let Some(text) = read_small(&file) else {
         return;
     };
@@ -918,6 +922,11 @@ pub(crate) fn names_on_the_way(path: &Path) -> Vec<PathBuf> {
             Component::CurDir => {}
             other => lexical.push(other),
         }
+    }
+    // No link on the way (the common case, and one look): the name is
+    // where it leads.
+    if canonical(&lexical) == lexical {
+        return vec![lexical];
     }
     let mut out = vec![lexical.clone()];
     let mut rest: std::collections::VecDeque<std::ffi::OsString> = lexical

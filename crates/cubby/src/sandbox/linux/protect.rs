@@ -64,6 +64,10 @@ pub(super) fn unlink_planted_links(
     git_dirs: &[WorkspacePath],
 ) {
     for git_dir in git_dirs {
+        // A missing one costs a look, and no error made.
+        if fs.metadata_if_any(git_dir).is_none() {
+            continue;
+        }
         let Ok(top) = fs.open_dir(git_dir) else {
             continue;
         };
