@@ -1783,16 +1783,6 @@ fn exec_output(far: &Far, id: &str, script: &str) -> String {
     String::from_utf8_lossy(&raw).into_owned()
 }
 
-/// `VmHWM` (peak resident set) of process `pid`, in KiB.
-fn peak_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap()
-}
-
 /// Issue 18: a tar body larger than the server's cap on a request body
 /// (`MAX_BODY_BYTES`, 64 MiB, which the tar body was once read whole
 /// under: refused with 413) makes a workspace, unpacked as it arrives:
@@ -1806,8 +1796,8 @@ fn a_tar_larger_than_a_request_body_is_unpacked_as_it_arrives() {
     /// Most the server's peak may grow by (the body is 80 MiB).
     const MAX_GROWTH_KIB: u64 = 32 * 1024;
     let far = Far::start(&[], "127.0.0.1", &["--provider", "linux"]);
-    let pid = far.child.id();
-    let before = peak_kib(pid);
+    let pid = far.child.id().to_string();
+    let before = common::peak_kib(&pid);
     let total = FILES * (512 + FILE_BYTES) + 1024;
     let mut s = TcpStream::connect(&far.addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
@@ -1835,7 +1825,7 @@ fn a_tar_larger_than_a_request_body_is_unpacked_as_it_arrives() {
     let _ = s.read_to_end(&mut raw);
     let text = String::from_utf8_lossy(&raw).into_owned();
     assert!(text.starts_with("HTTP/1.1 201"), "{text}");
-    let grown = peak_kib(pid).saturating_sub(before);
+    let grown = common::peak_kib(&pid).saturating_sub(before);
     assert!(
         grown < MAX_GROWTH_KIB,
         "the server's peak grew by {grown} KiB for an 80 MiB body"

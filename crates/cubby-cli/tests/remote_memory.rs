@@ -19,16 +19,6 @@ const TOTAL: u64 = 1 << 30;
 /// Most either side's peak resident set may grow by while it streams.
 const MAX_GROWTH_KIB: u64 = 96 * 1024;
 
-/// `VmHWM` (peak resident set) of a process, in KiB.
-fn peak_kib(pid: &str) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap()
-}
-
 #[test]
 fn a_gibibyte_of_output_through_remote_keeps_both_sides_bounded() {
     let dir = tempfile::tempdir().unwrap();
@@ -88,7 +78,7 @@ fn a_gibibyte_of_output_through_remote_keeps_both_sides_bounded() {
             json!({"command": "head -c 1048576 /dev/zero | tr '\\0' a"}),
         );
         assert!(out.text.starts_with("OK exit=0"), "{}", out.text);
-        let (near_before, far_before) = (peak_kib("self"), peak_kib(&far_pid));
+        let (near_before, far_before) = (common::peak_kib("self"), common::peak_kib(&far_pid));
         let out = t.call(
             "run",
             json!({
@@ -102,7 +92,7 @@ fn a_gibibyte_of_output_through_remote_keeps_both_sides_bounded() {
             &out.text[..200.min(out.text.len())]
         );
         assert_eq!(out.structured["output_bytes"], TOTAL);
-        let (near_after, far_after) = (peak_kib("self"), peak_kib(&far_pid));
+        let (near_after, far_after) = (common::peak_kib("self"), common::peak_kib(&far_pid));
         eprintln!(
             "peak RSS: near {near_before} → {near_after} KiB, far {far_before} → {far_after} KiB"
         );

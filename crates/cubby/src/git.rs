@@ -781,21 +781,39 @@ fn inside(root: &Path, path: &Path) -> Option<WorkspacePath> {
     (!rel.is_root()).then_some(rel)
 }
 
+/// `path` with `.` and `..` taken off by name, as written.
+pub(crate) fn lexical(path: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for c in path.components() {
+        match c {
+            Component::ParentDir => {
+                out.pop();
+            }
+            Component::CurDir => {}
+            other => out.push(other),
+        }
+    }
+    out
+}
+
+/// The names of `path`'s components, `..` kept as a name (the root and
+/// `.` left out).
+fn names_of(path: &Path) -> std::collections::VecDeque<std::ffi::OsString> {
+    path.components()
+        .filter_map(|c| match c {
+            Component::Normal(n) => Some(n.to_os_string()),
+            Component::ParentDir => Some("..".into()),
+            _ => None,
+        })
+        .collect()
+}
+
 /// `path` with its symbolic links resolved as far as it exists, the rest
 /// joined lexically (`..` taken off). Resolved by the kernel (an `O_PATH`
 /// open, then its `/proc/self/fd` link): a few system calls, where
 /// `realpath` reads a link per component.
 pub(crate) fn canonical(path: &Path) -> PathBuf {
-    let mut lexical = PathBuf::new();
-    for c in path.components() {
-        match c {
-            Component::ParentDir => {
-                lexical.pop();
-            }
-            Component::CurDir => {}
-            other => lexical.push(other),
-        }
-    }
+    let lexical = lexical(path);
     // The longest existing prefix, resolved, and the rest joined.
     let mut existing = lexical.clone();
     let mut tail = Vec::new();
@@ -913,29 +931,14 @@ fn expand_word(word: &str, host: &HostEnv) -> Option<PathBuf> {
 pub(crate) fn names_on_the_way(path: &Path) -> Vec<PathBuf> {
     /// Links followed at most (the kernel's own limit).
     const MAX_HOPS: usize = 40;
-    let mut lexical = PathBuf::new();
-    for c in path.components() {
-        match c {
-            Component::ParentDir => {
-                lexical.pop();
-            }
-            Component::CurDir => {}
-            other => lexical.push(other),
-        }
-    }
+    let lexical = lexical(path);
     // No link on the way (the common case, and one look): the name is
     // where it leads.
     if canonical(&lexical) == lexical {
         return vec![lexical];
     }
     let mut out = vec![lexical.clone()];
-    let mut rest: std::collections::VecDeque<std::ffi::OsString> = lexical
-        .components()
-        .filter_map(|c| match c {
-            Component::Normal(n) => Some(n.to_os_string()),
-            _ => None,
-        })
-        .collect();
+    let mut rest = names_of(&lexical);
     let mut at = PathBuf::from("/");
     let mut hops = 0;
     while let Some(name) = rest.pop_front() {
@@ -956,14 +959,7 @@ pub(crate) fn names_on_the_way(path: &Path) -> Vec<PathBuf> {
                 if target.is_absolute() {
                     at = PathBuf::from("/");
                 }
-                let mut ahead: std::collections::VecDeque<std::ffi::OsString> = target
-                    .components()
-                    .filter_map(|c| match c {
-                        Component::Normal(n) => Some(n.to_os_string()),
-                        Component::ParentDir => Some("..".into()),
-                        _ => None,
-                    })
-                    .collect();
+                let mut ahead = names_of(&target);
                 ahead.extend(rest);
                 rest = ahead;
             }

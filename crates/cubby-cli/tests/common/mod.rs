@@ -415,3 +415,14 @@ pub fn connect_from(source: std::net::Ipv4Addr, to: std::net::SocketAddr) -> Tcp
     connect(&fd, &to).unwrap();
     TcpStream::from(fd)
 }
+
+/// `VmHWM` (peak resident set) of process `pid` (a number, or `self`), in
+/// KiB.
+pub fn peak_kib(pid: &str) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap()
+}

@@ -316,17 +316,7 @@ fn git_out_of_reach(
 /// link to `/` made the next sandbox's commands write anywhere (red-team
 /// pass 13, Q1). The operator gives the real path.
 fn plain_root(what: &str, configured: &Path, abs: &Path, canonical: &Path) -> Result<()> {
-    let mut lexical = PathBuf::new();
-    for part in abs.components() {
-        match part {
-            std::path::Component::CurDir => {}
-            std::path::Component::ParentDir => {
-                lexical.pop();
-            }
-            other => lexical.push(other),
-        }
-    }
-    if lexical == canonical {
+    if crate::git::lexical(abs) == canonical {
         return Ok(());
     }
     Err(Error::invalid_input(format!(
