@@ -293,7 +293,7 @@ pub fn surface(root: &Path, host: &HostEnv) -> Surface {
         }
     }
     // Every config file git reads, and what they include.
-    let configs = config_list(host, git_dir.as_deref(), common.as_deref());
+    let configs = config_list(host, &top, git_dir.as_deref(), common.as_deref());
     let mut found = Found::default();
     for file in &configs {
         read_config(file, 0, host, &mut found);
@@ -397,7 +397,12 @@ fn locate(root: &Path) -> (Option<PathBuf>, PathBuf) {
 
 /// The config files git reads first (the system's, the user's, the
 /// repository's and the worktree's), before what they include.
-fn config_list(host: &HostEnv, git_dir: Option<&Path>, common: Option<&Path>) -> Vec<PathBuf> {
+fn config_list(
+    host: &HostEnv,
+    top: &Path,
+    git_dir: Option<&Path>,
+    common: Option<&Path>,
+) -> Vec<PathBuf> {
     // The union of where git reads them by default and where cubby's
     // environment moves them: the host's git may run in an environment of
     // its own (an MCP client starts cubby with less of the user's).
@@ -414,6 +419,14 @@ fn config_list(host: &HostEnv, git_dir: Option<&Path>, common: Option<&Path>) ->
     if let Some(h) = home(host) {
         configs.push(h.join(".config/git/config"));
         configs.push(h.join(".gitconfig"));
+    }
+    // A relative `XDG_CONFIG_HOME` or `GIT_CONFIG_*` is taken by git from
+    // where it runs, the worktree's top (red-team pass 17, 6): within the
+    // workspace, protected as its own config is.
+    for config in &mut configs {
+        if config.is_relative() {
+            *config = top.join(&*config);
+        }
     }
     if let Some(c) = common {
         configs.push(c.join("config"));
@@ -434,12 +447,12 @@ fn config_list(host: &HostEnv, git_dir: Option<&Path>, common: Option<&Path>) ->
 /// secrets, so that no output shows them (`actions/checkout` leaves the
 /// job's token in `.git/config`).
 pub fn config_credentials(root: &Path, host: &HostEnv) -> Vec<(&'static str, String)> {
-    let (git_dir, _) = locate(root);
+    let (git_dir, top) = locate(root);
     let common = git_dir
         .as_deref()
         .map(|g| common_dir(g).unwrap_or_else(|| g.to_path_buf()));
     let mut found = Found::default();
-    for file in config_list(host, git_dir.as_deref(), common.as_deref()) {
+    for file in config_list(host, &top, git_dir.as_deref(), common.as_deref()) {
         read_config(&file, 0, host, &mut found);
     }
     found.credentials
@@ -1250,6 +1263,19 @@ mod tests {
         assert!(s.unresolved.is_empty(), "{:?}", s.unresolved);
         assert!(s.reached_by(&base.join("real")).is_some());
         assert!(path_words("!f() { git log $1; }; f").is_empty());
+    }
+
+    #[test]
+    fn a_relative_xdg_config_home_is_taken_from_the_worktrees_top() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(dir.path()).unwrap();
+        std::fs::create_dir_all(root.join(".git")).unwrap();
+        let host = HostEnv::from_vars([
+            ("HOME", root.join("home")),
+            ("XDG_CONFIG_HOME", PathBuf::from("xdgrel")),
+        ]);
+        let s = surface(&root, &host);
+        assert!(s.extra.contains(&p("xdgrel/git/config")), "{:?}", s.extra);
     }
 
     #[test]
