@@ -1026,6 +1026,25 @@ mod tests {
         );
     }
 
+    /// A temporary directory and its canonical path.
+    fn base_dir() -> (tempfile::TempDir, PathBuf) {
+        let dir = tempfile::tempdir().unwrap();
+        let base = std::fs::canonicalize(dir.path()).unwrap();
+        (dir, base)
+    }
+
+    /// Asserts that each of `places` is in `s`'s outside pieces.
+    fn assert_outside(s: &Surface, places: &[PathBuf]) {
+        for place in places {
+            assert!(
+                s.outside.contains(place),
+                "{} in {:?}",
+                place.display(),
+                s.outside
+            );
+        }
+    }
+
     fn p(s: &str) -> WorkspacePath {
         WorkspacePath::parse(s).unwrap()
     }
@@ -1128,8 +1147,7 @@ mod tests {
 
     #[test]
     fn a_linked_worktrees_git_directories_are_outside_and_reached_by_roots_holding_them() {
-        let dir = tempfile::tempdir().unwrap();
-        let base = std::fs::canonicalize(dir.path()).unwrap();
+        let (_dir, base) = base_dir();
         let (root, main) = (base.join("wt"), base.join("main/.git"));
         std::fs::create_dir_all(main.join("worktrees/wt")).unwrap();
         std::fs::create_dir_all(&root).unwrap();
@@ -1148,22 +1166,18 @@ mod tests {
         let host = HostEnv::from_vars([("HOME", base.join("home"))]);
         let s = surface(&root, &host);
         assert!(s.git_dirs.is_empty(), "{:?}", s.git_dirs);
-        for place in [
-            main.clone(),
-            main.join("worktrees/wt"),
-            base.join("home/.gitconfig"),
-            base.join("home/.config/git/config"),
-            PathBuf::from("/etc/gitconfig"),
-            PathBuf::from("/opt/tools/fsmon"),
-            PathBuf::from("/opt/alias.sh"),
-        ] {
-            assert!(
-                s.outside.contains(&place),
-                "{} in {:?}",
-                place.display(),
-                s.outside
-            );
-        }
+        assert_outside(
+            &s,
+            &[
+                main.clone(),
+                main.join("worktrees/wt"),
+                base.join("home/.gitconfig"),
+                base.join("home/.config/git/config"),
+                PathBuf::from("/etc/gitconfig"),
+                PathBuf::from("/opt/tools/fsmon"),
+                PathBuf::from("/opt/alias.sh"),
+            ],
+        );
         assert!(s.unresolved.is_empty(), "{:?}", s.unresolved);
         // Nothing of a git directory is spared, its logs and objects no
         // more than its hooks (red-team pass 16: links planted there).
@@ -1183,8 +1197,7 @@ mod tests {
 
     #[test]
     fn a_root_without_a_repository_names_each_git_above_it() {
-        let dir = tempfile::tempdir().unwrap();
-        let base = std::fs::canonicalize(dir.path()).unwrap();
+        let (_dir, base) = base_dir();
         let root = base.join("proj/ws");
         std::fs::create_dir_all(&root).unwrap();
         let host = HostEnv::from_vars([("HOME", base.join("home"))]);
@@ -1207,8 +1220,7 @@ mod tests {
 
     #[test]
     fn a_linked_git_directory_above_the_root_is_followed() {
-        let dir = tempfile::tempdir().unwrap();
-        let base = std::fs::canonicalize(dir.path()).unwrap();
+        let (_dir, base) = base_dir();
         let store = base.join("store/ws.git");
         std::fs::create_dir_all(&store).unwrap();
         std::fs::write(store.join("HEAD"), "ref: refs/heads/main\n").unwrap();
@@ -1222,8 +1234,7 @@ mod tests {
 
     #[test]
     fn paths_in_values_and_links_on_their_way_are_outside() {
-        let dir = tempfile::tempdir().unwrap();
-        let base = std::fs::canonicalize(dir.path()).unwrap();
+        let (_dir, base) = base_dir();
         let root = base.join("ws");
         std::fs::create_dir_all(root.join(".git")).unwrap();
         std::fs::create_dir_all(base.join("real")).unwrap();
@@ -1242,24 +1253,20 @@ mod tests {
         .unwrap();
         let host = HostEnv::from_vars([("HOME", base.join("home"))]);
         let s = surface(&root, &host);
-        for place in [
-            t.join("gh"),
-            t.join("less"),
-            t.join("ed"),
-            t.join("delta"),
-            t.join("tmpl"),
-            base.join("home/bin/ssh"),
-            // The link itself and where it leads.
-            t.clone(),
-            base.join("real/gh"),
-        ] {
-            assert!(
-                s.outside.contains(&place),
-                "{} in {:?}",
-                place.display(),
-                s.outside
-            );
-        }
+        assert_outside(
+            &s,
+            &[
+                t.join("gh"),
+                t.join("less"),
+                t.join("ed"),
+                t.join("delta"),
+                t.join("tmpl"),
+                base.join("home/bin/ssh"),
+                // The link itself and where it leads.
+                t.clone(),
+                base.join("real/gh"),
+            ],
+        );
         assert!(s.unresolved.is_empty(), "{:?}", s.unresolved);
         assert!(s.reached_by(&base.join("real")).is_some());
         assert!(path_words("!f() { git log $1; }; f").is_empty());
@@ -1267,8 +1274,7 @@ mod tests {
 
     #[test]
     fn a_relative_xdg_config_home_is_taken_from_the_worktrees_top() {
-        let dir = tempfile::tempdir().unwrap();
-        let root = std::fs::canonicalize(dir.path()).unwrap();
+        let (_dir, root) = base_dir();
         std::fs::create_dir_all(root.join(".git")).unwrap();
         let host = HostEnv::from_vars([
             ("HOME", root.join("home")),
@@ -1280,8 +1286,7 @@ mod tests {
 
     #[test]
     fn places_cubby_cannot_resolve_are_named() {
-        let dir = tempfile::tempdir().unwrap();
-        let base = std::fs::canonicalize(dir.path()).unwrap();
+        let (_dir, base) = base_dir();
         let root = base.join("ws");
         std::fs::create_dir_all(root.join(".git")).unwrap();
         std::fs::write(root.join(".git/HEAD"), "ref: refs/heads/main\n").unwrap();

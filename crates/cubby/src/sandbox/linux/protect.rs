@@ -71,11 +71,17 @@ pub(super) fn unlink_planted_links(
         let Ok(top) = fs.open_dir(git_dir) else {
             continue;
         };
-        for name in GIT_OPENED_NAMES {
-            let name = std::ffi::OsStr::new(name);
-            if is_link_at(&top, name) {
-                unlink_logged(&top, name);
+        // One listing of the top (its entries' kinds come with it) rather
+        // than a look at each name: this runs at every command's end.
+        let mut links = Vec::new();
+        each_entry(&top, &mut |name, kind| {
+            if GIT_OPENED_NAMES.iter().any(|n| name == *n) && is_link_kind(&top, name, kind) {
+                links.push(name.to_os_string());
             }
+            true
+        });
+        for name in links {
+            unlink_logged(&top, &name);
         }
         for tree in GIT_SWEPT_TREES {
             if !sweep_tree(&top, tree) {
