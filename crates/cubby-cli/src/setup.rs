@@ -184,7 +184,8 @@ pub fn read_token(file: &Path) -> anyhow::Result<String> {
 /// Where `serve --host` keeps what: the served root, the directory of the
 /// hosted workspaces (made now: `--host-dir`, or one of its own in the
 /// temporary directory), the adoptable directory, the token's file; all
-/// canonical, and none inside another (red-team pass 7, G3: a token file
+/// canonical, and none inside another under any name the mounts give it
+/// ([`cubby::mounts`]; red-team pass 7, G3: a token file
 /// in the served root was the file tools' to read, a host directory in the
 /// root or in the adoptable one put every hosted workspace in one model's
 /// reach).
@@ -266,10 +267,21 @@ impl HostLayout {
                         .with_context(|| format!("the token file `{}` does not exist", t.display()))
                 })
                 .transpose()?;
-            let overlap = |a: &Path, b: &Path| a.starts_with(b) || b.starts_with(a);
+            // By every name the mounts give each (a bind of `--host-dir`
+            // inside the root is the same directory; red-team pass 8, L2).
+            let table = cubby::mounts::MountTable::read()
+                .context("cannot read the mount table to check the directories")?;
+            let overlap = |a: &Path, b: &Path| {
+                let theirs = table.aliases(b);
+                table
+                    .aliases(a)
+                    .iter()
+                    .any(|a| theirs.iter().any(|b| a.starts_with(b) || b.starts_with(a)))
+            };
             if overlap(&dir, &root) {
                 bail!(
-                    "--host-dir `{}` and the workspace root `{}` lie one inside the other: the \
+                    "--host-dir `{}` and the workspace root `{}` lie one inside the other (under \
+                     their own names or those a mount gives them): the \
                      served workspace's tools would reach the hosted sandboxes' workspaces; \
                      choose directories apart",
                     dir.display(),
@@ -290,7 +302,14 @@ impl HostLayout {
             }
             if let Some(token) = &token {
                 let holders = [Some(&root), Some(&dir), adopt.as_ref()];
-                if let Some(holder) = holders.into_iter().flatten().find(|h| token.starts_with(h)) {
+                let names = table.aliases(token);
+                let within = |h: &&PathBuf| {
+                    let holder = table.aliases(h);
+                    names
+                        .iter()
+                        .any(|t| holder.iter().any(|h| t.starts_with(h)))
+                };
+                if let Some(holder) = holders.into_iter().flatten().find(within) {
                     bail!(
                         "the token file `{}` lies in `{}`, where a sandbox's tools reach it; \
                          keep it outside the workspace root, --host-dir and --host-adopt",

@@ -1288,6 +1288,70 @@ fn a_host_layout_with_one_directory_inside_another_is_refused() {
     let _ = reader.join();
 }
 
+/// Red-team pass 8, L2: `--host-dir` bound inside the served root (in a
+/// mount namespace the test makes) is the same directory under a name in
+/// `/mcp`'s reach — every hosted workspace readable there. The paths lie
+/// apart, so the check by name let it start (seen with the code before
+/// this check: the server listened). Refused at start, naming both.
+#[test]
+fn a_host_dir_bound_inside_the_root_is_refused() {
+    let base = tempfile::Builder::new()
+        .prefix("cubby-layout-")
+        .tempdir_in(FAR_BASE)
+        .unwrap();
+    let b = base.path().canonicalize().unwrap();
+    for d in ["root/alias", "hd"] {
+        std::fs::create_dir_all(b.join(d)).unwrap();
+    }
+    std::fs::write(b.join("hd/mark"), "").unwrap();
+    let mut server = Command::new("unshare")
+        .args(["-rm", "--propagation", "private", "sh", "-c"])
+        .arg(
+            "mount --bind \"$1\" \"$2\" || exit 96; test -e \"$2/mark\" || exit 97; \
+             shift 2; exec \"$@\"",
+        )
+        .arg("sh")
+        .arg(b.join("hd"))
+        .arg(b.join("root/alias"))
+        .arg(env!("CARGO_BIN_EXE_cubby"))
+        .args(["serve", "--host", "--listen", "127.0.0.1:0"])
+        .args(["--provider", "local", "--root"])
+        .arg(b.join("root"))
+        .arg("--host-dir")
+        .arg(b.join("hd"))
+        .env("CUBBY_TOKEN", "t0ken-t0ken-t0ken-t0ken")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Its exit is waited for; one still running at the deadline started.
+    let deadline = Instant::now() + START_WAIT;
+    let status = loop {
+        if let Some(status) = server.try_wait().unwrap() {
+            break Some(status);
+        }
+        if Instant::now() > deadline {
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    if status.is_none() {
+        let _ = server.kill();
+        let _ = server.wait();
+    }
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut server.stderr.take().unwrap(), &mut err).unwrap();
+    let status = status.unwrap_or_else(|| panic!("the server started: {err}"));
+    assert_ne!(status.code(), Some(97), "the bind did not reach --host-dir");
+    assert_ne!(status.code(), Some(96), "mount --bind failed: {err}");
+    assert!(!status.success());
+    assert!(
+        err.contains("--host-dir") && err.contains("choose directories apart"),
+        "{err}"
+    );
+}
+
 /// An MCP session at `/v1/sandboxes/{id}/mcp` of `far`: (port, headers
 /// with the session) once initialized.
 fn bound_session(far: &Far, id: &str) -> (u16, String) {

@@ -58,6 +58,7 @@ pub mod git;
 pub mod host;
 mod host_env;
 pub mod kubernetes;
+pub mod mounts;
 mod net;
 pub mod output;
 mod path;

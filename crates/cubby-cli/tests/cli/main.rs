@@ -7,6 +7,7 @@
 mod calls;
 mod config;
 mod env;
+mod mounts;
 mod skills;
 mod stash;
 mod terminals;

@@ -235,28 +235,87 @@ const NOT_PRIVATE: [&str; 10] = [
 /// pass 14, R1: a directory exchanged with a link in a loop while another
 /// session opened). Such a root adds nothing: commands already write (and
 /// read) the place around it. A workspace inside a writable root is
-/// guarded by its identity instead (`Rebind::identity`).
-fn roots_out_of_reach(root: &Path, writable: &[PathBuf], readable: &[PathBuf]) -> Result<()> {
+/// guarded by its identity instead (`Rebind::identity`). Each root is
+/// checked under every name its mounts give it ([`NamedRoot`]), and one
+/// that reaches the workspace, or a directory above it, under another name
+/// is refused: the workspace's protected paths are bound over under their
+/// own names only.
+fn roots_out_of_reach(root: &Path, writable: &[NamedRoot], readable: &[NamedRoot]) -> Result<()> {
     let kinds = writable
         .iter()
         .map(|r| ("writable", r))
         .chain(readable.iter().map(|r| ("readable", r)));
     for (what, dir) in kinds {
-        let around = std::iter::once(("the workspace", root))
-            .chain(writable.iter().map(|w| ("the writable root", w.as_path())))
-            .find(|(_, place)| dir.starts_with(place) && dir.as_path() != *place);
+        // Under another name, the workspace itself or a directory above it
+        // is no better: its protected paths are bound over under their own
+        // names only.
+        let aliased = dir.name != dir.root && root.starts_with(&dir.name);
+        if aliased {
+            return Err(Error::invalid_input(format!(
+                "{what} root {} reaches the workspace `{}` under another name, where the \
+                 workspace's protected paths are not covered; leave `{}` out",
+                dir.shown(),
+                root.display(),
+                dir.root.display()
+            )));
+        }
+        let workspace = (dir.name.starts_with(root) && dir.name != root)
+            .then(|| ("the workspace".to_string(), format!("`{}`", root.display())));
+        let around = workspace.or_else(|| {
+            writable
+                .iter()
+                .find(|w| w.root != dir.root && dir.name.starts_with(&w.name) && dir.name != w.name)
+                .map(|w| ("the writable root".to_string(), w.shown()))
+        });
         if let Some((name, place)) = around {
             return Err(Error::invalid_input(format!(
-                "{what} root `{}` lies in {name} `{}`, whose entries commands can move and \
+                "{what} root {} lies in {name} {place}, whose entries commands can move and \
                  swap for links: cubby cannot hold it to one directory. Commands already \
                  write and read there; leave `{}` out",
-                dir.display(),
-                place.display(),
-                dir.display()
+                dir.shown(),
+                dir.root.display()
             )));
         }
     }
     Ok(())
+}
+
+/// A writable or readable root under one of its names: its own, or one a
+/// bind mount gives it or something beneath it ([`crate::mounts`]).
+#[derive(Debug)]
+struct NamedRoot {
+    /// The root as configured (canonical).
+    root: PathBuf,
+    /// The name checked.
+    name: PathBuf,
+}
+
+impl NamedRoot {
+    /// The root for a message, with the name checked when it is another.
+    fn shown(&self) -> String {
+        if self.name == self.root {
+            format!("`{}`", self.root.display())
+        } else {
+            format!(
+                "`{}` (reached as `{}` too, through a mount)",
+                self.root.display(),
+                self.name.display()
+            )
+        }
+    }
+}
+
+/// Every root under each of its names, its own first.
+fn named_roots(table: &crate::mounts::MountTable, roots: &[PathBuf]) -> Vec<NamedRoot> {
+    roots
+        .iter()
+        .flat_map(|root| {
+            table.aliases(root).into_iter().map(|name| NamedRoot {
+                root: root.clone(),
+                name,
+            })
+        })
+        .collect()
 }
 
 /// Refuses a writable root that holds (or lies in) a piece of git's
@@ -272,7 +331,7 @@ fn roots_out_of_reach(root: &Path, writable: &[PathBuf], readable: &[PathBuf]) -
 fn git_out_of_reach(
     surface: &crate::git::Surface,
     host: &HostEnv,
-    writable: &[PathBuf],
+    writable: &[NamedRoot],
 ) -> Result<()> {
     if writable.is_empty() {
         return Ok(());
@@ -286,22 +345,22 @@ fn git_out_of_reach(
     }
     let programs = crate::git::host_program_places(host);
     for dir in writable {
-        if let Some(piece) = surface.reached_by(dir) {
+        if let Some(piece) = surface.reached_by(&dir.name) {
             return Err(Error::invalid_input(format!(
-                "writable root `{}` would let commands change `{}`, which the host's git reads \
+                "writable root {} would let commands change `{}`, which the host's git reads \
                  or runs for this workspace (a git directory, a `.git` it would find, a config \
                  file, a hooks directory, a program its config names); leave it out. To commit \
                  from a linked worktree, run git on the host",
-                dir.display(),
+                dir.shown(),
                 piece.display()
             )));
         }
-        if let Some(place) = programs.iter().find(|p| p.starts_with(dir)) {
+        if let Some(place) = programs.iter().find(|p| p.starts_with(&dir.name)) {
             return Err(Error::invalid_input(format!(
-                "writable root `{}` holds `{}`, where the host finds the programs it runs \
+                "writable root {} holds `{}`, where the host finds the programs it runs \
                  (a directory on PATH, or a git's own system config): a command could plant \
                  one there; leave it out",
-                dir.display(),
+                dir.shown(),
                 place.display()
             )));
         }
@@ -432,62 +491,75 @@ impl LinuxSandbox {
             plain_root("readable", &r, &abs, &canonical)?;
             readable_roots.push(canonical);
         }
-        roots_out_of_reach(fs.root_path(), &writable_roots, &readable_roots)?;
+        // Each root checked under every name the mounts give it, its own
+        // and those of what is mounted beneath it: a bind mount is another
+        // name for the same directory (red-team pass 17, 9).
+        let (writable_named, readable_named) =
+            if writable_roots.is_empty() && readable_roots.is_empty() {
+                (Vec::new(), Vec::new())
+            } else {
+                let table = crate::mounts::MountTable::read().map_err(|e| {
+                    start_error(format!(
+                        "cannot read the mount table to check the roots: {e}"
+                    ))
+                })?;
+                (
+                    named_roots(&table, &writable_roots),
+                    named_roots(&table, &readable_roots),
+                )
+            };
+        roots_out_of_reach(fs.root_path(), &writable_named, &readable_named)?;
         // A masked path in a writable root: a command renames a directory
         // above it, and the next session masks the old name only (red-team
         // pass 15, S3).
         // By name and by where the name leads.
         if let Some((hidden, w)) = host_deny_read.iter().find_map(|h| {
             let real = crate::git::canonical(h);
-            writable_roots
+            writable_named
                 .iter()
-                .find(|w| h.starts_with(w) || real.starts_with(w))
+                .find(|w| h.starts_with(&w.name) || real.starts_with(&w.name))
                 .map(|w| (h, w))
         }) {
             return Err(Error::invalid_input(format!(
-                "host_deny_read entry `{}` lies in the writable root `{}`, where commands can \
+                "host_deny_read entry `{}` lies in the writable root {}, where commands can \
                  rename the directories above it and so move it out from under its mask; \
                  keep the two apart",
                 hidden.display(),
-                w.display()
+                w.shown()
             )));
         }
         if options.mode != Mode::FullAccess {
-            let roots = std::iter::once(("the workspace", fs.root_path()))
-                .chain(
-                    writable_roots
-                        .iter()
-                        .map(|w| ("writable root", w.as_path())),
-                )
-                .chain(
-                    readable_roots
-                        .iter()
-                        .map(|r| ("readable root", r.as_path())),
-                );
-            for w in &writable_roots {
-                if let Some(watched) = stores.watched_within(w) {
+            let workspace = NamedRoot {
+                root: fs.root_path().to_path_buf(),
+                name: fs.root_path().to_path_buf(),
+            };
+            let roots = std::iter::once(("the workspace", &workspace))
+                .chain(writable_named.iter().map(|w| ("writable root", w)))
+                .chain(readable_named.iter().map(|r| ("readable root", r)));
+            for w in &writable_named {
+                if let Some(watched) = stores.watched_within(&w.name) {
                     return Err(Error::new(
                         ErrorKind::InvalidInput,
                         format!(
-                            "writable root `{}` holds (or is) `{}`, a directory where cubby looks for \
+                            "writable root {} holds (or is) `{}`, a directory where cubby looks for \
                              credential stores by name: commands could rename it or make it \
                              anew and so move the stores out from under their masks. Name the \
                              directory the tool needs instead (`~/.cache/pip`, \
                              `~/.cargo/registry`), not a home or one holding a store's directory",
-                            w.display(),
+                            w.shown(),
                             watched.display()
                         ),
                     ));
                 }
             }
             for (what, dir) in roots {
-                if let Some(store) = stores.covering(dir) {
+                if let Some(store) = stores.covering(&dir.name) {
                     return Err(Error::new(
                         ErrorKind::Unsupported,
                         format!(
-                            "{what} `{}` lies in `{}`, a credential store that commands may not \
+                            "{what} {} lies in `{}`, a credential store that commands may not \
                              read (SPEC §4); choose a directory outside it",
-                            dir.display(),
+                            dir.shown(),
                             store.display()
                         ),
                     ));
@@ -502,7 +574,7 @@ impl LinuxSandbox {
             .filter(|r| r.fresh_for(fs.root_path()).is_some())
             .unwrap_or_else(|| crate::git::SurfaceRead::now(fs.root_path(), &options.host));
         if options.mode != Mode::FullAccess {
-            git_out_of_reach(git_read.surface(), &options.host, &writable_roots)?;
+            git_out_of_reach(git_read.surface(), &options.host, &writable_named)?;
         }
         let read_roots = match options.read_scope {
             ReadScope::Host => Vec::new(),
