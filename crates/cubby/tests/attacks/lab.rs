@@ -150,12 +150,32 @@ impl Lab {
 
 pub type Verdict = Result<(), String>;
 
+/// Nothing at `path`. A placeholder cubby leaves there for the next
+/// command (an empty directory of mode 0600, or a read-only file of at
+/// most a byte) is waited for: it goes within cubby's `LINGER` (2 s); what
+/// a command made stays, and fails.
 pub fn absent(path: &Path) -> Verdict {
-    match std::fs::symlink_metadata(path) {
-        Err(_) => Ok(()),
-        Ok(_) => Err(format!("{} exists", path.display())),
+    use std::os::unix::fs::PermissionsExt;
+    let deadline = std::time::Instant::now() + PLACEHOLDER_LINGER;
+    loop {
+        let Ok(meta) = std::fs::symlink_metadata(path) else {
+            return Ok(());
+        };
+        let mode = meta.permissions().mode() & 0o7777;
+        let placeholder = (meta.is_dir()
+            && mode == 0o600
+            && std::fs::read_dir(path).is_ok_and(|mut d| d.next().is_none()))
+            || (meta.is_file() && mode == 0o400 && meta.len() <= 1);
+        if !placeholder || std::time::Instant::now() > deadline {
+            return Err(format!("{} exists", path.display()));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
     }
 }
+
+/// How long a placeholder nobody uses may stay in the workspace (cubby's
+/// `LINGER`, 2 s), with room for a loaded machine.
+const PLACEHOLDER_LINGER: std::time::Duration = std::time::Duration::from_secs(20);
 
 pub fn unchanged(path: &Path, expected: &str) -> Verdict {
     let now = std::fs::read_to_string(path).unwrap_or_default();

@@ -28,11 +28,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::command::{self, COMMAND_STACK_BYTES, LastSteps};
 use super::holder::{CommandSetup, close_each};
-use super::mask::{MASK_DEV, mask_late};
+use super::mask::{MASK_DEV, cover_placeholder, mask_late};
 use super::syscalls::{self, GUARD_BYTES, errno};
 use super::wire::{
-    self, ENTRY_DENY_READ, ENTRY_PINNED, ENTRY_STORE, MSG_EXEC_FAILED, MSG_EXITED, MSG_MAX_FDS,
-    MSG_STARTED, Msg, PAYLOAD_HEADER_BYTES, Payload, RUN_STDIO,
+    self, ENTRY_DENY_READ, ENTRY_PINNED, ENTRY_PLACEHOLDER, ENTRY_STORE, MSG_EXEC_FAILED,
+    MSG_EXITED, MSG_MAX_FDS, MSG_STARTED, Msg, PAYLOAD_HEADER_BYTES, Payload, RUN_STDIO,
 };
 use crate::sandbox::local::shim;
 
@@ -245,6 +245,12 @@ pub(super) unsafe fn namespace_init(
             let e = mask_late(path, kind == ENTRY_DENY_READ, mask_dev);
             if e != 0 {
                 fail(request, e);
+            }
+            continue;
+        }
+        if kind == ENTRY_PLACEHOLDER {
+            if !cover_placeholder(path) {
+                fail(request, errno());
             }
             continue;
         }

@@ -22,6 +22,13 @@ use super::syscalls::{self, errno};
 const MASK_STORE: &CStr = c"/dev/shm/.cubby-mask";
 const MASK_FILE: &CStr = c"/dev/shm/.cubby-mask/f";
 const MASK_DIR: &CStr = c"/dev/shm/.cubby-mask/d";
+/// What an init binds over a reservation's placeholder directory: an empty
+/// directory of the placeholder's mode on the same read-only tmpfs, so
+/// that one bind (read-only from its source) does what a bind of the
+/// placeholder onto itself and a read-only remount did.
+const MASK_PLACEHOLDER: &CStr = c"/dev/shm/.cubby-mask/p";
+/// Its mode: a placeholder's ([`PLACEHOLDER_MODE`](crate::sandbox::local::PLACEHOLDER_MODE)).
+const MASK_PLACEHOLDER_MODE: libc::mode_t = 0o600;
 const MASK_STORE_OPTIONS: &CStr = c"mode=700,size=4k";
 /// Longest path an init pins the directories of (`PATH_MAX`).
 const MAX_PIN_PATH_BYTES: usize = 4096;
@@ -51,7 +58,10 @@ pub(super) fn mask_paths(masks: &[Mask]) -> Result<(), ()> {
         libc::O_EXCL | libc::O_WRONLY | libc::O_CLOEXEC,
         0,
     );
-    if fd < 0 || !syscalls::mkdir(MASK_DIR, 0) {
+    if fd < 0
+        || !syscalls::mkdir(MASK_DIR, 0)
+        || !syscalls::mkdir(MASK_PLACEHOLDER, MASK_PLACEHOLDER_MODE)
+    {
         return Err(());
     }
     // SAFETY: `fd` was opened just now, closed once.
@@ -80,6 +90,15 @@ pub(super) fn mask_paths(masks: &[Mask]) -> Result<(), ()> {
         }
     }
     Ok(())
+}
+
+/// Binds the empty read-only placeholder object over `path`, a
+/// reservation's placeholder directory (a mount point: the command can
+/// neither remove nor rename it, and nothing can be made in it); true when
+/// it succeeded. An init, after the holder's [`mask_paths`].
+#[inline]
+pub(super) fn cover_placeholder(path: &CStr) -> bool {
+    syscalls::mount(Some(MASK_PLACEHOLDER), path, None, libc::MS_BIND, None)
 }
 
 /// 0 for an errno that says the path is gone (nothing to hide), the

@@ -1056,7 +1056,15 @@ impl LinuxSandbox {
             spec.cwd.as_path().as_os_str().as_bytes()
         };
         let env = Self::command_env(spec, &live);
-        let payload = wire::encode_run(cwd, &protect, &masks, &spec.argv, &env)?;
+        // Placeholder directories are covered by the holder's read-only
+        // placeholder object: one bind each.
+        let placeholders: Vec<String> = lease
+            .reserved
+            .iter()
+            .filter(|(p, _)| reserve::Kind::for_path(p) == reserve::Kind::Dir)
+            .map(|(p, _)| p.as_path().to_string_lossy().into_owned())
+            .collect();
+        let payload = wire::encode_run(cwd, &protect, &placeholders, &masks, &spec.argv, &env)?;
         let memfd = rustix::fs::memfd_create("cubby-command", rustix::fs::MemfdFlags::CLOEXEC)
             .map_err(|e| Error::internal(format!("memfd_create: {e}")))?;
         let mut written = 0;

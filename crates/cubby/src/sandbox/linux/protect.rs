@@ -469,7 +469,9 @@ mod tests {
             root.join("tools").exists(),
             "reserved while the lease lives"
         );
+        let reservations = std::sync::Arc::clone(&sandbox.reservations);
         drop(lease);
+        reservations.put_away_idle(None);
         assert!(!root.join("tools").exists(), "released with the lease");
     }
 

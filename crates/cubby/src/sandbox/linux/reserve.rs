@@ -29,7 +29,11 @@
 //! this sandbox's own, `cubby-reserve-<uid>/<pid>-<start>-<n>` in the
 //! system temp dir (both mode 0700), when that is on the workspace's file
 //! system — and the next reservation moves it back: two renames instead of
-//! `mkdir` and `rmdir`, and nothing left in the workspace between commands.
+//! `mkdir` and `rmdir`. A placeholder nobody uses lingers in the workspace
+//! for [`LINGER`] first: a command that starts meanwhile takes it in place
+//! (commands in quick succession skip the renames and their checks), and a
+//! thread of the process puts it away when it is due; nothing is left in
+//! the workspace two seconds after the last command.
 //! Only an empty placeholder cubby made goes into the stash or comes out of
 //! it; one that is not empty when released (root can write in it,
 //! permissions notwithstanding; the file tools refuse to) stays in the
@@ -55,7 +59,8 @@ use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::DirBuilderExt;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Condvar, Mutex, Weak};
+use std::time::{Duration, Instant};
 
 use rustix::fs::{AtFlags, Mode, OFlags};
 
@@ -101,6 +106,8 @@ struct Placeholder {
     ino: u64,
     kind: Kind,
     users: usize,
+    /// When its last user let go (it lingers: [`LINGER`]).
+    idle_since: Option<Instant>,
 }
 
 /// Released placeholders, kept outside the workspace for reuse.
@@ -199,6 +206,8 @@ pub(crate) fn empty_stashes() {
     EXITING.store(true, Ordering::Relaxed);
     let live: Vec<Arc<Reservations>> = lock(&LIVE).iter().filter_map(Weak::upgrade).collect();
     for r in live {
+        // What lingers leaves the workspace now, with the stash.
+        r.put_away_idle(None);
         let mut inner = lock(&r.inner);
         if let Some(Some(stash)) = inner.stash.take() {
             stash.remove();
@@ -317,6 +326,7 @@ impl Reservations {
     /// process that runs one command and exits without dropping its
     /// sandbox, `cubby exec`). A stash already opened is emptied.
     pub(crate) fn without_stash(&self) {
+        self.put_away_idle(None);
         let mut inner = lock(&self.inner);
         if let Some(Some(stash)) = inner.stash.take() {
             stash.remove();
@@ -377,6 +387,7 @@ impl Reservations {
         let slot = inner.map.get_mut(path)?;
         if self.fs.is_placeholder(path, slot.ino) {
             slot.users += 1;
+            slot.idle_since = None;
             return Some(slot.ino);
         }
         None
@@ -406,6 +417,7 @@ impl Reservations {
                     ino,
                     kind,
                     users: 1,
+                    idle_since: None,
                 },
             );
             return Ok(ino);
@@ -445,6 +457,7 @@ impl Reservations {
                 ino,
                 kind,
                 users: 1,
+                idle_since: None,
             },
         );
         Ok(ino)
@@ -490,13 +503,17 @@ impl Reservations {
         &self.fs
     }
 
-    /// Lets go of one use of each `(path, inode)`; a placeholder nobody
-    /// uses any more leaves the workspace: into the stash, or removed where
-    /// there is none.
+    /// Lets go of one use of each `(path, inode)`. A placeholder nobody
+    /// uses any more lingers in the workspace for [`LINGER`] (the next
+    /// command takes it in place), then leaves: into the stash. Without a
+    /// stash (`cubby exec`'s one command) it is removed at once.
     pub(crate) fn release(&self, paths: &[(WorkspacePath, u64)]) {
         let mut inner = lock(&self.inner);
         let Inner { map, stash } = &mut *inner;
-        let mut stash = stash.get_or_insert_with(|| open_stash(&self.fs)).as_mut();
+        let stashed = stash.get_or_insert_with(|| open_stash(&self.fs)).is_some();
+        let now = Instant::now();
+        let mut idle = false;
+        let mut gone = Vec::new();
         for (path, ino) in paths {
             let Some(slot) = map.get_mut(path) else {
                 continue;
@@ -508,24 +525,137 @@ impl Reservations {
             if slot.users > 0 {
                 continue;
             }
-            let kind = slot.kind;
-            map.remove(path);
-            if let (Some(stash), Kind::Dir) = (stash.as_mut(), kind) {
+            if stashed {
+                slot.idle_since = Some(now);
+                idle = true;
+            } else {
+                gone.push(path.clone());
+            }
+        }
+        for path in gone {
+            if let Some(slot) = map.remove(&path) {
+                self.fs.remove_placeholder(&path, slot.ino);
+            }
+        }
+        drop(inner);
+        if idle {
+            linger_until(now + LINGER);
+        }
+    }
+
+    /// Puts away the placeholders nobody has used for [`LINGER`] by `now`
+    /// (every unused one when `now` is `None`): into the stash when there
+    /// is one, else removed. Returns when the next of those still
+    /// lingering is due.
+    pub(super) fn put_away_idle(&self, now: Option<Instant>) -> Option<Instant> {
+        let mut inner = lock(&self.inner);
+        let Inner { map, stash } = &mut *inner;
+        let mut stash = stash.as_mut().and_then(Option::as_mut);
+        let mut next: Option<Instant> = None;
+        let due: Vec<WorkspacePath> = map
+            .iter()
+            .filter_map(|(path, slot)| {
+                let since = slot.idle_since.filter(|_| slot.users == 0)?;
+                let at = since + LINGER;
+                if now.is_none_or(|now| at <= now) {
+                    return Some(path.clone());
+                }
+                next = Some(next.map_or(at, |n| n.min(at)));
+                None
+            })
+            .collect();
+        for path in due {
+            let Some(slot) = map.remove(&path) else {
+                continue;
+            };
+            if let (Some(stash), Kind::Dir) = (stash.as_mut(), slot.kind) {
                 let name = OsString::from(stash.named.to_string());
-                if self.fs.stash_placeholder(path, *ino, &stash.dir, &name) {
+                if self
+                    .fs
+                    .stash_placeholder(&path, slot.ino, &stash.dir, &name)
+                {
                     stash.named += 1;
-                    stash.free.push((name, *ino));
+                    stash.free.push((name, slot.ino));
                     continue;
                 }
             }
-            self.fs.remove_placeholder(path, *ino);
+            self.fs.remove_placeholder(&path, slot.ino);
+        }
+        next
+    }
+}
+
+/// How long a placeholder nobody uses stays in the workspace before it
+/// goes back to the stash: commands in quick succession (parallel calls,
+/// a script of calls) take it in place, one `statat` each, instead of its
+/// two renames and their checks (about twenty system calls a placeholder,
+/// forty-odd placeholders in a repository: most of a warm command's cost
+/// before this). For that long after a command the host sees the empty
+/// placeholders it saw while the command ran.
+pub(crate) const LINGER: Duration = Duration::from_secs(2);
+
+/// When the lingering placeholders of this process's tables are next due
+/// to be put away (`None`: none linger), and the putter's wake-up.
+static DUE: Mutex<Option<Instant>> = Mutex::new(None);
+static DUE_CHANGED: Condvar = Condvar::new();
+/// Starts the putter thread once.
+static PUTTER: std::sync::Once = std::sync::Once::new();
+
+/// Has the putter thread put lingering placeholders away at `at` (or
+/// earlier, when something else is due first).
+fn linger_until(at: Instant) {
+    PUTTER.call_once(|| {
+        let started = std::thread::Builder::new()
+            .name("cubby-placeholders".into())
+            .spawn(put_away_when_due);
+        if let Err(e) = started {
+            tracing::warn!("cannot start the thread that puts placeholders away: {e}");
+        }
+    });
+    let mut due = lock(&DUE);
+    if due.is_none_or(|d| at < d) {
+        *due = Some(at);
+        DUE_CHANGED.notify_one();
+    }
+}
+
+/// The putter thread: waits until lingering placeholders are due, puts
+/// them away in every live table, and waits for the next.
+fn put_away_when_due() {
+    loop {
+        let mut due = lock(&DUE);
+        loop {
+            match *due {
+                None => due = DUE_CHANGED.wait(due).unwrap_or_else(|p| p.into_inner()),
+                Some(at) => {
+                    let now = Instant::now();
+                    if at <= now {
+                        break;
+                    }
+                    due = DUE_CHANGED
+                        .wait_timeout(due, at - now)
+                        .unwrap_or_else(|p| p.into_inner())
+                        .0;
+                }
+            }
+        }
+        *due = None;
+        drop(due);
+        let live: Vec<Arc<Reservations>> = lock(&LIVE).iter().filter_map(Weak::upgrade).collect();
+        let now = Instant::now();
+        let next = live.iter().filter_map(|r| r.put_away_idle(Some(now))).min();
+        drop(live);
+        if let Some(next) = next {
+            linger_until(next);
         }
     }
 }
 
 impl Drop for Reservations {
     fn drop(&mut self) {
-        // No lease is left (each holds an `Arc`): nothing is in use.
+        // No lease is left (each holds an `Arc`): nothing is in use, and
+        // what lingers goes to the stash (and with it to the spare).
+        self.put_away_idle(None);
         let inner = self.inner.get_mut().unwrap_or_else(|p| p.into_inner());
         for (path, slot) in inner.map.drain() {
             self.fs.remove_placeholder(&path, slot.ino);
@@ -859,6 +989,13 @@ fn reclaim(base: &OwnedFd) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Releases and puts away what that left unused at once, as the
+    /// putter thread does [`LINGER`] later.
+    fn release_now(r: &Reservations, paths: &[(WorkspacePath, u64)]) {
+        r.release(paths);
+        r.put_away_idle(None);
+    }
     use crate::sandbox::local::PLACEHOLDER_MODE;
     use std::os::unix::fs::{MetadataExt, PermissionsExt};
 
@@ -917,7 +1054,7 @@ mod tests {
             _ => unreachable!(),
         };
         assert_eq!(std::fs::read_dir(&mine).unwrap().count(), 0);
-        r.release(&[(claude, ino)]);
+        release_now(&r, &[(claude, ino)]);
         drop(r);
         assert_eq!(ino_at(&dir.path().join(".claude")), None);
     }
@@ -932,6 +1069,42 @@ mod tests {
         std::fs::symlink_metadata(path).ok().map(|m| m.ino())
     }
 
+    /// A released placeholder lingers: the next command within [`LINGER`]
+    /// takes the same directory in place (nothing goes through the stash),
+    /// and once nobody has used it for that long, the putter thread moves
+    /// it into the stash.
+    #[test]
+    fn a_placeholder_lingers_for_the_next_command_then_goes_to_the_stash() {
+        let _one = serial();
+        let (dir, fs) = workspace();
+        let r = Reservations::new(fs);
+        let claude = WorkspacePath::parse(".claude").unwrap();
+        let at = dir.path().join(".claude");
+        let ino = r.reserve(&claude, Kind::Dir).unwrap();
+        let released = Instant::now();
+        r.release(&[(claude.clone(), ino)]);
+        let stashed = || match &lock(&r.inner).stash {
+            Some(Some(stash)) => stash.free.len(),
+            _ => panic!("the temp dir is on this file system"),
+        };
+        if released.elapsed() < LINGER {
+            assert_eq!(ino_at(&at), Some(ino), "it lingers");
+            assert!(r.hides(&claude), "the file tools still do not see it");
+            assert_eq!(r.claim(&claude), Some(ino), "taken in place");
+            assert_eq!(stashed(), 0, "through no stash");
+            r.release(&[(claude.clone(), ino)]);
+        }
+        let deadline = Instant::now() + LINGER + Duration::from_secs(30);
+        while ino_at(&at).is_some() {
+            assert!(Instant::now() < deadline, "still in the workspace");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert_eq!(stashed(), 1, "put away into the stash");
+        assert!(!r.holds(&claude));
+        assert_eq!(r.reserve(&claude, Kind::Dir).unwrap(), ino, "and back");
+        release_now(&r, &[(claude, ino)]);
+    }
+
     #[test]
     fn a_released_placeholder_leaves_the_workspace_and_comes_back_from_the_stash() {
         let _one = serial();
@@ -942,7 +1115,7 @@ mod tests {
         let meta = std::fs::symlink_metadata(dir.path().join(".codex")).unwrap();
         assert!(meta.is_dir());
         assert_eq!(meta.mode() & 0o7777, PLACEHOLDER_MODE);
-        r.release(&[(codex.clone(), ino)]);
+        release_now(&r, &[(codex.clone(), ino)]);
         assert!(
             matches!(lock(&r.inner).stash, Some(Some(_))),
             "the temp dir is on this file system"
@@ -951,7 +1124,7 @@ mod tests {
         // The next reservation is the same directory, moved back.
         assert_eq!(r.reserve(&codex, Kind::Dir).unwrap(), ino);
         assert_eq!(ino_at(&dir.path().join(".codex")), Some(ino));
-        r.release(&[(codex, ino)]);
+        release_now(&r, &[(codex, ino)]);
         let stash_dir = stash_dir();
         let mine = match &lock(&r.inner).stash {
             Some(Some(stash)) => stash_dir.join(&stash.name),
@@ -1011,7 +1184,7 @@ mod tests {
         let (_first_dir, first) = workspace();
         let r = Reservations::new(first);
         let ino = r.reserve(&codex, Kind::Dir).unwrap();
-        r.release(&[(codex.clone(), ino)]);
+        release_now(&r, &[(codex.clone(), ino)]);
         drop(r);
         let (second_dir, second) = workspace();
         let r = Reservations::new(second);
@@ -1021,7 +1194,7 @@ mod tests {
             "the same directory"
         );
         assert_eq!(ino_at(&second_dir.path().join(".codex")), Some(ino));
-        r.release(&[(codex.clone(), ino)]);
+        release_now(&r, &[(codex.clone(), ino)]);
         drop(r);
         // Something put in the spare placeholder (root can): not handed out.
         let (spare_dir, name) = match lock(&SPARE).as_ref() {
@@ -1038,7 +1211,7 @@ mod tests {
         let fresh = r.reserve(&codex, Kind::Dir).unwrap();
         assert_ne!(fresh, ino, "a new placeholder");
         assert!(dir_is_empty_at(&third_dir.path().join(".codex")));
-        r.release(&[(codex, fresh)]);
+        release_now(&r, &[(codex, fresh)]);
         drop(r);
         std::fs::remove_file(&inside).unwrap();
         std::fs::remove_dir(spare_dir.join(&name)).unwrap();
@@ -1057,7 +1230,7 @@ mod tests {
         let r = Reservations::new(fs);
         let codex = WorkspacePath::parse(".codex").unwrap();
         let ino = r.reserve(&codex, Kind::Dir).unwrap();
-        r.release(&[(codex.clone(), ino)]);
+        release_now(&r, &[(codex.clone(), ino)]);
         let (stash_fd, name) = match &lock(&r.inner).stash {
             Some(Some(stash)) => (
                 rustix::io::fcntl_dupfd_cloexec(&stash.dir, 0).unwrap(),
@@ -1088,13 +1261,13 @@ mod tests {
         let mcp = WorkspacePath::parse(".mcp.json").unwrap();
         let ino = r.reserve(&mcp, Kind::Dir).unwrap();
         assert_eq!(r.claim(&mcp), Some(ino));
-        r.release(&[(mcp.clone(), ino)]);
+        release_now(&r, &[(mcp.clone(), ino)]);
         assert_eq!(
             ino_at(&dir.path().join(".mcp.json")),
             Some(ino),
             "still used"
         );
-        r.release(&[(mcp.clone(), ino)]);
+        release_now(&r, &[(mcp.clone(), ino)]);
         assert_eq!(ino_at(&dir.path().join(".mcp.json")), None);
         assert_eq!(r.claim(&mcp), None);
     }
@@ -1111,7 +1284,7 @@ mod tests {
         std::fs::create_dir(dir.path().join(".claude")).unwrap();
         std::fs::write(dir.path().join(".claude/settings.json"), "{}").unwrap();
         assert_eq!(r.claim(&claude), None, "not ours any more");
-        r.release(&[(claude, ino)]);
+        release_now(&r, &[(claude, ino)]);
         assert_eq!(
             std::fs::read_to_string(dir.path().join(".claude/settings.json")).unwrap(),
             "{}"
@@ -1128,7 +1301,7 @@ mod tests {
         let toml = WorkspacePath::parse("cubby.toml").unwrap();
         let ino = r.reserve(&toml, Kind::Dir).unwrap();
         assert!(dir.path().join("cubby.toml").is_dir());
-        r.release(&[(toml.clone(), ino)]);
+        release_now(&r, &[(toml.clone(), ino)]);
         assert_eq!(ino_at(&dir.path().join("cubby.toml")), None);
         // Something that appeared meanwhile is not taken over.
         std::fs::write(dir.path().join("cubby.toml"), "x").unwrap();
@@ -1146,9 +1319,9 @@ mod tests {
         let first = r.reserve(&head, Kind::for_path(&head)).unwrap();
         let second = r.reserve(&head, Kind::for_path(&head)).unwrap();
         assert_eq!(first, second);
-        r.release(&[(head.clone(), first)]);
+        release_now(&r, &[(head.clone(), first)]);
         assert_eq!(ino_at(&dir.path().join("HEAD")), Some(first), "still used");
-        r.release(&[(head, second)]);
+        release_now(&r, &[(head, second)]);
         assert_eq!(ino_at(&dir.path().join("HEAD")), None);
     }
 
@@ -1168,7 +1341,7 @@ mod tests {
             std::fs::Permissions::from_mode(PLACEHOLDER_MODE),
         )
         .unwrap();
-        r.release(&[(git.clone(), ino)]);
+        release_now(&r, &[(git.clone(), ino)]);
         let mine = match &lock(&r.inner).stash {
             Some(Some(stash)) => stash_dir().join(&stash.name),
             _ => unreachable!(),
@@ -1198,7 +1371,7 @@ mod tests {
             super::super::placeholder::PLACEHOLDER_FILE_MODE
         );
         assert!(r.holds(&common));
-        r.release(&[(common, ino)]);
+        release_now(&r, &[(common, ino)]);
         assert_eq!(ino_at(&at), None);
     }
 }

@@ -17,8 +17,8 @@
 //! - **Payload** of `MSG_RUN` ([`encode_run`]; read by the init through
 //!   [`Payload`]): three little-endian `u32` counts (protected paths and
 //!   masks, argv, env) and then NUL-terminated strings: the working
-//!   directory (empty for the root), each protected path prefixed by `r` or
-//!   `w`, each mask prefixed by [`ENTRY_DENY_READ`] or [`ENTRY_STORE`],
+//!   directory (empty for the root), each protected path prefixed by `r`,
+//!   `w` or [`ENTRY_PLACEHOLDER`], each mask prefixed by [`ENTRY_DENY_READ`] or [`ENTRY_STORE`],
 //!   argv, env (`NAME=value`).
 //!
 //! The server's side uses `rustix`; the fork-side programs use
@@ -46,6 +46,9 @@ const ENTRY_READ_ONLY: u8 = b'r';
 /// A payload entry for a directory above a protected path, bound onto
 /// itself writable (pinned).
 pub(super) const ENTRY_PINNED: u8 = b'w';
+/// A payload entry for a reservation's placeholder directory, covered by
+/// the holder's read-only placeholder object (one bind, no remount).
+pub(super) const ENTRY_PLACEHOLDER: u8 = b'p';
 /// Bytes of the three counts at the start of a payload.
 pub(super) const PAYLOAD_HEADER_BYTES: usize = 12;
 
@@ -278,6 +281,7 @@ pub(super) fn send(
 pub(super) fn encode_run(
     cwd: &[u8],
     protect: &[(String, bool)],
+    placeholders: &[String],
     masks: &[Vec<u8>],
     argv: &[String],
     env: &[(std::ffi::OsString, std::ffi::OsString)],
@@ -300,6 +304,8 @@ pub(super) fn encode_run(
     for (path, writable) in protect {
         let mut entry = vec![if *writable {
             ENTRY_PINNED
+        } else if placeholders.contains(path) {
+            ENTRY_PLACEHOLDER
         } else {
             ENTRY_READ_ONLY
         }];
@@ -521,7 +527,9 @@ mod tests {
             &[
                 (".git".to_string(), true),
                 (".git/config".to_string(), false),
+                (".claude".to_string(), false),
             ],
+            &[".claude".to_string()],
             &[mask_entry(
                 ENTRY_STORE,
                 std::path::Path::new("/home/u/.ssh"),
@@ -534,12 +542,12 @@ mod tests {
             .chunks(4)
             .map(|c| u32::from_le_bytes(c.try_into().unwrap()))
             .collect();
-        assert_eq!(counts, [3, 2, 1]);
+        assert_eq!(counts, [4, 2, 1]);
         // SAFETY: `payload` outlives the cursor and its strings.
         let mut cursor =
             unsafe { Payload::new(payload.as_ptr(), PAYLOAD_HEADER_BYTES, payload.len()) };
         let mut strings = Vec::new();
-        for _ in 0..7 {
+        for _ in 0..8 {
             // SAFETY: each string the cursor gives is NUL-terminated inside
             // `payload`.
             strings.push(
@@ -548,16 +556,17 @@ mod tests {
                     .to_vec(),
             );
         }
-        let expected: [&[u8]; 7] = [
+        let expected: [&[u8]; 8] = [
             b"src",
             b"w.git",
             b"r.git/config",
+            b"p.claude",
             b"m/home/u/.ssh",
             b"sh",
             b"-c",
             b"A=1",
         ];
         assert_eq!(strings, expected);
-        assert!(encode_run(b"", &[], &[], &["a\0b".to_string()], &[]).is_err());
+        assert!(encode_run(b"", &[], &[], &[], &["a\0b".to_string()], &[]).is_err());
     }
 }
