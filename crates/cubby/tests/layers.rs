@@ -20,6 +20,7 @@ const LAYERS: &[&str] = &[
     "sync",
     "error",
     "host_env",
+    "mounts",
     "output",
     "path",
     "git",
