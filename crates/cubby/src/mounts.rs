@@ -24,6 +24,18 @@ struct Mount {
     root: PathBuf,
     /// Where it is mounted.
     point: PathBuf,
+    /// An overlay's `upperdir` and `lowerdir` directories: what it shows
+    /// under its own name (red-team pass 18, F3).
+    layers: Vec<PathBuf>,
+}
+
+impl Mount {
+    /// The names of `rest` (a path below the mount point) in an overlay's
+    /// layers; none for another file system.
+    fn overlay_names(&self, rest: &Path) -> impl Iterator<Item = PathBuf> + '_ {
+        let rest = rest.to_path_buf();
+        self.layers.iter().map(move |layer| within(layer, &rest))
+    }
 }
 
 /// The mounts of this process's mount namespace, in the kernel's order (a
@@ -55,10 +67,17 @@ impl MountTable {
                 let dev = fields.next()?;
                 let root = unescape(fields.next()?);
                 let point = unescape(fields.next()?);
+                // After the optional fields and `-`: type, source, options.
+                let mut rest = fields.skip_while(|f| *f != "-").skip(1);
+                let layers = match (rest.next(), rest.nth(1)) {
+                    (Some("overlay"), Some(options)) => overlay_layers(options),
+                    _ => Vec::new(),
+                };
                 (root.is_absolute() && point.is_absolute()).then(|| Mount {
                     dev: dev.to_string(),
                     root,
                     point,
+                    layers,
                 })
             })
             .collect();
@@ -73,13 +92,19 @@ impl MountTable {
     pub fn aliases(&self, path: &Path) -> Vec<PathBuf> {
         let mut names = vec![path.to_path_buf()];
         let mut regions = Vec::new();
-        if let Some(own) = self.holding(path) {
+        // Every mount at the deepest point above `path`, not only the one
+        // on top: the kernel's order is not always the stack's (a mount
+        // moved onto a point is listed before one made there earlier; red-
+        // team pass 18, F2), and a name too many only refuses more.
+        for own in self.holding(path) {
             let rest = path.strip_prefix(&own.point).unwrap_or(Path::new(""));
             regions.push((own.dev.as_str(), within(&own.root, rest)));
+            names.extend(own.overlay_names(rest));
         }
         for mount in &self.mounts {
             if mount.point.starts_with(path) && mount.point != path {
                 regions.push((mount.dev.as_str(), mount.root.clone()));
+                names.extend(mount.overlay_names(Path::new("")));
             }
         }
         for (dev, region) in &regions {
@@ -99,15 +124,39 @@ impl MountTable {
         names
     }
 
-    /// The mount `path` lies on: the deepest mount point above (or at) it,
-    /// the one on top where several are mounted there.
-    fn holding(&self, path: &Path) -> Option<&Mount> {
-        self.mounts
+    /// The mounts at the deepest mount point above (or at) `path`: the
+    /// one it lies on, and those beneath it there.
+    fn holding(&self, path: &Path) -> Vec<&Mount> {
+        let Some(deepest) = self
+            .mounts
             .iter()
             .filter(|m| path.starts_with(&m.point))
             .max_by_key(|m| m.point.components().count())
-            .and_then(|deepest| self.mounts.iter().rev().find(|m| m.point == deepest.point))
+        else {
+            return Vec::new();
+        };
+        self.mounts
+            .iter()
+            .filter(|m| m.point == deepest.point)
+            .collect()
     }
+}
+
+/// The `upperdir` and `lowerdir` directories of an overlay's super
+/// options (`lowerdir=/a:/b,upperdir=/c,workdir=/d`; a layer whose own `,`
+/// or `:` the kernel escapes is not read back, and that name is missed).
+fn overlay_layers(options: &str) -> Vec<PathBuf> {
+    options
+        .split(',')
+        .filter_map(|o| {
+            o.strip_prefix("lowerdir=")
+                .or_else(|| o.strip_prefix("upperdir="))
+        })
+        .flat_map(|dirs| dirs.split(':'))
+        .filter(|d| !d.is_empty())
+        .map(unescape)
+        .filter(|d| d.is_absolute())
+        .collect()
 }
 
 /// `base` joined with `rest` (`base` itself when `rest` is empty).
@@ -214,12 +263,27 @@ bad line
         assert_eq!(unescape("a\\9"), PathBuf::from("a\\9"));
     }
 
+    /// Red-team pass 18, F2: a bind moved onto a point that holds a tmpfs
+    /// is listed before it; F3: an overlay shows its layers.
     #[test]
-    fn the_mount_on_top_holds_a_path() {
+    fn every_mount_at_a_point_and_an_overlays_layers_count() {
         let table = MountTable::parse(
-            "1 0 8:1 / / rw - ext4 a rw\n2 1 8:1 /x /m rw - ext4 a rw\n3 1 0:9 / /m rw - tmpfs t rw\n",
+            "1 0 8:1 / / rw - ext4 a rw\n\
+             5 1 8:1 /ws/.git /m rw - ext4 a rw\n\
+             4 1 0:9 / /m rw - tmpfs t rw\n\
+             6 1 0:50 / /o rw - overlay overlay rw,lowerdir=/home/u/.ssh:/l2,upperdir=/ws/.git/hooks,workdir=/w\n",
         );
-        assert_eq!(table.aliases(Path::new("/m/f")), [PathBuf::from("/m/f")]);
+        let names = table.aliases(Path::new("/m/x"));
+        assert!(names.contains(&PathBuf::from("/ws/.git/x")), "{names:?}");
+        let names = table.aliases(Path::new("/o"));
+        for layer in ["/home/u/.ssh", "/l2", "/ws/.git/hooks"] {
+            assert!(names.contains(&PathBuf::from(layer)), "{layer}: {names:?}");
+        }
+        let names = table.aliases(Path::new("/"));
+        assert!(
+            names.contains(&PathBuf::from("/ws/.git/hooks")),
+            "{names:?}"
+        );
     }
 
     #[test]

@@ -311,3 +311,51 @@ fn another_process_opening_the_workspace_keeps_a_running_commands_placeholders()
     drop(stdin);
     assert!(child.wait().unwrap().success());
 }
+
+/// Red-team pass 18, F1: a command of another process that starts while a
+/// session's placeholders linger after its command binds them as existing
+/// protected paths; when the session's putter moved them into its stash,
+/// the bind went with them and the command made `.claude/settings.json`
+/// on the host (seen with the code before the lock: the file written).
+/// Now the command holds each such placeholder with a shared lock, and the
+/// putter leaves a held one in place. The control that the command did
+/// start within the linger: the session's `.claude` is still there, left
+/// in place, when the command ends.
+#[test]
+fn a_command_of_another_process_keeps_a_lingering_placeholders_cover() {
+    let lab = StashLab::new();
+    let init = Command::new("git")
+        .args(["init", "-q"])
+        .arg(&lab.ws)
+        .status()
+        .unwrap();
+    assert!(init.success());
+    let mut child = lab.mcp();
+    let stdin = run_one_command(&mut child);
+    // Within the session's linger (2 s): the command outlives it.
+    let other = Command::new(env!("CARGO_BIN_EXE_cubby"))
+        .args(["exec", "--provider", "linux", "--root"])
+        .arg(&lab.ws)
+        .args([
+            "--",
+            "sh",
+            "-c",
+            "sleep 4; mkdir -p .claude; echo x > .claude/settings.json && echo WROTE",
+        ])
+        .env("TMPDIR", &lab.tmp)
+        .env_remove("RUST_LOG")
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&other.stdout);
+    assert!(!said.contains("WROTE"), "{other:?}");
+    assert!(
+        !lab.ws.join(".claude/settings.json").exists(),
+        "the command wrote a protected path"
+    );
+    assert!(
+        lab.ws.join(".claude").is_dir(),
+        "control: the command did not start while the placeholder lingered"
+    );
+    drop(stdin);
+    assert!(child.wait().unwrap().success());
+}

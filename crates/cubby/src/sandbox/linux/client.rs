@@ -197,6 +197,10 @@ pub(super) struct Lease {
     pub(super) reservations: Arc<Reservations>,
     /// Each reserved path and its placeholder's inode.
     pub(super) reserved: Vec<(WorkspacePath, u64)>,
+    /// Placeholders of other processes bound for this command, each with
+    /// its shared lock ([`Placeholders::hold_foreign`](super::placeholder::Placeholders::hold_foreign)),
+    /// released when the lease drops.
+    pub(super) held: Vec<(WorkspacePath, std::os::fd::OwnedFd)>,
     pub(super) live: Option<Arc<Live>>,
     /// The workspace's git directories, swept for planted links when the
     /// command ends ([`super::protect::unlink_planted_links`]).

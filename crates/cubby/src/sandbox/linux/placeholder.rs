@@ -88,6 +88,31 @@ fn placeholder_at<'f, 'p>(
         .then_some((parent, name))
 }
 
+/// What [`Placeholders::hold_foreign`] found at a protected path.
+pub(crate) enum Foreign {
+    /// Something else than a placeholder (or nothing): bound as it is.
+    NotPlaceholder,
+    /// A placeholder (another process's, or left by a killed one), held
+    /// with a shared lock until the fd closes: its maker leaves it in place
+    /// while the lock is held.
+    Held(std::os::fd::OwnedFd),
+    /// Its maker moved or removed it while this waited for the lock: look
+    /// at the path again.
+    Moved,
+}
+
+/// Opens the placeholder at `name` in `parent` to lock it (a directory or
+/// a regular file, never a link, FIFO or device).
+fn open_to_lock(parent: &ParentFd<'_>, name: &OsStr) -> Option<std::os::fd::OwnedFd> {
+    rustix::fs::openat(
+        parent,
+        name,
+        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .ok()
+}
+
 /// The placeholder operations on a workspace.
 pub(crate) trait Placeholders {
     /// Creates `path` as an empty directory with mode
@@ -118,6 +143,28 @@ pub(crate) trait Placeholders {
         stash: impl AsFd,
         as_name: &OsStr,
     ) -> bool;
+
+    /// Cubby processes on one workspace each see the other's placeholders
+    /// as existing protected paths, and a command binds one onto itself;
+    /// when its maker then moved it into its stash, the bind went with it
+    /// and the name was free again in that command's view (red-team pass
+    /// 18, F1). So a placeholder bound this way is held with a shared
+    /// `flock` while the command runs, and its maker takes an exclusive one
+    /// (not waiting) before it moves or removes it, leaving it in place when
+    /// it cannot ([`Placeholders::lock_to_put_away`]). This looks at
+    /// `path` and takes that shared lock when it is a placeholder, waiting
+    /// out a maker that is moving it.
+    fn hold_foreign(&self, path: &WorkspacePath) -> Foreign;
+
+    /// The exclusive lock on the placeholder `path` (inode `ino`) that
+    /// moving or removing it takes: `Some` with the lock (or with nothing to
+    /// lock: the path is gone or not the placeholder, which the move checks
+    /// again), `None` when another process's command holds it.
+    fn lock_to_put_away(
+        &self,
+        path: &WorkspacePath,
+        ino: u64,
+    ) -> Option<Option<std::os::fd::OwnedFd>>;
 
     /// Moves the stashed `name` back to `path` (which must be missing) if it
     /// is the placeholder with inode `ino`.
@@ -221,6 +268,58 @@ impl Placeholders for LocalFs {
             return false;
         }
         true
+    }
+
+    fn hold_foreign(&self, path: &WorkspacePath) -> Foreign {
+        use rustix::fs::FlockOperation;
+        let Ok((parent, name)) = self.parent_of(path) else {
+            return Foreign::NotPlaceholder;
+        };
+        let looks = |s: &Stat| is_placeholder_stat(s, s.st_ino);
+        let Some(before) = statat(&parent, name, AtFlags::SYMLINK_NOFOLLOW)
+            .ok()
+            .filter(looks)
+        else {
+            return Foreign::NotPlaceholder;
+        };
+        let Some(fd) = open_to_lock(&parent, name) else {
+            return Foreign::Moved;
+        };
+        if !fstat(&fd).is_ok_and(|s| s.st_ino == before.st_ino && looks(&s)) {
+            return Foreign::Moved;
+        }
+        if rustix::fs::flock(&fd, FlockOperation::LockShared).is_err() {
+            return Foreign::NotPlaceholder;
+        }
+        // Still at its name once locked: its maker cannot move it now.
+        if statat(&parent, name, AtFlags::SYMLINK_NOFOLLOW).is_ok_and(|s| s.st_ino == before.st_ino)
+        {
+            Foreign::Held(fd)
+        } else {
+            Foreign::Moved
+        }
+    }
+
+    fn lock_to_put_away(
+        &self,
+        path: &WorkspacePath,
+        ino: u64,
+    ) -> Option<Option<std::os::fd::OwnedFd>> {
+        use rustix::fs::FlockOperation;
+        let Some((parent, name)) = placeholder_at(self, path, ino) else {
+            return Some(None);
+        };
+        let Some(fd) = open_to_lock(&parent, name) else {
+            return Some(None);
+        };
+        if !fstat(&fd).is_ok_and(|s| s.st_ino == ino) {
+            return Some(None);
+        }
+        match rustix::fs::flock(&fd, FlockOperation::NonBlockingLockExclusive) {
+            Ok(()) => Some(Some(fd)),
+            Err(Errno::WOULDBLOCK) => None,
+            Err(_) => Some(None),
+        }
     }
 
     fn unstash_placeholder(

@@ -6,7 +6,7 @@
 
 use super::LinuxSandbox;
 use super::client::Lease;
-use super::placeholder::PLACEHOLDER_FILE_MODE;
+use super::placeholder::{Foreign, PLACEHOLDER_FILE_MODE, Placeholders};
 use super::reserve::Kind;
 use crate::config::Mode;
 use crate::error::{Error, ErrorKind, Result};
@@ -307,6 +307,7 @@ impl LinuxSandbox {
         let mut lease = Lease {
             reservations: self.reservations.clone(),
             reserved: Vec::new(),
+            held: Vec::new(),
             live: None,
             git_dirs: Vec::new(),
         };
@@ -353,7 +354,9 @@ impl LinuxSandbox {
         // Directories already looked at on the way to an earlier path.
         let mut dirs: Vec<WorkspacePath> = Vec::new();
         'paths: for path in &paths {
-            if lease.reserved.iter().any(|(r, _)| path.starts_with(r)) {
+            if lease.reserved.iter().any(|(r, _)| path.starts_with(r))
+                || lease.held.iter().any(|(r, _)| path.starts_with(r))
+            {
                 continue;
             }
             let mut prefix = WorkspacePath::root();
@@ -365,6 +368,14 @@ impl LinuxSandbox {
                 // Reserved already (by a running command, or lingering).
                 if let Some(ino) = self.reservations.claim(&prefix) {
                     lease.reserved.push((prefix.clone(), ino));
+                    add(&prefix, false, &mut binds);
+                    continue 'paths;
+                }
+                // Another process's placeholder (or one a killed cubby
+                // left): held while the command runs, so that its maker
+                // leaves it in place (red-team pass 18, F1).
+                if let Foreign::Held(fd) = self.fs.hold_foreign(&prefix) {
+                    lease.held.push((prefix.clone(), fd));
                     add(&prefix, false, &mut binds);
                     continue 'paths;
                 }

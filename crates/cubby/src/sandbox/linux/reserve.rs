@@ -169,12 +169,15 @@ static SPARE: Mutex<Option<Stash>> = Mutex::new(None);
 /// Most placeholders [`SPARE`] keeps.
 const MAX_SPARE: usize = 256;
 
-/// Registers [`remove_spare_at_exit`] once, when [`SPARE`] is first kept.
+/// Registers [`remove_spare_at_exit`] once, when [`SPARE`] is first kept
+/// or a placeholder first lingers.
 static AT_EXIT: std::sync::Once = std::sync::Once::new();
 
-/// Removes [`SPARE`] when the process exits normally, for a process that
-/// never calls [`empty_stashes`] and keeps a sandbox to its end (a test
-/// binary's static one): nothing of it is left in the temporary directory.
+/// Removes [`SPARE`], and puts away the placeholders that linger, when the
+/// process exits normally, for a process that never calls
+/// [`empty_stashes`] and keeps a sandbox to its end (a test binary's
+/// static one, an embedder that calls `exit` right after a command):
+/// nothing of it is left in the temporary directory or the workspaces.
 /// A process killed leaves it for the next one to reclaim, as any stash.
 /// Registers [`remove_spare_at_exit`] with the C library.
 #[allow(unsafe_code)]
@@ -189,6 +192,19 @@ fn register_spare_removal() {
 
 extern "C" fn remove_spare_at_exit() {
     let _ = std::panic::catch_unwind(|| {
+        // What lingers in the workspaces goes too (a process that exits
+        // without dropping its sandboxes or calling `empty_stashes`); a
+        // table another thread holds is left (exit must not wait).
+        let live: Vec<Arc<Reservations>> = match LIVE.try_lock() {
+            Ok(live) => live.iter().filter_map(Weak::upgrade).collect(),
+            Err(_) => Vec::new(),
+        };
+        for r in &live {
+            if let Ok(mut inner) = r.inner.try_lock() {
+                r.put_away_idle_in(&mut inner, None);
+            }
+        }
+        drop(live);
         if let Ok(mut spare) = SPARE.try_lock()
             && let Some(spare) = spare.take()
         {
@@ -525,7 +541,7 @@ impl Reservations {
             if slot.users > 0 {
                 continue;
             }
-            if stashed {
+            if stashed && lingers(path) {
                 slot.idle_since = Some(now);
                 idle = true;
             } else {
@@ -534,7 +550,7 @@ impl Reservations {
         }
         for path in gone {
             if let Some(slot) = map.remove(&path) {
-                self.fs.remove_placeholder(&path, slot.ino);
+                self.put_away(None, &path, &slot);
             }
         }
         drop(inner);
@@ -548,8 +564,12 @@ impl Reservations {
     /// is one, else removed. Returns when the next of those still
     /// lingering is due.
     pub(super) fn put_away_idle(&self, now: Option<Instant>) -> Option<Instant> {
-        let mut inner = lock(&self.inner);
-        let Inner { map, stash } = &mut *inner;
+        self.put_away_idle_in(&mut lock(&self.inner), now)
+    }
+
+    /// [`put_away_idle`](Self::put_away_idle) with the lock held.
+    fn put_away_idle_in(&self, inner: &mut Inner, now: Option<Instant>) -> Option<Instant> {
+        let Inner { map, stash } = inner;
         let mut stash = stash.as_mut().and_then(Option::as_mut);
         let mut next: Option<Instant> = None;
         let due: Vec<WorkspacePath> = map
@@ -568,20 +588,30 @@ impl Reservations {
             let Some(slot) = map.remove(&path) else {
                 continue;
             };
-            if let (Some(stash), Kind::Dir) = (stash.as_mut(), slot.kind) {
-                let name = OsString::from(stash.named.to_string());
-                if self
-                    .fs
-                    .stash_placeholder(&path, slot.ino, &stash.dir, &name)
-                {
-                    stash.named += 1;
-                    stash.free.push((name, slot.ino));
-                    continue;
-                }
-            }
-            self.fs.remove_placeholder(&path, slot.ino);
+            self.put_away(stash.as_deref_mut(), &path, &slot);
         }
         next
+    }
+
+    /// Moves the unused placeholder `slot` at `path` into `stash` (a
+    /// directory, when there is a stash) or removes it — unless a command
+    /// of another process holds it ([`Placeholders::hold_foreign`]): then
+    /// it stays, no longer this table's (the next sandbox opened on the
+    /// workspace with no process on it sweeps it).
+    fn put_away(&self, stash: Option<&mut Stash>, path: &WorkspacePath, slot: &Placeholder) {
+        let Some(_lock) = self.fs.lock_to_put_away(path, slot.ino) else {
+            tracing::debug!("`{path}` is held by another process's command: left in place");
+            return;
+        };
+        if let (Some(stash), Kind::Dir) = (stash, slot.kind) {
+            let name = OsString::from(stash.named.to_string());
+            if self.fs.stash_placeholder(path, slot.ino, &stash.dir, &name) {
+                stash.named += 1;
+                stash.free.push((name, slot.ino));
+                return;
+            }
+        }
+        self.fs.remove_placeholder(path, slot.ino);
     }
 }
 
@@ -594,6 +624,28 @@ impl Reservations {
 /// placeholders it saw while the command ran.
 pub(crate) const LINGER: Duration = Duration::from_secs(2);
 
+/// Git's own state names, whose placeholders do not linger: the host's git
+/// reads them whenever they exist (an empty `rebase-merge` makes `git
+/// status` say a rebase is under way, a `sequencer` file fails a
+/// `cherry-pick`; red-team pass 18), so they leave the workspace as soon as
+/// no command uses them.
+const GIT_STATE_NAMES: [&str; 7] = [
+    ".git",
+    "rebase-merge",
+    "rebase-apply",
+    "sequencer",
+    "commondir",
+    "config.worktree",
+    "gitdir",
+];
+
+/// Whether the placeholder of `path` lingers after its last command.
+fn lingers(path: &WorkspacePath) -> bool {
+    path.file_name()
+        .and_then(|n| n.to_str())
+        .is_none_or(|n| !GIT_STATE_NAMES.contains(&n))
+}
+
 /// When the lingering placeholders of this process's tables are next due
 /// to be put away (`None`: none linger), and the putter's wake-up.
 static DUE: Mutex<Option<Instant>> = Mutex::new(None);
@@ -604,6 +656,7 @@ static PUTTER: std::sync::Once = std::sync::Once::new();
 /// Has the putter thread put lingering placeholders away at `at` (or
 /// earlier, when something else is due first).
 fn linger_until(at: Instant) {
+    AT_EXIT.call_once(register_spare_removal);
     PUTTER.call_once(|| {
         let started = std::thread::Builder::new()
             .name("cubby-placeholders".into())
