@@ -10,18 +10,26 @@ use std::process::{Command, Output};
 /// are real).
 const NOT_REACHED: i32 = 97;
 
-/// `cubby args` started in a mount namespace of its own where `source` is
-/// bound on `target`, once `probe` (a path under `target`) exists there;
-/// `HOME` is `home` when given.
-fn cubby_with_bind(
+/// Where the command runs: the workspace, the config and `HOME` (when
+/// given).
+struct Place<'a> {
+    ws: &'a Path,
+    config: &'a Path,
+    home: Option<&'a Path>,
+}
+
+/// `cubby exec` of `command` in `place`, started in a mount namespace of
+/// its own where `source` is bound on `target`, once `probe` (a path under
+/// `target`) exists there.
+fn exec_with_bind(
     source: &Path,
     target: &Path,
     probe: &Path,
-    home: Option<&Path>,
-    args: &[&str],
+    place: &Place<'_>,
+    command: &[&str],
 ) -> Output {
     let mut cmd = Command::new("unshare");
-    if let Some(home) = home {
+    if let Some(home) = place.home {
         cmd.env("HOME", home);
     }
     let out = cmd
@@ -35,7 +43,13 @@ fn cubby_with_bind(
         .arg(target)
         .arg(probe)
         .arg(env!("CARGO_BIN_EXE_cubby"))
-        .args(args)
+        .arg("exec")
+        .arg("--root")
+        .arg(place.ws)
+        .arg("--config")
+        .arg(place.config)
+        .arg("--")
+        .args(command)
         .env_remove("RUST_LOG")
         .output()
         .unwrap();
@@ -75,22 +89,17 @@ fn a_writable_root_bound_from_the_workspaces_parent_is_refused() {
     )
     .unwrap();
     let hook = alias.join("ws/.git/hooks/pre-commit");
-    let out = cubby_with_bind(
+    let place = Place {
+        ws: &ws,
+        config: &config,
+        home: None,
+    };
+    let out = exec_with_bind(
         &b.join("parent"),
         &alias,
         &alias.join("ws/.git/HEAD"),
-        None,
-        &[
-            "exec",
-            "--root",
-            ws.to_str().unwrap(),
-            "--config",
-            config.to_str().unwrap(),
-            "--",
-            "sh",
-            "-c",
-            &format!("echo evil > {}", hook.display()),
-        ],
+        &place,
+        &["sh", "-c", &format!("echo evil > {}", hook.display())],
     );
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "the sandbox opened: {err}");
@@ -127,21 +136,17 @@ fn a_readable_root_bound_from_a_credential_store_is_refused() {
     )
     .unwrap();
     let probe = alias.join("id_ed25519");
-    let out = cubby_with_bind(
+    let place = Place {
+        ws: &ws,
+        config: &config,
+        home: Some(&home),
+    };
+    let out = exec_with_bind(
         &home.join(".ssh"),
         &alias,
         &probe,
-        Some(&home),
-        &[
-            "exec",
-            "--root",
-            ws.to_str().unwrap(),
-            "--config",
-            config.to_str().unwrap(),
-            "--",
-            "cat",
-            probe.to_str().unwrap(),
-        ],
+        &place,
+        &["cat", probe.to_str().unwrap()],
     );
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "the sandbox opened: {err}");
