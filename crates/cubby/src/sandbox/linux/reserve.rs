@@ -526,7 +526,9 @@ impl Reservations {
     pub(crate) fn release(&self, paths: &[(WorkspacePath, u64)]) {
         let mut inner = lock(&self.inner);
         let Inner { map, stash } = &mut *inner;
-        let stashed = stash.get_or_insert_with(|| open_stash(&self.fs)).is_some();
+        let mut stash = stash.get_or_insert_with(|| open_stash(&self.fs)).as_mut();
+        // Lingering needs the thread that puts placeholders away.
+        let linger = stash.is_some() && putter_running();
         let now = Instant::now();
         let mut idle = false;
         let mut gone = Vec::new();
@@ -541,7 +543,7 @@ impl Reservations {
             if slot.users > 0 {
                 continue;
             }
-            if stashed && lingers(path) {
+            if linger && lingers(path) {
                 slot.idle_since = Some(now);
                 idle = true;
             } else {
@@ -550,7 +552,7 @@ impl Reservations {
         }
         for path in gone {
             if let Some(slot) = map.remove(&path) {
-                self.put_away(None, &path, &slot);
+                self.put_away(stash.as_deref_mut(), &path, &slot);
             }
         }
         drop(inner);
@@ -653,18 +655,32 @@ static DUE_CHANGED: Condvar = Condvar::new();
 /// Starts the putter thread once.
 static PUTTER: std::sync::Once = std::sync::Once::new();
 
-/// Has the putter thread put lingering placeholders away at `at` (or
-/// earlier, when something else is due first).
-fn linger_until(at: Instant) {
-    AT_EXIT.call_once(register_spare_removal);
+/// Set once the putter thread runs.
+static PUTTER_RUNNING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Starts the putter thread if it does not run yet; whether it runs (when
+/// it cannot be started, placeholders are put away at once, as before
+/// they lingered).
+fn putter_running() -> bool {
     PUTTER.call_once(|| {
-        let started = std::thread::Builder::new()
+        match std::thread::Builder::new()
             .name("cubby-placeholders".into())
-            .spawn(put_away_when_due);
-        if let Err(e) = started {
-            tracing::warn!("cannot start the thread that puts placeholders away: {e}");
+            .spawn(put_away_when_due)
+        {
+            Ok(_) => PUTTER_RUNNING.store(true, Ordering::Release),
+            Err(e) => {
+                tracing::warn!("cannot start the thread that puts placeholders away: {e}");
+            }
         }
     });
+    PUTTER_RUNNING.load(Ordering::Acquire)
+}
+
+/// Has the putter thread (started by [`putter_running`]) put lingering
+/// placeholders away at `at` (or earlier, when something else is due
+/// first).
+fn linger_until(at: Instant) {
+    AT_EXIT.call_once(register_spare_removal);
     let mut due = lock(&DUE);
     if due.is_none_or(|d| at < d) {
         *due = Some(at);
@@ -1042,6 +1058,8 @@ fn reclaim(base: &OwnedFd) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sandbox::local::PLACEHOLDER_MODE;
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
 
     /// Releases and puts away what that left unused at once, as the
     /// putter thread does [`LINGER`] later.
@@ -1049,8 +1067,6 @@ mod tests {
         r.release(paths);
         r.put_away_idle(None);
     }
-    use crate::sandbox::local::PLACEHOLDER_MODE;
-    use std::os::unix::fs::{MetadataExt, PermissionsExt};
 
     /// The tests share the stash directory (and take over each other's
     /// leftovers): one at a time.
